@@ -1,0 +1,194 @@
+"""Percentile-band charts for prefill/decode throughput.
+
+One row per (model, phase), one column per input bucket. For a throughput the
+slow tail is the LOW percentile (p1/p5), so those lines are drawn in a warm
+colour, labelled "slow tail", and the figure says so in words.
+
+Uses `matplotlib.figure.Figure` directly instead of pyplot: no global figure
+registry, no interactive backend, safe to call from a worker or a test.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib import dates as mdates
+from matplotlib import ticker
+from matplotlib.figure import Figure
+
+PHASES = ("prefill", "decode")
+PCTS = ("p1", "p5", "p50", "p95", "p99")
+REQUIRED = ["t", "model", "input_bucket", "n"] + [
+    f"{ph}_{s}" for ph in PHASES for s in ("n",) + PCTS
+]
+DEFAULT_TITLE = "phasemeter — throughput bands (low percentiles = slow tail)"
+
+# Same colours for both phases so one legend serves the whole figure; the
+# phase is in every panel title and in the row's y label.
+BAND = "#4c72b0"
+TAIL_P1 = "#c0392b"
+TAIL_P5 = "#d35400"
+LEGEND_ORDER = ["median (p50)", "p5–p95 band", "p1–p99 band", "slow tail p5", "slow tail p1"]
+SLOW_TAIL_NOTE = "throughput: lower = slower, so the LOW percentiles (p1, p5) are the slow tail"
+PANEL_W, PANEL_H = 3.2, 2.4  # inches per column / row
+
+
+def _check_columns(df: pd.DataFrame) -> None:
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise ValueError(f"render_bands_png: missing column(s): {', '.join(missing)}")
+
+
+def _ordered(values: pd.Series, preferred: list[str] | None) -> list[str]:
+    """`preferred` order first, then any unlisted label in order of first
+    appearance (never drop data just because the caller's list is stale)."""
+    seen = list(dict.fromkeys(values.astype(str)))
+    if not preferred:
+        return seen
+    head = [b for b in preferred if b in seen]
+    return head + [b for b in seen if b not in head]
+
+
+def _break_gaps(g: pd.DataFrame, step: pd.Timedelta | None) -> pd.DataFrame:
+    """Insert a NaN row wherever consecutive steps are further apart than
+    1.5 steps, so lines and bands break instead of bridging missing data."""
+    if step is None or len(g) < 2:
+        return g
+    gap = g["t"].diff() > step * 1.5
+    if not gap.any():
+        return g
+    filler = g.loc[gap, ["t"]].copy()
+    filler["t"] = filler["t"] - step  # lands inside the gap
+    return pd.concat([g, filler]).sort_values("t", kind="stable")
+
+
+def _kfmt(v: float, _pos: object) -> str:
+    # "12k" instead of "12000": narrow panels, big numbers.
+    return f"{v / 1000:g}k" if abs(v) >= 1000 else f"{v:g}"
+
+
+def _panel_frames(df: pd.DataFrame, models, buckets):
+    """Private: {(model, bucket): rows sorted by t} for every panel."""
+    groups = {k: g.sort_values("t") for k, g in df.groupby(["model", "input_bucket"], sort=False)}
+    return {(m, b): groups.get((m, b), df.iloc[0:0]) for m in models for b in buckets}
+
+
+def _draw_panel(ax, g: pd.DataFrame, phase: str, step) -> None:
+    cols = [f"{phase}_{p}" for p in PCTS]
+    g = g[["t", f"{phase}_n", *cols]].dropna(subset=cols, how="all")
+    n_total = int(np.nansum(g[f"{phase}_n"].to_numpy(dtype=float)))
+    if g.empty:
+        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center",
+                va="center", color="0.5", fontsize=10)
+        ax.set_yticks([])
+        return
+    g = _break_gaps(g, step)
+    t = g["t"].to_numpy()
+    p1, p5, p50, p95, p99 = (g[c].to_numpy(dtype=float) for c in cols)
+    mk = "o" if len(g) < 3 else None  # a lone point draws no line or band
+    ax.fill_between(t, p1, p99, color=BAND, alpha=0.10, lw=0, label="p1–p99 band")
+    ax.fill_between(t, p5, p95, color=BAND, alpha=0.28, lw=0, label="p5–p95 band")
+    ax.plot(t, p50, color=BAND, lw=1.8, marker=mk, ms=3, label="median (p50)")
+    ax.plot(t, p5, color=TAIL_P5, lw=1.3, ls="-.", marker=mk, ms=3, label="slow tail p5")
+    ax.plot(t, p1, color=TAIL_P1, lw=1.5, ls="--", marker=mk, ms=3, label="slow tail p1")
+    # From zero, so a drop reads as its true size; 15% headroom keeps the
+    # n= label clear of the band.
+    top = np.nanmax(np.r_[p99, p95, p50])
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+    ax.text(0.98, 0.96, f"n={n_total:,}", transform=ax.transAxes, ha="right",
+            va="top", fontsize=7.5, color="0.25",
+            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.75))
+
+
+def render_bands_png(
+    df: pd.DataFrame,
+    path: str | os.PathLike,
+    *,
+    bucket_order: list[str] | None = None,
+    title: str | None = None,
+) -> Path:
+    """Render p1/p5/p50/p95/p99 throughput bands to a PNG and return its path."""
+    _check_columns(df)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df = df.copy()
+    df["t"] = pd.to_datetime(df["t"])
+    if df["t"].dt.tz is not None:  # contract is UTC-naive; tolerate aware input
+        df["t"] = df["t"].dt.tz_convert("UTC").dt.tz_localize(None)
+    df["model"] = df["model"].astype(str)
+    df["input_bucket"] = df["input_bucket"].astype(str)
+
+    models = list(dict.fromkeys(df["model"]))
+    buckets = _ordered(df["input_bucket"], bucket_order)
+    nrows, ncols = max(1, 2 * len(models)), max(1, len(buckets))
+    # Step size from the whole frame: used only to break lines across gaps.
+    ts = np.sort(df["t"].unique())
+    diffs = np.diff(ts)
+    step = pd.Timedelta(np.median(diffs)) if len(diffs) else None
+
+    # Constrained layout does not stack a suptitle above an "outside" figure
+    # legend (they overlap), so title, note and legend live in a fixed-height
+    # header subfigure placed by hand, and the grid gets the rest.
+    leg_cols = {1: 2, 2: 3}.get(ncols, len(LEGEND_ORDER))
+    leg_rows = -(-len(LEGEND_ORDER) // leg_cols)
+    head_h = 0.75 + 0.22 * leg_rows
+    fig = Figure(figsize=(PANEL_W * ncols + 0.4, PANEL_H * nrows + head_h), dpi=110,
+                 layout="constrained")
+    head, body = fig.subfigures(2, 1, height_ratios=[head_h, PANEL_H * nrows])
+    head.text(0.5, 1 - 0.12 / head_h, title or DEFAULT_TITLE, ha="center", va="top",
+              fontsize=13 if ncols > 1 else 10.5, fontweight="bold", wrap=True)
+    head.text(0.5, 1 - 0.42 / head_h, SLOW_TAIL_NOTE, ha="center", va="top",
+              fontsize=9.5 if ncols > 1 else 7.5, color=TAIL_P1, wrap=True)
+    axes = body.subplots(nrows, ncols, squeeze=False)
+
+    if not models:  # empty query result: still produce an honest picture
+        axes[0][0].text(0.5, 0.5, "no data", ha="center", va="center",
+                        transform=axes[0][0].transAxes, color="0.5")
+        axes[0][0].set_axis_off()
+    panels = _panel_frames(df, models, buckets) if models else {}
+
+    for mi, model in enumerate(models):
+        mt = df.loc[df["model"] == model, "t"]
+        # One x range per model (all buckets, both phases) so prefill and
+        # decode of the same model line up vertically and across buckets.
+        lo, hi = mt.min(), mt.max()
+        if lo == hi:
+            pad = step or pd.Timedelta(minutes=1)
+            lo, hi = lo - pad, hi + pad
+        for pi, phase in enumerate(PHASES):
+            row = 2 * mi + pi
+            for ci, bucket in enumerate(buckets):
+                ax = axes[row][ci]
+                _draw_panel(ax, panels[(model, bucket)], phase, step)
+                ax.set_title(f"{model} · {bucket} · {phase}", fontsize=8.5, loc="left")
+                ax.set_xlim(lo, hi)
+                loc = mdates.AutoDateLocator(minticks=3, maxticks=5)
+                ax.xaxis.set_major_locator(loc)
+                ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc))
+                ax.yaxis.set_major_formatter(ticker.FuncFormatter(_kfmt))
+                ax.tick_params(labelsize=7.5)
+                ax.xaxis.get_offset_text().set_fontsize(7.5)
+                ax.grid(True, color="0.9", lw=0.6)
+                if ci == 0:
+                    ax.set_ylabel(f"{phase} tok/s", fontsize=9)
+                if phase == "prefill":
+                    # Same x range as the decode panel below: its labels suffice.
+                    ax.tick_params(labelbottom=False)
+                    ax.xaxis.get_offset_text().set_visible(False)
+
+    # One legend for the whole figure, from the first panel that drew lines.
+    for ax in axes.flat:
+        found = dict(zip(*reversed(ax.get_legend_handles_labels())))
+        if found:
+            labels = [lb for lb in LEGEND_ORDER if lb in found]
+            head.legend([found[lb] for lb in labels], labels, loc="lower center",
+                        ncol=leg_cols, fontsize=9, frameon=False, handlelength=2.6,
+                        bbox_to_anchor=(0.5, 0.0))
+            break
+
+    fig.savefig(out, format="png", dpi=110)
+    fig.clear()  # no pyplot registry to close; drop artists promptly
+    return out

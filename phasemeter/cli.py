@@ -1,0 +1,113 @@
+"""`phasemeter` command line: migrate, worker, query, chart, kafka, config, demo.
+
+Errors name the flag or value at fault and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .settings import Settings
+from .timeparse import ArgError
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--clickhouse-url", help="store DSN (env CLICKHOUSE_URL); default: chdb under --data-dir")
+    p.add_argument("--database", help="ClickHouse database (env PHASEMETER_DATABASE)")
+    p.add_argument("--data-dir", help="data folder (env PHASEMETER_DATA_DIR)")
+    p.add_argument("--bootstrap-servers", help="Kafka bootstrap (env KAFKA_BOOTSTRAP_SERVERS)")
+
+
+def _window_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--from", dest="start", default="-1h", help="'now', -15m, -2h, or ISO time (default -1h)")
+    p.add_argument("--to", dest="end", default="now", help="end of window (default now)")
+    p.add_argument("--step", default="auto", help="time step: 30s, 1m, 5m, 1h or auto (~300 points)")
+    p.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
+    p.add_argument("--bucket", action="append", default=[], help="only this input bucket (repeatable)")
+    p.add_argument("--via", help="worker URL to ask (default: found from the data dir when it runs)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="phasemeter", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("migrate", help="apply schema/NNNN_*.sql to the store")
+    _common(p)
+    p.add_argument("--status", action="store_true", help="list pending migrations, change nothing")
+
+    p = sub.add_parser("worker", help="run the stream job (Faust)")
+    _common(p)
+    p.add_argument("--web-port", type=int, help="read-only HTTP port (env PHASEMETER_WEB_PORT)")
+    p.add_argument("--loglevel", default="info", choices=["crit", "error", "warn", "info", "debug"])
+
+    q = sub.add_parser("query", help="query the store").add_subparsers(dest="what", required=True)
+    p = q.add_parser("bands", help="percentile bands per model × input bucket × time step")
+    _common(p)
+    _window_flags(p)
+    p.add_argument("--format", default="table", choices=["table", "csv", "json"])
+
+    p = sub.add_parser("chart", help="write a PNG of the bands")
+    _common(p)
+    _window_flags(p)
+    p.add_argument("--out", default="phasemeter-bands.png", help="output PNG path")
+
+    p = sub.add_parser("kafka", help="the local single-node KRaft broker")
+    _common(p)
+    p.add_argument("action", choices=["fetch", "start", "stop", "status"])
+    p.add_argument("--port", type=int, help="broker port (default: a free one)")
+
+    p = sub.add_parser("config", help="show effective settings (secrets masked)")
+    _common(p)
+
+    p = sub.add_parser("demo", help="end-to-end demo: broker, worker, synthetic load, table, chart")
+    _common(p)
+    p.add_argument("--seconds", type=float, default=25.0, help="how long the synthetic gateway runs")
+    p.add_argument("--rate", type=float, default=3000.0, help="generations per second")
+    p.add_argument("--out-dir", default="demo-out", help="where the PNG and table go")
+    return parser
+
+
+def settings_from(args) -> Settings:
+    return Settings.from_env(
+        clickhouse_url=getattr(args, "clickhouse_url", None), database=getattr(args, "database", None),
+        data_dir=getattr(args, "data_dir", None), web_port=getattr(args, "web_port", None),
+        kafka_bootstrap_servers=getattr(args, "bootstrap_servers", None))
+
+
+def _glue_relative_times(argv: list[str]) -> list[str]:
+    """Let `--from -2h` work: argparse would read -2h as an option."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in ("--from", "--to") and i + 1 < len(argv) and argv[i + 1][:1] == "-":
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(_glue_relative_times(sys.argv[1:] if argv is None else argv))
+    try:
+        settings = settings_from(args)
+        from . import commands
+        return getattr(commands, f"cmd_{args.command}")(args, settings) or 0
+    except (ArgError, ValueError) as exc:
+        print(f"phasemeter {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # known operational failures: short message, no traceback
+        from .kafka_local import BrokerError
+        from .store import StoreError
+        if isinstance(exc, (BrokerError, StoreError, RuntimeError)):
+            print(f"phasemeter {args.command}: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Implementations of the CLI subcommands (parsing lives in cli.py)."""
+
+from __future__ import annotations
+
+import sys
+
+from .settings import Settings
+from .timeparse import ArgError, auto_step, parse_duration, window
+
+
+def cmd_config(args, settings: Settings) -> int:
+    width = max(len(env) for env, _, _ in settings.describe())
+    for env, value, doc in settings.describe():
+        print(f"{env.ljust(width)}  {value!s:<32}  {doc}")
+    return 0
+
+
+def cmd_migrate(args, settings: Settings) -> int:
+    from .migrate import migrate, pending
+    from .store import connect
+
+    client = connect(settings)
+    if args.status:
+        todo = pending(client)
+        for mig in todo:
+            print(f"pending {mig.version:04d}_{mig.name}")
+        print(f"{len(todo)} pending")
+        return 0
+    done = migrate(client)
+    for mig in done:
+        print(f"applied {mig.version:04d}_{mig.name}")
+    print(f"store {settings.database} is up to date ({len(done)} applied now)")
+    client.close()
+    return 0
+
+
+def open_migrated_store(settings: Settings):
+    from .migrate import pending
+    from .store import StoreError, connect
+
+    client = connect(settings)
+    todo = pending(client)
+    if todo:
+        raise StoreError(f"store {settings.database!r} has {len(todo)} pending migration(s): "
+                         "run `phasemeter migrate` first")
+    return client
+
+
+def cmd_worker(args, settings: Settings) -> int:
+    from faust import Worker
+
+    from phasemeter.stream_jobs.app import create_app
+
+    from .kafka_local import bootstrap_servers, ensure_topics
+    from .remote import clear_state, write_state
+
+    client = open_migrated_store(settings)
+    ensure_topics(bootstrap_servers(settings), [settings.topic, settings.dlq_topic],
+                  settings.topic_partitions, settings.kafka_client_config())
+    app = create_app(settings, client)
+    if settings.is_embedded:
+        write_state(settings.data_path, f"http://{settings.web_host}:{settings.web_port}")
+    try:
+        Worker(app, loglevel=args.loglevel).execute_from_commandline()
+    finally:
+        clear_state(settings.data_path)
+    return 0
+
+
+def fetch_bands(args, settings: Settings):
+    """(DataFrame, step_s) from the worker's API when it owns the store, else directly."""
+    from .remote import fetch_bands as remote_bands, worker_url
+
+    start, end = window(args.start, args.end)
+    step_s = auto_step(start, end) if args.step == "auto" else int(parse_duration(args.step, "--step"))
+    if step_s < 1:
+        raise ArgError(f"--step {args.step!r}: must be at least 1s")
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    from .queries import bands, order_bands
+
+    order = labels(parse_edges(settings.bucket_edges))
+    url = args.via or (worker_url(settings.data_path) if settings.is_embedded else None)
+    if url:
+        params = {"from": start.isoformat(), "to": end.isoformat(), "step": f"{step_s}s",
+                  "model": args.model, "bucket": args.bucket}
+        df, step_s = remote_bands(url, params)
+        return order_bands(df, order), step_s
+    client = open_migrated_store(settings)
+    try:
+        return order_bands(bands(client, start, end, step_s, args.model, args.bucket), order), step_s
+    finally:
+        client.close()
+
+
+def cmd_query(args, settings: Settings) -> int:
+    from .output import render
+
+    df, step_s = fetch_bands(args, settings)
+    sys.stdout.write(render(df, args.format, step_s) + "\n")
+    return 0
+
+
+def cmd_chart(args, settings: Settings) -> int:
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    from .charts import render_bands_png
+
+    df, step_s = fetch_bands(args, settings)
+    path = render_bands_png(df, args.out, bucket_order=labels(parse_edges(settings.bucket_edges)))
+    print(f"wrote {path} ({len(df)} band rows, step {step_s}s)")
+    return 0
+
+
+def cmd_kafka(args, settings: Settings) -> int:
+    from .kafka_local import LocalBroker, fetch_jars, running_broker
+
+    kafka_dir = settings.data_path / "kafka"
+    if args.action == "fetch":
+        print(fetch_jars())
+    elif args.action == "status":
+        print(running_broker(settings.data_path) or "not running")
+    elif args.action == "start":
+        if running_broker(settings.data_path):
+            print(f"already running at {running_broker(settings.data_path)}")
+            return 0
+        broker = LocalBroker(kafka_dir, port=args.port).start()
+        print(f"Kafka up at {broker.bootstrap} (pid {broker.proc.pid}); stop with `phasemeter kafka stop`")
+    elif args.action == "stop":
+        import json
+        import os
+        import signal
+
+        state = kafka_dir / "broker.json"
+        if not running_broker(settings.data_path):
+            print("not running")
+            return 0
+        os.kill(json.loads(state.read_text())["pid"], signal.SIGTERM)
+        state.unlink(missing_ok=True)
+        print("stopping")
+    return 0
+
+
+def cmd_demo(args, settings: Settings) -> int:
+    from .demo import run_demo
+
+    return run_demo(settings, seconds=args.seconds, rate=args.rate, out_dir=args.out_dir)

@@ -1,0 +1,88 @@
+"""Tiny migrator: applies schema/NNNN_name.sql in order, once each.
+
+Applied versions are recorded with a checksum; a shipped file that changed
+after it was applied is an error (ship a new numbered file instead).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+_LEDGER = """
+CREATE TABLE IF NOT EXISTS schema_migrations
+(
+    version    UInt32,
+    name       String,
+    checksum   String,
+    applied_at DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = MergeTree ORDER BY version
+"""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()[:16]
+
+    def statements(self) -> list[str]:
+        # One statement per `;` at a line end; comments stay with their statement.
+        parts = re.split(r";\s*(?:\n|$)", self.sql)
+        return [p.strip() for p in parts if _has_code(p)]
+
+
+def _has_code(chunk: str) -> bool:
+    return any(line.strip() and not line.strip().startswith("--") for line in chunk.splitlines())
+
+
+def discover() -> list[Migration]:
+    found = []
+    for entry in resources.files("phasemeter.schema").iterdir():
+        m = _FILE.match(entry.name)
+        if m:
+            found.append(Migration(int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda mig: mig.version)
+    versions = [mig.version for mig in found]
+    if len(set(versions)) != len(versions):
+        raise RuntimeError(f"duplicate schema versions in {versions}")
+    return found
+
+
+def applied(client) -> dict[int, str]:
+    client.command(_LEDGER)
+    rows = client.query("SELECT version, checksum FROM schema_migrations").result_rows
+    return {int(v): c for v, c in rows}
+
+
+def migrate(client) -> list[Migration]:
+    """Apply pending migrations; return the ones applied now."""
+    done = applied(client)
+    now_applied = []
+    for mig in discover():
+        if mig.version in done:
+            if done[mig.version] != mig.checksum:
+                raise RuntimeError(
+                    f"schema/{mig.version:04d}_{mig.name}.sql changed after it was applied "
+                    "(never edit a shipped migration; add a new numbered file)")
+            continue
+        for statement in mig.statements():
+            client.command(statement)
+        client.insert("schema_migrations", [[mig.version, mig.name, mig.checksum]],
+                      column_names=["version", "name", "checksum"])
+        now_applied.append(mig)
+    return now_applied
+
+
+def pending(client) -> list[Migration]:
+    done = applied(client)
+    return [mig for mig in discover() if mig.version not in done]

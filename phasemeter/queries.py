@@ -1,0 +1,55 @@
+"""Named, parameterised queries over the store, returned as DataFrames.
+
+SQL text lives in `sql/*.sql`; values are bound server-side by ClickHouse
+({name:Type} placeholders), never formatted into the text.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+
+from .store import load_sql
+
+PERCENTILES = ("p1", "p5", "p50", "p95", "p99")
+PHASES = ("prefill", "decode")
+BAND_COLUMNS = ["t", "model", "input_bucket", "n"] + [
+    f"{phase}_{col}" for phase in PHASES for col in ("n",) + PERCENTILES]
+# What each column means, for table headers and JSON consumers.
+LEGEND = {
+    "p1": "slow tail p1", "p5": "slow tail p5", "p50": "median", "p95": "p95 (fast side)",
+    "p99": "p99 (fast side)",
+}
+METHOD = ('exact: ClickHouse quantilesExactInclusive == numpy.percentile(method="linear"); '
+          "for throughput the slow tail is the LOW percentile (p1/p5)")
+
+
+def bands(client, start: datetime, end: datetime, step_s: int,
+          models: list[str] | None = None, buckets: list[str] | None = None) -> pd.DataFrame:
+    params = {"start": start, "end": end, "step_s": int(step_s),
+              "models": list(models or []), "buckets": list(buckets or [])}
+    df = client.query_df(load_sql("bands"), parameters=params)
+    if df.empty:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in BAND_COLUMNS})
+    df["t"] = pd.to_datetime(df["t"]).dt.tz_localize(None) if getattr(df["t"].dt, "tz", None) else df["t"]
+    return df[BAND_COLUMNS]
+
+
+def order_bands(df: pd.DataFrame, bucket_labels: list[str]) -> pd.DataFrame:
+    """Model, then buckets in edge order (not alphabetical: 512-2k < 2k-8k), then time."""
+    if df.empty:
+        return df
+    rank = {label: i for i, label in enumerate(bucket_labels)}
+    key = df["input_bucket"].map(lambda b: rank.get(b, len(rank)))
+    return (df.assign(_rank=key).sort_values(["model", "_rank", "input_bucket", "t"], kind="stable")
+            .drop(columns="_rank").reset_index(drop=True))
+
+
+def stored_offsets(client, topic: str) -> dict[int, int]:
+    rows = client.query(load_sql("stored_offsets"), parameters={"topic": topic}).result_rows
+    return {int(p): int(o) for p, o in rows}
+
+
+def summary(client, start: datetime, end: datetime) -> pd.DataFrame:
+    return client.query_df(load_sql("summary"), parameters={"start": start, "end": end})

@@ -1,0 +1,125 @@
+"""One typed settings object, read from the environment (and CLI flags).
+
+Every field documents itself through ``metadata["doc"]``; ``phasemeter config``
+and the README table are generated from the same place, so the docs cannot
+drift from the code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+
+def _f(default, env: str, doc: str, secret: bool = False):
+    return field(default=default, metadata={"env": env, "doc": doc, "secret": secret})
+
+
+@dataclass(frozen=True)
+class Settings:
+    kafka_bootstrap_servers: str = _f(
+        "", "KAFKA_BOOTSTRAP_SERVERS",
+        "Kafka bootstrap servers (host:port,...). Empty: the local KRaft broker started by phasemeter.")
+    kafka_security_protocol: str = _f(
+        "PLAINTEXT", "KAFKA_SECURITY_PROTOCOL", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.")
+    kafka_sasl_mechanism: str = _f("", "KAFKA_SASL_MECHANISM", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.")
+    kafka_sasl_username: str = _f("", "KAFKA_SASL_USERNAME", "SASL user name.")
+    kafka_sasl_password: str = _f("", "KAFKA_SASL_PASSWORD", "SASL password (never logged).", secret=True)
+    kafka_ssl_cafile: str = _f("", "KAFKA_SSL_CAFILE", "CA bundle for SSL/SASL_SSL.")
+    topic: str = _f("phasemeter.generations", "PHASEMETER_TOPIC", "Raw event topic the gateways write to.")
+    dlq_topic: str = _f("phasemeter.generations.dlq", "PHASEMETER_DLQ_TOPIC",
+                        "Dead-letter topic: rejected events with a reason code.")
+    topic_partitions: int = _f(4, "PHASEMETER_TOPIC_PARTITIONS",
+                               "Partitions when phasemeter creates the topics (key = request_id).")
+    group_id: str = _f("phasemeter-worker", "PHASEMETER_GROUP_ID", "Kafka consumer group of the workers.")
+    clickhouse_url: str = _f(
+        "", "CLICKHOUSE_URL",
+        "Store DSN: chdb:///abs/path (embedded) or http(s)://user:pass@host:8123/db. Empty: chdb under the data dir.",
+        secret=True)
+    database: str = _f("phasemeter", "PHASEMETER_DATABASE", "ClickHouse database holding the tables.")
+    data_dir: str = _f(".phasemeter", "PHASEMETER_DATA_DIR",
+                       "Where the embedded store, the broker data and the worker's pid file live.")
+    bucket_edges: str = _f("0,512,2048,8192,32768", "PHASEMETER_BUCKET_EDGES",
+                           "Input-token bucket lower edges, comma separated, or a preset name: default, litellm.")
+    batch_rows: int = _f(5000, "PHASEMETER_BATCH_ROWS", "Sink flushes when this many events are buffered...")
+    batch_seconds: float = _f(1.0, "PHASEMETER_BATCH_SECONDS", "...or when the oldest buffered event is this old.")
+    web_host: str = _f("127.0.0.1", "PHASEMETER_WEB_HOST",
+                       "Worker web port bind address (read-only query API). Loopback by default.")
+    web_port: int = _f(6066, "PHASEMETER_WEB_PORT", "Worker web port.")
+    max_message_bytes: int = _f(1_000_000, "PHASEMETER_MAX_MESSAGE_BYTES",
+                                "Larger raw events are dead-lettered as 'oversize'.")
+    dlq_payload_bytes: int = _f(4096, "PHASEMETER_DLQ_PAYLOAD_BYTES",
+                                "How many bytes of a rejected event the dead-letter record keeps.")
+    raw_ttl_days: int = _f(90, "PHASEMETER_RAW_TTL_DAYS", "Retention of raw generation rows (applied at migrate).")
+
+    # -- construction -----------------------------------------------------
+    @classmethod
+    def from_env(cls, environ: dict | None = None, **overrides) -> "Settings":
+        env = os.environ if environ is None else environ
+        values = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(f.metadata["env"])
+            if raw is not None and raw != "":
+                values[f.name] = _coerce(f, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def replace(self, **changes) -> "Settings":
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    # -- derived values ---------------------------------------------------
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser().resolve()
+
+    @property
+    def store_dsn(self) -> str:
+        return self.clickhouse_url or f"chdb://{self.data_path / 'store'}"
+
+    @property
+    def is_embedded(self) -> bool:
+        return self.store_dsn.startswith("chdb://")
+
+    def kafka_client_config(self) -> dict:
+        """kafka-python style security kwargs (empty for PLAINTEXT)."""
+        cfg: dict = {}
+        if self.kafka_security_protocol != "PLAINTEXT":
+            cfg["security_protocol"] = self.kafka_security_protocol
+        if self.kafka_sasl_mechanism:
+            cfg.update(sasl_mechanism=self.kafka_sasl_mechanism,
+                       sasl_plain_username=self.kafka_sasl_username,
+                       sasl_plain_password=self.kafka_sasl_password)
+        if self.kafka_ssl_cafile:
+            cfg["ssl_cafile"] = self.kafka_ssl_cafile
+        return cfg
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """(env var, value with secrets masked, doc) for display."""
+        rows = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            shown = redact(str(value)) if f.metadata["secret"] else str(value)
+            rows.append((f.metadata["env"], shown, f.metadata["doc"]))
+        return rows
+
+
+def _coerce(f: dataclasses.Field, raw: str):
+    kind = f.type if isinstance(f.type, type) else {"int": int, "float": float, "str": str}[f.type]
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"{f.metadata['env']}={raw!r} is not a valid {kind.__name__}") from None
+
+
+def redact(text: str) -> str:
+    """Mask the password of a URL-shaped value (and a bare secret entirely)."""
+    if "://" not in text:
+        return "***" if text else ""
+    parts = urlsplit(text)
+    if parts.password is None:
+        return text
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

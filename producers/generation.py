@@ -1,0 +1,113 @@
+"""The per-generation context manager and the cheap argument checks.
+
+Durations come from `time.monotonic()` differences so an NTP step during a
+generation can never make one negative; `time.time()` is read once, for t0,
+only to place the event in time.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+MAX_TOKENS = 10_000_000
+MAX_DURATION_S = 86_400.0
+STATUSES = frozenset(("ok", "error", "cancelled"))
+
+
+def check_request(model, input_tokens, cached_input_tokens, request_id, replica) -> None:
+    """Programmer errors raise ValueError naming the argument; O(1) checks only."""
+    if not isinstance(model, str) or not 0 < len(model) <= 200:
+        raise ValueError("model must be a non-empty str of at most 200 characters")
+    if input_tokens is None or not 0 <= input_tokens <= MAX_TOKENS:
+        raise ValueError(f"input_tokens must be an int in [0, {MAX_TOKENS}], got {input_tokens!r}")
+    if cached_input_tokens is not None and not 0 <= cached_input_tokens <= input_tokens:
+        raise ValueError(f"cached_input_tokens must be in [0, input_tokens], got {cached_input_tokens!r}")
+    if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= 128):
+        raise ValueError("request_id must be a non-empty str of at most 128 characters")
+    if replica is not None and (not isinstance(replica, str) or len(replica) > 200):
+        raise ValueError("replica must be a str of at most 200 characters")
+
+
+def check_outcome(output_tokens, status, finish_reason) -> None:
+    if output_tokens is None or not 0 <= output_tokens <= MAX_TOKENS:
+        raise ValueError(f"output_tokens must be an int in [0, {MAX_TOKENS}], got {output_tokens!r}")
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of 'ok', 'error', 'cancelled', got {status!r}")
+    if finish_reason is not None and (not isinstance(finish_reason, str) or len(finish_reason) > 64):
+        raise ValueError("finish_reason must be a str of at most 64 characters")
+
+
+def check_duration(name: str, value) -> None:
+    if value is not None and not 0 <= value <= MAX_DURATION_S:
+        raise ValueError(f"{name} must give a duration in [0, {MAX_DURATION_S:g}] s, got {value!r}")
+
+
+class Generation:
+    """One generation being timed; made by `Meter.generation()`.
+
+    Use it as a context manager. Call `scheduled()` when the engine starts the
+    request (optional), `first_token()` when the first chunk is ready, and
+    `finish(output_tokens, status, finish_reason)` once at the end; the event
+    is enqueued by `finish()`. Repeated `scheduled()`/`first_token()` calls
+    and calls after `finish()` are ignored (the first one wins).
+
+    If the block ends without `finish()`, the event is still emitted with
+    output_tokens=0 and finish_reason=null: status "error" when the block
+    raised, "cancelled" when it exited normally. ttft_s stays null if
+    `first_token()` was never called.
+    """
+
+    __slots__ = ("_meter", "_model", "_input", "_cached", "_rid", "_replica",
+                 "t0", "_start", "_t_sched", "_t_first", "_done")
+
+    def __init__(self, meter, model: str, input_tokens: int, request_id: str | None = None,
+                 replica: str | None = None, cached_input_tokens: int | None = None) -> None:
+        check_request(model, input_tokens, cached_input_tokens, request_id, replica)
+        self._meter = meter
+        self._model, self._input, self._cached = model, input_tokens, cached_input_tokens
+        self._rid, self._replica = request_id, replica
+        self.t0 = time.time()
+        self._start = time.monotonic()
+        self._t_sched = self._t_first = None
+        self._done = False
+
+    @property
+    def request_id(self) -> str:
+        if self._rid is None:
+            self._rid = uuid.uuid4().hex
+        return self._rid
+
+    def scheduled(self) -> None:
+        if self._t_sched is None and not self._done:
+            self._t_sched = time.monotonic()
+
+    def first_token(self) -> None:
+        if self._t_first is None and not self._done:
+            self._t_first = time.monotonic()
+
+    def finish(self, output_tokens: int, status: str = "ok", finish_reason: str | None = None) -> None:
+        if self._done:
+            raise RuntimeError("finish() was already called for this generation")
+        check_outcome(output_tokens, status, finish_reason)
+        self._emit(output_tokens, status, finish_reason)
+
+    def _emit(self, output_tokens: int, status: str, finish_reason: str | None) -> None:
+        end = time.monotonic()
+        self._done = True
+        start, t_first, t_sched = self._start, self._t_first, self._t_sched
+        self._meter._put((
+            self.request_id, self._model, self.t0,
+            None if t_first is None else t_first - start,
+            end - start,
+            None if t_sched is None else t_sched - start,
+            self._input, output_tokens, self._cached, status, finish_reason, self._replica,
+        ))
+
+    def __enter__(self) -> Generation:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if not self._done:
+            self._emit(0, "cancelled" if exc_type is None else "error", None)
+        return False  # never swallow the caller's exception

@@ -1,0 +1,261 @@
+"""The hand-off queue and the one background thread that talks to Kafka.
+
+Gateway threads only append a tuple to `Channel.q` (see `Meter._put`).
+Everything slow -- JSON encoding, building the KafkaProducer, network I/O --
+happens in `Sender`'s daemon thread, so a slow or absent broker costs the
+gateway queue space (then dropped events), never latency or exceptions.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+log = logging.getLogger("phasemeter.emitter")
+
+_BATCH = 512  # events taken per lock acquisition; bounds the sender's hold on the lock
+_IDLE_WAIT_S = 1.0  # idle wake-up; only a safety net, callers set the event
+_BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.1, 5.0
+_WARN_EVERY_S = 30.0
+_JOIN_GRACE_S = 1.0  # producer.close() itself needs a moment after the flush deadline
+
+# allow_nan=False: NaN/Infinity are not JSON; such an event counts as failed
+# instead of poisoning the topic for every consumer.
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+@dataclass(frozen=True, slots=True)
+class EmitterStats:
+    """Counters of one Meter. enqueued + dropped == attempted events, and
+    enqueued == sent + failed + queued (queued includes events handed to the
+    producer that are not acknowledged yet)."""
+
+    enqueued: int
+    sent: int
+    dropped: int
+    failed: int
+    queued: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"enqueued": self.enqueued, "sent": self.sent, "dropped": self.dropped,
+                "failed": self.failed, "queued": self.queued}
+
+
+class Channel:
+    """Bounded queue plus counters. One lock guards both, so a stats snapshot
+    never sees an event in two states (or none) while it moves between them."""
+
+    __slots__ = ("q", "maxlen", "lock", "drained", "closed",
+                 "enqueued", "dropped", "in_flight", "sent", "failed")
+
+    def __init__(self, maxlen: int) -> None:
+        # No deque(maxlen=...): that silently evicts the *oldest* event; we want
+        # to refuse the newest and count it.
+        self.q: collections.deque = collections.deque()
+        self.maxlen = maxlen
+        self.lock = threading.Lock()
+        self.drained = threading.Condition(self.lock)
+        self.closed = False
+        self.enqueued = self.dropped = self.in_flight = self.sent = self.failed = 0
+
+    def take(self, n: int) -> list:
+        with self.lock:
+            q = self.q
+            batch = [q.popleft() for _ in range(min(n, len(q)))]
+            self.in_flight += len(batch)
+        return batch
+
+    def settle(self, ok: bool) -> None:
+        # Called from our thread and from kafka-python's I/O thread (callbacks).
+        with self.lock:
+            self.in_flight -= 1
+            if ok:
+                self.sent += 1
+            else:
+                self.failed += 1
+            if not self.in_flight and not self.q:
+                self.drained.notify_all()
+
+    def snapshot(self) -> EmitterStats:
+        with self.lock:
+            return EmitterStats(self.enqueued, self.sent, self.dropped, self.failed,
+                                len(self.q) + self.in_flight)
+
+
+class Throttled:
+    """At most one warning per interval; counts what it swallowed."""
+
+    def __init__(self, every_s: float = _WARN_EVERY_S) -> None:
+        self._every, self._next, self._suppressed = every_s, float("-inf"), 0
+        self._lock = threading.Lock()
+
+    def warning(self, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                self._suppressed += 1
+                return
+            self._next, n, self._suppressed = now + self._every, self._suppressed, 0
+        if n:
+            msg, args = msg + " (%d similar warnings suppressed)", args + (n,)
+        log.warning(msg, *args)
+
+
+def next_backoff(backoff_s: float) -> float:
+    return min(backoff_s * 2.0, _BACKOFF_MAX_S)
+
+
+def encode(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
+    """Event tuple -> (key, value) exactly as schema/event-v1.schema.json says."""
+    (rid, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
+     cached, status, finish_reason, replica) = item
+    if rid is None:  # record() without an id: uuid4 costs ~2 us, so not on the caller's path
+        rid = uuid.uuid4().hex
+    value = _dumps({
+        "schema_version": 1, "kind": "generation", "request_id": rid, "model": model,
+        "t0": t0, "ttft_s": ttft_s, "e2e_s": e2e_s, "queue_s": queue_s,
+        "input_tokens": input_tokens, "output_tokens": output_tokens,
+        "cached_input_tokens": cached, "status": status, "finish_reason": finish_reason,
+        "gateway": gateway, "replica": replica,
+    })
+    return rid.encode("utf-8"), value.encode("utf-8")
+
+
+class Sender:
+    """Owns the KafkaProducer and the daemon thread; started on first wake()."""
+
+    def __init__(self, channel: Channel, topic: str, gateway: str | None, bootstrap: str,
+                 producer_kwargs: dict, producer_factory, on_producer=None) -> None:
+        self._ch, self._topic, self._gateway, self._bootstrap = channel, topic, gateway, bootstrap
+        self._kwargs, self._factory, self._on_producer = producer_kwargs, producer_factory, on_producer
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._stop_deadline = 0.0
+        self._flush_deadline: float | None = None  # guarded by channel.lock
+        self._producer = None
+        self.warn = Throttled()
+
+    # -- caller side -------------------------------------------------------
+    def wake(self) -> None:
+        if self._thread is None:
+            self._start()
+        if not self._wake.is_set():  # Event.set() takes a lock; skip it when already set
+            self._wake.set()
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is None and not self._stop.is_set():
+                t = threading.Thread(target=self._run, name="phasemeter-emitter", daemon=True)
+                t.start()
+                self._thread = t
+
+    def request_flush(self, deadline: float) -> None:
+        with self._ch.lock:
+            d = self._flush_deadline
+            self._flush_deadline = deadline if d is None else max(d, deadline)
+        self.wake()
+
+    def stop(self, deadline: float) -> None:
+        """Stop the thread; it closes the producer with what is left until deadline."""
+        self._stop_deadline = deadline
+        self._stop.set()
+        self._wake.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            # A thread stuck in KafkaProducer() (bootstrap timeout) is a daemon:
+            # we stop waiting for it rather than hold up shutdown.
+            t.join(max(0.0, deadline - time.monotonic()) + _JOIN_GRACE_S)
+
+    # -- sender thread -----------------------------------------------------
+    def _run(self) -> None:
+        ch, backoff = self._ch, _BACKOFF_MIN_S
+        while not self._stop.is_set():
+            try:
+                if self._producer is None:
+                    if self._connect():
+                        backoff = _BACKOFF_MIN_S
+                    else:  # the bounded queue absorbs (then drops) meanwhile
+                        self._stop.wait(backoff)
+                        backoff = next_backoff(backoff)
+                    continue
+                batch = ch.take(_BATCH)
+                if batch:
+                    self._send(batch)
+                    continue
+                with ch.lock:
+                    flush_deadline, self._flush_deadline = self._flush_deadline, None
+                if flush_deadline is not None:
+                    self._flush_producer(flush_deadline)
+                    continue
+                self._wake.clear()
+                # Re-check after clear(): an append that raced with clear() has
+                # either set the event again or is visible in the queue now.
+                if not ch.q and self._flush_deadline is None:
+                    self._wake.wait(_IDLE_WAIT_S)
+            except Exception as exc:  # a bug here must not kill delivery for good
+                self.warn.warning("phasemeter emitter: unexpected %s in sender loop", type(exc).__name__)
+                self._stop.wait(_BACKOFF_MIN_S)
+        self._close_producer()
+
+    def _connect(self) -> bool:
+        try:
+            factory = self._factory
+            if factory is None:
+                # Imported here so `import phasemeter.producers` stays cheap.
+                from kafka import KafkaProducer as factory
+            producer = factory(**self._kwargs)
+        except Exception as exc:
+            # Class name only: messages can echo producer_config (credentials).
+            self.warn.warning("phasemeter emitter: cannot create Kafka producer for %s (%s); "
+                              "retrying with backoff, events queue up to the bound and then drop",
+                              self._bootstrap, type(exc).__name__)
+            return False
+        self._producer = producer
+        if self._on_producer is not None:
+            self._on_producer()
+        return True
+
+    def _send(self, batch: list) -> None:
+        producer, topic, gateway, settle = self._producer, self._topic, self._gateway, self._ch.settle
+        for item in batch:
+            try:
+                key, value = encode(item, gateway)
+                future = producer.send(topic, key=key, value=value)
+            except Exception as exc:  # encoding error, closed producer, metadata timeout ...
+                settle(False)
+                self.warn.warning("phasemeter emitter: send failed (%s)", type(exc).__name__)
+                continue
+            future.add_callback(self._on_ok)
+            future.add_errback(self._on_error)
+
+    def _on_ok(self, _metadata) -> None:
+        self._ch.settle(True)
+
+    def _on_error(self, exc: BaseException) -> None:
+        self._ch.settle(False)
+        self.warn.warning("phasemeter emitter: delivery failed (%s)", type(exc).__name__)
+
+    def _flush_producer(self, deadline: float) -> None:
+        # Forces out batches held back by linger_ms; the flush() caller decides
+        # success from the counters, so a timeout here is not an error.
+        remaining = deadline - time.monotonic()
+        if remaining > 0:
+            try:
+                self._producer.flush(timeout=remaining)
+            except Exception:
+                pass
+
+    def _close_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        try:
+            producer.close(timeout=max(0.0, self._stop_deadline - time.monotonic()))
+        except Exception as exc:  # kafka-python raises if its own flush times out
+            self.warn.warning("phasemeter emitter: producer close failed (%s)", type(exc).__name__)

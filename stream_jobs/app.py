@@ -1,0 +1,147 @@
+"""The stream job: `create_app(settings)` builds the Faust app.
+
+The agent is a thin loop: take a batch of records, run the pure pipeline
+(`derive.process`) on each, write rows + dead letters in one idempotent step,
+and only then let Faust ack (commit) the batch. See docs/delivery.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+
+import faust
+
+from phasemeter.settings import Settings
+from phasemeter.store import connect
+
+from .buckets import Bucketer, parse_edges
+from .derive import Rejection, process
+from .sink import Sink
+from .web import register_views
+
+log = logging.getLogger("phasemeter.worker")
+
+
+class Pipeline:
+    """State the agent needs between batches, kept out of the Faust closure."""
+
+    def __init__(self, settings: Settings, sink: Sink):
+        self.settings = settings
+        self.sink = sink
+        self.bucket = Bucketer(parse_edges(settings.bucket_edges))
+        self.stored: dict[int, int] | None = None  # partition -> highest stored offset
+        self.consumed = self.skipped = self.accepted = self.rejected = 0
+        self.started = time.time()
+        self.last_batch_at: float | None = None
+
+    def forget_offsets(self) -> None:
+        """After a rebalance another worker may have stored more: re-read."""
+        self.stored = None
+
+    def split(self, events) -> tuple[list[dict], list[dict]]:
+        if self.stored is None:
+            self.stored = self.sink.stored_offsets(self.settings.topic)
+        rows, dead = [], []
+        now = time.time()
+        cap = self.settings.dlq_payload_bytes
+        for event in events:
+            msg = event.message
+            if msg.offset <= self.stored.get(msg.partition, -1):
+                self.skipped += 1  # stored before a crash/rebalance: already counted
+                continue
+            source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
+            result = process(event.value, self.bucket, self.settings.max_message_bytes, now)
+            if isinstance(result, Rejection):
+                raw = event.value or b""
+                dead.append({"ts": now, "reason": result.reason, "detail": result.detail,
+                             "payload": base64.b64encode(raw[:cap]).decode(), "payload_size": len(raw),
+                             **source})
+            else:
+                result.update(source)
+                rows.append(result)
+        return rows, dead
+
+    def mark_stored(self, events) -> None:
+        for event in events:
+            msg = event.message
+            if msg.offset > self.stored.get(msg.partition, -1):
+                self.stored[msg.partition] = msg.offset
+
+    def health(self) -> dict:
+        return {
+            "status": "paused" if self.sink.paused_reason else "ok",
+            "paused_reason": self.sink.paused_reason,
+            "consumed": self.consumed, "accepted": self.accepted, "rejected": self.rejected,
+            "skipped_redelivered": self.skipped, "store_retries": self.sink.retries,
+            "uptime_s": round(time.time() - self.started, 1), "last_batch_at": self.last_batch_at,
+        }
+
+
+def _broker_credentials(settings: Settings):
+    if settings.kafka_security_protocol == "PLAINTEXT":
+        return None
+    ssl_context = None
+    if "SSL" in settings.kafka_security_protocol:
+        ssl_context = faust.ssl.create_default_context(cafile=settings.kafka_ssl_cafile or None)
+    if settings.kafka_security_protocol.startswith("SASL"):
+        return faust.SASLCredentials(username=settings.kafka_sasl_username,
+                                     password=settings.kafka_sasl_password,
+                                     mechanism=settings.kafka_sasl_mechanism or "PLAIN",
+                                     ssl_context=ssl_context)
+    return faust.SSLCredentials(ssl_context)
+
+
+def create_app(settings: Settings, client=None) -> faust.App:
+    """Build the worker. `client` is an already-open store client (optional)."""
+    from phasemeter.kafka_local import bootstrap_servers
+
+    app = faust.App(
+        settings.group_id,
+        broker=[f"kafka://{hp}" for hp in bootstrap_servers(settings).split(",")],
+        broker_credentials=_broker_credentials(settings),
+        store="memory://",
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        web_bind=settings.web_host,
+        topic_partitions=settings.topic_partitions,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_every=1000,
+        broker_commit_interval=1.0,
+        stream_buffer_maxsize=max(4096, settings.batch_rows * 2),
+        producer_max_request_size=max(1_048_576, settings.max_message_bytes + 65_536),
+        web_enabled=True,
+    )
+    sink = Sink(client or connect(settings), settings.store_dsn)
+    pipeline = Pipeline(settings, sink)
+    app.phasemeter_pipeline = pipeline  # for views, tests and the CLI
+    raw = app.topic(settings.topic, key_type=bytes, value_type=bytes,
+                    key_serializer="raw", value_serializer="raw")
+    dlq = app.topic(settings.dlq_topic, key_serializer="raw", value_serializer="raw")
+
+    @app.on_partitions_assigned.connect
+    async def _reload_offsets(app, assigned, **kwargs):  # noqa: ARG001
+        pipeline.forget_offsets()
+
+    @app.agent(raw, name="phasemeter.ingest")
+    async def ingest(stream):
+        loop = asyncio.get_running_loop()
+        async for events in stream.take_events(settings.batch_rows, within=settings.batch_seconds):
+            pipeline.consumed += len(events)
+            rows, dead = await loop.run_in_executor(None, pipeline.split, events)
+            # Blocks (retrying) while the store is down: the stream stops being
+            # consumed (backpressure) and nothing of this batch is acked.
+            await loop.run_in_executor(None, sink.write, rows, dead)
+            for record in dead:
+                value = json.dumps({k: record[k] for k in record if k != "ts"} | {"rejected_at": record["ts"]})
+                await dlq.send(key=record["src_topic"].encode(), value=value.encode())
+            pipeline.mark_stored(events)
+            pipeline.accepted += len(rows)
+            pipeline.rejected += len(dead)
+            pipeline.last_batch_at = time.time()
+
+    register_views(app, settings, pipeline, sink)
+    return app

@@ -1,0 +1,173 @@
+"""Validation and derivation: raw bytes -> row dict, or a Rejection.
+
+Pure functions with no Kafka and no ClickHouse, so every edge case of
+GUIDE.md §2 is a plain unit test. The Faust agent is a thin loop over these.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+
+from . import reasons as R
+from .buckets import Bucketer
+
+SCHEMA_VERSIONS = (1,)
+MAX_TOKENS = 10_000_000
+MAX_DURATION_S = 86_400.0
+MIN_T0 = 946_684_800.0  # 2000-01-01: anything earlier is a unit bug (ms? 0?)
+STATUSES = ("ok", "error", "cancelled")
+LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway": 200, "replica": 200}
+REQUIRED = ("schema_version", "kind", "request_id", "model", "t0", "e2e_s", "input_tokens", "output_tokens")
+OPTIONAL = ("ttft_s", "queue_s", "cached_input_tokens", "status", "finish_reason", "gateway", "replica")
+KNOWN = frozenset(REQUIRED + OPTIONAL)
+COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")
+DURATIONS = ("ttft_s", "e2e_s", "queue_s")
+
+# The one list of stored columns: the sink inserts exactly these, in this
+# order; schema/0001 defines them and a test checks the two agree.
+ROW_COLUMNS = (
+    "ts", "request_id", "model", "input_bucket", "status", "finish_reason", "gateway", "replica",
+    "input_tokens", "output_tokens", "cached_input_tokens",
+    "queue_s", "ttft_s", "decode_s", "e2e_s",
+    "prefill_tps", "prefill_tps_uncached", "decode_tps", "tpot_s",
+    "schema_version", "src_topic", "src_partition", "src_offset",
+)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: str   # one of reasons.ALL
+    detail: str   # human text naming the field; never the whole payload
+
+
+def parse(raw: bytes, max_bytes: int) -> dict | Rejection:
+    if raw is None:
+        return Rejection(R.MISSING_FIELD, "empty message (no value)")
+    if len(raw) > max_bytes:
+        return Rejection(R.OVERSIZE, f"{len(raw)} bytes > limit {max_bytes}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Rejection(R.NOT_UTF8, f"invalid UTF-8 at byte {exc.start}")
+    try:
+        event = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return Rejection(R.MALFORMED_JSON, str(exc)[:200])
+    if not isinstance(event, dict):
+        return Rejection(R.NOT_OBJECT, f"top level is {type(event).__name__}")
+    return event
+
+
+def _number(event: dict, name: str, required: bool) -> float | None | Rejection:
+    value = event.get(name)
+    if value is None:
+        return Rejection(R.MISSING_FIELD, f"{name} is required") if required else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return Rejection(R.WRONG_TYPE, f"{name} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        return Rejection(R.NOT_FINITE, f"{name} is {value}")
+    if value < 0:
+        return Rejection(R.NEGATIVE if name in COUNTS else R.IMPOSSIBLE_ORDER, f"{name}={value} < 0")
+    return value
+
+
+def validate(event: dict, now: float | None = None) -> dict | Rejection:
+    """Check types, ranges and orderings; return normalised fields."""
+    version = event.get("schema_version")
+    if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
+        return Rejection(R.UNKNOWN_VERSION, f"schema_version={version!r}; supported: {SCHEMA_VERSIONS}")
+    if event.get("kind") != "generation":
+        return Rejection(R.BAD_KIND, f"kind={event.get('kind')!r}; v1 knows 'generation'")
+    unknown = sorted(set(event) - KNOWN)
+    if unknown:
+        return Rejection(R.UNKNOWN_FIELD, f"fields not in the contract: {', '.join(unknown)[:200]}")
+    out: dict = {}
+    for name, limit in LABEL_FIELDS.items():
+        value = event.get(name)
+        if value is None:
+            if name in REQUIRED:
+                return Rejection(R.MISSING_FIELD, f"{name} is required")
+            out[name] = ""
+            continue
+        if not isinstance(value, str):
+            return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
+        if not value or len(value) > limit:
+            return Rejection(R.BAD_VALUE, f"{name} must be 1..{limit} characters")
+        out[name] = value
+    status = event.get("status", "ok")
+    if status not in STATUSES:
+        return Rejection(R.BAD_VALUE, f"status={str(status)[:40]!r}; expected one of {STATUSES}")
+    out["status"] = status
+    for name in COUNTS:
+        value = event.get(name)
+        if value is None:
+            if name in REQUIRED:
+                return Rejection(R.MISSING_FIELD, f"{name} is required")
+            out[name] = None
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            return Rejection(R.WRONG_TYPE, f"{name} must be an integer, got {type(value).__name__}")
+        if value < 0:
+            return Rejection(R.NEGATIVE, f"{name}={value} < 0")
+        if value > MAX_TOKENS:
+            return Rejection(R.ABSURD, f"{name}={value} > {MAX_TOKENS}")
+        out[name] = value
+    for name in ("t0",) + DURATIONS:
+        value = _number(event, name, required=name in REQUIRED)
+        if isinstance(value, Rejection):
+            return value
+        if name != "t0" and value is not None and value > MAX_DURATION_S:
+            return Rejection(R.ABSURD, f"{name}={value} s is longer than a day")
+        out[name] = None if value is None else float(value)
+    now = time.time() if now is None else now
+    if not MIN_T0 <= out["t0"] <= now + MAX_DURATION_S:
+        return Rejection(R.ABSURD, f"t0={out['t0']} is not epoch seconds between 2000 and now+1d")
+    ttft, e2e, queue = out["ttft_s"], out["e2e_s"], out["queue_s"]
+    if ttft is not None and e2e < ttft:
+        return Rejection(R.IMPOSSIBLE_ORDER, f"t_end before t_first (e2e_s={e2e} < ttft_s={ttft})")
+    if queue is not None and queue > (ttft if ttft is not None else e2e):
+        return Rejection(R.IMPOSSIBLE_ORDER, f"t_scheduled after t_first/t_end (queue_s={queue})")
+    if ttft is None and out["output_tokens"] > 0:
+        return Rejection(R.INCONSISTENT, "output_tokens > 0 but no first token (ttft_s null)")
+    cached = out["cached_input_tokens"]
+    if cached is not None and cached > out["input_tokens"]:
+        return Rejection(R.INCONSISTENT, f"cached_input_tokens={cached} > input_tokens")
+    return out
+
+
+def derive(fields: dict, bucket: Bucketer) -> dict:
+    """GUIDE.md §2 metrics from validated fields. Null is never zero or inf."""
+    ttft, e2e, queue = fields["ttft_s"], fields["e2e_s"], fields["queue_s"]
+    n_in, n_out, cached = fields["input_tokens"], fields["output_tokens"], fields["cached_input_tokens"]
+    decode_s = None if ttft is None else e2e - ttft
+    prefill_tps = n_in / ttft if ttft is not None and ttft > 0 else None
+    uncached = None
+    if cached is not None and ttft is not None:
+        window = ttft - (queue or 0.0)  # t_first - (t_scheduled or t0)
+        uncached = (n_in - cached) / window if window > 0 else None
+    has_decode = n_out > 1 and decode_s is not None and decode_s > 0
+    return {
+        **fields,
+        "ts": fields["t0"],
+        "input_bucket": bucket(n_in),
+        "decode_s": decode_s,
+        "prefill_tps": prefill_tps,
+        "prefill_tps_uncached": uncached,
+        "decode_tps": (n_out - 1) / decode_s if has_decode else None,
+        "tpot_s": decode_s / (n_out - 1) if has_decode else None,
+        "schema_version": 1,
+    }
+
+
+def process(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None) -> dict | Rejection:
+    """The whole pure pipeline for one message value."""
+    event = parse(raw, max_bytes)
+    if isinstance(event, Rejection):
+        return event
+    fields = validate(event, now)
+    if isinstance(fields, Rejection):
+        return fields
+    return derive(fields, bucket)

@@ -1,0 +1,22 @@
+"""Stable dead-letter reason codes. Dashboards and `dlq inspect` key on these
+strings, so they are part of the public contract: add, never rename."""
+
+OVERSIZE = "oversize"                # raw message larger than max_message_bytes
+NOT_UTF8 = "not_utf8"                # bytes are not valid UTF-8
+MALFORMED_JSON = "malformed_json"    # not parseable as JSON
+NOT_OBJECT = "not_object"            # JSON, but not an object
+UNKNOWN_VERSION = "unknown_version"  # schema_version missing or not supported
+BAD_KIND = "bad_kind"                # kind is not an event kind of this version
+MISSING_FIELD = "missing_field"      # a required field is absent or null
+UNKNOWN_FIELD = "unknown_field"      # a field the contract does not define (keeps text out)
+WRONG_TYPE = "wrong_type"            # e.g. a string where a number belongs, a bool as a count
+BAD_VALUE = "bad_value"              # empty/overlong label, unknown status
+NOT_FINITE = "not_finite"            # NaN or +/-Infinity
+NEGATIVE = "negative"                # a negative count or duration
+ABSURD = "absurd"                    # > 10M tokens, a duration over a day, t0 outside 2000..now+1d
+IMPOSSIBLE_ORDER = "impossible_order"  # t_first < t0, t_end < t_first, t_scheduled > t_first
+INCONSISTENT = "inconsistent"        # output tokens without a first token, cached > input
+
+ALL = (OVERSIZE, NOT_UTF8, MALFORMED_JSON, NOT_OBJECT, UNKNOWN_VERSION, BAD_KIND, MISSING_FIELD,
+       UNKNOWN_FIELD, WRONG_TYPE, BAD_VALUE, NOT_FINITE, NEGATIVE, ABSURD, IMPOSSIBLE_ORDER,
+       INCONSISTENT)

@@ -1,0 +1,87 @@
+import struct
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from phasemeter.charts import render_bands_png
+
+BUCKETS = ["0-512", "512-2k", "2k-8k", "8k-32k", "32k+"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def synthetic_bands(models=("llama-70b", "qwen-32b"), buckets=BUCKETS, steps=30, seed=7):
+    """2 models x 5 buckets x 30 one-minute steps. Prefill drops ~40% in the
+    long buckets in the second half; a few NaN steps; qwen-32b has no rows
+    at all for 32k+ (bucket entirely empty for one model)."""
+    rng = np.random.default_rng(seed)
+    t0 = pd.Timestamp("2025-01-01 12:00")
+    rows = []
+    for mi, model in enumerate(models):
+        for bi, bucket in enumerate(buckets):
+            if model == "qwen-32b" and bucket == "32k+":
+                continue
+            for s in range(steps):
+                pre = 2000.0 * (bi + 1) * (1 + 0.2 * mi)
+                if bi >= 3 and s >= steps // 2:
+                    pre *= 0.6  # the regression the chart must show
+                dec = 60.0 - 6 * bi + 10 * mi
+                row = {"t": t0 + pd.Timedelta(minutes=s), "model": model,
+                       "input_bucket": bucket, "n": int(rng.integers(50, 400))}
+                for ph, mid in (("prefill", pre), ("decode", dec)):
+                    mid = mid * rng.normal(1, 0.04)
+                    vals = dict(p1=mid * 0.45, p5=mid * 0.7, p50=mid, p95=mid * 1.15, p99=mid * 1.3)
+                    nan = (s in (5, 6) and ph == "prefill") or (s == 20 and bi == 1)
+                    row[f"{ph}_n"] = np.nan if nan else float(row["n"])
+                    for k, v in vals.items():
+                        row[f"{ph}_{k}"] = np.nan if nan else v
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def png_size(path):
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_renders_valid_png(tmp_path):
+    df = synthetic_bands()
+    out = render_bands_png(df, tmp_path / "bands.png", bucket_order=BUCKETS)
+    assert out == tmp_path / "bands.png"
+    assert out.exists()
+    assert out.stat().st_size > 30_000
+    png_size(out)
+
+
+def test_dimensions_scale_with_grid(tmp_path):
+    df = synthetic_bands()
+    big = render_bands_png(df, tmp_path / "big.png")  # 4 rows x 5 cols
+    small_df = df[(df["model"] == "llama-70b") & df["input_bucket"].isin(BUCKETS[:2])]
+    small = render_bands_png(small_df, tmp_path / "small.png")  # 2 rows x 2 cols
+    (bw, bh), (sw, sh) = png_size(big), png_size(small)
+    assert bw > sw * 2 and bh > sh * 1.5
+    # roughly 3.2 in per column at 110 dpi
+    assert abs(bw - (3.2 * 5 + 0.4) * 110) < 0.1 * bw
+
+
+def test_bucket_order_and_unlisted_buckets(tmp_path):
+    df = synthetic_bands()
+    # stale order list: unknown label ignored, unlisted buckets still drawn
+    out = render_bands_png(df, tmp_path / "o.png", bucket_order=["32k+", "nope", "0-512"],
+                           title="custom")
+    w, _ = png_size(out)
+    assert abs(w - (3.2 * 5 + 0.4) * 110) < 0.1 * w
+
+
+def test_empty_frame_still_renders(tmp_path):
+    out = render_bands_png(synthetic_bands().iloc[0:0], tmp_path / "empty.png")
+    png_size(out)
+
+
+def test_missing_column_names_it(tmp_path):
+    df = synthetic_bands().drop(columns=["decode_p5"])
+    with pytest.raises(ValueError, match="decode_p5"):
+        render_bands_png(df, tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
