@@ -13,12 +13,12 @@ import json
 import logging
 import threading
 import time
-import uuid
 from dataclasses import dataclass
+
+from .generation import new_request_id
 
 log = logging.getLogger("phasemeter.emitter")
 
-_BATCH = 512  # events taken per lock acquisition; bounds the sender's hold on the lock
 _IDLE_WAIT_S = 1.0  # idle wake-up; only a safety net, callers set the event
 _BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.1, 5.0
 _WARN_EVERY_S = 30.0
@@ -48,7 +48,9 @@ class EmitterStats:
 
 class Channel:
     """Bounded queue plus counters. One lock guards both, so a stats snapshot
-    never sees an event in two states (or none) while it moves between them."""
+    never sees an event in two states (or none) while it moves between them.
+    The bound covers queued + in-flight events: kafka-python 3 buffers without
+    limit, so a stalled broker must fill *our* bound, not the gateway's memory."""
 
     __slots__ = ("q", "maxlen", "lock", "drained", "closed",
                  "enqueued", "dropped", "in_flight", "sent", "failed")
@@ -63,10 +65,12 @@ class Channel:
         self.closed = False
         self.enqueued = self.dropped = self.in_flight = self.sent = self.failed = 0
 
-    def take(self, n: int) -> list:
+    def take(self) -> collections.deque:
+        # Swap the whole deque: O(1) under the lock, so a caller arriving
+        # meanwhile never waits behind a long pop loop (a contended lock
+        # releases the GIL, and getting it back can cost milliseconds).
         with self.lock:
-            q = self.q
-            batch = [q.popleft() for _ in range(min(n, len(q)))]
+            batch, self.q = self.q, collections.deque()
             self.in_flight += len(batch)
         return batch
 
@@ -114,8 +118,8 @@ def encode(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
     """Event tuple -> (key, value) exactly as schema/event-v1.schema.json says."""
     (rid, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
      cached, status, finish_reason, replica) = item
-    if rid is None:  # record() without an id: uuid4 costs ~2 us, so not on the caller's path
-        rid = uuid.uuid4().hex
+    if rid is None:  # record() without an id: generated here, off the caller's path
+        rid = new_request_id()
     value = _dumps({
         "schema_version": 1, "kind": "generation", "request_id": rid, "model": model,
         "t0": t0, "ttft_s": ttft_s, "e2e_s": e2e_s, "queue_s": queue_s,
@@ -170,7 +174,8 @@ class Sender:
         if t is not None and t is not threading.current_thread():
             # A thread stuck in KafkaProducer() (bootstrap timeout) is a daemon:
             # we stop waiting for it rather than hold up shutdown.
-            t.join(max(0.0, deadline - time.monotonic()) + _JOIN_GRACE_S)
+            grace = _JOIN_GRACE_S if self._producer is not None else 0.0
+            t.join(max(0.0, deadline - time.monotonic()) + grace)
 
     # -- sender thread -----------------------------------------------------
     def _run(self) -> None:
@@ -184,7 +189,7 @@ class Sender:
                         self._stop.wait(backoff)
                         backoff = next_backoff(backoff)
                     continue
-                batch = ch.take(_BATCH)
+                batch = ch.take() if ch.q else None
                 if batch:
                     self._send(batch)
                     continue
@@ -221,7 +226,7 @@ class Sender:
             self._on_producer()
         return True
 
-    def _send(self, batch: list) -> None:
+    def _send(self, batch) -> None:
         producer, topic, gateway, settle = self._producer, self._topic, self._gateway, self._ch.settle
         for item in batch:
             try:

@@ -1,0 +1,181 @@
+"""`phasemeter demo`: the whole pipeline on this machine, then stop it all.
+
+broker (local KRaft, or KAFKA_BOOTSTRAP_SERVERS) -> migrate -> worker process
+-> synthetic gateway through the real emitter -> bands via the worker's API
+-> table + PNG. Everything started here is stopped in `finally`, Ctrl-C too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from .settings import Settings
+
+
+def _say(msg: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def health(url: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+            return json.loads(resp.read())
+    except OSError:
+        return None
+
+
+class Stack:
+    """The processes the demo owns, stopped in reverse order."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.broker = None
+        self.worker: subprocess.Popen | None = None
+
+    def env(self, bootstrap: str) -> dict:
+        s = self.settings
+        return {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PHASEMETER_DATA_DIR": s.data_dir,
+                "PHASEMETER_TOPIC": s.topic, "PHASEMETER_DLQ_TOPIC": s.dlq_topic,
+                "PHASEMETER_WEB_PORT": str(s.web_port), "PHASEMETER_DATABASE": s.database}
+
+    def start_worker(self, bootstrap: str, log_path: Path) -> str:
+        cmd = [sys.executable, "-m", "phasemeter", "worker", "--loglevel", "warn"]
+        with open(log_path, "ab") as log:
+            self.worker = subprocess.Popen(cmd, env=self.env(bootstrap), stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True)
+        url = f"http://127.0.0.1:{self.settings.web_port}"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if self.worker.poll() is not None:
+                raise RuntimeError(f"worker exited ({self.worker.returncode}); see {log_path}")
+            if health(url):
+                return url
+            time.sleep(0.3)
+        raise RuntimeError(f"worker did not come up in 90 s; see {log_path}")
+
+    def stop(self) -> None:
+        if self.worker and self.worker.poll() is None:
+            _say("stopping worker")
+            self.worker.send_signal(signal.SIGTERM)
+            try:
+                self.worker.wait(20)
+            except subprocess.TimeoutExpired:
+                self.worker.kill()
+                self.worker.wait()
+        if self.broker:
+            _say("stopping Kafka")
+            self.broker.stop()
+
+
+def run_load(bootstrap: str, settings: Settings, seconds: float, rate: float, worker_url: str):
+    from phasemeter.producers import Meter
+
+    from .synthetic import SyntheticGateway
+
+    span = 3600.0
+    gen = SyntheticGateway(start=time.time() - span - 60, span_s=span)
+    meter = Meter(bootstrap_servers=bootstrap, topic=settings.topic, gateway="demo-gw",
+                  queue_size=50_000, producer_config=settings.kafka_client_config())
+    total = int(seconds * rate)
+    began = time.monotonic()
+    next_report = began + 5
+    for i in range(total):
+        g = gen.make(i / total)
+        meter.record(model=g.model, input_tokens=g.input_tokens, output_tokens=g.output_tokens, t0=g.t0,
+                     ttft_s=g.ttft_s, e2e_s=g.e2e_s, queue_s=g.queue_s, status=g.status, replica=g.replica)
+        # Pace to `rate` without sleeping per event (a gateway has its own pacing).
+        ahead = (i + 1) / rate - (time.monotonic() - began)
+        if ahead > 0.01:
+            time.sleep(ahead)
+        if time.monotonic() >= next_report:
+            h = health(worker_url) or {}
+            st = meter.stats()
+            _say(f"emitted {i + 1:,}/{total:,}  sent {st.sent:,}  dropped {st.dropped}  "
+                 f"worker stored {h.get('accepted', '?'):,}")
+            next_report += 5
+    meter.close(timeout_s=30)
+    return meter.stats(), total
+
+
+def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> int:
+    from .kafka_local import LocalBroker, ensure_topics
+
+    demo_dir = settings.data_path / "demo"
+    shutil.rmtree(demo_dir, ignore_errors=True)
+    demo_dir.mkdir(parents=True)
+    from .kafka_local import free_port
+
+    settings = settings.replace(data_dir=str(demo_dir), clickhouse_url="", web_port=free_port())
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    stack = Stack(settings)
+    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    t_start = time.monotonic()
+    try:
+        if settings.kafka_bootstrap_servers:
+            bootstrap = settings.kafka_bootstrap_servers
+            _say(f"using Kafka at {bootstrap}")
+        else:
+            _say("starting Apache Kafka (KRaft, single node, loopback)")
+            stack.broker = LocalBroker(demo_dir / "kafka").start(log=_say)
+            bootstrap = stack.broker.bootstrap
+            _say(f"Kafka up at {bootstrap}")
+        ensure_topics(bootstrap, [settings.topic, settings.dlq_topic], settings.topic_partitions,
+                      settings.kafka_client_config())
+        env = stack.env(bootstrap)
+        subprocess.run([sys.executable, "-m", "phasemeter", "migrate"], env=env, check=True)
+        _say("starting worker (Faust) — it owns the embedded chDB store")
+        url = stack.start_worker(bootstrap, demo_dir / "worker.log")
+        _say(f"worker up, read-only API at {url}; synthetic gateway: {rate:.0f} generations/s for "
+             f"{seconds:.0f}s, 2 models, all buckets, prefill regression on long prompts at 65%")
+        t_load = time.monotonic()
+        stats, total = run_load(bootstrap, settings, seconds, rate, url)
+        _say(f"emitter: {stats.as_dict()}")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            h = health(url) or {}
+            if h.get("accepted", 0) + h.get("rejected", 0) >= stats.sent:
+                break
+            time.sleep(0.2)
+        drained = time.monotonic() - t_load
+        _say(f"worker stored {h.get('accepted')} rows, dead-lettered {h.get('rejected')}; "
+             f"{h.get('accepted', 0) / drained:,.0f} generations/s end to end")
+        show_results(settings, url, out)
+        _say(f"done in {time.monotonic() - t_start:.0f}s")
+        return 0
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return 130
+    finally:
+        stack.stop()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def show_results(settings: Settings, url: str, out: Path) -> None:
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    from .charts import render_bands_png
+    from .output import to_csv, to_table
+    from .queries import order_bands
+    from .remote import fetch_bands
+
+    order = labels(parse_edges(settings.bucket_edges))
+    window = {"from": "-65m", "to": "now"}
+    coarse, _ = fetch_bands(url, {**window, "step": "15m"})
+    table = to_table(order_bands(coarse, order))
+    print(table)
+    (out / "bands.txt").write_text(table + "\n")
+    fine, step = fetch_bands(url, {**window, "step": "1m"})
+    fine = order_bands(fine, order)
+    (out / "bands.csv").write_text(to_csv(fine))
+    png = render_bands_png(fine, out / "bands.png", bucket_order=order,
+                           title="phasemeter demo — prefill of long prompts regresses, decode stays flat")
+    _say(f"wrote {png} and {out / 'bands.csv'} (step {step}s)")

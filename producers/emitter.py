@@ -1,0 +1,164 @@
+"""`Meter`: the gateway-side emitter of phasemeter generation events.
+
+The caller's cost per generation is a few argument checks, one tuple and one
+append to a bounded deque under a lock (a few microseconds). JSON encoding and
+all Kafka work happen in one background daemon thread (see sender.py), started
+on the first event. Kafka trouble never blocks or raises in the caller: the
+queue absorbs it, and when full the newest event is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import time
+import weakref
+
+from .generation import Generation, check_duration, check_outcome, check_request
+from .sender import Channel, EmitterStats, Sender
+
+# Exactly-once-ish delivery matters more than latency on this side, hence
+# acks=all with the library's idempotent producer and effectively endless
+# retries (bounded by delivery_timeout_ms). Values are bytes we encode ourselves.
+log = logging.getLogger("phasemeter.emitter")
+
+DEFAULT_PRODUCER_CONFIG = {
+    "acks": "all",
+    "linger_ms": 5,
+    "retries": 2_147_483_647,
+    "compression_type": None,
+    "key_serializer": None,
+    "value_serializer": None,
+}
+
+
+class Meter:
+    """Emits one event per generation to Kafka (schema/event-v1.schema.json).
+
+    `producer_config` is merged over DEFAULT_PRODUCER_CONFIG (it may carry
+    SASL/SSL secrets, so it is never logged). `producer_factory(**kwargs)`
+    replaces kafka.KafkaProducer, e.g. with a fake in tests. `close()` runs
+    at interpreter exit; after it, events are dropped and counted.
+    """
+
+    def __init__(self, bootstrap_servers: str, topic: str = "phasemeter.generations", *,
+                 gateway: str | None = None, queue_size: int = 10_000, flush_timeout_s: float = 5.0,
+                 producer_config: dict | None = None, producer_factory=None) -> None:
+        if not isinstance(topic, str) or not topic:
+            raise ValueError("topic must be a non-empty str")
+        if gateway is not None and (not isinstance(gateway, str) or len(gateway) > 200):
+            raise ValueError("gateway must be a str of at most 200 characters")
+        if not isinstance(queue_size, int) or queue_size < 1:
+            raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
+        if not flush_timeout_s >= 0:
+            raise ValueError(f"flush_timeout_s must be >= 0, got {flush_timeout_s!r}")
+        kwargs = dict(DEFAULT_PRODUCER_CONFIG, bootstrap_servers=bootstrap_servers)
+        kwargs.update(producer_config or {})
+        self._flush_timeout_s = float(flush_timeout_s)
+        self._ch = Channel(queue_size)
+        self._sender = Sender(self._ch, topic, gateway, str(bootstrap_servers), kwargs,
+                              producer_factory, on_producer=self._rearm_atexit)
+        # A weak reference: an unused Meter may still be garbage collected.
+        ref = weakref.ref(self)
+        self._atexit_hook = lambda: (m := ref()) is not None and m.close()
+        atexit.register(self._atexit_hook)
+
+    # -- hot path ------------------------------------------------------------
+    def generation(self, model: str, input_tokens: int, *, request_id: str | None = None,
+                   replica: str | None = None, cached_input_tokens: int | None = None) -> Generation:
+        """Start timing one generation; see `Generation` for the protocol."""
+        return Generation(self, model, input_tokens, request_id, replica, cached_input_tokens)
+
+    def record(self, *, model: str, input_tokens: int, output_tokens: int, t0: float,
+               ttft_s: float | None = None, e2e_s: float | None = None, queue_s: float | None = None,
+               cached_input_tokens: int | None = None, status: str = "ok",
+               finish_reason: str | None = None, request_id: str | None = None,
+               replica: str | None = None, t_first: float | None = None, t_end: float | None = None,
+               t_scheduled: float | None = None) -> None:
+        """Emit a generation timed elsewhere. Give durations (ttft_s, e2e_s,
+        queue_s) or epoch timestamps (t_first, t_end, t_scheduled) -- not both;
+        durations from a monotonic clock are preferable (immune to NTP steps)."""
+        check_request(model, input_tokens, cached_input_tokens, request_id, replica)
+        check_outcome(output_tokens, status, finish_reason)
+        if t_end is not None or t_first is not None or t_scheduled is not None:
+            if e2e_s is not None or ttft_s is not None or queue_s is not None:
+                raise ValueError("give durations (ttft_s/e2e_s/queue_s) or timestamps "
+                                 "(t_first/t_end/t_scheduled), not both")
+            if t_end is None:
+                raise ValueError("t_end is required when timestamps are given")
+            e2e_s = t_end - t0
+            ttft_s = None if t_first is None else t_first - t0
+            queue_s = None if t_scheduled is None else t_scheduled - t0
+            names = ("t_end", "t_first", "t_scheduled")
+        elif e2e_s is None:
+            raise ValueError("e2e_s (or t_end) is required")
+        else:
+            names = ("e2e_s", "ttft_s", "queue_s")
+        check_duration(names[0], e2e_s)
+        check_duration(names[1], ttft_s)
+        check_duration(names[2], queue_s)
+        self._put((request_id, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
+                   cached_input_tokens, status, finish_reason, replica))
+
+    def _put(self, item: tuple) -> None:
+        ch = self._ch
+        with ch.lock:
+            q = ch.q
+            if ch.closed or len(q) + ch.in_flight >= ch.maxlen:
+                ch.dropped += 1
+                return
+            was_empty = not q
+            q.append(item)
+            ch.enqueued += 1
+        # The sender only sleeps after finding the queue empty, so only the
+        # append that ends emptiness needs to wake it.
+        if was_empty:
+            self._sender.wake()
+
+    # -- lifecycle -----------------------------------------------------------
+    def stats(self) -> EmitterStats:
+        return self._ch.snapshot()
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every enqueued event is sent or failed; False on timeout."""
+        timeout = self._flush_timeout_s if timeout_s is None else float(timeout_s)
+        deadline = time.monotonic() + timeout
+        ch = self._ch
+        with ch.lock:
+            if not ch.q and not ch.in_flight:
+                return True
+        self._sender.request_flush(deadline)
+        with ch.drained:
+            return ch.drained.wait_for(lambda: not ch.q and not ch.in_flight,
+                                       max(0.0, deadline - time.monotonic()))
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush, stop the sender thread and close the producer; idempotent.
+        Events not delivered within the timeout stay counted as queued."""
+        with self._ch.lock:
+            if self._ch.closed:
+                return
+            self._ch.closed = True  # from here on, new events are dropped and counted
+        atexit.unregister(self._atexit_hook)
+        timeout = self._flush_timeout_s if timeout_s is None else float(timeout_s)
+        deadline = time.monotonic() + timeout
+        try:
+            if not self.flush(timeout):
+                log.warning("phasemeter emitter: closed with %d events undelivered",
+                            self._ch.snapshot().queued)
+        finally:
+            self._sender.stop(deadline)
+
+    def _rearm_atexit(self) -> None:
+        # KafkaProducer registers its own atexit close when built (lazily, so
+        # after ours). atexit runs last-registered first; re-registering puts
+        # our flush ahead of the producer closing itself.
+        if not self._ch.closed:
+            atexit.unregister(self._atexit_hook)
+            atexit.register(self._atexit_hook)
+
+    def __enter__(self) -> Meter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

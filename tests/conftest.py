@@ -1,0 +1,125 @@
+"""Session fixtures that start REAL services: an Apache Kafka broker started
+by the same code as `phasemeter demo` (phasemeter.kafka_local), and worker
+processes running `phasemeter worker` against a per-test chDB store.
+
+Every test gets its own topic, consumer group, database and data dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory):
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        yield external
+        return
+    from phasemeter.kafka_local import LocalBroker
+
+    broker = LocalBroker(tmp_path_factory.mktemp("kafka")).start(log=lambda m: None)
+    yield broker.bootstrap
+    broker.stop()
+
+
+class WorkerProc:
+    """One `phasemeter worker` process with its own settings."""
+
+    def __init__(self, env: dict, data_dir: Path, port: int):
+        self.env, self.data_dir, self.port = env, data_dir, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+        self.log = data_dir / "worker.log"
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "phasemeter", *args], env=self.env,
+                              capture_output=True, text=True, check=check, timeout=120)
+
+    def start(self, timeout_s: float = 90) -> "WorkerProc":
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "phasemeter", "worker", "--loglevel", "warn"],
+                                         env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()[-3000:]
+            if self.health() is not None:
+                return self
+            time.sleep(0.2)
+        raise AssertionError("worker did not start:\n" + self.log.read_text()[-3000:])
+
+    def health(self) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
+                return json.loads(resp.read())
+        except OSError:
+            return None
+
+    def stored_count(self) -> int:
+        """Rows in the store, asked through the worker's read-only API."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/query/bands?from=-30d&step=30d", timeout=30) as resp:
+                return sum(r["n"] for r in json.loads(resp.read())["rows"])
+        except OSError:
+            return -1
+
+    def wait_processed(self, n: int, timeout_s: float = 120) -> dict:
+        deadline = time.monotonic() + timeout_s
+        h = {}
+        while time.monotonic() < deadline:
+            h = self.health() or h
+            if h.get("accepted", 0) + h.get("rejected", 0) >= n:
+                return h
+            time.sleep(0.2)
+        raise AssertionError(f"worker processed {h} of {n} in {timeout_s}s")
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def pm_env(kafka_bootstrap, tmp_path):
+    """Unique topic / group / database / data dir for one test."""
+    from phasemeter.kafka_local import free_port
+
+    tag = uuid.uuid4().hex[:10]
+    port = free_port()
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+           "PHASEMETER_TOPIC": f"gen-{tag}", "PHASEMETER_DLQ_TOPIC": f"gen-{tag}.dlq",
+           "PHASEMETER_GROUP_ID": f"grp-{tag}", "PHASEMETER_DATABASE": f"db_{tag}",
+           "PHASEMETER_DATA_DIR": str(tmp_path / "data"), "PHASEMETER_WEB_PORT": str(port),
+           "PHASEMETER_BATCH_SECONDS": "0.5"}
+    env.pop("CLICKHOUSE_URL", None)
+    return env
+
+
+@pytest.fixture
+def worker(pm_env, tmp_path):
+    w = WorkerProc(pm_env, tmp_path, int(pm_env["PHASEMETER_WEB_PORT"]))
+    w.run("migrate")
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def settings_for():
+    from phasemeter.settings import Settings
+
+    return lambda env: Settings.from_env(env)

@@ -1,0 +1,162 @@
+"""End to end on real services: emitter -> Kafka -> worker -> chDB -> bands.
+
+Expected values are computed here from the known inputs with the GUIDE.md §2
+formulas, independently of stream_jobs.derive.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+
+import clickhouse_connect
+import numpy as np
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+
+from phasemeter.producers import Meter
+from phasemeter.synthetic import SyntheticGateway
+
+pytestmark = pytest.mark.integration
+
+EDGES = [(0, "0-512"), (512, "512-2k"), (2048, "2k-8k"), (8192, "8k-32k"), (32768, "32k+")]
+QS = (1, 5, 50, 95, 99)
+
+
+def bucket_of(n: int) -> str:
+    return [label for lo, label in EDGES if n >= lo][-1]
+
+
+def expected_row(g) -> dict:
+    ttft, e2e = g["ttft_s"], g["e2e_s"]
+    decode_s = None if ttft is None else e2e - ttft
+    ok_decode = g["output_tokens"] > 1 and decode_s is not None and decode_s > 0
+    return {
+        "model": g["model"], "input_bucket": bucket_of(g["input_tokens"]),
+        "ts_ms": round(g["t0"] * 1000),
+        "prefill_tps": g["input_tokens"] / ttft if ttft else None,
+        "decode_tps": (g["output_tokens"] - 1) / decode_s if ok_decode else None,
+        "tpot_s": decode_s / (g["output_tokens"] - 1) if ok_decode else None,
+        "decode_s": decode_s, "e2e_s": e2e, "ttft_s": ttft, "queue_s": g["queue_s"],
+    }
+
+
+def emit(bootstrap: str, topic: str, n: int, seed: int) -> dict[str, dict]:
+    gen = SyntheticGateway(start=time.time() - 3700, span_s=3600, seed=seed)
+    meter = Meter(bootstrap_servers=bootstrap, topic=topic, gateway="test-gw", queue_size=n + 10)
+    sent = {}
+    for i in range(n):
+        g = gen.make(i / n)
+        rid = uuid.uuid4().hex
+        fields = dict(model=g.model, input_tokens=g.input_tokens, output_tokens=g.output_tokens, t0=g.t0,
+                      ttft_s=g.ttft_s, e2e_s=g.e2e_s, queue_s=g.queue_s, status=g.status)
+        meter.record(request_id=rid, replica=g.replica, **fields)
+        sent[rid] = fields
+    assert meter.flush(timeout_s=60)
+    meter.close()
+    stats = meter.stats()
+    assert (stats.sent, stats.dropped, stats.failed) == (n, 0, 0)
+    return sent
+
+
+def stored_rows(env) -> list[dict]:
+    client = clickhouse_connect.get_client(dsn=f"chdb://{env['PHASEMETER_DATA_DIR']}/store")
+    try:
+        client.database = env["PHASEMETER_DATABASE"]
+        res = client.query("SELECT request_id, model, input_bucket, toUnixTimestamp64Milli(ts), prefill_tps, "
+                           "decode_tps, tpot_s, decode_s, e2e_s, ttft_s, queue_s, gateway FROM generations")
+        cols = ["request_id", "model", "input_bucket", "ts_ms", "prefill_tps", "decode_tps", "tpot_s",
+                "decode_s", "e2e_s", "ttft_s", "queue_s", "gateway"]
+        return [dict(zip(cols, r)) for r in res.result_rows]
+    finally:
+        client.close()
+
+
+def close(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_emit_5000_stored_once_with_exact_values_and_bands(worker, pm_env):
+    worker.start()
+    topic = pm_env["PHASEMETER_TOPIC"]
+    sent = emit(pm_env["KAFKA_BOOTSTRAP_SERVERS"], topic, 5000, seed=11)
+    # A few poison messages ride along: they go to the dead-letter topic.
+    poison = [b"{not json", b'{"schema_version": 99, "kind": "generation"}', b"\xff\xfe",
+              json.dumps({**next(iter(sent.values())), "schema_version": 1, "kind": "generation",
+                          "request_id": "bad-order", "ttft_s": 5.0, "e2e_s": 1.0}).encode()]
+    producer = KafkaProducer(bootstrap_servers=pm_env["KAFKA_BOOTSTRAP_SERVERS"])
+    for p in poison:
+        producer.send(topic, p, key=b"poison")
+    producer.flush()
+    health = worker.wait_processed(5000 + len(poison))
+    assert health["accepted"] == 5000 and health["rejected"] == len(poison)
+
+    # Bands through the CLI while the worker owns the store (routed over HTTP).
+    out = worker.run("query", "bands", "--from", "-3h", "--to", "now", "--step", "10m", "--format", "json")
+    payload = json.loads(out.stdout)
+    assert "slow tail" in payload["legend"]["p1"] and "linear" in payload["method"]
+    expected = {rid: expected_row(g) for rid, g in sent.items()}
+    groups: dict[tuple, dict[str, list]] = {}
+    for e in expected.values():
+        key = (e["ts_ms"] // 600_000 * 600, e["model"], e["input_bucket"])
+        grp = groups.setdefault(key, {"prefill": [], "decode": [], "n": 0})
+        grp["n"] += 1
+        for phase in ("prefill", "decode"):
+            if e[f"{phase}_tps"] is not None:
+                grp[phase].append(e[f"{phase}_tps"])
+    rows = payload["rows"]
+    assert len(rows) == len(groups)
+    for row in rows:
+        t = int(np.datetime64(row["t"].rstrip("Z"), "s").astype(int))
+        grp = groups[(t, row["model"], row["input_bucket"])]
+        assert row["n"] == grp["n"]
+        for phase in ("prefill", "decode"):
+            values = np.array(grp[phase])
+            assert row[f"{phase}_n"] == len(values)
+            for q in QS:
+                got = row[f"{phase}_p{q}"]
+                if len(values) == 0:
+                    assert got is None
+                else:
+                    assert math.isclose(got, np.percentile(values, q, method="linear"), rel_tol=1e-9)
+
+    dlq = KafkaConsumer(pm_env["PHASEMETER_DLQ_TOPIC"], bootstrap_servers=pm_env["KAFKA_BOOTSTRAP_SERVERS"],
+                        auto_offset_reset="earliest", consumer_timeout_ms=5000, group_id=None)
+    reasons = sorted(json.loads(m.value)["reason"] for m in dlq)
+    assert reasons == sorted(["malformed_json", "unknown_version", "not_utf8", "impossible_order"])
+
+    worker.stop()
+    stored = stored_rows(pm_env)
+    assert len(stored) == 5000
+    assert {r["request_id"] for r in stored} == set(sent)
+    for r in stored:
+        e = expected[r["request_id"]]
+        assert (r["model"], r["input_bucket"], r["ts_ms"], r["gateway"]) == \
+            (e["model"], e["input_bucket"], e["ts_ms"], "test-gw")
+        for col in ("prefill_tps", "decode_tps", "tpot_s", "decode_s", "e2e_s", "ttft_s", "queue_s"):
+            assert close(r[col], e[col]), (col, r[col], e[col])
+
+
+def test_kill9_and_restart_store_each_generation_exactly_once(worker, pm_env):
+    worker.start()
+    bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
+    sent = emit(bootstrap, topic, 6000, seed=3)
+    deadline = time.monotonic() + 60
+    while (worker.health() or {}).get("accepted", 0) < 1500 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.stop(kill=True)  # mid-stream: some batches stored, offsets maybe not committed
+    sent.update(emit(bootstrap, topic, 1000, seed=4))
+    worker.start()
+    deadline = time.monotonic() + 120
+    while worker.stored_count() < len(sent) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)  # let a would-be duplicate batch land before we look
+    worker.stop()
+    stored = stored_rows(pm_env)
+    ids = [r["request_id"] for r in stored]
+    assert len(ids) == len(set(ids)), "a generation was stored twice"
+    assert set(ids) == set(sent), f"missing {len(set(sent) - set(ids))}"
