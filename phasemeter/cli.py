@@ -8,8 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+import importlib
+
 from .settings import Settings
 from .timeparse import ArgError
+
+# Modules that contribute subcommands (kept out of this file so features stay separate).
+EXTENSIONS: tuple[str, ...] = ()
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -65,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=25.0, help="how long the synthetic gateway runs")
     p.add_argument("--rate", type=float, default=3000.0, help="generations per second")
     p.add_argument("--out-dir", default="demo-out", help="where the PNG and table go")
+    for name in EXTENSIONS:
+        # Each feature module adds its own subcommands: register(sub, common, window_flags)
+        # and sets `func=(args, settings) -> int` on its parsers.
+        importlib.import_module(name).register(sub, _common, _window_flags)
     return parser
 
 
@@ -93,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(_glue_relative_times(sys.argv[1:] if argv is None else argv))
     try:
         settings = settings_from(args)
+        if getattr(args, "func", None):
+            return args.func(args, settings) or 0
         from . import commands
         return getattr(commands, f"cmd_{args.command}")(args, settings) or 0
     except (ArgError, ValueError) as exc:

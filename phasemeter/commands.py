@@ -69,28 +69,21 @@ def cmd_worker(args, settings: Settings) -> int:
 
 def fetch_bands(args, settings: Settings):
     """(DataFrame, step_s) from the worker's API when it owns the store, else directly."""
-    from .remote import fetch_bands as remote_bands, worker_url
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    from .queries import bands, order_bands
+    from .runner import open_runner
 
     start, end = window(args.start, args.end)
     step_s = auto_step(start, end) if args.step == "auto" else int(parse_duration(args.step, "--step"))
     if step_s < 1:
         raise ArgError(f"--step {args.step!r}: must be at least 1s")
-    from phasemeter.stream_jobs.buckets import labels, parse_edges
-
-    from .queries import bands, order_bands
-
-    order = labels(parse_edges(settings.bucket_edges))
-    url = args.via or (worker_url(settings.data_path) if settings.is_embedded else None)
-    if url:
-        params = {"from": start.isoformat(), "to": end.isoformat(), "step": f"{step_s}s",
-                  "model": args.model, "bucket": args.bucket}
-        df, step_s = remote_bands(url, params)
-        return order_bands(df, order), step_s
-    client = open_migrated_store(settings)
+    runner = open_runner(settings, args.via)
     try:
-        return order_bands(bands(client, start, end, step_s, args.model, args.bucket), order), step_s
+        df = bands(runner, start, end, step_s, args.model, args.bucket)
     finally:
-        client.close()
+        runner.close()
+    return order_bands(df, labels(parse_edges(settings.bucket_edges))), step_s
 
 
 def cmd_query(args, settings: Settings) -> int:

@@ -164,17 +164,18 @@ def show_results(settings: Settings, url: str, out: Path) -> None:
 
     from .charts import render_bands_png
     from .output import to_csv, to_table
-    from .queries import order_bands
-    from .remote import fetch_bands
+    from .queries import bands, order_bands
+    from .runner import HttpRunner
+    from .timeparse import window
 
     order = labels(parse_edges(settings.bucket_edges))
-    window = {"from": "-65m", "to": "now"}
-    coarse, _ = fetch_bands(url, {**window, "step": "15m"})
-    table = to_table(order_bands(coarse, order))
+    runner = HttpRunner(url)  # the worker owns the embedded store: ask it
+    start, end = window("-60m", "now")
+    table = to_table(order_bands(bands(runner, start, end, 900), order))
     print(table)
     (out / "bands.txt").write_text(table + "\n")
-    fine, step = fetch_bands(url, {**window, "step": "1m"})
-    fine = order_bands(fine, order)
+    step = 60
+    fine = order_bands(bands(runner, start, end, step), order)
     (out / "bands.csv").write_text(to_csv(fine))
     png = render_bands_png(fine, out / "bands.png", bucket_order=order,
                            title="phasemeter demo — prefill of long prompts regresses, decode stays flat")

@@ -10,7 +10,6 @@ from datetime import datetime
 
 import pandas as pd
 
-from .store import load_sql
 
 PERCENTILES = ("p1", "p5", "p50", "p95", "p99")
 PHASES = ("prefill", "decode")
@@ -25,14 +24,16 @@ METHOD = ('exact: ClickHouse quantilesExactInclusive == numpy.percentile(method=
           "for throughput the slow tail is the LOW percentile (p1/p5)")
 
 
-def bands(client, start: datetime, end: datetime, step_s: int,
+def bands(runner, start: datetime, end: datetime, step_s: int,
           models: list[str] | None = None, buckets: list[str] | None = None) -> pd.DataFrame:
+    """`runner` is a phasemeter.runner Direct/HttpRunner."""
     params = {"start": start, "end": end, "step_s": int(step_s),
               "models": list(models or []), "buckets": list(buckets or [])}
-    df = client.query_df(load_sql("bands"), parameters=params)
+    df = runner.df("bands", params)
     if df.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in BAND_COLUMNS})
-    df["t"] = pd.to_datetime(df["t"]).dt.tz_localize(None) if getattr(df["t"].dt, "tz", None) else df["t"]
+    if getattr(df["t"].dt, "tz", None) is not None:
+        df["t"] = df["t"].dt.tz_convert("UTC").dt.tz_localize(None)
     return df[BAND_COLUMNS]
 
 
@@ -46,10 +47,12 @@ def order_bands(df: pd.DataFrame, bucket_labels: list[str]) -> pd.DataFrame:
             .drop(columns="_rank").reset_index(drop=True))
 
 
-def stored_offsets(client, topic: str) -> dict[int, int]:
-    rows = client.query(load_sql("stored_offsets"), parameters={"topic": topic}).result_rows
-    return {int(p): int(o) for p, o in rows}
+def stored_offsets(runner, topic: str) -> dict[int, int]:
+    df = runner.df("stored_offsets", {"topic": topic})
+    if df.empty:
+        return {}
+    return {int(p): int(o) for p, o in zip(df["src_partition"], df["max_offset"])}
 
 
-def summary(client, start: datetime, end: datetime) -> pd.DataFrame:
-    return client.query_df(load_sql("summary"), parameters={"start": start, "end": end})
+def summary(runner, start: datetime, end: datetime) -> pd.DataFrame:
+    return runner.df("summary", {"start": start, "end": end})

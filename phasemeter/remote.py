@@ -1,4 +1,4 @@
-"""Route read queries to the worker while it owns the embedded store.
+"""Find the worker that owns the embedded store (see phasemeter.runner).
 
 chDB opens a path in one process only. The worker writes
 <data_dir>/worker.json (pid + web URL) while it runs; the CLI reads it and
@@ -9,14 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
-
-import pandas as pd
-
-from .queries import BAND_COLUMNS
 
 
 def state_file(data_path: Path) -> Path:
@@ -45,23 +38,3 @@ def worker_url(data_path: Path) -> str | None:
         return info["url"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def fetch_bands(url: str, params: dict, timeout_s: float = 60.0) -> tuple[pd.DataFrame, int]:
-    query = urllib.parse.urlencode(params, doseq=True)
-    try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/query/bands?{query}", timeout=timeout_s) as resp:
-            payload = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")
-        try:
-            detail = json.loads(detail)["error"]
-        except (ValueError, KeyError):
-            pass
-        raise RuntimeError(f"worker at {url} refused the query: {detail}") from None
-    df = pd.DataFrame(payload["rows"], columns=BAND_COLUMNS)
-    if not df.empty:
-        df["t"] = pd.to_datetime(df["t"]).dt.tz_localize(None)
-    counts = {"n", "prefill_n", "decode_n"}
-    df = df.astype({c: ("int64" if c in counts else "float64") for c in BAND_COLUMNS[3:]})
-    return df, int(payload["step_s"])

@@ -5,8 +5,7 @@ sender thread). Events carry timings and token counts, never prompt or
 response text.
 """
 
-from .emitter import Meter
+from .emitter import EmitterStats, Meter
 from .generation import Generation
-from .sender import EmitterStats
 
 __all__ = ["Meter", "Generation", "EmitterStats"]

@@ -10,18 +10,21 @@ queue absorbs it, and when full the newest event is dropped and counted.
 from __future__ import annotations
 
 import atexit
+import collections
 import logging
+import threading
 import time
 import weakref
+from dataclasses import dataclass
 
 from .generation import Generation, check_duration, check_outcome, check_request
-from .sender import Channel, EmitterStats, Sender
+from .sender import Sender
 
-# Exactly-once-ish delivery matters more than latency on this side, hence
-# acks=all with the library's idempotent producer and effectively endless
-# retries (bounded by delivery_timeout_ms). Values are bytes we encode ourselves.
 log = logging.getLogger("phasemeter.emitter")
 
+# The sender thread has time to spare, so durability wins over latency:
+# acks=all (kafka-python's idempotent default) and effectively endless retries,
+# bounded by delivery_timeout_ms. Key and value are bytes we encode ourselves.
 DEFAULT_PRODUCER_CONFIG = {
     "acks": "all",
     "linger_ms": 5,
@@ -32,13 +35,78 @@ DEFAULT_PRODUCER_CONFIG = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class EmitterStats:
+    """Counters of one Meter. enqueued + dropped == attempted events, and
+    enqueued == sent + failed + queued (queued includes events handed to the
+    producer that are not acknowledged yet)."""
+
+    enqueued: int
+    sent: int
+    dropped: int
+    failed: int
+    queued: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"enqueued": self.enqueued, "sent": self.sent, "dropped": self.dropped,
+                "failed": self.failed, "queued": self.queued}
+
+
+class Channel:
+    """Bounded queue plus counters. One lock guards both, so a stats snapshot
+    never sees an event in two states (or none) while it moves between them.
+    The bound covers queued + in-flight events: kafka-python 3 buffers without
+    limit, so a stalled broker must fill *our* bound, not the gateway's memory."""
+
+    __slots__ = ("q", "maxlen", "lock", "drained", "closed",
+                 "enqueued", "dropped", "in_flight", "sent", "failed")
+
+    def __init__(self, maxlen: int) -> None:
+        # No deque(maxlen=...): that silently evicts the *oldest* event; we want
+        # to refuse the newest and count it.
+        self.q: collections.deque = collections.deque()
+        self.maxlen = maxlen
+        self.lock = threading.Lock()
+        self.drained = threading.Condition(self.lock)
+        self.closed = False
+        self.enqueued = self.dropped = self.in_flight = self.sent = self.failed = 0
+
+    def take(self) -> collections.deque:
+        # Swap the whole deque: O(1) under the lock, so a caller arriving
+        # meanwhile never waits behind a long pop loop (a contended lock
+        # releases the GIL, and getting it back can cost milliseconds).
+        with self.lock:
+            batch, self.q = self.q, collections.deque()
+            self.in_flight += len(batch)
+        return batch
+
+    def settle(self, ok: bool) -> None:
+        # Called from our thread and from kafka-python's I/O thread (callbacks).
+        with self.lock:
+            self.in_flight -= 1
+            if ok:
+                self.sent += 1
+            else:
+                self.failed += 1
+            if not self.in_flight and not self.q:
+                self.drained.notify_all()
+
+    def snapshot(self) -> EmitterStats:
+        with self.lock:
+            return EmitterStats(self.enqueued, self.sent, self.dropped, self.failed,
+                                len(self.q) + self.in_flight)
+
+
 class Meter:
     """Emits one event per generation to Kafka (schema/event-v1.schema.json).
 
-    `producer_config` is merged over DEFAULT_PRODUCER_CONFIG (it may carry
-    SASL/SSL secrets, so it is never logged). `producer_factory(**kwargs)`
-    replaces kafka.KafkaProducer, e.g. with a fake in tests. `close()` runs
-    at interpreter exit; after it, events are dropped and counted.
+    `queue_size` bounds events not yet settled (queued plus handed to the
+    producer); beyond it new events are dropped and counted. `producer_config`
+    is merged over DEFAULT_PRODUCER_CONFIG (it may carry SASL/SSL secrets, so
+    it is never logged). `producer_factory(**kwargs)` replaces
+    kafka.KafkaProducer, e.g. with a fake in tests. `close()` also runs at
+    interpreter exit, bounded by `flush_timeout_s`; after it, events are
+    dropped and counted.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str = "phasemeter.generations", *,
@@ -97,6 +165,7 @@ class Meter:
         check_duration(names[0], e2e_s)
         check_duration(names[1], ttft_s)
         check_duration(names[2], queue_s)
+        # EVENT_FIELDS order; request_id None is filled in by the sender thread.
         self._put((request_id, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
                    cached_input_tokens, status, finish_reason, replica))
 

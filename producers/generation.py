@@ -1,4 +1,8 @@
-"""The per-generation context manager and the cheap argument checks.
+"""The event itself: argument checks, the per-generation context manager,
+and the encoder the sender thread uses.
+
+An event travels from caller to sender thread as a plain tuple in EVENT_FIELDS
+order (cheapest to build); `encode` turns it into the schema's JSON.
 
 Durations come from `time.monotonic()` differences so an NTP step during a
 generation can never make one negative; `time.time()` is read once, for t0,
@@ -7,6 +11,7 @@ only to place the event in time.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -14,6 +19,8 @@ import time
 MAX_TOKENS = 10_000_000
 MAX_DURATION_S = 86_400.0
 STATUSES = frozenset(("ok", "error", "cancelled"))
+EVENT_FIELDS = ("request_id", "model", "t0", "ttft_s", "e2e_s", "queue_s", "input_tokens",
+                "output_tokens", "cached_input_tokens", "status", "finish_reason", "replica")
 
 # uuid.uuid4() reads os.urandom, a syscall that releases the GIL; on a busy
 # process, getting the GIL back can take milliseconds. A private PRNG seeded
@@ -65,8 +72,10 @@ class Generation:
     Use it as a context manager. Call `scheduled()` when the engine starts the
     request (optional), `first_token()` when the first chunk is ready, and
     `finish(output_tokens, status, finish_reason)` once at the end; the event
-    is enqueued by `finish()`. Repeated `scheduled()`/`first_token()` calls
-    and calls after `finish()` are ignored (the first one wins).
+    is enqueued by `finish()`; a second `finish()` raises RuntimeError.
+    Repeated `scheduled()`/`first_token()` calls and calls after `finish()`
+    are ignored (the first one wins). `request_id` is the given id or a
+    generated uuid4 hex.
 
     If the block ends without `finish()`, the event is still emitted with
     output_tokens=0 and finish_reason=null: status "error" when the block
@@ -127,3 +136,24 @@ class Generation:
         if not self._done:
             self._emit(0, "cancelled" if exc_type is None else "error", None)
         return False  # never swallow the caller's exception
+
+
+# allow_nan=False: NaN/Infinity are not JSON; such an event counts as failed
+# instead of poisoning the topic for every consumer.
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+def encode(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
+    """Event tuple -> (key, value) exactly as schema/event-v1.schema.json says."""
+    (rid, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
+     cached, status, finish_reason, replica) = item
+    if rid is None:  # record() without an id: generated here, off the caller's path
+        rid = new_request_id()
+    value = _dumps({
+        "schema_version": 1, "kind": "generation", "request_id": rid, "model": model,
+        "t0": t0, "ttft_s": ttft_s, "e2e_s": e2e_s, "queue_s": queue_s,
+        "input_tokens": input_tokens, "output_tokens": output_tokens,
+        "cached_input_tokens": cached, "status": status, "finish_reason": finish_reason,
+        "gateway": gateway, "replica": replica,
+    })
+    return rid.encode("utf-8"), value.encode("utf-8")

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import logging
+import os
 import time
 
 import faust
@@ -19,6 +20,7 @@ from phasemeter.settings import Settings
 from phasemeter.store import connect
 
 from .buckets import Bucketer, parse_edges
+from . import reasons as R
 from .derive import Rejection, process
 from .sink import Sink
 from .web import register_views
@@ -54,7 +56,11 @@ class Pipeline:
                 self.skipped += 1  # stored before a crash/rebalance: already counted
                 continue
             source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
-            result = process(event.value, self.bucket, self.settings.max_message_bytes, now)
+            try:
+                result = process(event.value, self.bucket, self.settings.max_message_bytes, now)
+            except Exception as exc:  # a bug must not turn one event into a stuck partition
+                log.exception("derivation failed at %s/%s", msg.partition, msg.offset)
+                result = Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")
             if isinstance(result, Rejection):
                 raw = event.value or b""
                 dead.append({"ts": now, "reason": result.reason, "detail": result.detail,
@@ -128,6 +134,19 @@ def create_app(settings: Settings, client=None) -> faust.App:
 
     @app.agent(raw, name="phasemeter.ingest")
     async def ingest(stream):
+        try:
+            await _ingest(stream)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            # Faust would log a crashed agent and keep the process "up" doing
+            # nothing. Exit instead, so a supervisor restarts us; the batch
+            # in hand was not acked and is re-delivered.
+            log.critical("ingest agent crashed; exiting with 70", exc_info=True)
+            logging.shutdown()
+            os._exit(70)
+
+    async def _ingest(stream):
         loop = asyncio.get_running_loop()
         async for events in stream.take_events(settings.batch_rows, within=settings.batch_seconds):
             pipeline.consumed += len(events)

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from phasemeter import queries
+from phasemeter.runner import DirectRunner
 from phasemeter.settings import redact
 
 from .derive import ROW_COLUMNS
@@ -54,6 +55,7 @@ class Sink:
         self.dsn = dsn
         self.max_backoff_s = max_backoff_s
         self.lock = threading.Lock()  # one statement at a time on the client
+        self.runner = DirectRunner(client, self.lock)  # reads share the lock
         self.paused_reason: str | None = None
         self.rows_written = 0
         self.dead_written = 0
@@ -90,10 +92,4 @@ class Sink:
         self.dead_written += len(dead)
 
     def stored_offsets(self, topic: str) -> dict[int, int]:
-        with self.lock:
-            return queries.stored_offsets(self.client, topic)
-
-    def run(self, fn, *args):
-        """Run a read query under the client lock (used by the web views)."""
-        with self.lock:
-            return fn(self.client, *args)
+        return queries.stored_offsets(self.runner, topic)

@@ -68,11 +68,10 @@ class WorkerProc:
 
     def stored_count(self) -> int:
         """Rows in the store, asked through the worker's read-only API."""
-        try:
-            with urllib.request.urlopen(f"{self.url}/query/bands?from=-30d&step=30d", timeout=30) as resp:
-                return sum(r["n"] for r in json.loads(resp.read())["rows"])
-        except OSError:
-            return -1
+        from phasemeter.runner import HttpRunner
+
+        df = HttpRunner(self.url).df("count_generations", {})
+        return int(df["n"].iloc[0])
 
     def wait_processed(self, n: int, timeout_s: float = 120) -> dict:
         deadline = time.monotonic() + timeout_s

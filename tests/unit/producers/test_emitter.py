@@ -286,11 +286,13 @@ GOOD = {"model": "m", "input_tokens": 10, "output_tokens": 1, "t0": 100.0, "e2e_
     ({"model": None}, "model"), ({"model": ""}, "model"), ({"model": "x" * 201}, "model"),
     ({"input_tokens": -1}, "input_tokens"), ({"input_tokens": None}, "input_tokens"),
     ({"output_tokens": -5}, "output_tokens"),
-    ({"cached_input_tokens": -1}, "cached_input_tokens"), ({"cached_input_tokens": 11}, "cached_input_tokens"),
+    ({"cached_input_tokens": -1}, "cached_input_tokens"),
+    ({"cached_input_tokens": 11}, "cached_input_tokens"),
     ({"status": "weird"}, "status"), ({"finish_reason": "x" * 65}, "finish_reason"),
     ({"request_id": ""}, "request_id"), ({"request_id": 7}, "request_id"), ({"replica": 3}, "replica"),
     ({"e2e_s": -0.1}, "e2e_s"), ({"ttft_s": -1.0}, "ttft_s"), ({"queue_s": 90_000.0}, "queue_s"),
-    ({"e2e_s": None, "t_end": 99.0}, "t_end"), ({"e2e_s": None, "t_end": 101.0, "t_first": 99.0}, "t_first"),
+    ({"e2e_s": None, "t_end": 99.0}, "t_end"),
+    ({"e2e_s": None, "t_end": 101.0, "t_first": 99.0}, "t_first"),
 ])
 def test_record_bad_args_name_the_argument(meters, bad, name):
     meter, _ = meters()
@@ -331,13 +333,31 @@ def test_queue_full_drops_newest_and_never_blocks(meters):
         worst = max(worst, time.perf_counter() - t)
     assert worst < 0.05
     s = meter.stats()
-    assert (s.enqueued, s.dropped, s.queued, s.sent) == (6, 7, 6, 0)
+    assert (s.enqueued, s.dropped, s.queued, s.sent) == (5, 8, 5, 0)  # the bound includes #1
     invariant(s, 13)
     gate.set()
     assert meter.flush()
     s = meter.stats()
-    assert (s.sent, s.failed, s.queued, s.dropped) == (6, 0, 0, 7)
+    assert (s.sent, s.failed, s.queued, s.dropped) == (5, 0, 0, 8)
     invariant(s, 13)
+
+
+def test_stalled_broker_is_bounded_by_queue_size(meters):
+    # kafka-python 3 buffers without limit; in-flight events count against the bound.
+    meter, fake = meters(FakeProducer(mode="hold"), queue_size=10)
+    for _ in range(30):
+        meter.record(**GOOD)
+    assert meter.flush(timeout_s=0.2) is False
+    s = meter.stats()
+    assert (s.enqueued, s.dropped, s.queued) == (10, 20, 10) and len(fake.pending) == 10
+    for fut in fake.pending[:4]:
+        fut.failure(TimeoutError("delivery timeout"))
+    for fut in fake.pending[4:]:
+        fut.success()
+    fake.mode = "ok"
+    meter.record(**GOOD)  # room again
+    assert meter.flush()
+    assert meter.stats() == EmitterStats(enqueued=11, sent=7, dropped=20, failed=4, queued=0)
 
 
 def test_errback_and_send_exception_count_as_failed(meters, caplog):
@@ -354,6 +374,15 @@ def test_errback_and_send_exception_count_as_failed(meters, caplog):
     invariant(s, 11)
     warnings = [r for r in caplog.records if r.name == "phasemeter.emitter"]
     assert len(warnings) <= 1  # rate limited: one per 30 s
+
+
+def test_unencodable_event_counts_as_failed_not_raised(meters):
+    meter, fake = meters()
+    meter.record(**{**GOOD, "t0": float("nan")})  # NaN is not JSON
+    meter.record(**GOOD)
+    assert meter.flush()
+    s = meter.stats()
+    assert (s.sent, s.failed, s.queued) == (1, 1, 0) and len(fake.records) == 1
 
 
 def test_flush_waits_for_acks_and_times_out(meters):
@@ -504,9 +533,11 @@ def test_broker_never_up_close_is_bounded(meters, monkeypatch):
     invariant(s, 25)
 
 
-def test_atexit_flushes_an_unclosed_meter(tmp_path):
+def test_atexit_flushes_an_unclosed_meter_before_the_producer_closes_itself():
+    # Like KafkaProducer, the fake registers its own atexit close when built
+    # (in the sender thread, after the Meter registered its hook).
     script = textwrap.dedent("""
-        import json, sys
+        import atexit
         from phasemeter.producers import Meter
 
         class Fut:
@@ -514,19 +545,27 @@ def test_atexit_flushes_an_unclosed_meter(tmp_path):
             def add_errback(self, f): return self
 
         class P:
-            n = 0
-            def send(self, topic, key, value): P.n += 1; json.loads(value); return Fut()
+            def __init__(self, **kw):
+                self.n, self.closed = 0, False
+                atexit.register(self.close, 1)
+            def send(self, topic, key, value):
+                if self.closed: raise RuntimeError("producer closed")
+                self.n += 1
+                return Fut()
             def flush(self, timeout=None): pass
-            def close(self, timeout=None): print("closed", P.n, flush=True)
+            def close(self, timeout=None):
+                if not self.closed:
+                    self.closed = True
+                    print("closed after", self.n, flush=True)
 
-        m = Meter("127.0.0.1:1", "t", producer_factory=lambda **kw: P())
-        for _ in range(500):
+        m = Meter("127.0.0.1:1", "t", producer_factory=P)
+        for _ in range(5000):
             m.record(model="m", input_tokens=1, output_tokens=1, t0=1.0, e2e_s=0.1)
-        # no close(): interpreter exit must flush
+        # no close(): interpreter exit must flush first, then close the producer
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "closed 500"
+    assert out.stdout.strip() == "closed after 5000"
 
 
 def test_importing_does_not_import_kafka():

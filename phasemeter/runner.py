@@ -1,0 +1,114 @@
+"""Run a named query from `sql/` either directly or through the worker.
+
+Every read feature (bands, alerts, analytics) asks a Runner for
+`df(name, params)`. DirectRunner binds params on the ClickHouse side;
+HttpRunner sends the name and the typed params to the worker's read-only
+`/query/named/<name>` endpoint, which runs the same DirectRunner there. So a
+CLI command behaves the same whether or not a worker owns the embedded store.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import datetime
+
+import pandas as pd
+
+from .store import load_sql
+
+
+def encode_params(params: dict) -> str:
+    def enc(v):
+        if isinstance(v, datetime):
+            return {"$dt": v.isoformat()}
+        return v
+    return json.dumps({k: enc(v) for k, v in params.items()})
+
+
+def decode_params(text: str) -> dict:
+    def dec(v):
+        if isinstance(v, dict) and set(v) == {"$dt"}:
+            return datetime.fromisoformat(v["$dt"])
+        if isinstance(v, dict):
+            raise ValueError("nested objects are not query parameters")
+        return v
+    raw = json.loads(text or "{}")
+    if not isinstance(raw, dict):
+        raise ValueError("params must be a JSON object")
+    return {str(k): dec(v) for k, v in raw.items()}
+
+
+def frame_to_json(df: pd.DataFrame) -> dict:
+    dtypes = {c: str(t) for c, t in df.dtypes.items()}
+    out = df.copy()
+    for col, kind in dtypes.items():
+        if kind.startswith("datetime64"):
+            out[col] = out[col].map(lambda t: None if pd.isna(t) else pd.Timestamp(t).isoformat())
+    records = json.loads(out.to_json(orient="values", double_precision=15, date_format="iso"))
+    return {"columns": list(df.columns), "dtypes": dtypes, "rows": records}
+
+
+def frame_from_json(payload: dict) -> pd.DataFrame:
+    df = pd.DataFrame(payload["rows"], columns=payload["columns"])
+    for col, kind in payload["dtypes"].items():
+        if kind.startswith("datetime64"):
+            df[col] = pd.to_datetime(df[col]).dt.tz_localize(None) if len(df) else pd.Series(dtype="datetime64[ns]")
+        elif kind.startswith(("float", "Float")):
+            df[col] = df[col].astype("float64")
+        elif kind.startswith(("int", "uint", "Int", "UInt")):
+            df[col] = df[col].astype("int64")
+    return df
+
+
+class DirectRunner:
+    def __init__(self, client, lock: threading.Lock | None = None):
+        self.client = client
+        self.lock = lock or threading.Lock()
+
+    def df(self, name: str, params: dict) -> pd.DataFrame:
+        with self.lock:
+            return self.client.query_df(load_sql(name), parameters=params)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class HttpRunner:
+    def __init__(self, url: str, timeout_s: float = 120.0):
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def df(self, name: str, params: dict) -> pd.DataFrame:
+        query = urllib.parse.urlencode({"params": encode_params(params)})
+        target = f"{self.url}/query/named/{urllib.parse.quote(name)}?{query}"
+        try:
+            with urllib.request.urlopen(target, timeout=self.timeout_s) as resp:
+                return frame_from_json(json.loads(resp.read()))
+        except urllib.error.HTTPError as exc:
+            body = exc.read().decode(errors="replace")
+            try:
+                body = json.loads(body)["error"]
+            except (ValueError, KeyError):
+                pass
+            raise RuntimeError(f"worker at {self.url} refused query {name!r}: {body}") from None
+        except urllib.error.URLError as exc:
+            raise RuntimeError(f"worker at {self.url} unreachable: {exc.reason}") from None
+
+    def close(self) -> None:
+        pass
+
+
+def open_runner(settings, via: str | None = None):
+    """HttpRunner when a worker owns the embedded store (or --via), else DirectRunner."""
+    from .remote import worker_url
+
+    url = via or (worker_url(settings.data_path) if settings.is_embedded else None)
+    if url:
+        return HttpRunner(url)
+    from .commands import open_migrated_store
+
+    return DirectRunner(open_migrated_store(settings))
