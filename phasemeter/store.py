@@ -54,3 +54,12 @@ def load_sql(name: str) -> str:
     if not path.is_file():
         raise ValueError(f"no query named {name!r} in phasemeter/sql")
     return path.read_text(encoding="utf-8")
+
+
+def is_read_only(sql: str) -> bool:
+    """True when a named query is a plain SELECT/WITH (what the web port may run)."""
+    code = [ln.strip() for ln in sql.splitlines() if ln.strip() and not ln.strip().startswith("--")]
+    if not code:
+        return False
+    first = code[0].split(None, 1)[0].upper()
+    return first in ("SELECT", "WITH") and ";" not in sql.rstrip().rstrip(";")

@@ -13,6 +13,7 @@ import asyncio
 from faust.web import View
 
 from phasemeter.runner import decode_params, frame_to_json
+from phasemeter.store import is_read_only, load_sql
 
 
 def register_views(app, settings, pipeline, sink) -> None:
@@ -27,14 +28,17 @@ def register_views(app, settings, pipeline, sink) -> None:
     class Named(View):
         async def get(self, request, name):
             try:
+                if not is_read_only(load_sql(name)):
+                    return self.json({"error": f"query {name!r} is not read-only"}, status=403)
+            except ValueError as exc:  # unknown or malformed query name
+                return self.json({"error": str(exc)}, status=404)
+            try:
                 params = decode_params(request.query.get("params", "{}"))
             except ValueError as exc:
                 return self.json({"error": f"bad params: {exc}"}, status=400)
             loop = asyncio.get_running_loop()
             try:
                 df = await loop.run_in_executor(None, runner.df, name, params)
-            except ValueError as exc:  # unknown query name
-                return self.json({"error": str(exc)}, status=404)
             except Exception as exc:  # a bad query must not take the worker down
                 return self.json({"error": f"query failed: {str(exc)[:400]}"}, status=400)
             return self.json(frame_to_json(df))

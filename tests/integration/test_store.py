@@ -1,0 +1,55 @@
+"""Migrations, schema/derive agreement and bound parameters on a real chDB store."""
+
+import clickhouse_connect
+import pytest
+
+from phasemeter import migrate as mig
+from phasemeter.stream_jobs.derive import ROW_COLUMNS
+from phasemeter.stream_jobs.sink import DLQ_COLUMNS
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def client(tmp_path):
+    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/store")
+    c.command("CREATE DATABASE IF NOT EXISTS t_store")
+    c.database = "t_store"
+    yield c
+    c.close()
+
+
+def columns(client, table):
+    return [r[0] for r in client.query(
+        "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = {t:String} "
+        "ORDER BY position", parameters={"t": table}).result_rows]
+
+
+def test_migrate_applies_once_and_tables_match_the_code(client):
+    first = mig.migrate(client)
+    assert [m.version for m in first] == [m.version for m in mig.discover()]
+    assert mig.migrate(client) == [] and mig.pending(client) == []
+    assert columns(client, "generations") == list(ROW_COLUMNS) + ["ingested_at"]
+    assert columns(client, "dead_letters") == list(DLQ_COLUMNS)
+
+
+def test_edited_migration_is_refused(client, monkeypatch):
+    mig.migrate(client)
+    real = mig.discover()
+    edited = [mig.Migration(m.version, m.name, m.sql + "\n-- edited") if m.version == 1 else m for m in real]
+    monkeypatch.setattr(mig, "discover", lambda: edited)
+    with pytest.raises(RuntimeError, match="changed after it was applied"):
+        mig.migrate(client)
+
+
+def test_filters_are_bound_not_spliced(tmp_path, capsys):
+    from phasemeter.cli import main
+
+    base = ["--data-dir", str(tmp_path / "d"), "--database", "inj"]
+    assert main(["migrate", *base]) == 0
+    for evil in ["x' OR 1=1 --", "'; DROP TABLE generations; --", "\\' OR ''='"]:
+        capsys.readouterr()
+        assert main(["query", "bands", "--from", "-1d", "--model", evil, "--format", "json", *base]) == 0
+        assert '"rows": []' in capsys.readouterr().out
+    assert main(["migrate", "--status", *base]) == 0  # tables still there
+    assert "0 pending" in capsys.readouterr().out

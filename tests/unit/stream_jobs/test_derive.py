@@ -1,0 +1,147 @@
+"""GUIDE.md §2 edge cases for the pure pipeline (no Kafka, no ClickHouse)."""
+
+import json
+import math
+
+import pytest
+
+from phasemeter.stream_jobs import reasons as R
+from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
+from phasemeter.stream_jobs.derive import ROW_COLUMNS, Rejection, process
+
+NOW = 1_800_000_000.0
+BUCKET = Bucketer(parse_edges("default"))
+
+
+def event(**over):
+    base = {"schema_version": 1, "kind": "generation", "request_id": "r1", "model": "m",
+            "t0": NOW - 60, "ttft_s": 0.5, "e2e_s": 2.5, "input_tokens": 1000, "output_tokens": 101}
+    base.update(over)
+    return {k: v for k, v in base.items() if v is not ...}
+
+
+def run(ev, raw=None):
+    data = raw if raw is not None else json.dumps(ev).encode()
+    return process(data, BUCKET, 1_000_000, NOW)
+
+
+def test_happy_path_exact_formulas():
+    row = run(event(queue_s=0.1, cached_input_tokens=400))
+    assert row["prefill_tps"] == 1000 / 0.5
+    assert row["decode_s"] == 2.0
+    assert row["decode_tps"] == 100 / 2.0
+    assert row["tpot_s"] == 2.0 / 100
+    assert row["prefill_tps_uncached"] == (1000 - 400) / (0.5 - 0.1)
+    assert row["e2e_s"] == 2.5 and row["ttft_s"] == 0.5 and row["queue_s"] == 0.1
+    assert row["input_bucket"] == "512-2k"
+    assert set(ROW_COLUMNS) - {"src_topic", "src_partition", "src_offset"} <= set(row)
+
+
+def test_one_output_token_has_no_decode_phase_null_not_zero():
+    row = run(event(output_tokens=1))
+    assert row["decode_tps"] is None and row["tpot_s"] is None
+    assert row["prefill_tps"] == 2000.0
+
+
+def test_zero_decode_time_is_null_not_infinite():
+    row = run(event(ttft_s=2.5, e2e_s=2.5))
+    assert row["decode_s"] == 0.0 and row["decode_tps"] is None
+
+
+def test_zero_ttft_gives_null_prefill():
+    row = run(event(ttft_s=0.0, e2e_s=1.0))
+    assert row["prefill_tps"] is None
+
+
+def test_no_first_token_error_generation():
+    row = run(event(ttft_s=None, output_tokens=0, status="error"))
+    assert row["prefill_tps"] is None and row["decode_s"] is None and row["decode_tps"] is None
+    assert row["status"] == "error" and row["e2e_s"] == 2.5
+
+
+def test_uncached_null_when_cache_unknown_and_uses_t0_without_schedule():
+    assert run(event())["prefill_tps_uncached"] is None
+    assert run(event(cached_input_tokens=0))["prefill_tps_uncached"] == 1000 / 0.5
+
+
+@pytest.mark.parametrize("n,label", [(0, "0-512"), (511, "0-512"), (512, "512-2k"), (2047, "512-2k"),
+                                     (2048, "2k-8k"), (8192, "8k-32k"), (32767, "8k-32k"), (32768, "32k+"),
+                                     (10_000_000, "32k+")])
+def test_bucket_edges_half_open(n, label):
+    assert BUCKET(n) == label
+
+
+def test_litellm_preset_labels():
+    assert Bucketer(parse_edges("litellm")).labels == ["0-1k", "1k-4k", "4k-16k", "16k-64k", "64k+"]
+
+
+@pytest.mark.parametrize("spec", ["1,2", "0,5,3", "0,a", ""])
+def test_bad_edges_raise(spec):
+    with pytest.raises(ValueError):
+        parse_edges(spec)
+
+
+POISON = [
+    ("oversize", b"{" + b" " * 1_000_001 + b"}", R.OVERSIZE),
+    ("not utf8", b"\xff\xfe{}", R.NOT_UTF8),
+    ("malformed", b"{\"a\": ", R.MALFORMED_JSON),
+    ("empty bytes", b"", R.MALFORMED_JSON),
+    ("array", b"[1,2]", R.NOT_OBJECT),
+    ("number", b"42", R.NOT_OBJECT),
+    ("null", b"null", R.NOT_OBJECT),
+    ("unknown version", event(schema_version=2), R.UNKNOWN_VERSION),
+    ("version as string", event(schema_version="1"), R.UNKNOWN_VERSION),
+    ("version bool", event(schema_version=True), R.UNKNOWN_VERSION),
+    ("missing version", event(schema_version=...), R.UNKNOWN_VERSION),
+    ("bad kind", event(kind="start"), R.BAD_KIND),
+    ("missing model", event(model=...), R.MISSING_FIELD),
+    ("missing t0", event(t0=...), R.MISSING_FIELD),
+    ("missing e2e", event(e2e_s=...), R.MISSING_FIELD),
+    ("missing input tokens", event(input_tokens=...), R.MISSING_FIELD),
+    ("prompt text smuggled", event(prompt="secret text"), R.UNKNOWN_FIELD),
+    ("model not string", event(model=5), R.WRONG_TYPE),
+    ("tokens as string", event(input_tokens="1000"), R.WRONG_TYPE),
+    ("tokens float", event(input_tokens=10.5), R.WRONG_TYPE),
+    ("tokens bool", event(output_tokens=True), R.WRONG_TYPE),
+    ("ttft string", event(ttft_s="0.5"), R.WRONG_TYPE),
+    ("empty model", event(model=""), R.BAD_VALUE),
+    ("huge model name", event(model="m" * 201), R.BAD_VALUE),
+    ("bad status", event(status="weird"), R.BAD_VALUE),
+    ("NaN ttft", b'{"schema_version":1,"kind":"generation","request_id":"r","model":"m","t0":1799999000,'
+                 b'"ttft_s":NaN,"e2e_s":1,"input_tokens":1,"output_tokens":1}', R.NOT_FINITE),
+    ("Infinity e2e", b'{"schema_version":1,"kind":"generation","request_id":"r","model":"m","t0":1799999000,'
+                     b'"ttft_s":0.1,"e2e_s":Infinity,"input_tokens":1,"output_tokens":1}', R.NOT_FINITE),
+    ("negative tokens", event(output_tokens=-1), R.NEGATIVE),
+    ("too many tokens", event(input_tokens=10_000_001), R.ABSURD),
+    ("huge integer", event(input_tokens=10**40), R.ABSURD),
+    ("duration over a day", event(e2e_s=90_000.0), R.ABSURD),
+    ("t0 in ms", event(t0=NOW * 1000), R.ABSURD),
+    ("t0 zero", event(t0=0), R.ABSURD),
+    ("t_first before t0", event(ttft_s=-0.1), R.IMPOSSIBLE_ORDER),
+    ("t_end before t_first", event(ttft_s=3.0, e2e_s=2.0), R.IMPOSSIBLE_ORDER),
+    ("scheduled after first token", event(queue_s=1.0), R.IMPOSSIBLE_ORDER),
+    ("tokens without first token", event(ttft_s=None, output_tokens=5), R.INCONSISTENT),
+    ("cached above input", event(cached_input_tokens=1001), R.INCONSISTENT),
+]
+
+
+@pytest.mark.parametrize("name,payload,reason", POISON, ids=[p[0] for p in POISON])
+def test_poison_rejected_with_stable_reason(name, payload, reason):
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    result = process(raw, BUCKET, 1_000_000, NOW)
+    assert isinstance(result, Rejection), name
+    assert result.reason == reason, result
+    assert result.reason in R.ALL
+    assert len(result.detail) <= 300
+
+
+def test_rejection_detail_names_the_field():
+    assert "input_tokens" in run(event(input_tokens="x")).detail
+    assert "e2e_s" in run(event(e2e_s=...)).detail
+
+
+def test_nulls_are_never_zero_or_inf():
+    for ev in (event(output_tokens=1), event(ttft_s=None, output_tokens=0), event(ttft_s=0.0)):
+        row = run(ev)
+        for key in ("prefill_tps", "decode_tps", "tpot_s", "prefill_tps_uncached"):
+            assert row[key] is None or (math.isfinite(row[key]) and row[key] > 0)
