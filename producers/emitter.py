@@ -80,14 +80,14 @@ class Channel:
             self.in_flight += len(batch)
         return batch
 
-    def settle(self, ok: bool) -> None:
+    def settle(self, ok: bool, n: int = 1) -> None:
         # Called from our thread and from kafka-python's I/O thread (callbacks).
         with self.lock:
-            self.in_flight -= 1
+            self.in_flight -= n
             if ok:
-                self.sent += 1
+                self.sent += n
             else:
-                self.failed += 1
+                self.failed += n
             if not self.in_flight and not self.q:
                 self.drained.notify_all()
 
@@ -111,13 +111,16 @@ class Meter:
 
     def __init__(self, bootstrap_servers: str, topic: str = "phasemeter.generations", *,
                  gateway: str | None = None, queue_size: int = 10_000, flush_timeout_s: float = 5.0,
-                 producer_config: dict | None = None, producer_factory=None) -> None:
+                 producer_config: dict | None = None, producer_factory=None,
+                 envelope_size: int = 1) -> None:
         if not isinstance(topic, str) or not topic:
             raise ValueError("topic must be a non-empty str")
         if gateway is not None and (not isinstance(gateway, str) or len(gateway) > 200):
             raise ValueError("gateway must be a str of at most 200 characters")
         if not isinstance(queue_size, int) or queue_size < 1:
             raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
+        if not isinstance(envelope_size, int) or not 1 <= envelope_size <= 2000:
+            raise ValueError(f"envelope_size must be an int in 1..2000, got {envelope_size!r}")
         if not flush_timeout_s >= 0:
             raise ValueError(f"flush_timeout_s must be >= 0, got {flush_timeout_s!r}")
         kwargs = dict(DEFAULT_PRODUCER_CONFIG, bootstrap_servers=bootstrap_servers)
@@ -125,7 +128,8 @@ class Meter:
         self._flush_timeout_s = float(flush_timeout_s)
         self._ch = Channel(queue_size)
         self._sender = Sender(self._ch, topic, gateway, str(bootstrap_servers), kwargs,
-                              producer_factory, on_producer=self._rearm_atexit)
+                              producer_factory, on_producer=self._rearm_atexit,
+                              envelope_size=envelope_size)
         # A weak reference: an unused Meter may still be garbage collected.
         ref = weakref.ref(self)
         self._atexit_hook = lambda: (m := ref()) is not None and m.close()

@@ -50,7 +50,7 @@ class Sender:
     """Owns the KafkaProducer and the daemon thread; started on first wake()."""
 
     def __init__(self, channel, topic: str, gateway: str | None, bootstrap: str,
-                 producer_kwargs: dict, producer_factory, on_producer=None) -> None:
+                 producer_kwargs: dict, producer_factory, on_producer=None, envelope_size: int = 1) -> None:
         self._ch, self._topic, self._gateway, self._bootstrap = channel, topic, gateway, bootstrap
         self._kwargs, self._factory, self._on_producer = producer_kwargs, producer_factory, on_producer
         self._thread: threading.Thread | None = None
@@ -59,6 +59,7 @@ class Sender:
         self._stop_deadline = 0.0
         self._flush_deadline: float | None = None  # guarded by channel.lock
         self._producer = None
+        self._envelope_size = envelope_size
         self.warn = Throttled()
 
     # -- caller side -------------------------------------------------------
@@ -143,6 +144,9 @@ class Sender:
         return True
 
     def _send(self, batch) -> None:
+        if self._envelope_size > 1:
+            self._send_envelopes(batch)
+            return
         producer, topic, gateway, settle = self._producer, self._topic, self._gateway, self._ch.settle
         for i, item in enumerate(batch, 1):
             if not i % _YIELD_EVERY:
@@ -157,11 +161,41 @@ class Sender:
             future.add_callback(self._on_ok)
             future.add_errback(self._on_error)
 
+    def _send_envelopes(self, batch) -> None:
+        """Many generations per Kafka message: {"kind": "batch", "events": [...]}.
+
+        Kafka's per-message cost dominates a small event; an envelope of 100
+        lets one worker take several times more generations per second. No
+        key: envelopes mix request_ids, so they spread over partitions.
+        """
+        items, size, settle = list(batch), self._envelope_size, self._ch.settle
+        for start in range(0, len(items), size):
+            time.sleep(0)  # give the GIL back between envelopes
+            values = []
+            for item in items[start:start + size]:
+                try:
+                    values.append(encode(item, self._gateway)[1])
+                except Exception as exc:
+                    settle(False)
+                    self.warn.warning("phasemeter emitter: encode failed (%s)", type(exc).__name__)
+            if not values:
+                continue
+            body = b'{"schema_version":1,"kind":"batch","events":[' + b",".join(values) + b"]}"
+            n = len(values)
+            try:
+                future = self._producer.send(self._topic, key=None, value=body)
+            except Exception as exc:
+                settle(False, n)
+                self.warn.warning("phasemeter emitter: send failed (%s)", type(exc).__name__)
+                continue
+            future.add_callback(lambda _md, n=n: settle(True, n))
+            future.add_errback(lambda exc, n=n: self._on_error(exc, n))
+
     def _on_ok(self, _metadata) -> None:
         self._ch.settle(True)
 
-    def _on_error(self, exc: BaseException) -> None:
-        self._ch.settle(False)
+    def _on_error(self, exc: BaseException, n: int = 1) -> None:
+        self._ch.settle(False, n)
         self.warn.warning("phasemeter emitter: delivery failed (%s)", type(exc).__name__)
 
     def _flush_producer(self, deadline: float) -> None:

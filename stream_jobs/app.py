@@ -21,7 +21,7 @@ from phasemeter.store import connect
 
 from .buckets import Bucketer, parse_edges
 from . import reasons as R
-from .derive import Rejection, process
+from .derive import Rejection, process_message
 from .sink import Sink
 from .web import register_views
 
@@ -57,18 +57,19 @@ class Pipeline:
                 continue
             source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
             try:
-                result = process(event.value, self.bucket, self.settings.max_message_bytes, now)
+                results = process_message(event.value, self.bucket, self.settings.max_message_bytes, now)
             except Exception as exc:  # a bug must not turn one event into a stuck partition
                 log.exception("derivation failed at %s/%s", msg.partition, msg.offset)
-                result = Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")
-            if isinstance(result, Rejection):
-                raw = event.value or b""
-                dead.append({"ts": now, "reason": result.reason, "detail": result.detail,
-                             "payload": base64.b64encode(raw[:cap]).decode(), "payload_size": len(raw),
-                             **source})
-            else:
-                result.update(source)
-                rows.append(result)
+                results = [Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")]
+            for result in results:
+                if isinstance(result, Rejection):
+                    raw = event.value or b""
+                    dead.append({"ts": now, "reason": result.reason, "detail": result.detail,
+                                 "payload": base64.b64encode(raw[:cap]).decode(), "payload_size": len(raw),
+                                 **source})
+                else:
+                    result.update(source)
+                    rows.append(result)
         return rows, dead
 
     def mark_stored(self, events) -> None:

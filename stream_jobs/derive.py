@@ -76,6 +76,8 @@ def _number(event: dict, name: str, required: bool) -> float | None | Rejection:
 
 def validate(event: dict, now: float | None = None) -> dict | Rejection:
     """Check types, ranges and orderings; return normalised fields."""
+    if not isinstance(event, dict):
+        return Rejection(R.NOT_OBJECT, f"event is {type(event).__name__}, not an object")
     version = event.get("schema_version")
     if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
         return Rejection(R.UNKNOWN_VERSION, f"schema_version={version!r}; supported: {SCHEMA_VERSIONS}")
@@ -163,7 +165,7 @@ def derive(fields: dict, bucket: Bucketer) -> dict:
 
 
 def process(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None) -> dict | Rejection:
-    """The whole pure pipeline for one message value."""
+    """The whole pure pipeline for one message value holding one generation."""
     event = parse(raw, max_bytes)
     if isinstance(event, Rejection):
         return event
@@ -171,3 +173,36 @@ def process(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = No
     if isinstance(fields, Rejection):
         return fields
     return derive(fields, bucket)
+
+
+def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,
+                    max_batch: int = 10_000) -> list[dict | Rejection]:
+    """One Kafka message -> one result per generation it carries.
+
+    A message is a single generation event, or an envelope
+    {"schema_version": 1, "kind": "batch", "events": [<generation>, ...]}
+    that amortises Kafka's per-message cost (as OTLP exporters do). Each
+    inner event is validated on its own: one bad event does not sink its
+    neighbours, and its rejection detail says which index it was.
+    """
+    event = parse(raw, max_bytes)
+    if isinstance(event, Rejection):
+        return [event]
+    if event.get("kind") != "batch":
+        fields = validate(event, now)
+        return [fields if isinstance(fields, Rejection) else derive(fields, bucket)]
+    version = event.get("schema_version")
+    if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
+        return [Rejection(R.UNKNOWN_VERSION, f"envelope schema_version={version!r}")]
+    inner = event.get("events")
+    if not isinstance(inner, list) or not inner:
+        return [Rejection(R.WRONG_TYPE, "envelope 'events' must be a non-empty list")]
+    if len(inner) > max_batch or set(event) - {"schema_version", "kind", "events"}:
+        return [Rejection(R.BAD_VALUE, f"envelope must hold 1..{max_batch} events and nothing else")]
+    now = time.time() if now is None else now
+    out: list[dict | Rejection] = []
+    for i, item in enumerate(inner):
+        fields = validate(item, now)
+        out.append(Rejection(fields.reason, f"events[{i}]: {fields.detail}") if isinstance(fields, Rejection)
+                   else derive(fields, bucket))
+    return out

@@ -43,9 +43,10 @@ def expected_row(g) -> dict:
     }
 
 
-def emit(bootstrap: str, topic: str, n: int, seed: int) -> dict[str, dict]:
+def emit(bootstrap: str, topic: str, n: int, seed: int, envelope_size: int = 1) -> dict[str, dict]:
     gen = SyntheticGateway(start=time.time() - 3700, span_s=3600, seed=seed)
-    meter = Meter(bootstrap_servers=bootstrap, topic=topic, gateway="test-gw", queue_size=n + 10)
+    meter = Meter(bootstrap_servers=bootstrap, topic=topic, gateway="test-gw", queue_size=n + 10,
+                  envelope_size=envelope_size)
     sent = {}
     for i in range(n):
         g = gen.make(i / n)
@@ -160,3 +161,14 @@ def test_kill9_and_restart_store_each_generation_exactly_once(worker, pm_env):
     ids = [r["request_id"] for r in stored]
     assert len(ids) == len(set(ids)), "a generation was stored twice"
     assert set(ids) == set(sent), f"missing {len(set(sent) - set(ids))}"
+
+
+def test_envelopes_store_every_generation_once(worker, pm_env):
+    worker.start()
+    sent = emit(pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"], 5000, seed=5, envelope_size=100)
+    health = worker.wait_processed(5000)
+    assert health["accepted"] == 5000 and health["rejected"] == 0
+    assert health["consumed"] <= 60  # ~50 messages, not 5000
+    worker.stop()
+    stored = stored_rows(pm_env)
+    assert sorted(r["request_id"] for r in stored) == sorted(sent)

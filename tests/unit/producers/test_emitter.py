@@ -576,3 +576,31 @@ def test_importing_does_not_import_kafka():
 
 def test_logger_name():
     assert sender_mod.log is logging.getLogger("phasemeter.emitter")
+
+
+def test_envelopes_carry_many_generations_and_count_each(meters):
+    meter, fake = meters(envelope_size=4)
+    for i in range(10):
+        meter.record(model="m", input_tokens=i, output_tokens=2, t0=1_800_000_000.0, ttft_s=0.1, e2e_s=0.5)
+    assert meter.flush(timeout_s=5)
+    envelopes = fake.events()
+    assert [len(e["events"]) for e in envelopes] == [4, 4, 2] or sum(len(e["events"]) for e in envelopes) == 10
+    assert all(e["kind"] == "batch" and e["schema_version"] == 1 for e in envelopes)
+    assert all(key is None for _, key, _ in fake.records)
+    assert sorted(ev["input_tokens"] for e in envelopes for ev in e["events"]) == list(range(10))
+    st = meter.stats()
+    assert (st.enqueued, st.sent, st.failed, st.queued) == (10, 10, 0, 0)
+
+
+def test_envelope_delivery_failure_counts_every_generation(meters):
+    meter, fake = meters(FakeProducer(mode="fail"), envelope_size=5)
+    for i in range(7):
+        meter.record(model="m", input_tokens=i, output_tokens=2, t0=1_800_000_000.0, ttft_s=0.1, e2e_s=0.5)
+    meter.flush(timeout_s=2)
+    st = meter.stats()
+    assert (st.sent, st.failed, st.queued) == (0, 7, 0)
+
+
+def test_envelope_size_is_validated():
+    with pytest.raises(ValueError, match="envelope_size"):
+        Meter(bootstrap_servers="x:1", envelope_size=0)

@@ -145,3 +145,37 @@ def test_nulls_are_never_zero_or_inf():
         row = run(ev)
         for key in ("prefill_tps", "decode_tps", "tpot_s", "prefill_tps_uncached"):
             assert row[key] is None or (math.isfinite(row[key]) and row[key] > 0)
+
+
+def envelope(events, **over):
+    return json.dumps({"schema_version": 1, "kind": "batch", "events": events, **over}).encode()
+
+
+def test_envelope_each_event_judged_alone():
+    from phasemeter.stream_jobs.derive import process_message
+
+    good, bad = event(), event(ttft_s=9.0)
+    out = process_message(envelope([good, bad, good, "x"]), BUCKET, 1_000_000, NOW)
+    assert [type(r).__name__ for r in out] == ["dict", "Rejection", "dict", "Rejection"]
+    assert out[1].reason == R.IMPOSSIBLE_ORDER and out[1].detail.startswith("events[1]")
+    assert out[3].reason == R.NOT_OBJECT
+
+
+@pytest.mark.parametrize("raw,reason", [
+    (envelope([]), R.WRONG_TYPE),
+    (envelope("nope"), R.WRONG_TYPE),
+    (envelope([{}], schema_version=7), R.UNKNOWN_VERSION),
+    (envelope([{}], extra=1), R.BAD_VALUE),
+])
+def test_bad_envelopes_are_one_rejection(raw, reason):
+    from phasemeter.stream_jobs.derive import process_message
+
+    out = process_message(raw, BUCKET, 1_000_000, NOW)
+    assert len(out) == 1 and out[0].reason == reason
+
+
+def test_single_event_message_same_as_process():
+    from phasemeter.stream_jobs.derive import process_message
+
+    raw = json.dumps(event()).encode()
+    assert process_message(raw, BUCKET, 1_000_000, NOW) == [process(raw, BUCKET, 1_000_000, NOW)]
