@@ -29,6 +29,13 @@ def cmd_migrate(args, settings: Settings) -> int:
     done = migrate(client)
     for mig in done:
         print(f"applied {mig.version:04d}_{mig.name}")
+    from .store import load_sql
+
+    if settings.raw_ttl_days < 1:
+        raise ArgError(f"PHASEMETER_RAW_TTL_DAYS={settings.raw_ttl_days}: must be at least 1")
+    client.command(load_sql("set_raw_ttl"), parameters={"days": settings.raw_ttl_days},
+                   settings={"materialize_ttl_after_modify": 0})
+    print(f"raw generations kept {settings.raw_ttl_days} days")
     print(f"store {settings.database} is up to date ({len(done)} applied now)")
     client.close()
     return 0

@@ -53,7 +53,7 @@ class Settings:
                                 "Larger raw events are dead-lettered as 'oversize'.")
     dlq_payload_bytes: int = _f(4096, "PHASEMETER_DLQ_PAYLOAD_BYTES",
                                 "How many bytes of a rejected event the dead-letter record keeps.")
-    raw_ttl_days: int = _f(90, "PHASEMETER_RAW_TTL_DAYS", "Retention of raw generation rows (applied at migrate).")
+    raw_ttl_days: int = _f(90, "PHASEMETER_RAW_TTL_DAYS", "Days raw generation rows are kept (set by `phasemeter migrate`).")
 
     # -- construction -----------------------------------------------------
     @classmethod

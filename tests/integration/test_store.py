@@ -53,3 +53,19 @@ def test_filters_are_bound_not_spliced(tmp_path, capsys):
         assert '"rows": []' in capsys.readouterr().out
     assert main(["migrate", "--status", *base]) == 0  # tables still there
     assert "0 pending" in capsys.readouterr().out
+
+
+def test_migrate_sets_raw_retention_from_settings(tmp_path, capsys, monkeypatch):
+    from phasemeter.cli import main
+
+    assert main(["migrate", "--data-dir", str(tmp_path / "d"), "--database", "ttl"]) == 0
+    monkeypatch.setenv("PHASEMETER_RAW_TTL_DAYS", "7")
+    assert main(["migrate", "--data-dir", str(tmp_path / "d"), "--database", "ttl"]) == 0
+    assert "kept 7 days" in capsys.readouterr().out
+    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/d/store")
+    try:
+        ddl = c.query("SELECT create_table_query FROM system.tables WHERE database = 'ttl' "
+                      "AND name = 'generations'").result_rows[0][0]
+    finally:
+        c.close()
+    assert "toIntervalDay(_CAST(7, 'UInt32'))" in ddl or "toIntervalDay(7)" in ddl
