@@ -1,0 +1,40 @@
+"""docker-compose.yml and the Dockerfile cannot run here (no Docker engine),
+so check what can be checked: structure, paths and setting names."""
+
+import dataclasses
+import re
+from pathlib import Path
+
+import yaml
+
+from phasemeter.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+KNOWN_ENV = {f.metadata["env"] for f in dataclasses.fields(Settings)}
+
+
+def test_compose_services_and_settings_names():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"kafka", "clickhouse", "migrate", "worker", "grafana"}
+    assert services["kafka"]["image"].startswith("apache/kafka:4.")
+    assert services["clickhouse"]["image"].startswith("clickhouse/clickhouse-server:")
+    for name in ("migrate", "worker"):
+        assert set(services[name]["environment"]) <= KNOWN_ENV, name
+    # Published ports stay on the host's loopback.
+    for svc in services.values():
+        for port in svc.get("ports", []):
+            assert port.startswith("127.0.0.1:"), port
+    for svc in services.values():
+        for vol in svc.get("volumes", []):
+            src = vol.split(":")[0]
+            if src.startswith("./"):
+                assert (ROOT / src).exists(), src
+
+
+def test_dockerfile_copies_existing_paths():
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        m = re.match(r"COPY (.+) \S+$", line)
+        if m:
+            for src in m.group(1).split():
+                assert (ROOT / src).exists(), src
