@@ -61,7 +61,17 @@ def cmd_worker(args, settings: Settings) -> int:
     from .kafka_local import bootstrap_servers, ensure_topics
     from .remote import clear_state, write_state
 
-    client = open_migrated_store(settings)
+    from .store import StoreError
+
+    try:
+        client = open_migrated_store(settings)
+    except StoreError as exc:
+        if "pending migration" in str(exc):
+            raise
+        # Down or locked (chDB held by another process): start anyway, paused;
+        # the sink keeps retrying and /health says why.
+        print(f"phasemeter worker: {exc}; starting paused, will retry", file=sys.stderr)
+        client = None
     ensure_topics(bootstrap_servers(settings), [settings.topic, settings.dlq_topic],
                   settings.topic_partitions, settings.kafka_client_config())
     app = create_app(settings, client)

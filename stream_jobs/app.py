@@ -36,13 +36,54 @@ class Pipeline:
         self.sink = sink
         self.bucket = Bucketer(parse_edges(settings.bucket_edges))
         self.stored: dict[int, int] | None = None  # partition -> highest stored offset
-        self.consumed = self.skipped = self.accepted = self.rejected = 0
+        self.exact: dict[int, set[int]] = {}  # partition -> stored offsets at/below that max
+        self.consumed = self.skipped = self.accepted = self.rejected = self.duplicates = 0
         self.started = time.time()
         self.last_batch_at: float | None = None
 
     def forget_offsets(self) -> None:
         """After a rebalance another worker may have stored more: re-read."""
         self.stored = None
+        self.exact = {}
+
+    def _already_stored(self, events) -> set[tuple[int, int]]:
+        """(partition, offset) of re-delivered records that are in the store.
+
+        Records above a partition's stored maximum are new. At or below it, the
+        first batch after (re)assignment asks the store which exact offsets it
+        holds, so a batch that was only partly stored is completed, not skipped.
+        """
+        lows: dict[int, int] = {}
+        for event in events:
+            p, o = event.message.partition, event.message.offset
+            if o <= self.stored.get(p, -1) and p not in self.exact:
+                lows[p] = min(lows.get(p, o), o)
+        for p, lo in lows.items():
+            self.exact[p] = self.sink.stored_in_range(self.settings.topic, p, lo, self.stored[p])
+        return {(e.message.partition, e.message.offset) for e in events
+                if e.message.offset <= self.stored.get(e.message.partition, -1)
+                and e.message.offset in self.exact.get(e.message.partition, ())}
+
+    def _drop_duplicates(self, rows: list[dict], dead: list[dict], now: float) -> list[dict]:
+        """A generation whose request_id is already stored (or earlier in this
+        batch) is a duplicate delivery from the gateway: dead-letter it."""
+        if not rows:
+            return rows
+        ts = [r["ts"] for r in rows]
+        ids = list({r["request_id"] for r in rows})
+        seen = self.sink.existing_request_ids(self.settings.topic, ids, min(ts) - 0.002, max(ts) + 0.002)
+        kept = []
+        for row in rows:
+            if row["request_id"] in seen:
+                dead.append({"ts": now, "reason": R.DUPLICATE,
+                             "detail": f"request_id {row['request_id'][:128]} already stored",
+                             "payload": "", "payload_size": 0,
+                             **{k: row[k] for k in ("src_topic", "src_partition", "src_offset")}})
+                self.duplicates += 1
+            else:
+                seen.add(row["request_id"])
+                kept.append(row)
+        return kept
 
     def split(self, events) -> tuple[list[dict], list[dict]]:
         if self.stored is None:
@@ -50,9 +91,10 @@ class Pipeline:
         rows, dead = [], []
         now = time.time()
         cap = self.settings.dlq_payload_bytes
+        stored = self._already_stored(events)
         for event in events:
             msg = event.message
-            if msg.offset <= self.stored.get(msg.partition, -1):
+            if (msg.partition, msg.offset) in stored:
                 self.skipped += 1  # stored before a crash/rebalance: already counted
                 continue
             source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
@@ -70,9 +112,11 @@ class Pipeline:
                 else:
                     result.update(source)
                     rows.append(result)
-        return rows, dead
+        return self._drop_duplicates(rows, dead, now), dead
 
     def mark_stored(self, events) -> None:
+        if self.stored is None:
+            return
         for event in events:
             msg = event.message
             if msg.offset > self.stored.get(msg.partition, -1):
@@ -83,7 +127,8 @@ class Pipeline:
             "status": "paused" if self.sink.paused_reason else "ok",
             "paused_reason": self.sink.paused_reason,
             "consumed": self.consumed, "accepted": self.accepted, "rejected": self.rejected,
-            "skipped_redelivered": self.skipped, "store_retries": self.sink.retries,
+            "skipped_redelivered": self.skipped, "duplicates": self.duplicates,
+            "store_retries": self.sink.retries,
             "uptime_s": round(time.time() - self.started, 1), "last_batch_at": self.last_batch_at,
         }
 
@@ -100,6 +145,18 @@ def _broker_credentials(settings: Settings):
                                      mechanism=settings.kafka_sasl_mechanism or "PLAIN",
                                      ssl_context=ssl_context)
     return faust.SSLCredentials(ssl_context)
+
+
+def open_store_for_worker(settings: Settings):
+    """Connect and refuse to write into an un-migrated store."""
+    from phasemeter.migrate import pending
+
+    client = connect(settings)
+    todo = pending(client)
+    if todo:
+        client.close()
+        raise RuntimeError(f"{len(todo)} pending migration(s): run `phasemeter migrate`")
+    return client
 
 
 def create_app(settings: Settings, client=None) -> faust.App:
@@ -122,7 +179,8 @@ def create_app(settings: Settings, client=None) -> faust.App:
         producer_max_request_size=max(1_048_576, settings.max_message_bytes + 65_536),
         web_enabled=True,
     )
-    sink = Sink(client or connect(settings), settings.store_dsn)
+    sink = Sink((lambda: client) if client is not None else (lambda: open_store_for_worker(settings)),
+                settings.store_dsn)
     pipeline = Pipeline(settings, sink)
     app.phasemeter_pipeline = pipeline  # for views, tests and the CLI
     raw = app.topic(settings.topic, key_type=bytes, value_type=bytes,

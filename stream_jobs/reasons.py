@@ -16,8 +16,9 @@ NEGATIVE = "negative"                # a negative count or duration
 ABSURD = "absurd"                    # > 10M tokens, a duration over a day, t0 outside 2000..now+1d
 IMPOSSIBLE_ORDER = "impossible_order"  # t_first < t0, t_end < t_first, t_scheduled > t_first
 INCONSISTENT = "inconsistent"        # output tokens without a first token, cached > input
+DUPLICATE = "duplicate"              # request_id already stored: the gateway sent it twice
 INTERNAL = "internal_error"          # a bug of ours hit this event; kept, not lost, not looping
 
 ALL = (OVERSIZE, NOT_UTF8, MALFORMED_JSON, NOT_OBJECT, UNKNOWN_VERSION, BAD_KIND, MISSING_FIELD,
        UNKNOWN_FIELD, WRONG_TYPE, BAD_VALUE, NOT_FINITE, NEGATIVE, ABSURD, IMPOSSIBLE_ORDER,
-       INCONSISTENT, INTERNAL)
+       INCONSISTENT, DUPLICATE, INTERNAL)

@@ -47,36 +47,70 @@ def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
     return df
 
 
-class Sink:
-    """Owns the store client; `write` retries with capped backoff, never drops."""
+class StoreUnavailable(RuntimeError):
+    pass
 
-    def __init__(self, client, dsn: str, max_backoff_s: float = 30.0):
-        self.client = client
+
+class Sink:
+    """Owns the store client; every call retries with capped backoff, never drops.
+
+    `connect` opens the client; it is called lazily and again after a
+    failure, so a worker can start while the store is down or locked (chDB
+    held by another process) and resume when it comes back.
+    """
+
+    def __init__(self, connect, dsn: str, max_backoff_s: float = 30.0):
+        self._connect = connect
         self.dsn = dsn
         self.max_backoff_s = max_backoff_s
         self.lock = threading.Lock()  # one statement at a time on the client
-        self.runner = DirectRunner(client, self.lock)  # reads share the lock
+        self._connect_lock = threading.Lock()
+        self.client = None
+        self._runner: DirectRunner | None = None
         self.paused_reason: str | None = None
-        self.rows_written = 0
-        self.dead_written = 0
-        self.retries = 0
+        self.rows_written = self.dead_written = self.retries = 0
 
-    def write(self, rows: list[dict], dead: list[dict]) -> None:
-        """Insert both kinds; blocks (retrying) until the store accepted them."""
+    @property
+    def runner(self) -> DirectRunner:
+        """Reads for the web API; they share the write lock."""
+        if self._runner is None:
+            try:
+                self._ensure()
+            except Exception as exc:
+                raise StoreUnavailable(redact(str(exc))[:300]) from None
+        return self._runner
+
+    def _ensure(self):
+        with self._connect_lock:  # the web thread and the agent may both get here first
+            if self.client is None:
+                self.client = self._connect()
+                self._runner = DirectRunner(self.client, self.lock)
+        return self.client
+
+    def retrying(self, what: str, fn, *args):
+        """Run fn(client, *args) until it succeeds; backpressure, never loss."""
         backoff = 0.2
         while True:
             try:
-                self._insert(rows, dead)
+                result = fn(self._ensure(), *args)
                 self.paused_reason = None
-                return
+                return result
             except Exception as exc:  # store down/locked: pause, keep the batch
                 self.retries += 1
-                self.paused_reason = f"store write failed: {redact(str(exc))[:300]}"
+                self.paused_reason = f"{what} failed: {redact(str(exc))[:300]}"
                 log.warning("%s; retrying in %.1fs", self.paused_reason, backoff)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff_s)
 
-    def _insert(self, rows: list[dict], dead: list[dict]) -> None:
+    def write(self, rows: list[dict], dead: list[dict]) -> None:
+        """Insert both kinds; blocks (retrying) until the store accepted them.
+        A retry re-sends the same rows with the same tokens, so a half-landed
+        attempt is not stored twice."""
+        self.retrying("store write", self._insert, rows, dead)
+        self.rows_written += len(rows)
+        self.dead_written += len(dead)
+
+    def _insert(self, client, rows: list[dict], dead: list[dict]) -> None:
         with self.lock:
             for table, items, columns in (("generations", rows, ROW_COLUMNS),
                                           ("dead_letters", dead, DLQ_COLUMNS)):
@@ -84,12 +118,21 @@ class Sink:
                     continue
                 token = batch_token(table, [(r["src_topic"], r["src_partition"], r["src_offset"])
                                             for r in items])
-                self.client.insert_df(table, _frame(items, columns), settings={
+                client.insert_df(table, _frame(items, columns), settings={
                     "insert_deduplication_token": token,
                     "deduplicate_blocks_in_dependent_materialized_views": 1,
                 })
-        self.rows_written += len(rows)
-        self.dead_written += len(dead)
+
+    def _read(self, client, fn, *args):
+        return fn(DirectRunner(client, self.lock), *args)
 
     def stored_offsets(self, topic: str) -> dict[int, int]:
-        return queries.stored_offsets(self.runner, topic)
+        return self.retrying("reading stored offsets", self._read, queries.stored_offsets, topic)
+
+    def stored_in_range(self, topic: str, partition: int, lo: int, hi: int) -> set[int]:
+        return self.retrying("reading stored offsets", self._read, queries.stored_in_range,
+                             topic, partition, lo, hi)
+
+    def existing_request_ids(self, topic: str, ids: list[str], lo: float, hi: float) -> set[str]:
+        return self.retrying("checking duplicates", self._read, queries.existing_request_ids,
+                             topic, ids, lo, hi)

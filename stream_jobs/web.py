@@ -17,7 +17,6 @@ from phasemeter.store import is_read_only, load_sql
 
 
 def register_views(app, settings, pipeline, sink) -> None:
-    runner = sink.runner  # shares the sink's lock: one statement at a time
 
     @app.page("/health")
     class Health(View):
@@ -36,6 +35,10 @@ def register_views(app, settings, pipeline, sink) -> None:
                 params = decode_params(request.query.get("params", "{}"))
             except ValueError as exc:
                 return self.json({"error": f"bad params: {exc}"}, status=400)
+            try:
+                runner = sink.runner  # shares the sink's lock: one statement at a time
+            except RuntimeError as exc:  # store down or locked: say so, don't hang
+                return self.json({"error": f"store unavailable: {exc}"}, status=503)
             loop = asyncio.get_running_loop()
             try:
                 df = await loop.run_in_executor(None, runner.df, name, params)
