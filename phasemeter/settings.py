@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 
 def _f(default, env: str, doc: str, secret: bool = False):
@@ -35,6 +35,9 @@ class Settings:
     topic_partitions: int = _f(4, "PHASEMETER_TOPIC_PARTITIONS",
                                "Partitions when phasemeter creates the topics (key = request_id).")
     group_id: str = _f("phasemeter-worker", "PHASEMETER_GROUP_ID", "Kafka consumer group of the workers.")
+    kafka_session_timeout_s: float = _f(
+        30.0, "PHASEMETER_SESSION_TIMEOUT_S",
+        "Consumer session timeout: how long a dead worker keeps its partitions before a rebalance.")
     clickhouse_url: str = _f(
         "", "CLICKHOUSE_URL",
         "Store DSN: chdb:///abs/path (embedded) or http(s)://user:pass@host:8123/db. Empty: chdb under the data dir.",
@@ -101,7 +104,7 @@ class Settings:
         rows = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            shown = redact(str(value)) if f.metadata["secret"] else str(value)
+            shown = mask_secret(str(value)) if f.metadata["secret"] else str(value)
             rows.append((f.metadata["env"], shown, f.metadata["doc"]))
         return rows
 
@@ -114,12 +117,16 @@ def _coerce(f: dataclasses.Field, raw: str):
         raise ValueError(f"{f.metadata['env']}={raw!r} is not a valid {kind.__name__}") from None
 
 
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^@\s]*@")
+
+
 def redact(text: str) -> str:
-    """Mask the password of a URL-shaped value (and a bare secret entirely)."""
-    if "://" not in text:
-        return "***" if text else ""
-    parts = urlsplit(text)
-    if parts.password is None:
-        return text
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """Mask URL passwords anywhere in a text (error messages embed DSNs)."""
+    return _URL_PASSWORD.sub(r"\1***@", text)
+
+
+def mask_secret(value: str) -> str:
+    """A secret setting for display: URLs keep their shape, bare secrets vanish."""
+    if not value:
+        return ""
+    return redact(value) if "://" in value else "***"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from importlib import resources
+from urllib.parse import urlsplit
 
 from .settings import Settings, redact
 
@@ -34,7 +35,10 @@ def connect(settings: Settings, database: str | None = "", **kwargs):
             client.database = db
         return client
     except Exception as exc:  # never echo credentials embedded in the DSN
-        msg = str(exc).replace(dsn, redact(dsn))
+        msg = redact(str(exc))
+        password = urlsplit(dsn).password
+        if password:
+            msg = msg.replace(password, "***")
         raise StoreError(f"cannot open store {redact(dsn)}: {msg[:500]}") from None
 
 

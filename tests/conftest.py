@@ -21,16 +21,21 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory):
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if external:
-        yield external
+def kafka_broker(tmp_path_factory):
+    """The session's LocalBroker, or None when KAFKA_BOOTSTRAP_SERVERS names a cluster."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        yield None
         return
     from phasemeter.kafka_local import LocalBroker
 
     broker = LocalBroker(tmp_path_factory.mktemp("kafka")).start(log=lambda m: None)
-    yield broker.bootstrap
+    yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker):
+    return kafka_broker.bootstrap if kafka_broker else os.environ["KAFKA_BOOTSTRAP_SERVERS"]
 
 
 class WorkerProc:
@@ -104,7 +109,7 @@ def pm_env(kafka_bootstrap, tmp_path):
            "PHASEMETER_TOPIC": f"gen-{tag}", "PHASEMETER_DLQ_TOPIC": f"gen-{tag}.dlq",
            "PHASEMETER_GROUP_ID": f"grp-{tag}", "PHASEMETER_DATABASE": f"db_{tag}",
            "PHASEMETER_DATA_DIR": str(tmp_path / "data"), "PHASEMETER_WEB_PORT": str(port),
-           "PHASEMETER_BATCH_SECONDS": "0.5"}
+           "PHASEMETER_BATCH_SECONDS": "0.5", "PHASEMETER_SESSION_TIMEOUT_S": "6"}
     env.pop("CLICKHOUSE_URL", None)
     return env
 

@@ -1,0 +1,68 @@
+"""The poison corpus: distinct kinds of bad input, each with the reason code
+the worker must give it. Shared by the unit tests (pure pipeline) and the
+integration test that pushes every item through the real broker and worker.
+"""
+
+import json
+import time
+
+from phasemeter.stream_jobs import reasons as R
+
+NOW_REF = time.time()  # valid apart from their one flaw, also for a real worker
+
+
+def event(**over):
+    base = {"schema_version": 1, "kind": "generation", "request_id": "r1", "model": "m",
+            "t0": NOW_REF - 60, "ttft_s": 0.5, "e2e_s": 2.5, "input_tokens": 1000, "output_tokens": 101}
+    base.update(over)
+    return {k: v for k, v in base.items() if v is not ...}
+
+
+def as_bytes(payload) -> bytes:
+    return payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+
+
+POISON = [
+    ("oversize", b"{" + b" " * 1_000_001 + b"}", R.OVERSIZE),
+    ("not utf8", b"\xff\xfe{}", R.NOT_UTF8),
+    ("malformed", b"{\"a\": ", R.MALFORMED_JSON),
+    ("empty bytes", b"", R.MALFORMED_JSON),
+    ("array", b"[1,2]", R.NOT_OBJECT),
+    ("number", b"42", R.NOT_OBJECT),
+    ("null", b"null", R.NOT_OBJECT),
+    ("unknown version", event(schema_version=2), R.UNKNOWN_VERSION),
+    ("version as string", event(schema_version="1"), R.UNKNOWN_VERSION),
+    ("version bool", event(schema_version=True), R.UNKNOWN_VERSION),
+    ("missing version", event(schema_version=...), R.UNKNOWN_VERSION),
+    ("bad kind", event(kind="start"), R.BAD_KIND),
+    ("missing model", event(model=...), R.MISSING_FIELD),
+    ("missing t0", event(t0=...), R.MISSING_FIELD),
+    ("missing e2e", event(e2e_s=...), R.MISSING_FIELD),
+    ("missing input tokens", event(input_tokens=...), R.MISSING_FIELD),
+    ("prompt text smuggled", event(prompt="secret text"), R.UNKNOWN_FIELD),
+    ("model not string", event(model=5), R.WRONG_TYPE),
+    ("tokens as string", event(input_tokens="1000"), R.WRONG_TYPE),
+    ("tokens float", event(input_tokens=10.5), R.WRONG_TYPE),
+    ("tokens bool", event(output_tokens=True), R.WRONG_TYPE),
+    ("ttft string", event(ttft_s="0.5"), R.WRONG_TYPE),
+    ("empty model", event(model=""), R.BAD_VALUE),
+    ("huge model name", event(model="m" * 201), R.BAD_VALUE),
+    ("bad status", event(status="weird"), R.BAD_VALUE),
+    ("NaN ttft", b'{"schema_version":1,"kind":"generation","request_id":"r","model":"m","t0":1799999000,'
+                 b'"ttft_s":NaN,"e2e_s":1,"input_tokens":1,"output_tokens":1}', R.NOT_FINITE),
+    ("Infinity e2e", b'{"schema_version":1,"kind":"generation","request_id":"r","model":"m","t0":1799999000,'
+                     b'"ttft_s":0.1,"e2e_s":Infinity,"input_tokens":1,"output_tokens":1}', R.NOT_FINITE),
+    ("negative tokens", event(output_tokens=-1), R.NEGATIVE),
+    ("too many tokens", event(input_tokens=10_000_001), R.ABSURD),
+    ("huge integer", event(input_tokens=10**40), R.ABSURD),
+    ("duration over a day", event(e2e_s=90_000.0), R.ABSURD),
+    ("t0 in ms", event(t0=NOW_REF * 1000), R.ABSURD),
+    ("t0 zero", event(t0=0), R.ABSURD),
+    ("t_first before t0", event(ttft_s=-0.1), R.IMPOSSIBLE_ORDER),
+    ("t_end before t_first", event(ttft_s=3.0, e2e_s=2.0), R.IMPOSSIBLE_ORDER),
+    ("scheduled after first token", event(queue_s=1.0), R.IMPOSSIBLE_ORDER),
+    ("tokens without first token", event(ttft_s=None, output_tokens=5), R.INCONSISTENT),
+    ("cached above input", event(cached_input_tokens=1001), R.INCONSISTENT),
+]
+
+
