@@ -8,7 +8,6 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade "pip>=24,<27"
 	$(BIN)/pip install -q -c constraints.txt -e ".[all]"
 	touch $(STAMP)
 
