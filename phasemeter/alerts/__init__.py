@@ -1,0 +1,126 @@
+"""Per-phase regression alerts (prefill / decode) with runbook routing.
+
+The glue between the rules, the store and the pure evaluation: one
+`alert_window` query per distinct (window, baseline, percentile) and time
+point, shared by every rule that asks the same thing (the default prefill and
+decode rules share one query, since it returns both phases).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from .evaluate import FIRING, Result, evaluate, order, table
+from .rules import RuleSet, load_rules, override
+
+__all__ = ["check", "backtest", "episodes", "demo_check", "load_rules", "override", "Result", "Episode"]
+MAX_POINTS = 2000
+
+
+def _ms(epoch_s: float) -> int:
+    return int(round(epoch_s * 1000))
+
+
+def window_params(rule, at: datetime, models) -> dict:
+    """Typed params of sql/alert_window.sql for a rule evaluated at `at`."""
+    end = at.timestamp()
+    start = end - rule.window_s
+    spans = rule.baseline.spans(start, end)
+    lo = min(s for s, _ in spans)
+    utc = timezone.utc
+    return {"cur_start": datetime.fromtimestamp(start, utc), "cur_end": datetime.fromtimestamp(end, utc),
+            "lo": datetime.fromtimestamp(lo, utc), "base_starts_ms": [_ms(s) for s, _ in spans],
+            "base_span_ms": _ms(rule.baseline.duration_s), "q": rule.percentile / 100.0,
+            "models": list(models or [])}
+
+
+def check(runner, ruleset: RuleSet, at: datetime, models=(), buckets=(), bucket_labels=()) -> list[Result]:
+    """Evaluate every rule at `at` (window ends there; naive = UTC)."""
+    at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    frames: dict = {}
+    results: list[Result] = []
+    for rule in ruleset.rules:
+        key = (rule.window_s, rule.baseline, rule.percentile)
+        if key not in frames:
+            frames[key] = runner.df("alert_window", window_params(rule, at, models))
+        results += evaluate(rule, frames[key], at, tuple(buckets))
+    return order(results, list(bucket_labels), [r.name for r in ruleset.rules])
+
+
+@dataclass(frozen=True)
+class Episode:
+    rule: str
+    phase: str
+    model: str
+    bucket: str
+    started: datetime          # first evaluation point that fired (rising edge)
+    ended: datetime | None     # first point after it that did not fire; None = still firing
+    points: int                # evaluation points firing in a row
+    worst_change: float        # the deepest drop seen during the episode
+
+    def duration_s(self, last: datetime) -> float:
+        return ((self.ended or last) - self.started).total_seconds()
+
+
+def episodes(series: list[tuple[datetime, list[Result]]]) -> list[Episode]:
+    """Rising edges and durations from results at successive points. A point
+    without data (insufficient) ends an episode: the alert would have resolved."""
+    open_: dict[tuple, list] = {}
+    done: list[Episode] = []
+
+    def close(key, ended):
+        started, n, worst, phase = open_.pop(key)
+        done.append(Episode(key[0], phase, key[1], key[2], started, ended, n, worst))
+
+    for at, results in series:
+        firing = {(r.rule.name, r.model, r.bucket): r for r in results if r.state == FIRING}
+        for key in [k for k in open_ if k not in firing]:
+            close(key, at)
+        for key, r in firing.items():
+            if key in open_:
+                ep = open_[key]
+                ep[1], ep[2] = ep[1] + 1, min(ep[2], r.change)
+            else:
+                open_[key] = [at, 1, r.change, r.rule.phase]
+    for key in list(open_):
+        close(key, None)
+    return sorted(done, key=lambda e: (e.started, e.rule, e.model, e.bucket))
+
+
+def backtest(runner, ruleset: RuleSet, start: datetime, end: datetime, every_s: float, models=(),
+             buckets=(), bucket_labels=()) -> tuple[list[datetime], list[Episode]]:
+    """Replay the rules at start, start+every, ... <= end."""
+    count = int((end - start).total_seconds() // every_s) + 1
+    if count > MAX_POINTS:
+        raise ValueError(f"--every {every_s:g}s gives {count} evaluation points over --from..--to; "
+                         f"at most {MAX_POINTS}: use a longer --every or a shorter range")
+    points = [start + timedelta(seconds=i * every_s) for i in range(count)]
+    series = [(at, check(runner, ruleset, at, models, buckets, bucket_labels)) for at in points]
+    return points, episodes(series)
+
+
+def demo_check(runner, settings, at: datetime | None = None) -> str:
+    """The demo's last step: default rules with a 30 min baseline (the demo has one
+    hour of history, too short for the 24h default), evaluated at `at`.
+
+    Without `at`: 6 min before the newest stored row. The synthetic gateway
+    regresses at 65% of its hour, i.e. 21 min before its last row, so the 15 min
+    window [last-21m, last-6m) is all regressed and the baseline before it is clean.
+    """
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    ruleset = override(load_rules(), baseline={"kind": "previous", "duration": "30m"})
+    if at is None:
+        now = datetime.now(timezone.utc)
+        seen = runner.df("summary", {"start": now - timedelta(hours=3), "end": now + timedelta(minutes=5)})
+        if seen.empty:
+            return "alerts: no generations in the last 3 hours, nothing to evaluate"
+        last = seen["last_ts"].max()
+        last = last.tz_localize("UTC") if last.tzinfo is None else last
+        at = last.to_pydatetime() - timedelta(minutes=6)
+    results = check(runner, ruleset, at, bucket_labels=labels(parse_edges(settings.bucket_edges)))
+    fired = sum(r.state == FIRING for r in results)
+    head = (f"alerts at {at:%Y-%m-%d %H:%M:%S} UTC (window 15m, baseline: previous 30m; "
+            f"{fired} firing)")
+    return head + "\n" + table(results)

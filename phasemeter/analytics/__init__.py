@@ -1,0 +1,23 @@
+"""Percentile analytics at scale (GitHub issue 4).
+
+* `fetch(args, settings) -> (DataFrame, meta)`: bands or latency, exact or
+  rollup path chosen automatically (meta["path"], meta["method"]).
+* `run_query(runner, start, end, step_s, ...)`: the same without argparse.
+* `render(df, fmt, meta)`, `write_chart(df, meta, out)`: text and charts
+  (`.html` -> phasemeter.charts_html, else PNG).
+* `backfill(client, start, end)`: fill the per-minute rollup from raw rows.
+
+Attributes load lazily, so `phasemeter --help` does not import pandas.
+"""
+
+from importlib import import_module
+
+_WHERE = {"fetch": "core", "run_query": "core", "LATENCY_COLUMNS": "core", "render": "present",
+          "write_chart": "present", "backfill": "backfill", "choose_path": "paths", "PathChoice": "paths"}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
