@@ -11,6 +11,7 @@ only to place the event in time.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -134,7 +135,11 @@ class Generation:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if not self._done:
-            self._emit(0, "cancelled" if exc_type is None else "error", None)
+            # A client disconnect surfaces as CancelledError (asyncio servers) or
+            # GeneratorExit (a closed streaming generator): that is a cancel,
+            # not a server error.
+            cancelled = exc_type is None or issubclass(exc_type, (GeneratorExit, asyncio.CancelledError))
+            self._emit(0, "cancelled" if cancelled else "error", None)
         return False  # never swallow the caller's exception
 
 

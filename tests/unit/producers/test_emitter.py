@@ -604,3 +604,14 @@ def test_envelope_delivery_failure_counts_every_generation(meters):
 def test_envelope_size_is_validated():
     with pytest.raises(ValueError, match="envelope_size"):
         Meter(bootstrap_servers="x:1", envelope_size=0)
+
+
+@pytest.mark.parametrize("exc_type", [GeneratorExit, __import__("asyncio").CancelledError])
+def test_client_disconnect_is_cancelled_not_error(meters, exc_type):
+    meter, fake = meters()
+    with pytest.raises(exc_type):
+        with meter.generation(model="m", input_tokens=5) as g:
+            g.first_token()
+            raise exc_type()
+    assert meter.flush(timeout_s=5)
+    assert fake.events()[-1]["status"] == "cancelled"
