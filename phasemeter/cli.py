@@ -94,7 +94,7 @@ def _glue_relative_times(argv: list[str]) -> list[str]:
     """Let `--from -2h` work: argparse would read -2h as an option."""
     out, i = [], 0
     while i < len(argv):
-        if argv[i] in ("--from", "--to") and i + 1 < len(argv) and argv[i + 1][:1] == "-":
+        if argv[i] in ("--from", "--to", "--at") and i + 1 < len(argv) and argv[i + 1][:1] == "-":
             out.append(f"{argv[i]}={argv[i + 1]}")
             i += 2
         else:

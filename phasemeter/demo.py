@@ -180,3 +180,9 @@ def show_results(settings: Settings, url: str, out: Path) -> None:
     png = render_bands_png(fine, out / "bands.png", bucket_order=order,
                            title="phasemeter demo — prefill of long prompts regresses, decode stays flat")
     _say(f"wrote {png} and {out / 'bands.csv'} (step {step}s)")
+    from .alerts import demo_check
+
+    _say("alerts check (per phase, routed to its runbook):")
+    text = demo_check(runner, settings)
+    print(text)
+    (out / "alerts.txt").write_text(text + "\n")

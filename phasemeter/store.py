@@ -66,4 +66,5 @@ def is_read_only(sql: str) -> bool:
     if not code:
         return False
     first = code[0].split(None, 1)[0].upper()
-    return first in ("SELECT", "WITH") and ";" not in sql.rstrip().rstrip(";")
+    body = "\n".join(code).rstrip().rstrip(";")
+    return first in ("SELECT", "WITH") and ";" not in body

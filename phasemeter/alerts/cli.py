@@ -1,0 +1,129 @@
+"""`phasemeter alerts check|backtest`: registered by phasemeter.cli.
+
+Exit codes of `check` are the contract for cron/CI callers: 0 nothing firing,
+1 firing, 2 error (bad flag or rules file, store or worker unreachable,
+webhook down). Operational failures are printed as one line, no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+
+from phasemeter.timeparse import parse_duration, parse_time, window
+
+from . import backtest, check
+from .evaluate import FIRING, as_dict, table
+from .rules import load_rules
+
+
+def _flags(p, common) -> None:
+    common(p)
+    p.add_argument("--rules", help="rules TOML file (default: the shipped default_rules.toml)")
+    p.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
+    p.add_argument("--bucket", action="append", default=[], help="only this input bucket (repeatable)")
+    p.add_argument("--via", help="worker URL to ask (default: found from the data dir when it runs)")
+    p.add_argument("--format", default="table", choices=["table", "json"])
+
+
+def register(sub, common, window_flags) -> None:
+    # window_flags is not used: --step/--from have other meanings here (--at, --every).
+    alerts = sub.add_parser("alerts", help="per-phase slow-tail regression alerts (prefill / decode)")
+    verbs = alerts.add_subparsers(dest="alerts_command", required=True)
+    p = verbs.add_parser("check", help="evaluate every rule now (or --at); exit 0 ok, 1 firing, 2 error")
+    _flags(p, common)
+    p.add_argument("--at", default="now", help="evaluation time: 'now', ISO, or relative as --at=-2h (default now)")
+    p.add_argument("--webhook", help="POST firing alerts here in Alertmanager webhook format")
+    p.add_argument("--external-url", default="", help="externalURL / generatorURL in webhook payloads")
+    p.set_defaults(func=cmd_check)
+    p = verbs.add_parser("backtest", help="replay the rules over history: when would they have fired")
+    _flags(p, common)
+    p.add_argument("--from", dest="start", default="-24h", help="'now', -24h or ISO (default -24h)")
+    p.add_argument("--to", dest="end", default="now", help="default now")
+    p.add_argument("--every", default="15m", help="evaluation interval (default 15m)")
+    p.set_defaults(func=cmd_backtest)
+
+
+def _labels(settings) -> list[str]:
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    return labels(parse_edges(settings.bucket_edges))
+
+
+def _guarded(run):
+    """Store/worker/webhook failures -> one line and exit 2 (1 means firing)."""
+    def handler(args, settings) -> int:
+        try:
+            return run(args, settings)
+        except RuntimeError as exc:
+            print(f"phasemeter alerts {args.alerts_command}: error: {exc}", file=sys.stderr)
+            return 2
+    return handler
+
+
+def _runner(settings, args):
+    from phasemeter.runner import open_runner
+
+    return open_runner(settings, args.via)
+
+
+@_guarded
+def cmd_check(args, settings) -> int:
+    from .webhook import deliver, safe_url
+
+    ruleset = load_rules(args.rules)
+    at = parse_time(args.at, "--at").astimezone(timezone.utc)
+    runner = _runner(settings, args)
+    try:
+        results = check(runner, ruleset, at, args.model, args.bucket, _labels(settings))
+    finally:
+        runner.close()
+    firing = [r for r in results if r.state == FIRING]
+    if args.format == "json":
+        print(json.dumps({"at": at.isoformat(), "firing": len(firing),
+                          "results": [as_dict(r) for r in results]}, indent=2))
+    else:
+        print(f"# alerts at {at:%Y-%m-%d %H:%M:%S} UTC; throughput slow tail (low percentile); "
+              f"{len(firing)} firing")
+        print(table(results))
+    if args.webhook and firing:
+        sent = deliver(args.webhook, firing, ruleset.runbook_url, args.external_url)
+        print(f"webhook: delivered {sent} message(s) to {safe_url(args.webhook)}", file=sys.stderr)
+    return 1 if firing else 0
+
+
+@_guarded
+def cmd_backtest(args, settings) -> int:
+    ruleset = load_rules(args.rules)
+    start, end = window(args.start, args.end)
+    every_s = parse_duration(args.every, "--every")
+    runner = _runner(settings, args)
+    try:
+        points, eps = backtest(runner, ruleset, start, end, every_s, args.model, args.bucket, _labels(settings))
+    finally:
+        runner.close()
+    last = points[-1]
+    rows = [{"rule": e.rule, "phase": e.phase, "model": e.model, "input_bucket": e.bucket,
+             "started": e.started.isoformat(), "ended": e.ended.isoformat() if e.ended else None,
+             "duration_s": e.duration_s(last), "points": e.points,
+             "worst_change_pct": round(100 * e.worst_change, 2)} for e in eps]
+    if args.format == "json":
+        print(json.dumps({"from": start.isoformat(), "to": end.isoformat(), "every_s": every_s,
+                          "points": len(points), "episodes": rows}, indent=2))
+        return 0
+    print(f"# backtest {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC every {args.every}: "
+          f"{len(points)} evaluation points, {len(eps)} firing episode(s)")
+    head = ["rule", "model", "bucket", "fired at (UTC)", "resolved at", "duration", "points", "worst"]
+    body = [[e.rule, e.model, e.bucket, _t(e.started), _t(e.ended) if e.ended else "still firing",
+             f"{e.duration_s(last) / 60:.0f}m", str(e.points), f"{e.worst_change:+.0%}"] for e in eps]
+    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+    for r in [head] + body:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    if not body:
+        print("(no rule would have fired)")
+    return 0
+
+
+def _t(at: datetime) -> str:
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M")

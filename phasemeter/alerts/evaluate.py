@@ -1,0 +1,147 @@
+"""Pure alert logic: one `alert_window` frame + a Rule -> states and evidence.
+
+No I/O here, so every state (ok / firing / insufficient data) and every line
+of the GUIDE.md §5 root-cause map is a plain unit test on small DataFrames.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+import pandas as pd
+
+from .rules import Rule
+
+OK, FIRING, INSUFFICIENT = "ok", "firing", "insufficient data"
+OTHER = {"prefill": "decode", "decode": "prefill"}
+# queue_s p95 must at least grow this much to be called "rose": below it, queue
+# noise between two windows is normal and the cause is elsewhere (compute).
+QUEUE_RISE = 1.5
+
+
+@dataclass(frozen=True)
+class Result:
+    rule: Rule
+    model: str
+    bucket: str
+    at: datetime
+    state: str
+    current: float | None      # percentile of rule.metric in the window
+    baseline: float | None
+    n_current: int             # non-null samples of rule.metric
+    n_baseline: int
+    change: float | None       # current/baseline - 1 (-0.4 = 40% slower)
+    other_change: float | None  # the other phase, same percentile, same model × bucket
+    queue_ratio: float | None  # queue_s p95 current / baseline
+    evidence: str = ""         # root-cause hint, only when firing
+
+    @property
+    def firing(self) -> bool:
+        return self.state == FIRING
+
+
+def _num(value) -> float | None:
+    """NaN/None -> None: an empty window has no percentile (never 0)."""
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _ratio(cur: float | None, base: float | None) -> float | None:
+    return cur / base if cur is not None and base is not None and base > 0 else None
+
+
+def diagnose(phase: str, threshold: float, queue_ratio: float | None, other_change: float | None) -> str:
+    """GUIDE.md §5: which runbook section a firing alert most likely belongs to."""
+    other = OTHER[phase]
+    if other_change is not None and other_change <= -threshold:
+        return (f"both phases dropped ({other} {other_change:+.0%}) → node fault / model swap / bad deploy")
+    queue = "queue_s p95 unknown" if queue_ratio is None else f"queue_s p95 {queue_ratio:.1f}×"
+    rose = queue_ratio is not None and queue_ratio >= QUEUE_RISE
+    if phase == "prefill":
+        if rose:
+            return f"queue_s p95 rose {queue_ratio:.1f}× → queue/scheduler saturation"
+        return f"prefill slowed with flat queue ({queue}) → compute contention"
+    steady = "no data" if other_change is None else f"{other_change:+.0%}"
+    text = f"decode slowed, prefill steady ({steady}) → KV-cache/batch"
+    return text + (f"; queue_s p95 also rose {queue_ratio:.1f}× (preemption?)" if rose else "")
+
+
+def _side(df: pd.DataFrame, model: str, bucket: str, part: str) -> dict:
+    rows = df[(df["model"] == model) & (df["input_bucket"] == bucket) & (df["part"] == part)]
+    return rows.iloc[0].to_dict() if len(rows) else {}
+
+
+def evaluate(rule: Rule, frame: pd.DataFrame, at: datetime, buckets: tuple[str, ...] = ()) -> list[Result]:
+    """Every model × bucket seen in either window (a vanished or brand-new model
+    shows up as insufficient data, never as an error or a false alarm)."""
+    out: list[Result] = []
+    if frame is None or frame.empty:
+        return out
+    phase, other = rule.phase, OTHER[rule.phase]
+    pairs = sorted(set(zip(frame["model"], frame["input_bucket"])))
+    for model, bucket in pairs:
+        if not rule.covers(bucket) or (buckets and bucket not in buckets):
+            continue
+        cur, base = _side(frame, model, bucket, "current"), _side(frame, model, bucket, "baseline")
+        n_cur, n_base = int(cur.get(f"{phase}_n", 0) or 0), int(base.get(f"{phase}_n", 0) or 0)
+        v_cur, v_base = _num(cur.get(f"{phase}_q")), _num(base.get(f"{phase}_q"))
+        ratio = _ratio(v_cur, v_base)
+        other_ratio = _ratio(_num(cur.get(f"{other}_q")), _num(base.get(f"{other}_q")))
+        other_change = None if other_ratio is None else other_ratio - 1
+        queue_ratio = _ratio(_num(cur.get("queue_p95")), _num(base.get("queue_p95")))
+        if n_cur < rule.min_current or n_base < rule.min_baseline or ratio is None:
+            state = INSUFFICIENT
+        elif ratio < 1 - rule.threshold:
+            state = FIRING
+        else:
+            state = OK
+        evidence = diagnose(phase, rule.threshold, queue_ratio, other_change) if state == FIRING else ""
+        out.append(Result(rule, model, bucket, at, state, v_cur, v_base, n_cur, n_base,
+                          None if ratio is None else ratio - 1, other_change, queue_ratio, evidence))
+    return out
+
+
+def order(results: list[Result], bucket_labels: list[str], rule_names: list[str]) -> list[Result]:
+    """Rule file order, then model, then buckets in edge order (2k-8k before 8k-32k)."""
+    rank = {b: i for i, b in enumerate(bucket_labels)}
+    rules = {n: i for i, n in enumerate(rule_names)}
+    return sorted(results, key=lambda r: (rules.get(r.rule.name, 99), r.model, rank.get(r.bucket, 99), r.bucket))
+
+
+def as_dict(r: Result) -> dict:
+    return {"rule": r.rule.name, "phase": r.rule.phase, "metric": r.rule.metric,
+            "percentile": f"p{r.rule.percentile:g}", "model": r.model, "input_bucket": r.bucket,
+            "at": r.at.isoformat(), "state": r.state, "current": r.current, "baseline": r.baseline,
+            "change_pct": None if r.change is None else round(100 * r.change, 2),
+            "n_current": r.n_current, "n_baseline": r.n_baseline,
+            "other_phase_change_pct": None if r.other_change is None else round(100 * r.other_change, 2),
+            "queue_p95_ratio": r.queue_ratio, "evidence": r.evidence, "runbook": r.rule.runbook,
+            "threshold_pct": round(100 * r.rule.threshold, 2)}
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}")
+
+
+def table(results: list[Result]) -> str:
+    """Aligned text; firing rows are followed by phase, runbook and evidence."""
+    head = ["rule", "model", "bucket", "current", "baseline", "change", "n cur", "n base", "state"]
+    rows = [[r.rule.name, r.model, r.bucket, _fmt(r.current), _fmt(r.baseline),
+             "-" if r.change is None else f"{r.change:+.1%}", str(r.n_current), str(r.n_baseline),
+             r.state.upper() if r.firing else r.state] for r in results]
+    widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) if i < 3 or i == 8 else c.rjust(w) for i, (c, w) in enumerate(zip(x, widths)))
+             .rstrip() for x in [head] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if not rows:
+        lines.append("(no generations in the evaluated windows)")
+    for r in results:
+        if r.firing:
+            lines.append(f"FIRING {r.rule.alertname} [{r.rule.phase}] {r.model} {r.bucket}: "
+                         f"p{r.rule.percentile:g} {r.rule.metric} {r.change:+.0%} vs {r.rule.baseline.describe()}"
+                         f"; {r.evidence}; runbook: {r.rule.runbook}")
+    return "\n".join(lines)

@@ -1,0 +1,209 @@
+"""Alert rules: a small declarative TOML file, validated into frozen Rules.
+
+Why a custom validator instead of a schema library: every error must name the
+exact key the operator got wrong (`rule[1].baseline.kind`), and the file is
+small enough that plain checks stay readable. Durations reuse the CLI's
+parser so "15m" means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from phasemeter.timeparse import ArgError, parse_duration
+
+PHASE_METRICS = {"prefill": ("prefill_tps",), "decode": ("decode_tps",)}
+ALERT_NAMES = {"prefill": "PhasemeterPrefillSlowTail", "decode": "PhasemeterDecodeSlowTail"}
+DAY_S = 86_400.0
+TOP_KEYS = {"rule", "runbook_base_url"}
+RULE_KEYS = {"name", "phase", "metric", "percentile", "buckets", "window", "baseline", "threshold",
+             "min_samples", "severity", "runbook"}
+BASELINE_KEYS = {"previous": {"kind", "duration"}, "same_hour": {"kind", "days", "duration"}}
+
+
+class RulesError(ValueError):
+    """A bad rules file; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    kind: str          # "previous": [start - duration, start); "same_hour": same time of day, N days back
+    duration_s: float
+    days: int = 0
+
+    def spans(self, start: float, end: float) -> list[tuple[float, float]]:
+        """Baseline [lo, hi) spans (epoch s) for a window [start, end)."""
+        if self.kind == "previous":
+            return [(start - self.duration_s, start)]
+        # The `duration` ending at the same time of day as the window end, on each earlier day.
+        return [(end - k * DAY_S - self.duration_s, end - k * DAY_S) for k in range(1, self.days + 1)]
+
+    def describe(self) -> str:
+        if self.kind == "previous":
+            return f"previous {_human(self.duration_s)}"
+        return f"same {_human(self.duration_s)} of day, last {self.days} days"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    phase: str
+    metric: str
+    percentile: float       # 5 -> p5
+    buckets: tuple[str, ...]  # () = every bucket
+    window_s: float
+    baseline: Baseline
+    threshold: float        # relative drop that fires: 0.30 -> current < 70% of baseline
+    min_current: int
+    min_baseline: int
+    severity: str
+    runbook: str
+    # The TOML table as written, so overrides re-validate the same way (not part of equality).
+    raw: tuple = field(default=(), compare=False, repr=False)
+
+    @property
+    def alertname(self) -> str:
+        return ALERT_NAMES[self.phase]
+
+    def covers(self, bucket: str) -> bool:
+        return not self.buckets or bucket in self.buckets
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    rules: tuple[Rule, ...]
+    runbook_base_url: str = ""
+
+    def runbook_url(self, rule: Rule) -> str:
+        return self.runbook_base_url + rule.runbook if self.runbook_base_url else rule.runbook
+
+
+def _human(seconds: float) -> str:
+    for unit, size in (("d", DAY_S), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _get(table: dict, key: str, where: str, kind, default=None, required=False):
+    if key not in table:
+        if required:
+            raise RulesError(f"{where}.{key} is required")
+        return default
+    value = table[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise RulesError(f"{where}.{key}: expected {names}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _duration(text: str, where: str) -> float:
+    try:
+        return parse_duration(text, where)
+    except ArgError as exc:
+        raise RulesError(str(exc)) from None
+
+
+def _unknown(table: dict, allowed: set, where: str) -> None:
+    extra = sorted(set(table) - allowed)
+    if extra:
+        raise RulesError(f"{where}.{extra[0]}: unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def parse_baseline(table, where: str) -> Baseline:
+    if not isinstance(table, dict):
+        raise RulesError(f"{where}: expected a table like {{ kind = \"previous\", duration = \"24h\" }}")
+    kind = _get(table, "kind", where, str, required=True)
+    if kind not in BASELINE_KEYS:
+        raise RulesError(f"{where}.kind: {kind!r} is not one of {', '.join(BASELINE_KEYS)}")
+    _unknown(table, BASELINE_KEYS[kind], where)
+    if kind == "previous":
+        return Baseline(kind, _duration(_get(table, "duration", where, str, "24h"), f"{where}.duration"))
+    days = _get(table, "days", where, int, 7)
+    if not 1 <= days <= 60:
+        raise RulesError(f"{where}.days: {days} is not in 1..60")
+    duration = _duration(_get(table, "duration", where, str, "1h"), f"{where}.duration")
+    if duration > DAY_S:
+        raise RulesError(f"{where}.duration: a same_hour baseline spans at most 1d")
+    return Baseline(kind, duration, days)
+
+
+def parse_rule(table, where: str) -> Rule:
+    if not isinstance(table, dict):
+        raise RulesError(f"{where}: expected a [[rule]] table")
+    _unknown(table, RULE_KEYS, where)
+    name = _get(table, "name", where, str, required=True)
+    phase = _get(table, "phase", where, str, required=True)
+    if phase not in PHASE_METRICS:
+        raise RulesError(f"{where}.phase: {phase!r} is not one of prefill, decode")
+    metric = _get(table, "metric", where, str, PHASE_METRICS[phase][0])
+    if metric not in PHASE_METRICS[phase]:  # a prefill rule reading decode would cross-fire
+        raise RulesError(f"{where}.metric: {metric!r} does not belong to phase {phase!r} "
+                         f"(use {', '.join(PHASE_METRICS[phase])})")
+    percentile = _get(table, "percentile", where, float, 5.0)
+    if not 0 < percentile < 100:
+        raise RulesError(f"{where}.percentile: {percentile} is not in (0, 100)")
+    buckets = _get(table, "buckets", where, (list, str), "all")
+    if isinstance(buckets, str):
+        if buckets != "all":
+            raise RulesError(f"{where}.buckets: use \"all\" or a list of bucket labels")
+        buckets = []
+    if not all(isinstance(b, str) and b for b in buckets):
+        raise RulesError(f"{where}.buckets: every entry must be a bucket label such as \"8k-32k\"")
+    window_s = _duration(_get(table, "window", where, str, "15m"), f"{where}.window")
+    if window_s > DAY_S:
+        raise RulesError(f"{where}.window: at most 1d")
+    baseline = parse_baseline(table.get("baseline", {"kind": "previous"}), f"{where}.baseline")
+    threshold = _get(table, "threshold", where, float, 0.30)
+    if not 0 < threshold < 1:
+        raise RulesError(f"{where}.threshold: {threshold} is not a relative drop in (0, 1)")
+    mins = _get(table, "min_samples", where, dict, {})
+    _unknown(mins, {"current", "baseline"}, f"{where}.min_samples")
+    min_current = _get(mins, "current", f"{where}.min_samples", int, 50)
+    min_baseline = _get(mins, "baseline", f"{where}.min_samples", int, 200)
+    if min_current < 1 or min_baseline < 1:
+        raise RulesError(f"{where}.min_samples: counts must be >= 1")
+    return Rule(name, phase, metric, percentile, tuple(buckets), window_s, baseline, threshold,
+                min_current, min_baseline, _get(table, "severity", where, str, "page"),
+                _get(table, "runbook", where, str, f"docs/runbooks/{phase}.md"),
+                raw=tuple(sorted(table.items(), key=lambda kv: kv[0])))
+
+
+def parse_rules(doc: dict, source: str = "rules") -> RuleSet:
+    _unknown(doc, TOP_KEYS, source)
+    tables = doc.get("rule")
+    if not isinstance(tables, list) or not tables:
+        raise RulesError(f"{source}.rule: at least one [[rule]] table is required")
+    rules = tuple(parse_rule(t, f"rule[{i}]") for i, t in enumerate(tables))
+    names = [r.name for r in rules]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise RulesError(f"rule[].name: {dupes[0]!r} is used twice")
+    return RuleSet(rules, _get(doc, "runbook_base_url", source, str, ""))
+
+
+def load_rules(path: str | Path | None = None) -> RuleSet:
+    """The shipped defaults, or the operator's file (--rules)."""
+    if path is None:
+        text, source = resources.files("phasemeter.alerts").joinpath("default_rules.toml").read_text(), "default"
+    else:
+        try:
+            text, source = Path(path).read_text(encoding="utf-8"), str(path)
+        except OSError as exc:
+            raise RulesError(f"--rules {path}: cannot read ({exc.strerror})") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RulesError(f"--rules {source}: not valid TOML: {exc}") from None
+    return parse_rules(doc)
+
+
+def override(ruleset: RuleSet, **changes) -> RuleSet:
+    """Same rules with some TOML keys replaced, re-validated (e.g. a shorter baseline)."""
+    rules = tuple(parse_rule({**dict(r.raw), **changes}, f"override({r.name})") for r in ruleset.rules)
+    return RuleSet(rules, ruleset.runbook_base_url)

@@ -1,0 +1,37 @@
+-- Alert evaluation: per model × input bucket, the current window and the
+-- baseline window(s), both phases at once (the other phase's change and the
+-- queue are the evidence of a firing alert, so they come for free).
+-- Exact percentiles: quantileExactInclusive == numpy.percentile(method="linear").
+-- The level {q} is a bound Float64 (p5 -> 0.05): the slow tail of a throughput.
+-- Nulls (errors: no first token; output_tokens <= 1: no decode) are skipped,
+-- so every status is kept: a failed request has no throughput to count.
+-- Baseline spans are [s, s + base_span_ms) for s in base_starts_ms (epoch ms):
+-- one span for "previous", one per day for "same_hour". {lo} is the earliest
+-- baseline start and only bounds the scan (primary key: model, bucket, ts).
+SELECT
+    model,
+    input_bucket,
+    part,
+    count() AS n,
+    count(prefill_tps) AS prefill_n,
+    quantileExactInclusive({q:Float64})(prefill_tps) AS prefill_q,
+    count(decode_tps) AS decode_n,
+    quantileExactInclusive({q:Float64})(decode_tps) AS decode_q,
+    count(queue_s) AS queue_n,
+    quantileExactInclusive(0.95)(queue_s) AS queue_p95
+FROM
+(
+    SELECT
+        model, input_bucket, prefill_tps, decode_tps, queue_s,
+        multiIf(ts >= {cur_start:DateTime64(3)}, 'current',
+                arrayExists(s -> toUnixTimestamp64Milli(ts) >= s
+                                 AND toUnixTimestamp64Milli(ts) < s + {base_span_ms:Int64},
+                            {base_starts_ms:Array(Int64)}), 'baseline',
+                '') AS part
+    FROM generations
+    WHERE ts >= {lo:DateTime64(3)} AND ts < {cur_end:DateTime64(3)}
+      AND (empty({models:Array(String)}) OR has({models:Array(String)}, model))
+)
+WHERE part != ''
+GROUP BY model, input_bucket, part
+ORDER BY model, input_bucket, part

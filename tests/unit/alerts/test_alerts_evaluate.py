@@ -1,0 +1,134 @@
+"""Pure evaluation: exact states, no cross-firing, §5 evidence, backtest episodes."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pandas as pd
+import pytest
+
+from phasemeter.alerts import episodes
+from phasemeter.alerts.evaluate import FIRING, INSUFFICIENT, OK, diagnose, evaluate, order, table
+from phasemeter.alerts.rules import load_rules
+from phasemeter.alerts.webhook import payloads, safe_url
+
+AT = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
+RULES = load_rules()
+PREFILL, DECODE = RULES.rules
+
+
+def row(model, bucket, part, prefill=1000.0, decode=50.0, n=300, queue=0.05, **kw):
+    base = dict(model=model, input_bucket=bucket, part=part, n=n, prefill_n=n, prefill_q=prefill,
+                decode_n=n, decode_q=decode, queue_n=n, queue_p95=queue)
+    return {**base, **kw}
+
+
+def frame(*rows):
+    return pd.DataFrame(list(rows))
+
+
+def states(rule, df):
+    return {(r.model, r.bucket): r.state for r in evaluate(rule, df, AT)}
+
+
+def test_prefill_drop_fires_prefill_only():
+    df = frame(row("m", "8k-32k", "baseline"), row("m", "8k-32k", "current", prefill=600.0, queue=0.2),
+               row("m", "0-512", "baseline"), row("m", "0-512", "current", prefill=100.0))
+    assert states(PREFILL, df) == {("m", "8k-32k"): FIRING}  # 0-512 is not a prefill bucket
+    assert states(DECODE, df) == {("m", "8k-32k"): OK, ("m", "0-512"): OK}
+    (r,) = [r for r in evaluate(PREFILL, df, AT)]
+    assert r.change == pytest.approx(-0.4) and r.queue_ratio == pytest.approx(4.0)
+    assert r.evidence == "queue_s p95 rose 4.0× → queue/scheduler saturation"
+
+
+def test_decode_drop_fires_decode_only():
+    df = frame(row("m", "2k-8k", "baseline"), row("m", "2k-8k", "current", decode=20.0))
+    assert states(PREFILL, df) == {("m", "2k-8k"): OK}
+    assert states(DECODE, df) == {("m", "2k-8k"): FIRING}
+    assert evaluate(DECODE, df, AT)[0].evidence == "decode slowed, prefill steady (+0%) → KV-cache/batch"
+
+
+def test_both_drop_fires_both_and_says_deploy():
+    df = frame(row("m", "32k+", "baseline"), row("m", "32k+", "current", prefill=500.0, decode=25.0))
+    for rule in (PREFILL, DECODE):
+        (r,) = evaluate(rule, df, AT)
+        assert r.state == FIRING
+        assert r.evidence.endswith("→ node fault / model swap / bad deploy")
+
+
+def test_threshold_boundary_is_strict():
+    at_edge = frame(row("m", "32k+", "baseline"), row("m", "32k+", "current", prefill=700.0))
+    below = frame(row("m", "32k+", "baseline"), row("m", "32k+", "current", prefill=699.0))
+    assert states(PREFILL, at_edge) == {("m", "32k+"): OK}
+    assert states(PREFILL, below) == {("m", "32k+"): FIRING}
+
+
+@pytest.mark.parametrize("cur_n, base_n", [(49, 300), (300, 199), (0, 300)])
+def test_too_few_samples_is_insufficient_never_firing(cur_n, base_n):
+    df = frame(row("m", "32k+", "baseline", n=base_n),
+               row("m", "32k+", "current", prefill=10.0, decode=1.0, n=cur_n))
+    assert states(PREFILL, df) == {("m", "32k+"): INSUFFICIENT}
+    assert states(DECODE, df) == {("m", "32k+"): INSUFFICIENT}
+
+
+def test_new_and_vanished_models_and_empty_percentiles():
+    df = frame(row("new", "32k+", "current", prefill=1.0),
+               row("gone", "32k+", "baseline"),
+               row("nan", "32k+", "baseline"), row("nan", "32k+", "current", prefill=float("nan"), n=0))
+    assert states(PREFILL, df) == {("new", "32k+"): INSUFFICIENT, ("gone", "32k+"): INSUFFICIENT,
+                                   ("nan", "32k+"): INSUFFICIENT}
+    gone = [r for r in evaluate(PREFILL, df, AT) if r.model == "gone"][0]
+    assert (gone.n_current, gone.current, gone.change) == (0, None, None)
+    assert evaluate(PREFILL, pd.DataFrame(), AT) == []
+
+
+def test_root_cause_map():
+    assert diagnose("prefill", 0.3, 1.1, -0.05) == \
+        "prefill slowed with flat queue (queue_s p95 1.1×) → compute contention"
+    assert diagnose("prefill", 0.3, None, None).endswith("(queue_s p95 unknown) → compute contention")
+    assert diagnose("prefill", 0.3, 1.5, 0.0) == "queue_s p95 rose 1.5× → queue/scheduler saturation"
+    assert diagnose("decode", 0.3, 2.0, -0.1) == \
+        "decode slowed, prefill steady (-10%) → KV-cache/batch; queue_s p95 also rose 2.0× (preemption?)"
+    assert diagnose("decode", 0.3, 1.0, -0.3).startswith("both phases dropped (prefill -30%)")
+
+
+def test_order_and_table():
+    df = frame(*(row("m", b, p, prefill=(500.0 if p == "current" and b == "32k+" else 1000.0))
+                 for b in ("32k+", "2k-8k", "8k-32k") for p in ("baseline", "current")))
+    res = order(evaluate(DECODE, df, AT) + evaluate(PREFILL, df, AT),
+                ["0-512", "512-2k", "2k-8k", "8k-32k", "32k+"], ["prefill-slow-tail", "decode-slow-tail"])
+    assert [(r.rule.phase, r.bucket) for r in res][:3] == [("prefill", "2k-8k"), ("prefill", "8k-32k"),
+                                                           ("prefill", "32k+")]
+    text = table(res)
+    assert "FIRING PhasemeterPrefillSlowTail [prefill] m 32k+: p5 prefill_tps -50%" in text
+    assert "runbook: docs/runbooks/prefill.md" in text and "PhasemeterDecodeSlowTail" not in text
+
+
+def test_episodes_rising_edges_and_durations():
+    def at(i):
+        return AT + timedelta(minutes=15 * i)
+    ok = frame(row("m", "32k+", "baseline"), row("m", "32k+", "current"))
+    bad = frame(row("m", "32k+", "baseline"), row("m", "32k+", "current", prefill=400.0))
+    worse = frame(row("m", "32k+", "baseline"), row("m", "32k+", "current", prefill=300.0))
+    seq = [ok, bad, worse, ok, bad]
+    eps = episodes([(at(i), evaluate(PREFILL, f, at(i))) for i, f in enumerate(seq)])
+    assert [(e.started, e.ended, e.points, round(e.worst_change, 2)) for e in eps] == [
+        (at(1), at(3), 2, -0.7), (at(4), None, 1, -0.6)]
+    assert eps[0].duration_s(at(4)) == 1800 and eps[1].duration_s(at(4)) == 0
+
+
+def test_webhook_payload_groups_by_alertname():
+    df = frame(row("m", "32k+", "baseline"), row("m", "32k+", "current", prefill=500.0, decode=25.0),
+               row("m", "8k-32k", "baseline"), row("m", "8k-32k", "current", prefill=500.0))
+    firing = [r for rule in RULES.rules for r in evaluate(rule, df, AT) if r.state == FIRING]
+    msgs = payloads(firing, RULES.runbook_url)
+    assert [m["groupLabels"]["alertname"] for m in msgs] == ["PhasemeterPrefillSlowTail",
+                                                            "PhasemeterDecodeSlowTail"]
+    assert [len(m["alerts"]) for m in msgs] == [2, 1]
+    assert msgs[0]["commonLabels"] == {"alertname": "PhasemeterPrefillSlowTail", "phase": "prefill", "model": "m",
+                                       "severity": "page", "rule": "prefill-slow-tail"}
+    assert msgs[0]["alerts"][0]["startsAt"] == "2026-03-02T12:00:00.000Z"
+
+
+def test_safe_url_drops_credentials_and_query():
+    assert safe_url("https://u:p@hooks.example:8443/x?token=abc") == "https://hooks.example:8443/x"
