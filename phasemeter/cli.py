@@ -31,6 +31,9 @@ def _window_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     p.add_argument("--bucket", action="append", default=[], help="only this input bucket (repeatable)")
     p.add_argument("--via", help="worker URL to ask (default: found from the data dir when it runs)")
+    from .analytics.cli import extend_window_flags
+
+    extend_window_flags(p)  # --exact/--rollup, --buckets, --latency
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,10 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     _window_flags(p)
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
 
-    p = sub.add_parser("chart", help="write a PNG of the bands")
+    p = sub.add_parser("chart", help="write the bands as a PNG, or a self-contained HTML file")
     _common(p)
     _window_flags(p)
-    p.add_argument("--out", default="phasemeter-bands.png", help="output PNG path")
+    p.add_argument("--out", default="phasemeter-bands.png", help="output path: .png, or .html (interactive)")
 
     p = sub.add_parser("kafka", help="the local single-node KRaft broker")
     _common(p)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from .settings import Settings
-from .timeparse import ArgError, auto_step, parse_duration, window
+from .timeparse import ArgError
 
 
 def cmd_config(args, settings: Settings) -> int:
@@ -85,40 +85,27 @@ def cmd_worker(args, settings: Settings) -> int:
 
 
 def fetch_bands(args, settings: Settings):
-    """(DataFrame, step_s) from the worker's API when it owns the store, else directly."""
-    from phasemeter.stream_jobs.buckets import labels, parse_edges
+    """(DataFrame, meta): bands or latency, exact or rollup (chosen from the window),
+    from the worker's API when it owns the embedded store, else directly."""
+    from .analytics import fetch
 
-    from .queries import bands, order_bands
-    from .runner import open_runner
-
-    start, end = window(args.start, args.end)
-    step_s = auto_step(start, end) if args.step == "auto" else int(parse_duration(args.step, "--step"))
-    if step_s < 1:
-        raise ArgError(f"--step {args.step!r}: must be at least 1s")
-    runner = open_runner(settings, args.via)
-    try:
-        df = bands(runner, start, end, step_s, args.model, args.bucket)
-    finally:
-        runner.close()
-    return order_bands(df, labels(parse_edges(settings.bucket_edges))), step_s
+    return fetch(args, settings)
 
 
 def cmd_query(args, settings: Settings) -> int:
-    from .output import render
+    from .analytics import render
 
-    df, step_s = fetch_bands(args, settings)
-    sys.stdout.write(render(df, args.format, step_s) + "\n")
+    df, meta = fetch_bands(args, settings)
+    sys.stdout.write(render(df, args.format, meta) + "\n")
     return 0
 
 
 def cmd_chart(args, settings: Settings) -> int:
-    from phasemeter.stream_jobs.buckets import labels, parse_edges
+    from .analytics import write_chart
 
-    from .charts import render_bands_png
-
-    df, step_s = fetch_bands(args, settings)
-    path = render_bands_png(df, args.out, bucket_order=labels(parse_edges(settings.bucket_edges)))
-    print(f"wrote {path} ({len(df)} band rows, step {step_s}s)")
+    df, meta = fetch_bands(args, settings)
+    path = write_chart(df, meta, args.out)
+    print(f"wrote {path} ({len(df)} rows, {meta['path']} path, step {meta['step_s']}s)")
     return 0
 
 

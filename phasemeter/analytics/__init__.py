@@ -13,7 +13,7 @@ Attributes load lazily, so `phasemeter --help` does not import pandas.
 from importlib import import_module
 
 _WHERE = {"fetch": "core", "run_query": "core", "LATENCY_COLUMNS": "core", "render": "present",
-          "write_chart": "present", "backfill": "backfill", "choose_path": "paths", "PathChoice": "paths"}
+          "write_chart": "present", "backfill": "maintain", "choose_path": "paths", "PathChoice": "paths"}
 __all__ = sorted(_WHERE)
 
 

@@ -1,0 +1,87 @@
+"""CLI for analytics: flags the lead adds to the window flags, plus
+`phasemeter latency` and `phasemeter analytics backfill`.
+
+Wiring (phasemeter/cli.py, phasemeter/commands.py):
+* `_window_flags(p)` calls `extend_window_flags(p)`;
+* `fetch_bands(args, settings)` returns `phasemeter.analytics.fetch(args, settings)`
+  as (df, meta) -- meta["step_s"] is the step;
+* `cmd_query` prints `analytics.render(df, args.format, meta)`;
+* `cmd_chart` calls `analytics.write_chart(df, meta, args.out)` (.html -> HTML).
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def path_flags(p) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--exact", action="store_true",
+                   help="force the exact path (raw rows, quantilesExactInclusive == numpy linear)")
+    g.add_argument("--rollup", action="store_true",
+                   help="force the per-minute rollup (fast for long windows; step must be whole minutes)")
+    p.add_argument("--buckets", metavar="EDGES",
+                   help="re-bucket at query time from raw input_tokens: edges like 0,1024,4096,16384,65536 "
+                        "or a preset (default, litellm); exact path only")
+
+
+def extend_window_flags(p) -> None:
+    """New flags for `query bands` and `chart` (called from cli._window_flags)."""
+    path_flags(p)
+    p.add_argument("--latency", action="store_true",
+                   help="latency view instead of throughput: ttft_s / tpot_s / queue_s p50, p90, p99 "
+                        "(high = slow tail)")
+
+
+def cmd_latency(args, settings) -> int:
+    from . import fetch, render, write_chart
+
+    args.latency = True
+    df, meta = fetch(args, settings)
+    if args.out:
+        path = write_chart(df, meta, args.out)
+        print(f"wrote {path} ({len(df)} rows, {meta['path']} path, step {meta['step_s']}s)")
+        return 0
+    sys.stdout.write(render(df, args.format, meta) + "\n")
+    return 0
+
+
+def cmd_backfill(args, settings) -> int:
+    from phasemeter.commands import open_migrated_store
+    from phasemeter.remote import worker_url
+    from phasemeter.timeparse import window
+
+    from . import backfill
+
+    if settings.is_embedded and worker_url(settings.data_path):
+        raise RuntimeError("a worker owns the embedded store and its HTTP API is read-only: stop the worker, "
+                           "run the backfill, start it again (or use a ClickHouse server)")
+    start, end = window(args.start, args.end)
+    client = open_migrated_store(settings)
+    try:
+        res = backfill(client, start, end)
+    finally:
+        client.close()
+    print(f"rollup backfilled for [{res['start']}, {res['end']}): {res['generations_added']:,} generations added "
+          "(cells already in the rollup were skipped)")
+    return 0
+
+
+def register(sub, common, window_flags) -> None:
+    p = sub.add_parser("latency", help="ttft_s / tpot_s / queue_s p50, p90, p99 per model × bucket × step")
+    common(p)
+    window_flags(p)
+    if not any(a.dest == "exact" for a in p._actions):  # the lead's window flags may already include ours
+        path_flags(p)
+    p.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    p.add_argument("--out", help="write an interactive .html chart instead of printing")
+    p.set_defaults(func=cmd_latency)
+
+    a = sub.add_parser("analytics", help="analytics maintenance (rollup backfill)")
+    asub = a.add_subparsers(dest="analytics_command", required=True)
+    p = asub.add_parser("backfill", help="fill the per-minute rollup from raw rows for a window "
+                                         "(the materialized view only sees new inserts); idempotent per minute")
+    common(p)
+    p.add_argument("--from", dest="start", required=True, help="'now', -15m, -2h, or ISO time")
+    p.add_argument("--to", dest="end", default="now", help="end of window (default now)")
+    p.set_defaults(func=cmd_backfill)

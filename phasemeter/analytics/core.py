@@ -1,0 +1,168 @@
+"""Percentile queries at scale: exact or rollup path, re-bucketing, latency.
+
+Every read is a named SQL file run by a Runner (`phasemeter.runner`) with
+typed, server-side bound parameters:
+
+| shape                 | exact (raw rows)          | rollup (per-minute states) |
+|-----------------------|---------------------------|----------------------------|
+| throughput bands      | bands.sql                 | bands_rollup.sql           |
+| ... re-bucketed       | bands_rebucket.sql        | -- (needs raw input_tokens)|
+| latency p50/p90/p99   | latency.sql               | latency_rollup.sql         |
+| ... re-bucketed       | latency_rebucket.sql      | --                         |
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+
+import pandas as pd
+
+from phasemeter.queries import BAND_COLUMNS, METHOD as EXACT_METHOD, order_bands
+from phasemeter.stream_jobs.buckets import labels as bucket_labels, parse_edges
+from phasemeter.timeparse import ArgError, auto_step, parse_duration, window
+
+from .paths import PathChoice, choose_path
+
+LATENCY_PCTS = ("p50", "p90", "p99")
+LATENCY_METRICS = ("ttft", "tpot", "queue")
+LATENCY_COLUMNS = ["t", "model", "input_bucket", "n"] + [
+    f"{m}_{c}" for m in LATENCY_METRICS for c in ("n",) + LATENCY_PCTS]
+
+ROLLUP_METHOD = ("rollup: per-minute states (schema/0003_rollup_minute.sql) merged per step; a percentile whose "
+                 "ranks lie among the 16 lowest/highest values kept per minute is exact (numpy linear), "
+                 "denser cells use quantilesTDigest (measured error in docs/analytics.md); whole minutes "
+                 "[from, to); for throughput the slow tail is the LOW percentile (p1/p5)")
+LATENCY_EXACT_METHOD = ('exact: quantilesExactInclusive == numpy.percentile(method="linear"); for latency '
+                        "(ttft_s, tpot_s, queue_s) the slow tail is the HIGH percentile (p90/p99)")
+LATENCY_ROLLUP_METHOD = ("rollup: per-minute states; ttft/tpot exact (numpy linear) when the ranks lie among the "
+                         "16 highest values kept per minute, else quantilesTDigest; queue_s quantilesTDigest; "
+                         "for latency the slow tail is the HIGH percentile (p90/p99)")
+
+_SQL = {("bands", "exact", False): "bands", ("bands", "exact", True): "bands_rebucket",
+        ("bands", "rollup", False): "bands_rollup",
+        ("latency", "exact", False): "latency", ("latency", "exact", True): "latency_rebucket",
+        ("latency", "rollup", False): "latency_rollup"}
+
+
+def columns_for(kind: str) -> list[str]:
+    return list(BAND_COLUMNS) if kind == "bands" else list(LATENCY_COLUMNS)
+
+
+def method_for(kind: str, path: str) -> str:
+    if kind == "bands":
+        return EXACT_METHOD if path == "exact" else ROLLUP_METHOD
+    return LATENCY_EXACT_METHOD if path == "exact" else LATENCY_ROLLUP_METHOD
+
+
+def _utc(t: datetime) -> datetime:
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
+def align_minutes(start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """[floor(start), ceil(end)) to whole minutes: the rollup's grain."""
+    start, end = _utc(start), _utc(end)
+    lo = start.replace(second=0, microsecond=0)
+    hi = end.replace(second=0, microsecond=0)
+    if hi < end:
+        hi += timedelta(minutes=1)
+    return lo, hi
+
+
+def _naive(t: datetime) -> datetime:
+    """ClickHouse DateTime64 params: naive UTC."""
+    return _utc(t).replace(tzinfo=None)
+
+
+def _tidy(df: pd.DataFrame, kind: str) -> pd.DataFrame:
+    cols = columns_for(kind)
+    if df.empty:
+        out = pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
+        out["t"] = pd.Series(dtype="datetime64[ns]")
+        out["model"] = pd.Series(dtype="object")
+        out["input_bucket"] = pd.Series(dtype="object")
+        return out[cols]
+    if getattr(df["t"].dt, "tz", None) is not None:
+        df["t"] = df["t"].dt.tz_convert("UTC").dt.tz_localize(None)
+    for c in cols[3:]:
+        if c.endswith("_n") or c == "n":
+            df[c] = df[c].astype("int64")
+        else:
+            df[c] = df[c].astype("float64")
+    return df[cols]
+
+
+def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, buckets=None, *,
+              kind: str = "bands", force: str | None = None, edges=None,
+              default_edges="default") -> tuple[pd.DataFrame, dict]:
+    """The library entry point (CLI-free). `edges` (spec or tuple) re-buckets from raw input_tokens.
+
+    Returns (frame, meta) with meta keys: kind, path, reason, method, step_s,
+    start, end (the window actually queried, ISO), bucket_order.
+    """
+    if kind not in ("bands", "latency"):
+        raise ValueError(f"kind={kind!r}: expected 'bands' or 'latency'")
+    step_s = int(step_s)
+    if step_s < 1:
+        raise ArgError(f"--step: must be at least 1s, got {step_s}")
+    start, end = _utc(start), _utc(end)
+    if end <= start:
+        raise ArgError("--to must be after --from")
+    rebucket = edges is not None
+    edge_tuple = parse_edges(edges) if rebucket else parse_edges(default_edges)
+    filters = {"models": list(models or []), "buckets": list(buckets or [])}
+
+    def estimate() -> int:
+        df = runner.df("estimate_rows", {"start": _naive(start), "end": _naive(end), **filters})
+        return int(df["n"].iloc[0]) if len(df) else 0
+
+    choice: PathChoice = choose_path((end - start).total_seconds(), step_s, force=force,
+                                     rebucket=rebucket, estimate_rows=estimate)
+    q_start, q_end = (align_minutes(start, end) if choice.path == "rollup" else (start, end))
+    params = {"start": _naive(q_start), "end": _naive(q_end), "step_s": step_s, **filters}
+    if rebucket:
+        params["edges"] = [int(e) for e in edge_tuple]
+        params["labels"] = bucket_labels(edge_tuple)
+    df = _tidy(runner.df(_SQL[(kind, choice.path, rebucket)], params), kind)
+    order = bucket_labels(edge_tuple)
+    df = order_bands(df, order)
+    meta = {"kind": kind, "path": choice.path, "reason": choice.reason,
+            "method": method_for(kind, choice.path), "step_s": step_s,
+            "start": q_start.isoformat().replace("+00:00", "Z"),
+            "end": q_end.isoformat().replace("+00:00", "Z"),
+            "bucket_order": order, "rebucketed": rebucket}
+    return df, meta
+
+
+def step_from(arg: str | None, start: datetime, end: datetime) -> int:
+    if arg in (None, "", "auto"):
+        return auto_step(start, end)
+    step = parse_duration(arg, "--step")
+    if step < 1 or step != math.floor(step):
+        raise ArgError(f"--step {arg!r}: must be a whole number of seconds >= 1s")
+    return int(step)
+
+
+def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
+    """What `phasemeter query bands` / `chart` / `latency` call: args from argparse.
+
+    Understands the base window flags (--from/--to/--step/--model/--bucket/--via)
+    plus the ones `extend_window_flags` adds (--exact/--rollup/--buckets/--latency);
+    any missing attribute means "default".
+    """
+    start, end = window(args.start, args.end)
+    step_s = step_from(getattr(args, "step", "auto"), start, end)
+    force = "exact" if getattr(args, "exact", False) else ("rollup" if getattr(args, "rollup", False) else None)
+    kind = "latency" if getattr(args, "latency", False) else "bands"
+    edges = getattr(args, "buckets", None) or None
+    own = runner is None
+    if own:
+        from phasemeter.runner import open_runner
+
+        runner = open_runner(settings, getattr(args, "via", None))
+    try:
+        return run_query(runner, start, end, step_s, getattr(args, "model", None), getattr(args, "bucket", None),
+                         kind=kind, force=force, edges=edges, default_edges=settings.bucket_edges)
+    finally:
+        if own:
+            runner.close()

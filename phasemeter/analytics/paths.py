@@ -1,0 +1,51 @@
+"""Raw (exact) or rollup? A pure decision, unit-tested on its own.
+
+Rollup when the caller forces it, or when the window is long (> 6 h) or would
+read many raw rows (> 5M), and the step is whole minutes (the rollup's grain).
+Re-bucketing needs raw input_tokens, so it is exact-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from phasemeter.timeparse import ArgError
+
+ROLLUP_MIN_WINDOW_S = 6 * 3600
+ROLLUP_MIN_ROWS = 5_000_000
+ROLLUP_GRAIN_S = 60
+
+
+@dataclass(frozen=True)
+class PathChoice:
+    path: str    # "exact" | "rollup"
+    reason: str  # one line, shown in output meta
+
+
+def choose_path(window_s: float, step_s: int, *, force: str | None = None, rebucket: bool = False,
+                estimate_rows: int | Callable[[], int] | None = None) -> PathChoice:
+    """`estimate_rows` may be a callable: it is only asked when the answer matters."""
+    whole_minutes = step_s >= ROLLUP_GRAIN_S and step_s % ROLLUP_GRAIN_S == 0
+    if force == "exact":
+        return PathChoice("exact", "--exact")
+    if force == "rollup":
+        if rebucket:
+            raise ArgError("--buckets recomputes buckets from raw input_tokens, so it needs the exact path; "
+                           "drop --rollup")
+        if not whole_minutes:
+            raise ArgError(f"--rollup needs a step of whole minutes (the rollup's grain), got {step_s}s")
+        return PathChoice("rollup", "--rollup")
+    if force is not None:
+        raise ValueError(f"force={force!r}: expected 'exact', 'rollup' or None")
+    if rebucket:
+        return PathChoice("exact", "--buckets re-bucketing reads raw input_tokens")
+    if not whole_minutes:
+        return PathChoice("exact", f"step {step_s}s is finer than / not a multiple of the rollup's 1 min")
+    if window_s > ROLLUP_MIN_WINDOW_S:
+        return PathChoice("rollup", f"window {window_s / 3600:.1f} h > {ROLLUP_MIN_WINDOW_S // 3600} h")
+    rows = estimate_rows() if callable(estimate_rows) else estimate_rows
+    if rows is not None and rows > ROLLUP_MIN_ROWS:
+        return PathChoice("rollup", f"~{rows:,} raw rows > {ROLLUP_MIN_ROWS:,}")
+    shown = "unknown" if rows is None else f"{rows:,}"
+    return PathChoice("exact", f"short window ({window_s / 3600:.1f} h), {shown} raw rows")

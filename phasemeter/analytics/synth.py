@@ -1,0 +1,80 @@
+"""Synthetic rows for analytics tests and benchmarks.
+
+`synthetic_rows` goes through the real pipeline (SyntheticGateway -> event JSON
+-> stream_jobs.derive.process), so rows are exactly what the worker stores.
+`synthetic_frame` is a vectorised look-alike (same distributions, numpy) for
+10M-100M row benchmarks, where per-event Python would dominate.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from phasemeter.stream_jobs.buckets import Bucketer, labels, parse_edges
+from phasemeter.stream_jobs.derive import ROW_COLUMNS, process
+from phasemeter.synthetic import MODELS, SyntheticGateway
+
+
+def synthetic_rows(n: int, start: float, span_s: float, seed: int = 7, edges="default",
+                   topic: str = "synthetic", partition: int = 0, first_offset: int = 0) -> list[dict]:
+    gw = SyntheticGateway(start=start, span_s=span_s, seed=seed)
+    bucket = Bucketer(parse_edges(edges))
+    rows = []
+    for i in range(n):
+        g = gw.make(i / n)
+        event = {"schema_version": 1, "kind": "generation", "request_id": f"{seed}-{i}", "model": g.model,
+                 "t0": g.t0, "e2e_s": g.e2e_s, "input_tokens": g.input_tokens, "output_tokens": g.output_tokens,
+                 "ttft_s": g.ttft_s, "queue_s": g.queue_s, "status": g.status, "replica": g.replica}
+        row = process(json.dumps(event).encode(), bucket, 1_000_000, now=start + span_s + 86_400)
+        if isinstance(row, dict):
+            row.update(src_topic=topic, src_partition=partition, src_offset=first_offset + i)
+            rows.append(row)
+    return rows
+
+
+def synthetic_frame(n: int, start: float, span_s: float, seed: int = 7, edges="default",
+                    first_offset: int = 0) -> pd.DataFrame:
+    """ROW_COLUMNS frame (ts as UTC datetime) ready for client.insert_df('generations', ...)."""
+    rng = np.random.default_rng(seed)
+    edges_t = parse_edges(edges)
+    names = labels(edges_t)
+    m = rng.integers(0, len(MODELS), n)
+    prefill_med = np.array([p.prefill_tps for p in MODELS])[m]
+    decode_med = np.array([p.decode_tps for p in MODELS])[m]
+    progress = np.sort(rng.random(n))
+    n_in = np.exp(rng.uniform(np.log(40), np.log(60_000), n)).astype(np.int64)
+    queue = rng.lognormal(np.log(0.02), 0.8, n)
+    rate = prefill_med * rng.lognormal(0, 0.25, n)
+    slow = (progress >= 0.65) & (n_in >= 8192)
+    rate = np.where(slow, rate / (2.5 * rng.lognormal(0, 0.35, n)), rate)
+    queue = np.where(slow, queue * 2.5, queue)
+    ttft = queue + n_in / rate
+    n_out = np.maximum(1, rng.lognormal(np.log(180), 0.9, n).astype(np.int64))
+    decode_s = (n_out - 1) / (decode_med * rng.lognormal(0, 0.15, n))
+    failed = rng.random(n) < 0.01
+    status = np.where(failed, "error", np.where(rng.random(n) < 0.01, "cancelled", "ok"))
+    n_out = np.where(failed, 0, n_out)
+    has_dec = (n_out > 1) & ~failed & (decode_s > 0)
+    ts_ms = np.round((start + progress * span_s) * 1000).astype(np.int64)
+    df = pd.DataFrame({
+        "ts": pd.to_datetime(ts_ms, unit="ms", utc=True),
+        "request_id": "", "model": np.array([p.name for p in MODELS])[m],
+        "input_bucket": np.array(names)[np.searchsorted(np.array(edges_t), n_in, side="right") - 1],
+        "status": status, "finish_reason": "", "gateway": "bench", "replica": "",
+        "input_tokens": n_in.astype(np.uint32), "output_tokens": n_out.astype(np.uint32),
+        "cached_input_tokens": pd.array([None] * n, dtype="UInt32"),
+        "queue_s": queue, "ttft_s": np.where(failed, np.nan, ttft),
+        "decode_s": np.where(failed, np.nan, decode_s), "e2e_s": np.where(failed, queue + 0.1, ttft + decode_s),
+        "prefill_tps": np.where(failed, np.nan, n_in / ttft), "prefill_tps_uncached": np.nan,
+        "decode_tps": np.where(has_dec, (n_out - 1) / np.where(decode_s > 0, decode_s, 1), np.nan),
+        "tpot_s": np.where(has_dec, decode_s / np.maximum(n_out - 1, 1), np.nan),
+        "schema_version": np.uint8(1), "src_topic": "bench", "src_partition": np.uint16(0),
+        "src_offset": np.arange(first_offset, first_offset + n, dtype=np.uint64),
+    })
+    for col in ("ttft_s", "decode_s", "prefill_tps", "prefill_tps_uncached", "decode_tps", "tpot_s"):
+        df[col] = df[col].astype("Float64")  # NaN -> NULL (nullable columns)
+        df.loc[df[col].isna(), col] = pd.NA
+    return df[list(ROW_COLUMNS)]

@@ -1,0 +1,243 @@
+"""Analytics against a real chDB store filled through migrate + Sink (no Kafka).
+
+One store per module; the rows come from the real derivation path
+(phasemeter.analytics.synth.synthetic_rows -> stream_jobs.derive.process).
+Expected percentiles are computed here with numpy from the stored raw rows.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from argparse import Namespace
+from datetime import datetime, timedelta, timezone
+
+import clickhouse_connect
+import numpy as np
+import pandas as pd
+import pytest
+
+from phasemeter.analytics import backfill, fetch, run_query, write_chart
+from phasemeter.analytics.synth import synthetic_rows
+from phasemeter.migrate import discover, migrate
+from phasemeter.runner import DirectRunner
+from phasemeter.settings import Settings
+from phasemeter.stream_jobs.buckets import Bucketer, labels, parse_edges
+from phasemeter.stream_jobs.sink import Sink
+
+pytestmark = pytest.mark.integration
+
+
+def make_sink(client) -> Sink:
+    """Sink takes a connect callable (lazy, reconnecting); older versions took the client."""
+    if "connect" in inspect.signature(Sink).parameters:
+        return Sink(lambda: client, "chdb://test")
+    return Sink(client, "chdb://test")
+
+N = 30_000
+SPAN_S = 8 * 3600
+T0 = (time.time() // 86400 - 2) * 86400   # two days ago, midnight UTC (inside the 90 day raw TTL)
+START = datetime.fromtimestamp(T0, timezone.utc)
+END = START + timedelta(seconds=SPAN_S + 60)
+QS = {"p1": 1, "p5": 5, "p50": 50, "p95": 95, "p99": 99}
+LAT_QS = {"p50": 50, "p90": 90, "p99": 99}
+# Rollup tolerance (measured, docs/analytics.md): cells whose tail ranks fall
+# among the 16 lowest/highest values per minute are exact; the sketch answers
+# the rest. Over this data: median rel. error <= 0.5 %, every cell <= 10 %.
+ROLLUP_MEDIAN_TOL, ROLLUP_MAX_TOL = 0.005, 0.10
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path_factory.mktemp('analytics') / 'store'}")
+    client.command("CREATE DATABASE IF NOT EXISTS pm")
+    client.database = "pm"
+    migrate(client)
+    rows = synthetic_rows(N, T0, SPAN_S, seed=11)
+    sink = make_sink(client)
+    batches = [rows[i:i + 4000] for i in range(0, len(rows), 4000)]
+    for batch in batches:
+        sink.write(batch, [])
+    sink.write(batches[2], [])  # a retried identical batch (same token): must not count twice anywhere
+    raw = client.query_df("SELECT ts, model, input_bucket, input_tokens, prefill_tps, decode_tps, ttft_s, tpot_s, "
+                          "queue_s FROM generations")
+    raw["ts"] = raw["ts"].dt.tz_convert("UTC").dt.tz_localize(None) if raw["ts"].dt.tz is not None else raw["ts"]
+    yield client, raw, len(rows)
+    client.close()
+
+
+def expected(raw: pd.DataFrame, start, end, step_s: int, metrics: dict, qs: dict, bucket_col="input_bucket"):
+    s, e = pd.Timestamp(start).tz_convert(None), pd.Timestamp(end).tz_convert(None)
+    w = raw[(raw["ts"] >= s) & (raw["ts"] < e)].copy()
+    epoch = (w["ts"] - pd.Timestamp(0)).dt.total_seconds() // step_s * step_s
+    w["t"] = pd.to_datetime(epoch, unit="s")
+    out = []
+    for (t, model, bucket), g in w.groupby(["t", "model", bucket_col], sort=True):
+        rec = {"t": t, "model": model, "input_bucket": bucket, "n": len(g)}
+        for name, col in metrics.items():
+            vals = g[col].dropna().to_numpy(dtype="float64")
+            rec[f"{name}_n"] = len(vals)
+            for p, q in qs.items():
+                rec[f"{name}_{p}"] = float(np.percentile(vals, q, method="linear")) if len(vals) else np.nan
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def compare(got: pd.DataFrame, want: pd.DataFrame, rtol=1e-9):
+    assert len(got) == len(want)
+    key = ["t", "model", "input_bucket"]
+    got = got.sort_values(key).reset_index(drop=True)
+    want = want.sort_values(key).reset_index(drop=True)
+    assert (got[key].astype(str).values == want[key].astype(str).values).all()
+    for col in want.columns[3:]:
+        np.testing.assert_allclose(got[col].to_numpy(dtype="float64"), want[col].to_numpy(dtype="float64"),
+                                   rtol=rtol, equal_nan=True, err_msg=col)
+
+
+BAND_METRICS = {"prefill": "prefill_tps", "decode": "decode_tps"}
+LAT_METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "queue": "queue_s"}
+
+
+def test_retried_batch_counted_once_in_raw_and_rollup(store):
+    client, raw, n = store
+    assert len(raw) == n
+    assert int(client.query("SELECT sum(n) FROM generations_minute").result_rows[0][0]) == n
+
+
+@pytest.mark.parametrize("offset_s,length_s,step_s", [
+    (0, SPAN_S + 60, 3600), (1234, 5000, 600), (7 * 3600 + 17, 1800, 60), (3 * 3600 + 5, 2 * 3600, 900)])
+def test_exact_path_equals_numpy(store, offset_s, length_s, step_s):
+    _, raw, _ = store
+    start = START + timedelta(seconds=offset_s)
+    end = start + timedelta(seconds=length_s)
+    df, meta = run_query(DirectRunner(store[0]), start, end, step_s, force="exact")
+    assert meta["path"] == "exact"
+    compare(df, expected(raw, start, end, step_s, BAND_METRICS, QS))
+
+
+def test_empty_window(store):
+    df, meta = run_query(DirectRunner(store[0]), START - timedelta(days=1), START - timedelta(hours=20), 60,
+                         force="exact")
+    assert df.empty and list(df.columns)[:4] == ["t", "model", "input_bucket", "n"]
+    df, _ = run_query(DirectRunner(store[0]), START - timedelta(days=1), START - timedelta(hours=20), 60,
+                      force="rollup")
+    assert df.empty
+
+
+def test_single_row_and_half_open_boundaries(store):
+    client, raw, _ = store
+    row = raw.sort_values("ts").iloc[len(raw) // 2]
+    ts = pd.Timestamp(row["ts"]).tz_localize("UTC").to_pydatetime()
+    ms = timedelta(milliseconds=1)
+    same_ts = int((raw["ts"] == row["ts"]).sum())
+    df, _ = run_query(DirectRunner(client), ts, ts + ms, 60, force="exact")   # [ts, ts+1ms): includes ts
+    assert int(df["n"].sum()) == same_ts
+    if same_ts == 1:
+        assert df["prefill_p1"].iloc[0] == pytest.approx(row["prefill_tps"], rel=1e-12, nan_ok=True)
+        assert df["prefill_p99"].iloc[0] == pytest.approx(row["prefill_tps"], rel=1e-12, nan_ok=True)
+    df, _ = run_query(DirectRunner(client), ts - timedelta(seconds=5), ts, 60, force="exact")  # end excluded
+    before = int(((raw["ts"] >= row["ts"] - pd.Timedelta(seconds=5)) & (raw["ts"] < row["ts"])).sum())
+    assert int(df["n"].sum()) == before
+
+
+def test_rollup_matches_exact_within_measured_tolerance(store):
+    client, raw, _ = store
+    for step_s in (60, 600, 3600):
+        ex, _ = run_query(DirectRunner(client), START, END, step_s, force="exact")
+        ro, meta = run_query(DirectRunner(client), START, END, step_s, force="rollup")
+        assert meta["path"] == "rollup" and "rollup" in meta["method"]
+        assert list(ro.columns) == list(ex.columns)
+        assert (ro[["n", "prefill_n", "decode_n"]].values == ex[["n", "prefill_n", "decode_n"]].values).all()
+        pcols = [c for c in ex.columns if c[-3:] in ("_p1", "_p5", "p50", "p95", "p99")]
+        rel = np.abs(ro[pcols].to_numpy(float) / ex[pcols].to_numpy(float) - 1)
+        assert np.nanmedian(rel) <= ROLLUP_MEDIAN_TOL, (step_s, np.nanmedian(rel))
+        assert np.nanmax(rel) <= ROLLUP_MAX_TOL, (step_s, np.nanmax(rel))
+        # Tail ranks inside the kept 16 lowest/highest -> exact to float precision.
+        small = ex["prefill_n"] <= 16
+        np.testing.assert_allclose(ro.loc[small, pcols].to_numpy(float), ex.loc[small, pcols].to_numpy(float),
+                                   rtol=1e-9)
+        np.testing.assert_allclose(ro["prefill_p1"].to_numpy(float)[ex["prefill_n"] <= 1500],
+                                   ex["prefill_p1"].to_numpy(float)[ex["prefill_n"] <= 1500], rtol=1e-9)
+
+
+def test_auto_path_long_window_uses_rollup(store):
+    df, meta = run_query(DirectRunner(store[0]), START, END, 600)
+    assert meta["path"] == "rollup" and "window" in meta["reason"]
+    df, meta = run_query(DirectRunner(store[0]), START, START + timedelta(hours=2), 60)
+    assert meta["path"] == "exact" and "raw rows" in meta["reason"]
+
+
+@pytest.mark.parametrize("spec", ["0,1024,4096,16384,65536", "litellm"])
+def test_rebucketing_equals_python_reference(store, spec):
+    client, raw, _ = store
+    bucketer = Bucketer(parse_edges(spec))
+    ref = raw.assign(new_bucket=[bucketer(int(x)) for x in raw["input_tokens"]])
+    df, meta = run_query(DirectRunner(client), START, END, 3600, edges=spec)
+    assert meta["path"] == "exact" and meta["rebucketed"]
+    assert set(df["input_bucket"]) <= set(labels(parse_edges(spec)))
+    compare(df, expected(ref, START, END, 3600, BAND_METRICS, QS, bucket_col="new_bucket"))
+    # the bucket filter applies to the NEW labels
+    one = labels(parse_edges(spec))[1]
+    df1, _ = run_query(DirectRunner(client), START, END, 3600, buckets=[one], edges=spec)
+    assert set(df1["input_bucket"]) == {one}
+    lat, _ = run_query(DirectRunner(client), START, END, 3600, kind="latency", edges=spec)
+    compare(lat, expected(ref, START, END, 3600, LAT_METRICS, LAT_QS, bucket_col="new_bucket"))
+
+
+def test_latency_exact_and_rollup(store):
+    client, raw, _ = store
+    ex, meta = run_query(DirectRunner(client), START, END, 1800, kind="latency", force="exact")
+    compare(ex, expected(raw, START, END, 1800, LAT_METRICS, LAT_QS))
+    ro, meta = run_query(DirectRunner(client), START, END, 1800, kind="latency", force="rollup")
+    assert list(ro.columns) == list(ex.columns)
+    tcols = [c for c in ex.columns if c.startswith(("ttft_p", "tpot_p"))]
+    rel = np.abs(ro[tcols].to_numpy(float) / ex[tcols].to_numpy(float) - 1)
+    assert np.nanmedian(rel) <= ROLLUP_MEDIAN_TOL and np.nanmax(rel) <= ROLLUP_MAX_TOL
+    np.testing.assert_allclose(ro["ttft_p99"], ex["ttft_p99"], rtol=1e-9)  # top-16 covers p99 up to n~1600
+
+
+def test_fetch_from_argparse_namespace_and_html(store, tmp_path):
+    client, _, _ = store
+    args = Namespace(start=START.isoformat(), end=END.isoformat(), step="auto", model=[], bucket=[], via=None,
+                     exact=False, rollup=False, buckets=None, latency=False)
+    df, meta = fetch(args, Settings(), runner=DirectRunner(client))
+    assert meta["path"] == "rollup" and meta["step_s"] >= 60 and 150 <= SPAN_S / meta["step_s"] <= 400
+    out = write_chart(df, meta, tmp_path / "bands.html")
+    text = out.read_text()
+    assert "llama-4-maverick" in text and "slow tail p1" in text and "<svg" in text
+
+
+def test_migration_0003_on_top_of_0001_0002_and_backfill(store):
+    client, _, _ = store
+    client.command("CREATE DATABASE IF NOT EXISTS pm_old")
+    old = client.database
+    client.database = "pm_old"
+    try:
+        migs = discover()
+        assert [m.version for m in migs][:3] == [1, 2, 3]
+        for mig in migs[:2]:  # a store as shipped before this change
+            for st in mig.statements():
+                client.command(st)
+        client.command("CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, checksum String, "
+                       "applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = MergeTree ORDER BY version")
+        client.insert("schema_migrations", [[m.version, m.name, m.checksum] for m in migs[:2]],
+                      column_names=["version", "name", "checksum"])
+        rows = synthetic_rows(3000, T0, 3600, seed=5)
+        make_sink(client).write(rows, [])
+        applied = migrate(client)
+        assert [m.version for m in applied][0] == 3 and 1 not in [m.version for m in applied]
+        assert int(client.query("SELECT count() FROM generations_minute").result_rows[0][0]) == 0  # MV: new rows only
+        res = backfill(client, START, START + timedelta(hours=2))
+        assert res["generations_added"] == len(rows)
+        assert backfill(client, START, START + timedelta(hours=2))["generations_added"] == 0  # idempotent
+        more = synthetic_rows(500, T0 + 3600, 600, seed=6)
+        for i, r in enumerate(more):
+            r["src_offset"] = 10_000 + i
+        make_sink(client).write(more, [])  # the MV now sees new inserts
+        total = int(client.query("SELECT sum(n) FROM generations_minute").result_rows[0][0])
+        assert total == len(rows) + len(more)
+        ex, _ = run_query(DirectRunner(client), START, START + timedelta(hours=2), 600, force="exact")
+        ro, _ = run_query(DirectRunner(client), START, START + timedelta(hours=2), 600, force="rollup")
+        assert (ex["n"].values == ro["n"].values).all()
+    finally:
+        client.database = old
