@@ -1,0 +1,242 @@
+"""Shared helpers for the benchmark scripts (not part of the installed package).
+
+Machine info, markdown tables, synthetic events in the event-v1 shape, topic
+pre-filling, and start/stop of the processes a benchmark owns (a local Kafka
+broker, a `phasemeter worker`). Everything started here is stopped by its
+context manager, and every wait loop has a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = ROOT / "bench"
+
+
+# -- reporting ----------------------------------------------------------------
+def machine_info() -> dict:
+    info = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "nproc": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(terse=True)}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                info["ram_gib"] = round(int(line.split()[1]) / 1024 / 1024, 1)
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    from phasemeter.kafka_local import KAFKA_VERSION
+
+    info["kafka"] = KAFKA_VERSION
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("chdb", "faust-streaming", "aiokafka", "kafka-python", "clickhouse-connect", "pandas"):
+        try:
+            info[dist] = version(dist)
+        except PackageNotFoundError:
+            info[dist] = "n/a"
+    return info
+
+
+def md_table(headers: list[str], rows: list[list]) -> str:
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.0f}"
+        return str(v)
+    align = ["---:" if rows and isinstance(rows[0][i], (int, float)) else "---" for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def write_json(path: str | None, result: dict) -> None:
+    if path:
+        Path(path).write_text(json.dumps(result, indent=2, default=str))
+
+
+# -- synthetic events ---------------------------------------------------------
+def synthetic_events(n: int, seed: int = 7, start: float | None = None, span_s: float = 3600.0,
+                     gateway: str = "bench") -> list[dict]:
+    """`n` generation events, exactly the JSON shape of schema/event-v1.schema.json."""
+    from phasemeter.synthetic import SyntheticGateway
+
+    start = time.time() - span_s - 60 if start is None else start
+    gen = SyntheticGateway(start=start, span_s=span_s, seed=seed)
+    tag = uuid.uuid4().hex[:8]
+    out = []
+    for i in range(n):
+        g = gen.make(i / max(1, n))
+        out.append({"schema_version": 1, "kind": "generation", "request_id": f"b{tag}-{i}",
+                    "model": g.model, "t0": g.t0, "ttft_s": g.ttft_s, "e2e_s": g.e2e_s,
+                    "queue_s": g.queue_s, "input_tokens": g.input_tokens, "output_tokens": g.output_tokens,
+                    "cached_input_tokens": None, "status": g.status,
+                    "finish_reason": "stop" if g.status == "ok" else None,
+                    "gateway": gateway, "replica": g.replica})
+    return out
+
+
+def encode_event(event: dict) -> bytes:
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def envelope(events: list[dict]) -> bytes:
+    return encode_event({"schema_version": 1, "kind": "batch", "events": events})
+
+
+def prefill(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]], partitions: int = 4,
+            timeout_s: float = 300.0) -> float:
+    """Create `topic` and write (key, value) pairs with a batching producer; seconds taken."""
+    from kafka import KafkaProducer
+
+    from phasemeter.kafka_local import ensure_topics
+
+    ensure_topics(bootstrap, [topic], partitions)
+    max_value = max((len(v) for _, v in messages), default=0)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=20,
+                             batch_size=max(512 * 1024, max_value + 1024),
+                             max_request_size=max(2 * 1024 * 1024, max_value + 65536),
+                             enable_idempotence=False)
+    t = time.perf_counter()
+    try:
+        for key, value in messages:
+            producer.send(topic, key=key, value=value)
+        producer.flush(timeout_s)
+    finally:
+        producer.close(10)
+    return time.perf_counter() - t
+
+
+# -- processes ----------------------------------------------------------------
+@contextlib.contextmanager
+def broker(bootstrap: str | None = None):
+    """Yield a bootstrap address: the given one, or a fresh local broker in its own tmp dir."""
+    if bootstrap:
+        yield bootstrap
+        return
+    from phasemeter.kafka_local import LocalBroker
+
+    tmp = Path(tempfile.mkdtemp(prefix="pm-bench-kafka-"))
+    b = LocalBroker(tmp, heap="768m")
+    try:
+        b.start(log=lambda m: print(m, file=sys.stderr))
+        yield b.bootstrap
+    finally:
+        b.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def stop_process(proc: subprocess.Popen | None, kill: bool = False, wait_s: float = 20.0) -> None:
+    """Stop one process we started (by its own pid, never by name)."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def get_json(url: str, timeout: float = 2.0) -> dict | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+
+
+class Worker:
+    """One `python -m phasemeter worker` with its own topic, group, store and tmp dir
+    (Faust writes its `<group>-data` folder into the cwd, so the cwd is the tmp dir)."""
+
+    def __init__(self, bootstrap: str, topic: str, workdir: Path, batch_rows: int = 5000,
+                 batch_seconds: float = 1.0, extra_env: dict | None = None):
+        from phasemeter.kafka_local import free_port
+
+        tag = uuid.uuid4().hex[:10]
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PHASEMETER_TOPIC": topic,
+                    "PHASEMETER_DLQ_TOPIC": f"{topic}.dlq", "PHASEMETER_GROUP_ID": f"bench-{tag}",
+                    "PHASEMETER_DATABASE": f"bench_{tag}", "PHASEMETER_DATA_DIR": str(self.workdir / "data"),
+                    "PHASEMETER_WEB_PORT": str(self.port), "PHASEMETER_BATCH_ROWS": str(batch_rows),
+                    "PHASEMETER_BATCH_SECONDS": str(batch_seconds), **(extra_env or {})}
+        self.env.pop("CLICKHOUSE_URL", None)
+        self.log = self.workdir / "worker.log"
+        self.proc: subprocess.Popen | None = None
+
+    def migrate(self) -> None:
+        subprocess.run([sys.executable, "-m", "phasemeter", "migrate"], env=self.env, cwd=self.workdir,
+                       capture_output=True, text=True, check=True, timeout=120)
+
+    def start(self, timeout_s: float = 90.0) -> float:
+        """Start and wait for /health; returns seconds from spawn to healthy."""
+        t = time.perf_counter()
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "phasemeter", "worker", "--loglevel", "warn"],
+                                         env=self.env, cwd=self.workdir, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("worker exited:\n" + self.log.read_text(errors="replace")[-3000:])
+            if self.health() is not None:
+                return time.perf_counter() - t
+            time.sleep(0.1)
+        raise RuntimeError("worker did not start:\n" + self.log.read_text(errors="replace")[-3000:])
+
+    def health(self) -> dict | None:
+        return get_json(f"{self.url}/health")
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def run_script(cmd: list[str], timeout_s: float, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run a bench script to completion (bounded); its own process group is killed on timeout."""
+    proc = subprocess.Popen(cmd, cwd=cwd or ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group of the child we started, nothing else
+        out, err = proc.communicate()
+        err = (err or "") + f"\n[timed out after {timeout_s:.0f}s]"
+        return subprocess.CompletedProcess(cmd, -9, out, err)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt so `finally` blocks stop what we started."""
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, handler)

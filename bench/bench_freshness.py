@@ -1,0 +1,214 @@
+"""Freshness: emit -> stored (queryable) latency with a worker running, at fixed emit rates.
+
+    python bench/bench_freshness.py [--rates 2000,5000] [--seconds 20] [--bootstrap H:P] [--json OUT]
+
+For each rate, the real emitter (`Meter.record`, t0 = wall clock at emit,
+durations of ~1 ms) sends at that rate for --seconds under its own gateway
+label, into one `phasemeter worker` (default batching: 5000 rows or 1 s).
+Latency per row = ingested_at (set by ClickHouse at insert) - ts (the emit
+time, to the ms), read through the worker's query API with the named query
+sql/bench_freshness.sql; a row is queryable as soon as it is stored. Also
+reported: the time from the last emit until every row of the rate step is
+visible through the API (polled every 0.1 s). --probe adds a raw Kafka reader
+that splits the latency into emitter/broker and worker parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _util as U  # noqa: E402
+
+
+def emit(bootstrap: str, topic: str, gateway: str, rate: float, seconds: float) -> dict:
+    from phasemeter.producers import Meter
+
+    total = int(rate * seconds)
+    meter = Meter(bootstrap_servers=bootstrap, topic=topic, gateway=gateway,
+                  queue_size=max(50_000, total), flush_timeout_s=60)
+    began = time.monotonic()
+    clock = time.time
+    try:
+        for i in range(total):
+            meter.record(model="bench-fresh", input_tokens=100, output_tokens=2, t0=clock(),
+                         ttft_s=0.001, e2e_s=0.002, queue_s=0.0, replica="r0")
+            ahead = (i + 1) / rate - (time.monotonic() - began)
+            if ahead > 0.002:
+                time.sleep(ahead)
+        emitted_at = time.time()
+        took = time.monotonic() - began
+    finally:
+        meter.close(timeout_s=60)
+    s = meter.stats()
+    return {"emitted": total, "achieved_rate": total / took, "emit_end": emitted_at,
+            "sent": s.sent, "dropped": s.dropped, "failed": s.failed}
+
+
+class KafkaProbe:
+    """A raw aiokafka reader (no group, from the end) in a thread: for each
+    event it records CreateTime - t0 (emitter queue + hand-off to the producer)
+    and receipt - t0 (until a plain consumer could read it). That splits the
+    end-to-end latency into "before the worker" and "in the worker"."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int = 4):
+        import threading
+
+        self.partitions = partitions
+        self.bootstrap, self.topic = bootstrap, topic
+        self.samples: dict[str, list[tuple[float, float]]] = {}
+        self.ready, self.stop_flag = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._thread, daemon=True, name="kafka-probe")
+
+    def __enter__(self):
+        self.thread.start()
+        self.ready.wait(30)
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_flag.set()
+        self.thread.join(15)
+
+    def _thread(self) -> None:
+        import asyncio
+
+        asyncio.run(self._run())
+
+    async def _run(self) -> None:
+        import json
+
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_end(*tps)
+            self.ready.set()
+            while not self.stop_flag.is_set():
+                batches = await consumer.getmany(timeout_ms=100, max_records=5000)
+                now = time.time()
+                for msgs in batches.values():
+                    for m in msgs:
+                        e = json.loads(m.value)
+                        self.samples.setdefault(e.get("gateway") or "", []).append(
+                            (m.timestamp / 1000.0 - e["t0"], now - e["t0"]))
+        finally:
+            self.ready.set()
+            await consumer.stop()
+
+    def summary(self, gateway: str) -> dict:
+        got = self.samples.get(gateway, [])
+        if not got:
+            return {"probe_n": 0}
+        create = sorted(x[0] for x in got)
+        recv = sorted(x[1] for x in got)
+
+        def q(xs, p):
+            return round(1000 * xs[min(len(xs) - 1, int(p * len(xs)))], 1)
+        return {"probe_n": len(got), "handoff_p50_ms": q(create, .5), "handoff_p99_ms": q(create, .99),
+                "consumable_p50_ms": q(recv, .5), "consumable_p99_ms": q(recv, .99)}
+
+
+def visible(runner, gateway: str) -> dict:
+    df = runner.df("bench_freshness", {"gateway": gateway})
+    return {k: (float(df[k].iloc[0]) if len(df) else 0.0) for k in ("n", "p50_ms", "p99_ms", "max_ms")}
+
+
+def run(bootstrap: str, rates: list[float], seconds: float, timeout_s: float, batch_rows: int,
+        batch_seconds: float, with_probe: bool = False) -> list[dict]:
+    from phasemeter.kafka_local import ensure_topics
+    from phasemeter.runner import HttpRunner
+
+    topic = f"bench-fresh-{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, [topic, f"{topic}.dlq"], 4)
+    tmp = Path(tempfile.mkdtemp(prefix="pm-bench-fresh-"))
+    out = []
+    try:
+        with U.Worker(bootstrap, topic, tmp, batch_rows=batch_rows, batch_seconds=batch_seconds) as w:
+            w.migrate()
+            w.start()
+            runner = HttpRunner(w.url, timeout_s=30)
+            probe = KafkaProbe(bootstrap, topic).__enter__() if with_probe else None
+            try:
+                out = _steps(bootstrap, topic, rates, seconds, timeout_s, batch_seconds, runner, probe)
+            finally:
+                if probe:
+                    probe.__exit__()
+            out_health = w.health() or {}
+            for r in out:
+                r["worker_rejected"] = out_health.get("rejected")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _steps(bootstrap, topic, rates, seconds, timeout_s, batch_seconds, runner, probe) -> list[dict]:
+    out = []
+    if True:
+        if True:
+            for rate in rates:
+                gateway = f"fresh-{int(rate)}-{uuid.uuid4().hex[:4]}"
+                e = emit(bootstrap, topic, gateway, rate, seconds)
+                deadline = time.monotonic() + timeout_s
+                v = visible(runner, gateway)
+                while v["n"] < e["sent"] and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    v = visible(runner, gateway)
+                drain = time.time() - e["emit_end"]
+                out.append({"rate": rate, "seconds": seconds, **e, "stored": int(v["n"]),
+                            "p50_ms": v["p50_ms"], "p99_ms": v["p99_ms"], "max_ms": v["max_ms"],
+                            "last_emit_to_all_visible_s": round(drain, 2),
+                            "complete": v["n"] >= e["sent"],
+                            "meets_target": v["p99_ms"] <= 2000, **(probe.summary(gateway) if probe else {})})
+                time.sleep(batch_seconds + 0.5)  # let the worker go idle between steps
+    return out
+
+
+def render(rows: list[dict], batch_rows: int, batch_seconds: float) -> str:
+    table = U.md_table(
+        ["target rate /s", "achieved /s", "emitted", "stored", "p50 ms", "p99 ms", "max ms",
+         "last emit → all visible s", "p99 ≤ 2 s", "hand-off p50/p99 ms", "raw-consumable p50/p99 ms"],
+        [[int(r["rate"]), round(r["achieved_rate"]), r["emitted"], r["stored"], r["p50_ms"], r["p99_ms"],
+          r["max_ms"], r["last_emit_to_all_visible_s"], "yes" if r["meets_target"] else "NO",
+          f"{r.get('handoff_p50_ms', 'n/a')} / {r.get('handoff_p99_ms', 'n/a')}",
+          f"{r.get('consumable_p50_ms', 'n/a')} / {r.get('consumable_p99_ms', 'n/a')}"] for r in rows])
+    return table + (f"\n\nWorker batching: PHASEMETER_BATCH_ROWS={batch_rows}, PHASEMETER_BATCH_SECONDS="
+                    f"{batch_seconds}; emitter linger 5 ms, acks=all. p50/p99 = ingested_at - t0 (emit) "
+                    "per row. Hand-off = Kafka CreateTime - t0 (emitter queue until the sender thread "
+                    "called KafkaProducer.send); raw-consumable = when a group-less aiokafka reader in the "
+                    "bench process got it - t0. The rest is the worker.")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bootstrap", default="")
+    ap.add_argument("--rates", default="2000", help="comma-separated generations/s")
+    ap.add_argument("--seconds", type=float, default=20.0, help="emit duration per rate")
+    ap.add_argument("--batch-rows", type=int, default=5000)
+    ap.add_argument("--batch-seconds", type=float, default=1.0)
+    ap.add_argument("--timeout", type=float, default=120.0, help="max wait for rows to become visible")
+    ap.add_argument("--probe", action="store_true",
+                    help="also read the topic with a raw consumer to split emitter/broker vs worker latency "
+                         "(costs CPU in this process)")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+    U.exit_cleanly_on_sigterm()
+    rates = [float(r) for r in args.rates.split(",") if r]
+    with U.broker(args.bootstrap or None) as bootstrap:
+        rows = run(bootstrap, rates, args.seconds, args.timeout, args.batch_rows, args.batch_seconds, args.probe)
+    result = {"params": vars(args), "rates": rows}
+    print(render(rows, args.batch_rows, args.batch_seconds))
+    U.write_json(args.json, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""Worker throughput vs a bare Faust agent and raw aiokafka, on the same pre-filled topic.
+
+    python bench/bench_worker.py [--n 50000] [--envelope-size 100 --envelope-n 200000]
+                                 [--bootstrap H:P] [--json OUT]
+
+1. Pre-fills a topic with N generation events (one per message, event-v1 JSON
+   from phasemeter.synthetic) using a batching kafka-python producer.
+2. Drains it with (a) raw aiokafka `getmany`, (b) bench/bare_faust_app.py
+   (plain `async for`, and `take_events` like the worker), (c) the real
+   `phasemeter worker` into its own chDB store. Each reader has its own group.
+   The worker's rate is taken between two store-completion points read from
+   /health every 0.1 s (first poll with accepted > 0 .. accepted == N), so
+   process start-up and the first fetch are not counted; the references are
+   timed first message .. Nth message, inside the reader.
+3. Envelopes: pre-fills `--envelope-n` generations as {"kind": "batch",
+   "events": [...]} messages of `--envelope-size` and reports the worker's
+   generations/s against the bare-Faust *message* rate of step 2.
+Without --bootstrap a local broker is started in a tmp dir and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _util as U  # noqa: E402
+
+
+def measure_aiokafka(bootstrap: str, topic: str, n: int, partitions: int, timeout_s: float) -> dict:
+    from aiokafka import AIOKafkaConsumer
+
+    async def run() -> dict:
+        # Manual assignment, no group: the raw fetch + decode ceiling of this broker and topic.
+        from aiokafka import TopicPartition
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+        await consumer.start()
+        count = 0
+        deadline = time.monotonic() + timeout_s
+        try:
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            first = time.time()  # from the first fetch request: nothing is prefetched yet
+            while count < n and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
+                count += sum(len(msgs) for msgs in batches.values())
+            last = time.time()
+        finally:
+            await consumer.stop()
+        return {"count": count, "t_first": first, "t_last": last, "c0": 0}
+
+    r = asyncio.run(run())
+    return _rate("raw aiokafka getmany (assigned, no group)", r, n)
+
+
+def _rate(name: str, r: dict, n: int) -> dict:
+    ok = r["count"] >= n and r["t_first"] and r["t_last"] > r["t_first"]
+    secs = (r["t_last"] - r["t_first"]) if ok else None
+    msgs = r["count"] - r.get("c0", 1)
+    return {"reader": name, "messages": n, "generations": n, "seconds": secs,
+            "msgs_per_s": msgs / secs if secs else None, "gens_per_s": msgs / secs if secs else None,
+            "complete": bool(ok), "count": r["count"]}
+
+
+def measure_bare_faust(bootstrap: str, topic: str, n: int, mode: str, partitions: int, batch: int,
+                       timeout_s: float) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="pm-bench-bare-"))
+    cmd = [sys.executable, str(U.BENCH_DIR / "bare_faust_app.py"), "--bootstrap", bootstrap, "--topic", topic,
+           "--n", str(n), "--mode", mode, "--partitions", str(partitions), "--batch", str(batch),
+           "--datadir", str(tmp / "data")]
+    log = open(tmp / "bare.log", "wb")
+    proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+    result = {"count": 0, "t_first": None, "t_last": 0.0}
+    try:
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        buf = b""
+        while time.monotonic() < deadline and proc.poll() is None:
+            if not sel.select(timeout=0.5):
+                continue
+            chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.readline()
+            if not chunk:
+                break
+            buf += chunk
+            if b"\n" in buf:
+                line = buf.split(b"\n", 1)[0]
+                try:
+                    result = json.loads(line)
+                    break
+                except ValueError:
+                    buf = b""
+        sel.close()
+    finally:
+        U.stop_process(proc, kill=True)  # Faust's own stop can hang; see bare_faust_app.py
+        log.close()
+        if proc.stdout:
+            proc.stdout.close()
+        if result["t_first"] is None:
+            print((tmp / "bare.log").read_text(errors="replace")[-2000:], file=sys.stderr)
+        shutil.rmtree(tmp, ignore_errors=True)
+    result["c0"] = batch if mode == "take" and n > batch else 1
+    return _rate(f"bare Faust agent ({'async for' if mode == 'iterate' else 'take_events'})", result, n)
+
+
+def measure_worker(bootstrap: str, topic: str, generations: int, messages: int, args, label: str) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="pm-bench-worker-"))
+    w = U.Worker(bootstrap, topic, tmp, batch_rows=args.batch_rows, batch_seconds=args.batch_seconds)
+    out = {"reader": label, "messages": messages, "generations": generations, "seconds": None,
+           "msgs_per_s": None, "gens_per_s": None, "complete": False, "supported": True}
+    try:
+        w.migrate()
+        out["startup_s"] = round(w.start(), 2)
+        first_consumed = first_accept = None
+        h: dict = {}
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline:
+            h = w.health() or h
+            now = time.time()
+            acc, rej, cons = h.get("accepted", 0), h.get("rejected", 0), h.get("consumed", 0)
+            if first_consumed is None and cons > 0:
+                first_consumed = now
+            if first_accept is None and acc > 0:
+                first_accept = (now, acc)
+            if acc >= generations:
+                secs = now - first_accept[0]
+                rows = acc - first_accept[1]
+                if secs <= 0:  # everything landed within one poll: fall back to first consumed
+                    secs, rows = now - first_consumed, acc
+                out.update(seconds=secs, gens_per_s=rows / secs, complete=True,
+                           msgs_per_s=rows / secs * messages / generations,
+                           from_first_consumed_s=round(now - first_consumed, 3))
+                break
+            if acc == 0 and rej >= messages:
+                out.update(supported=False, note="envelopes not supported by this worker "
+                                                 f"(rejected={rej}, accepted=0)")
+                break
+            time.sleep(0.1)
+        out["health"] = h
+        if not out["complete"] and out["supported"]:
+            out["note"] = f"timed out after {args.timeout}s: {h}"
+    finally:
+        w.stop()
+        if not out["complete"] and out["supported"]:
+            print(w.log.read_text(errors="replace")[-2000:], file=sys.stderr)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bootstrap", default="", help="use this broker instead of starting one")
+    ap.add_argument("--n", type=int, default=50_000, help="generations, one per message")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--envelope-size", type=int, default=100, help="generations per envelope; 0 skips")
+    ap.add_argument("--envelope-n", type=int, default=200_000, help="generations sent as envelopes")
+    ap.add_argument("--batch-rows", type=int, default=5000, help="PHASEMETER_BATCH_ROWS of the worker")
+    ap.add_argument("--batch-seconds", type=float, default=1.0)
+    ap.add_argument("--bare-modes", default="iterate,take", help="bare Faust modes to run")
+    ap.add_argument("--skip-aiokafka", action="store_true")
+    ap.add_argument("--timeout", type=float, default=300.0, help="per reader")
+    ap.add_argument("--json", default="", help="also write the result dict here")
+    args = ap.parse_args(argv)
+    U.exit_cleanly_on_sigterm()
+
+    result: dict = {"params": vars(args).copy(), "single": [], "envelope": None}
+    with U.broker(args.bootstrap or None) as bootstrap:
+        topic = f"bench-events-{uuid.uuid4().hex[:8]}"
+        events = U.synthetic_events(args.n)
+        msgs = [(e["request_id"].encode(), U.encode_event(e)) for e in events]
+        secs = U.prefill(bootstrap, topic, msgs, args.partitions)
+        result["prefill"] = {"messages": len(msgs), "seconds": round(secs, 2), "msgs_per_s": len(msgs) / secs,
+                             "avg_bytes": sum(len(v) for _, v in msgs) / len(msgs)}
+        del events, msgs
+        rows = result["single"]
+        if not args.skip_aiokafka:
+            rows.append(measure_aiokafka(bootstrap, topic, args.n, args.partitions, args.timeout))
+        for mode in [m for m in args.bare_modes.split(",") if m]:
+            rows.append(measure_bare_faust(bootstrap, topic, args.n, mode, args.partitions, args.batch_rows,
+                                           args.timeout))
+        rows.append(measure_worker(bootstrap, topic, args.n, args.n, args, "phasemeter worker (1 event/msg)"))
+        bare = next((r for r in rows if r["reader"].startswith("bare Faust agent (async for")), None) or \
+            next((r for r in rows if r["reader"].startswith("bare Faust")), None)
+        ceiling = bare["msgs_per_s"] if bare else None
+        for r in rows:
+            r["ratio_vs_bare_faust"] = U.ratio(r["msgs_per_s"], ceiling)
+        result["bare_faust_msgs_per_s"] = ceiling
+        result["worker_vs_bare_faust"] = rows[-1]["ratio_vs_bare_faust"]
+
+        if args.envelope_size > 0:
+            etopic = f"bench-envelopes-{uuid.uuid4().hex[:8]}"
+            events = U.synthetic_events(args.envelope_n)
+            size = args.envelope_size
+            emsgs = [(events[i]["request_id"].encode(), U.envelope(events[i:i + size]))
+                     for i in range(0, len(events), size)]
+            secs = U.prefill(bootstrap, etopic, emsgs, args.partitions)
+            result["envelope_prefill"] = {"messages": len(emsgs), "seconds": round(secs, 2),
+                                          "avg_bytes": sum(len(v) for _, v in emsgs) / len(emsgs)}
+            del events
+            env = measure_worker(bootstrap, etopic, args.envelope_n, len(emsgs), args,
+                                 f"phasemeter worker (envelopes of {size})")
+            env["ratio_vs_bare_faust"] = U.ratio(env["gens_per_s"], ceiling)
+            result["envelope"] = env
+            result["envelope_gens_vs_bare_faust_msgs"] = env["ratio_vs_bare_faust"]
+
+    print(render(result))
+    U.write_json(args.json, result)
+    return result
+
+
+def render(result: dict) -> str:
+    def f(v, d=0):
+        return "n/a" if v is None else (f"{v:,.{d}f}")
+
+    rows = list(result["single"]) + ([result["envelope"]] if result.get("envelope") else [])
+    lines = ["| reader | Kafka messages | generations | seconds | msgs/s | generations/s "
+             "| ratio (gen/s ÷ bare Faust msgs/s) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['reader']} | {r['messages']:,} | {r['generations']:,} | {f(r['seconds'], 2)} "
+                     f"| {f(r['msgs_per_s'])} | {f(r['gens_per_s'])} | {f(r.get('ratio_vs_bare_faust'), 3)} |")
+    p = result.get("prefill", {})
+    lines.append("")
+    lines.append(f"Pre-fill (kafka-python, linger 20 ms, acks=1): {p.get('messages', 0):,} messages of "
+                 f"~{p.get('avg_bytes', 0):.0f} B in {p.get('seconds', 0)} s ({f(p.get('msgs_per_s'))} msgs/s).")
+    lines.append(f"**worker ÷ bare Faust (1 event/msg): {f(result.get('worker_vs_bare_faust'), 3)}** (target ≥ 0.9)")
+    env = result.get("envelope")
+    if env:
+        if not env.get("supported", True):
+            lines.append(f"**envelopes not supported by this worker** ({env.get('note')})")
+        else:
+            ep = result.get("envelope_prefill", {})
+            lines.append(f"**worker generations/s with envelopes ÷ bare Faust msgs/s: "
+                         f"{f(result.get('envelope_gens_vs_bare_faust_msgs'), 2)}×** (target ≥ 5×; "
+                         f"{ep.get('messages', 0):,} envelopes of ~{ep.get('avg_bytes', 0):,.0f} B)")
+            if env.get("note"):
+                lines.append(f"note: {env['note']}")
+    for r in rows:
+        if r.get("startup_s") is not None:
+            lines.append(f"- {r['reader']}: start-up to /health {r['startup_s']} s (excluded); "
+                         f"first consumed → all stored {r.get('from_first_consumed_s', 'n/a')} s")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
