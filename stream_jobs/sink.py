@@ -47,6 +47,23 @@ def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
     return df
 
 
+def _arrow(rows: list[dict], columns: tuple[str, ...]):
+    """Rows -> an Arrow table, column by column. Arrow goes to ClickHouse's
+    native reader; insert_df converts value by value in Python (the profile
+    showed it as the sink's bottleneck). None stays null, never 0 or NaN."""
+    import pyarrow as pa
+
+    arrays = []
+    for col in columns:
+        values = [r[col] for r in rows]
+        if col == "ts":  # epoch seconds -> exact milliseconds
+            ms = np.round(np.asarray(values, dtype="float64") * 1000.0).astype("int64")
+            arrays.append(pa.array(ms, type=pa.timestamp("ms", tz="UTC")))
+        else:
+            arrays.append(pa.array(values))
+    return pa.Table.from_arrays(arrays, names=list(columns))
+
+
 class StoreUnavailable(RuntimeError):
     pass
 
@@ -118,7 +135,7 @@ class Sink:
                     continue
                 token = batch_token(table, [(r["src_topic"], r["src_partition"], r["src_offset"])
                                             for r in items])
-                client.insert_df(table, _frame(items, columns), settings={
+                client.insert_arrow(table, _arrow(items, columns), settings={
                     "insert_deduplication_token": token,
                     "deduplicate_blocks_in_dependent_materialized_views": 1,
                 })
