@@ -138,3 +138,34 @@ def test_single_event_message_same_as_process():
 
     raw = json.dumps(event()).encode()
     assert process_message(raw, BUCKET, 1_000_000, NOW) == [process(raw, BUCKET, 1_000_000, NOW)]
+
+
+def test_fast_path_agrees_with_full_validation():
+    import random as rnd
+
+    from phasemeter.stream_jobs.derive import _fast, _validate_full
+
+    r = rnd.Random(1)
+    cases = []
+    for _, payload, _ in POISON:
+        try:
+            cases.append(json.loads(as_bytes(payload)))
+        except (ValueError, UnicodeDecodeError):
+            pass
+    choices = {"input_tokens": [0, 5, 10**6, 10**7, 10**7 + 1, -1, 2.0, True],
+               "output_tokens": [0, 1, 2, 500, -3], "ttft_s": [None, 0.0, 0.5, 3.0, -0.1, 1, 9e4],
+               "e2e_s": [0.0, 0.4, 2.5, 2, 9e4, "1"], "queue_s": [..., None, 0.0, 0.2, 0.6, 5.0],
+               "cached_input_tokens": [..., None, 0, 4, 999, 10**7, 1.5],
+               "status": [..., "ok", "error", "cancelled", None, "x"],
+               "model": ["m", "", "m" * 200, "m" * 201, 3], "finish_reason": [..., None, "stop", "", "s" * 65],
+               "schema_version": [1, 1.0, 2, True], "t0": [NOW - 10, NOW + 90_000, 0, NOW - 10.5, float("nan")]}
+    for _ in range(3000):
+        picks = r.sample(sorted(choices), r.randint(0, 3))
+        cases.append(event(**{k: r.choice(choices[k]) for k in picks}))
+    accepted = 0
+    for ev in cases:
+        fast, full = _fast(ev, NOW), _validate_full(ev, NOW)
+        if fast is not None:
+            accepted += 1
+            assert fast == full, ev
+    assert accepted > 100
