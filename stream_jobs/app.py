@@ -40,6 +40,7 @@ class Pipeline:
         self.consumed = self.skipped = self.accepted = self.rejected = self.duplicates = 0
         self.started = time.time()
         self.last_batch_at: float | None = None
+        self.last_batch: dict | None = None
 
     def forget_offsets(self) -> None:
         """After a rebalance another worker may have stored more: re-read."""
@@ -130,6 +131,7 @@ class Pipeline:
             "skipped_redelivered": self.skipped, "duplicates": self.duplicates,
             "store_retries": self.sink.retries,
             "uptime_s": round(time.time() - self.started, 1), "last_batch_at": self.last_batch_at,
+            "last_batch": self.last_batch,
         }
 
 
@@ -211,7 +213,9 @@ def create_app(settings: Settings, client=None) -> faust.App:
         loop = asyncio.get_running_loop()
         async for events in stream.take_events(settings.batch_rows, within=settings.batch_seconds):
             pipeline.consumed += len(events)
+            t_start = time.time()
             rows, dead = await loop.run_in_executor(None, pipeline.split, events)
+            t_split = time.time()
             # Blocks (retrying) while the store is down: the stream stops being
             # consumed (backpressure) and nothing of this batch is acked.
             await loop.run_in_executor(None, sink.write, rows, dead)
@@ -222,6 +226,13 @@ def create_app(settings: Settings, client=None) -> faust.App:
             pipeline.accepted += len(rows)
             pipeline.rejected += len(dead)
             pipeline.last_batch_at = time.time()
+            # Where a batch's time goes, for /health and the freshness benchmark.
+            pipeline.last_batch = {
+                "messages": len(events), "rows": len(rows), "dead": len(dead),
+                "split_s": round(t_split - t_start, 4), "write_s": round(pipeline.last_batch_at - t_split, 4),
+                "oldest_age_s": round(t_start - min(r["ts"] for r in rows), 3) if rows else None,
+                "newest_age_s": round(t_start - max(r["ts"] for r in rows), 3) if rows else None,
+            }
 
     register_views(app, settings, pipeline, sink)
     return app
