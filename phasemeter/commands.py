@@ -31,11 +31,13 @@ def cmd_migrate(args, settings: Settings) -> int:
         print(f"applied {mig.version:04d}_{mig.name}")
     from .store import load_sql
 
-    if settings.raw_ttl_days < 1:
-        raise ArgError(f"PHASEMETER_RAW_TTL_DAYS={settings.raw_ttl_days}: must be at least 1")
-    client.command(load_sql("set_raw_ttl"), parameters={"days": settings.raw_ttl_days},
-                   settings={"materialize_ttl_after_modify": 0})
-    print(f"raw generations kept {settings.raw_ttl_days} days")
+    for name, days, env in (("raw", settings.raw_ttl_days, "PHASEMETER_RAW_TTL_DAYS"),
+                            ("rollup", settings.rollup_ttl_days, "PHASEMETER_ROLLUP_TTL_DAYS")):
+        if days < 1:
+            raise ArgError(f"{env}={days}: must be at least 1")
+        client.command(load_sql(f"set_{name}_ttl"), parameters={"days": days},
+                       settings={"materialize_ttl_after_modify": 0})
+        print(f"{name} generations kept {days} days")
     print(f"store {settings.database} is up to date ({len(done)} applied now)")
     client.close()
     return 0

@@ -57,6 +57,8 @@ class Settings:
     dlq_payload_bytes: int = _f(4096, "PHASEMETER_DLQ_PAYLOAD_BYTES",
                                 "How many bytes of a rejected event the dead-letter record keeps.")
     raw_ttl_days: int = _f(90, "PHASEMETER_RAW_TTL_DAYS", "Days raw generation rows are kept (set by `phasemeter migrate`).")
+    rollup_ttl_days: int = _f(400, "PHASEMETER_ROLLUP_TTL_DAYS",
+                              "Days the per-minute rollup is kept (set by `phasemeter migrate`).")
 
     # -- construction -----------------------------------------------------
     @classmethod

@@ -98,6 +98,17 @@ def test_kill9_at_ten_points_during_20k_stream_stores_each_once(worker, pm_env):
     assert counts(worker) == (len(events), 0)
     worker.stop()
     ids = stored_ids(pm_env)
+    client = clickhouse_connect.get_client(dsn=f"chdb://{pm_env['PHASEMETER_DATA_DIR']}/store")
+    try:
+        client.database = pm_env["PHASEMETER_DATABASE"]
+        raw = client.query("SELECT model, toStartOfMinute(ts) AS m, count() FROM generations "
+                           "GROUP BY model, m ORDER BY model, m").result_rows
+        rollup = client.query("SELECT model, minute AS m, sum(n) FROM generations_minute "
+                              "GROUP BY model, m ORDER BY model, m").result_rows
+    finally:
+        client.close()
+    assert [(a, b.replace(tzinfo=None), int(c)) for a, b, c in rollup] == \
+        [(a, b.replace(tzinfo=None), int(c)) for a, b, c in raw]  # rollups agree with raw: none twice
     assert kills == 10
     assert len(ids) == len(set(ids)) == len(events)
     assert set(ids) == {e["request_id"] for e in events}

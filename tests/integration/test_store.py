@@ -48,8 +48,13 @@ def test_filters_are_bound_not_spliced(tmp_path, capsys):
     base = ["--data-dir", str(tmp_path / "d"), "--database", "inj"]
     assert main(["migrate", *base]) == 0
     for evil in ["x' OR 1=1 --", "'; DROP TABLE generations; --", "\\' OR ''='"]:
+        for flag in ("--model", "--bucket"):
+            for path in ("--exact", "--rollup"):
+                capsys.readouterr()
+                assert main(["query", "bands", "--from", "-1d", flag, evil, path, "--format", "json", *base]) == 0
+                assert '"rows": []' in capsys.readouterr().out
         capsys.readouterr()
-        assert main(["query", "bands", "--from", "-1d", "--model", evil, "--format", "json", *base]) == 0
+        assert main(["latency", "--from", "-1d", "--model", evil, "--format", "json", *base]) == 0
         assert '"rows": []' in capsys.readouterr().out
     assert main(["migrate", "--status", *base]) == 0  # tables still there
     assert "0 pending" in capsys.readouterr().out
@@ -60,12 +65,14 @@ def test_migrate_sets_raw_retention_from_settings(tmp_path, capsys, monkeypatch)
 
     assert main(["migrate", "--data-dir", str(tmp_path / "d"), "--database", "ttl"]) == 0
     monkeypatch.setenv("PHASEMETER_RAW_TTL_DAYS", "7")
+    monkeypatch.setenv("PHASEMETER_ROLLUP_TTL_DAYS", "30")
     assert main(["migrate", "--data-dir", str(tmp_path / "d"), "--database", "ttl"]) == 0
-    assert "kept 7 days" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "raw generations kept 7 days" in out and "rollup generations kept 30 days" in out
     c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/d/store")
     try:
-        ddl = c.query("SELECT create_table_query FROM system.tables WHERE database = 'ttl' "
-                      "AND name = 'generations'").result_rows[0][0]
+        ddl = dict(c.query("SELECT name, create_table_query FROM system.tables WHERE database = 'ttl'").result_rows)
     finally:
         c.close()
-    assert "toIntervalDay(_CAST(7, 'UInt32'))" in ddl or "toIntervalDay(7)" in ddl
+    assert "toIntervalDay(_CAST(7, 'UInt32'))" in ddl["generations"]
+    assert "toIntervalDay(_CAST(30, 'UInt32'))" in ddl["generations_minute"]
