@@ -118,6 +118,9 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> i
     out.mkdir(parents=True, exist_ok=True)
     stack = Stack(settings)
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Ctrl-C must stop what we started even if we inherited SIGINT as ignored
+    # (e.g. started in the background by a non-interactive shell).
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     t_start = time.monotonic()
     try:
         if settings.kafka_bootstrap_servers:
@@ -157,6 +160,7 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> i
     finally:
         stack.stop()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def show_results(settings: Settings, url: str, out: Path) -> None:
