@@ -60,7 +60,7 @@ def make_events(n: int, envelope_size: int, topic: str = "bench.profile") -> lis
 
 def make_pipeline(with_store: bool, tmp: Path):
     from phasemeter.settings import Settings
-    from phasemeter.stream_jobs.app import Pipeline
+    from phasemeter.stream_jobs.pipeline import Pipeline
 
     if not with_store:
         return Pipeline(Settings(topic="bench.profile"), StubSink()), None
