@@ -62,6 +62,8 @@ def create_app(settings: Settings, client=None) -> faust.App:
         broker=[f"kafka://{hp}" for hp in bootstrap_servers(settings).split(",")],
         broker_credentials=_broker_credentials(settings),
         store="memory://",
+        # Faust's own state folder: under our data dir, not the current directory.
+        datadir=str(settings.data_path / "faust"),
         web_host=settings.web_host,
         web_port=settings.web_port,
         web_bind=settings.web_host,
