@@ -57,13 +57,15 @@ def create_app(settings: Settings, client=None) -> faust.App:
     """Build the worker. `client` is an already-open store client (optional)."""
     from phasemeter.kafka_local import bootstrap_servers
 
+    faust_dir = settings.data_path / "faust"
+    faust_dir.mkdir(parents=True, exist_ok=True)  # also with a server store (no chDB folder)
     app = faust.App(
         settings.group_id,
         broker=[f"kafka://{hp}" for hp in bootstrap_servers(settings).split(",")],
         broker_credentials=_broker_credentials(settings),
         store="memory://",
         # Faust's own state folder: under our data dir, not the current directory.
-        datadir=str(settings.data_path / "faust"),
+        datadir=str(faust_dir),
         web_host=settings.web_host,
         web_port=settings.web_port,
         web_bind=settings.web_host,
