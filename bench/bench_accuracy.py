@@ -29,7 +29,6 @@ how the rollup's sketch was chosen.
 from __future__ import annotations
 
 import argparse
-import inspect
 import shutil
 import tempfile
 import time
@@ -70,9 +69,7 @@ def histogram_quantile(q: float, values: np.ndarray, bounds=VLLM_TTFT_BUCKETS) -
 
 
 def make_sink(client):
-    if "connect" in inspect.signature(Sink).parameters:
-        return Sink(lambda: client, "chdb://bench")
-    return Sink(client, "chdb://bench")
+    return Sink.over(client, "chdb://bench")
 
 
 def rel_err_table(errs: dict[str, np.ndarray]) -> list[str]:

@@ -59,14 +59,9 @@ def build_frame(rows: list[dict]):
 
 
 def make_sink(client, dsn: str):
-    """Sink over an open client, whichever constructor this version has
-    (an open client, or a `connect` callable opened lazily)."""
-    import inspect
-
     from phasemeter.stream_jobs.sink import Sink
 
-    first = next(iter(inspect.signature(Sink).parameters))
-    return Sink((lambda: client) if first == "connect" else client, dsn)
+    return Sink.over(client, dsn)
 
 
 def bounded_write(sink, rows: list[dict], timeout_s: float = 120.0) -> None:

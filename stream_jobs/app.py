@@ -79,8 +79,8 @@ def create_app(settings: Settings, client=None) -> faust.App:
         producer_max_request_size=max(1_048_576, settings.max_message_bytes + 65_536),
         web_enabled=True,
     )
-    sink = Sink((lambda: client) if client is not None else (lambda: open_store_for_worker(settings)),
-                settings.store_dsn)
+    sink = (Sink.over(client, settings.store_dsn) if client is not None
+            else Sink(lambda: open_store_for_worker(settings), settings.store_dsn))
     pipeline = Pipeline(settings, sink)
     app.phasemeter_pipeline = pipeline  # for views, tests and the CLI
     raw = app.topic(settings.topic, key_type=bytes, value_type=bytes,

@@ -87,6 +87,12 @@ class Sink:
         self.paused_reason: str | None = None
         self.rows_written = self.dead_written = self.retries = 0
 
+    @classmethod
+    def over(cls, client, dsn: str) -> "Sink":
+        """A sink over an already-open client (the worker's first connection,
+        tests, benchmarks)."""
+        return cls(lambda: client, dsn)
+
     @property
     def runner(self) -> DirectRunner:
         """Reads for the web API; they share the write lock."""

@@ -7,7 +7,6 @@ Expected percentiles are computed here with numpy from the stored raw rows.
 
 from __future__ import annotations
 
-import inspect
 import time
 from argparse import Namespace
 from datetime import datetime, timedelta, timezone
@@ -29,10 +28,7 @@ pytestmark = pytest.mark.integration
 
 
 def make_sink(client) -> Sink:
-    """Sink takes a connect callable (lazy, reconnecting); older versions took the client."""
-    if "connect" in inspect.signature(Sink).parameters:
-        return Sink(lambda: client, "chdb://test")
-    return Sink(client, "chdb://test")
+    return Sink.over(client, "chdb://test")
 
 N = 30_000
 SPAN_S = 8 * 3600

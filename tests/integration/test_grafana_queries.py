@@ -5,7 +5,6 @@ $__interval_s) and the template variables (${model:singlequote} ...)."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 import time
@@ -48,7 +47,7 @@ def client(tmp_path_factory):
     c.command("CREATE DATABASE IF NOT EXISTS pm")
     c.database = "pm"
     migrate(c)
-    sink = (Sink(lambda: c, "chdb://t") if "connect" in inspect.signature(Sink).parameters else Sink(c, "chdb://t"))
+    sink = Sink.over(c, "chdb://t")
     sink.write(synthetic_rows(5000, T0, 3 * 3600, seed=3), [])
     yield c
     c.close()
