@@ -79,16 +79,16 @@ def make_pipeline(with_store: bool, tmp: Path):
 
 def per_batch(pipeline, batches, with_store: bool) -> int:
     from phasemeter.stream_jobs.derive import ROW_COLUMNS
-    from phasemeter.stream_jobs.sink import _frame, batch_token
+    from phasemeter.stream_jobs.sink import _arrow, batch_token
 
     n_rows = 0
     for batch in batches:
         rows, dead = pipeline.split(batch)
         if with_store:
             pipeline.sink.write(rows, dead)
-        else:  # what Sink._insert does before handing the frame to the client
+        else:  # what Sink._insert does before handing the table to the client
             batch_token("generations", [(r["src_topic"], r["src_partition"], r["src_offset"]) for r in rows])
-            _frame(rows, ROW_COLUMNS)
+            _arrow(rows, ROW_COLUMNS)
         pipeline.mark_stored(batch)
         n_rows += len(rows)
     return n_rows
@@ -154,7 +154,7 @@ def run(n: int, batch: int, envelope_size: int, with_store: bool, top: int) -> d
 
 
 def render(r: dict) -> str:
-    mode = "real Sink on chDB" if r["with_store"] else "store stubbed; frame + token built, not inserted"
+    mode = "real Sink on chDB" if r["with_store"] else "store stubbed; Arrow table + token built, not inserted"
     env = f"envelopes of {r['envelope_size']}" if r["envelope_size"] > 1 else "1 event per message"
     head = (f"{r['generations']:,} generations ({env}), batches of {r['batch_rows']}, {mode}: "
             f"**{r['us_per_generation']:.1f} µs/generation = {r['generations_per_s']:,.0f} generations/s "

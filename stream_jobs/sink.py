@@ -17,7 +17,6 @@ import threading
 import time
 
 import numpy as np
-import pandas as pd
 
 from phasemeter import queries
 from phasemeter.runner import DirectRunner
@@ -37,14 +36,6 @@ def batch_token(kind: str, offsets: list[tuple[str, int, int]]) -> str:
         span[0], span[1] = min(span[0], offset), max(span[1], offset)
     text = ";".join(f"{t}/{p}:{lo}-{hi}" for (t, p), (lo, hi) in sorted(spans.items()))
     return f"{kind}:" + hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
-    df = pd.DataFrame.from_records(rows, columns=list(columns))
-    # Epoch seconds -> exact milliseconds (float -> ns would lose the last ms).
-    ms = np.round(df["ts"].to_numpy(dtype="float64") * 1000.0).astype("int64")
-    df["ts"] = pd.to_datetime(ms, unit="ms", utc=True)
-    return df
 
 
 def _arrow(rows: list[dict], columns: tuple[str, ...]):
@@ -146,8 +137,8 @@ class Sink:
                     "deduplicate_blocks_in_dependent_materialized_views": 1,
                 })
 
-    def _read(self, client, fn, *args):
-        return fn(DirectRunner(client, self.lock), *args)
+    def _read(self, _client, fn, *args):
+        return fn(self._runner, *args)  # set by _ensure() before retrying() calls us
 
     def stored_offsets(self, topic: str) -> dict[int, int]:
         return self.retrying("reading stored offsets", self._read, queries.stored_offsets, topic)
