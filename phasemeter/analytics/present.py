@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
+from phasemeter.output import HEADER_NOTE, format_table, json_records, num, to_csv, to_table
+from phasemeter.queries import LEGEND
 from phasemeter.timeparse import ArgError
 
 from .core import LATENCY_METRICS, LATENCY_PCTS
@@ -17,11 +18,10 @@ LATENCY_NOTE = "latency seconds; HIGH percentiles are the slow tail (p99 = the s
 
 
 def _num(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.0f}" if abs(v) >= 100 else (f"{v:.2f}" if abs(v) >= 1 else f"{v:.4f}")
-    return f"{v:,}"
+    """Latencies are small: four decimals below 1 s."""
+    if isinstance(v, float) and not math.isnan(v) and abs(v) < 1:
+        return f"{v:.4f}"
+    return num(v)
 
 
 def _latency_table(df: pd.DataFrame, meta: dict) -> str:
@@ -29,57 +29,28 @@ def _latency_table(df: pd.DataFrame, meta: dict) -> str:
     for m in LATENCY_METRICS:
         cols.append((f"{m}_n", f"{m} n"))
         cols += [(f"{m}_{p}", f"{m} {p}" + (" (slow)" if p == "p99" else "")) for p in LATENCY_PCTS]
-    rows = [[h for _, h in cols]]
-    for rec in df.to_dict("records"):
-        t = rec["t"]
-        rows.append([t.strftime("%Y-%m-%d %H:%M:%S") if hasattr(t, "strftime") else str(t)]
-                    + [rec[c] if c in ("model", "input_bucket") else _num(rec[c]) for c, _ in cols[1:]])
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(cols))]
-    lines = [f"# {LATENCY_NOTE}", f"# path: {meta['path']} ({meta['reason']})", f"# method: {meta['method']}"]
-    for i, r in enumerate(rows):
-        lines.append("  ".join(str(v).rjust(w) if i and j >= 3 else str(v).ljust(w)
-                               for j, (v, w) in enumerate(zip(r, widths))))
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    if len(rows) == 1:
-        lines.append("(no generations in this window)")
-    return "\n".join(lines)
+    return format_table(df, cols, [LATENCY_NOTE, *_path_lines(meta)], fmt=_num)
 
 
-def _json(df: pd.DataFrame, meta: dict, note: str) -> str:
-    records = []
-    for rec in df.to_dict("records"):
-        rec = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rec.items()}
-        rec["t"] = pd.Timestamp(rec["t"]).strftime("%Y-%m-%dT%H:%M:%SZ")
-        records.append(rec)
+def _path_lines(meta: dict) -> list[str]:
+    return [f"path: {meta['path']} ({meta['reason']})", f"method: {meta['method']}"]
+
+
+def _json(df: pd.DataFrame, meta: dict, note: str, **extra) -> str:
     return json.dumps({**{k: meta[k] for k in ("kind", "path", "reason", "method", "step_s", "start", "end")},
-                       "note": note, "rows": records}, indent=1, default=str)
+                       "note": note, **extra, "rows": json_records(df)}, indent=1, default=str)
 
 
 def render(df: pd.DataFrame, fmt: str, meta: dict) -> str:
     """Text for `query bands` / `latency`; says which path (exact/rollup) answered."""
     if fmt == "csv":
-        buf = io.StringIO()
-        df.to_csv(buf, index=False, date_format="%Y-%m-%dT%H:%M:%SZ")
-        return buf.getvalue()
+        return to_csv(df)
     if meta["kind"] == "latency":
         return _json(df, meta, LATENCY_NOTE) if fmt == "json" else _latency_table(df, meta)
-    from phasemeter.output import HEADER_NOTE, to_table
-
     if fmt == "json":
-        from phasemeter.queries import LEGEND
-
-        payload = json.loads(_json(df, meta, HEADER_NOTE))
-        payload["legend"] = LEGEND  # p1 -> "slow tail p1": the words, per column
-        return json.dumps(payload, indent=1)
-    lines = to_table(df).splitlines()
-    out = []
-    for line in lines:
-        if line.startswith("# method:"):
-            out.append(f"# path: {meta['path']} ({meta['reason']})")
-            line = f"# method: {meta['method']}"
-        out.append(line)
-    return "\n".join(out)
+        # legend: p1 -> "slow tail p1", the words per column
+        return _json(df, meta, HEADER_NOTE, legend=LEGEND)
+    return to_table(df, [HEADER_NOTE, *_path_lines(meta)])
 
 
 def write_chart(df: pd.DataFrame, meta: dict, out: str | Path, title: str | None = None) -> Path:

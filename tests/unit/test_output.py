@@ -5,8 +5,17 @@ import json
 import numpy as np
 import pandas as pd
 
-from phasemeter.output import render
-from phasemeter.queries import BAND_COLUMNS, order_bands
+from phasemeter.analytics.present import render as render_meta
+from phasemeter.output import to_table
+from phasemeter.queries import BAND_COLUMNS, METHOD, order_bands
+
+META = {"kind": "bands", "path": "exact", "reason": "short window", "method": METHOD, "step_s": 60,
+        "start": "2026-11-29T09:00:00Z", "end": "2026-11-29T11:00:00Z"}
+
+
+def render(df, fmt, step_s):
+    """What `query bands` prints (phasemeter.analytics.present.render)."""
+    return render_meta(df, fmt, {**META, "step_s": step_s})
 
 
 def frame():
@@ -37,3 +46,8 @@ def test_buckets_sorted_by_edge_not_alphabet():
 
 def test_csv_has_header():
     assert render(frame(), "csv", 60).splitlines()[0].startswith("t,model,input_bucket,n")
+
+
+def test_demo_table_states_the_method_and_the_slow_tail():
+    text = to_table(frame())
+    assert text.splitlines()[1] == f"# method: {METHOD}" and "slow p1" in text
