@@ -106,13 +106,11 @@ def run_load(bootstrap: str, settings: Settings, seconds: float, rate: float, wo
 
 
 def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> int:
-    from .kafka_local import LocalBroker, ensure_topics
+    from .kafka_local import LocalBroker, ensure_topics, free_port
 
     demo_dir = settings.data_path / "demo"
     shutil.rmtree(demo_dir, ignore_errors=True)
     demo_dir.mkdir(parents=True)
-    from .kafka_local import free_port
-
     settings = settings.replace(data_dir=str(demo_dir), clickhouse_url="", web_port=free_port())
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)

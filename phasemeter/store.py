@@ -7,6 +7,7 @@ worker's web port while it runs (see `phasemeter.remote`).
 
 from __future__ import annotations
 
+import functools
 import re
 from importlib import resources
 from urllib.parse import urlsplit
@@ -50,8 +51,11 @@ def quote_identifier(name: str) -> str:
     return f"`{name}`"
 
 
+@functools.cache  # only names of shipped files get here: misses raise and are not cached
 def load_sql(name: str) -> str:
-    """Named query from the `sql/` folder shipped inside the package."""
+    """Named query from the `sql/` folder shipped inside the package. Cached:
+    the worker runs some of them every batch, and the web port checks each
+    one before running it."""
     if not _SQL_NAME.match(name):
         raise ValueError(f"bad query name {name!r}")
     path = resources.files("phasemeter.sql").joinpath(f"{name}.sql")
