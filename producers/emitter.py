@@ -1,4 +1,5 @@
-"""`Meter`: the gateway-side emitter of phasemeter generation events.
+"""`Meter`: the gateway-side emitter of phasemeter generation events, or of
+phase events (start / first_token / end, docs/phases.md) with phase_events=True.
 
 The caller's cost per generation is a few argument checks, one tuple and one
 append to a bounded deque under a lock (a few microseconds). JSON encoding and
@@ -18,6 +19,7 @@ import weakref
 from dataclasses import dataclass
 
 from .generation import Generation, check_duration, check_outcome, check_request
+from .phases import PhaseGeneration, end_item, first_token_item, start_item
 from .sender import Sender
 
 log = logging.getLogger("phasemeter.emitter")
@@ -39,7 +41,12 @@ DEFAULT_PRODUCER_CONFIG = {
 class EmitterStats:
     """Counters of one Meter. enqueued + dropped == attempted events, and
     enqueued == sent + failed + queued (queued includes events handed to the
-    producer that are not acknowledged yet)."""
+    producer that are not acknowledged yet).
+
+    An event is one queue item: a generation event, or one phase event. With
+    phase events a generation counts two or three times (start, first_token
+    if any, end), and each phase is dropped or sent on its own: a dropped
+    `end` makes the worker record that generation as abandoned."""
 
     enqueued: int
     sent: int
@@ -98,7 +105,11 @@ class Channel:
 
 
 class Meter:
-    """Emits one event per generation to Kafka (schema/event-v1.schema.json).
+    """Emits one event per generation to Kafka (schema/event-v1.schema.json),
+    or, with `phase_events=True`, phase events (docs/phases.md, schema v2) so
+    that a generation that never ends is still seen. `generation(...,
+    phase_events=)` overrides the default per call; `start`/`first_token`/
+    `end` send phases from separate callbacks. All share one queue and bound.
 
     `queue_size` bounds events not yet settled (queued plus handed to the
     producer); beyond it new events are dropped and counted. `producer_config`
@@ -106,13 +117,14 @@ class Meter:
     it is never logged). `producer_factory(**kwargs)` replaces
     kafka.KafkaProducer, e.g. with a fake in tests. `close()` also runs at
     interpreter exit, bounded by `flush_timeout_s`; after it, events are
-    dropped and counted.
+    dropped and counted. With `envelope_size > 1`, envelopes have no key, so
+    the phases of one request may land on different partitions.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str = "phasemeter.generations", *,
                  gateway: str | None = None, queue_size: int = 10_000, flush_timeout_s: float = 5.0,
                  producer_config: dict | None = None, producer_factory=None,
-                 envelope_size: int = 1) -> None:
+                 envelope_size: int = 1, phase_events: bool = False) -> None:
         if not isinstance(topic, str) or not topic:
             raise ValueError("topic must be a non-empty str")
         if gateway is not None and (not isinstance(gateway, str) or len(gateway) > 200):
@@ -121,6 +133,10 @@ class Meter:
             raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
         if not isinstance(envelope_size, int) or not 1 <= envelope_size <= 2000:
             raise ValueError(f"envelope_size must be an int in 1..2000, got {envelope_size!r}")
+        if not isinstance(phase_events, bool):
+            raise ValueError(f"phase_events must be a bool, got {phase_events!r}")
+        # The class, not the flag: generation() then pays one attribute read.
+        self._gen_cls = PhaseGeneration if phase_events else Generation
         if not flush_timeout_s >= 0:
             raise ValueError(f"flush_timeout_s must be >= 0, got {flush_timeout_s!r}")
         kwargs = dict(DEFAULT_PRODUCER_CONFIG, bootstrap_servers=bootstrap_servers)
@@ -137,9 +153,13 @@ class Meter:
 
     # -- hot path ------------------------------------------------------------
     def generation(self, model: str, input_tokens: int, *, request_id: str | None = None,
-                   replica: str | None = None, cached_input_tokens: int | None = None) -> Generation:
-        """Start timing one generation; see `Generation` for the protocol."""
-        return Generation(self, model, input_tokens, request_id, replica, cached_input_tokens)
+                   replica: str | None = None, cached_input_tokens: int | None = None,
+                   phase_events: bool | None = None) -> Generation:
+        """Start timing one generation; see `Generation` for the protocol.
+        `phase_events` (None: the Meter's default) makes it a `PhaseGeneration`,
+        which sends `start` now and `first_token`/`end` as they happen."""
+        cls = self._gen_cls if phase_events is None else (PhaseGeneration if phase_events else Generation)
+        return cls(self, model, input_tokens, request_id, replica, cached_input_tokens)
 
     def record(self, *, model: str, input_tokens: int, output_tokens: int, t0: float,
                ttft_s: float | None = None, e2e_s: float | None = None, queue_s: float | None = None,
@@ -172,6 +192,33 @@ class Meter:
         # EVENT_FIELDS order; request_id None is filled in by the sender thread.
         self._put((request_id, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
                    cached_input_tokens, status, finish_reason, replica))
+
+    # -- phase events from separate callbacks (docs/phases.md) ----------------
+    # Durations (s since t0, from time.monotonic() differences) are preferred
+    # over epoch timestamps: an NTP step between phases cannot skew them. Use
+    # t_first/t_end only where the gateway has nothing but a wall clock.
+    # queue_s and cached_input_tokens go on whichever phase first knows them.
+    def start(self, *, model: str, input_tokens: int, t0: float | None = None,
+              request_id: str | None = None, cached_input_tokens: int | None = None,
+              queue_s: float | None = None, replica: str | None = None) -> str:
+        """Send `start` and return the request_id (given, or a new uuid4 hex)
+        to pass to `first_token()` and `end()`. t0 defaults to time.time(); a
+        caller computing durations should read time.monotonic() alongside."""
+        item = start_item(model, input_tokens, t0, request_id, cached_input_tokens, queue_s, replica)
+        self._put(item)
+        return item[1]
+
+    def first_token(self, request_id: str, *, ttft_s: float | None = None, t_first: float | None = None,
+                    queue_s: float | None = None, cached_input_tokens: int | None = None) -> None:
+        """Send `first_token`: exactly one of ttft_s (s since t0) or t_first (epoch s)."""
+        self._put(first_token_item(request_id, ttft_s, t_first, queue_s, cached_input_tokens))
+
+    def end(self, request_id: str, *, output_tokens: int, e2e_s: float | None = None,
+            t_end: float | None = None, status: str = "ok", finish_reason: str | None = None,
+            queue_s: float | None = None, cached_input_tokens: int | None = None) -> None:
+        """Send `end`: exactly one of e2e_s (s since t0) or t_end (epoch s)."""
+        self._put(end_item(request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s,
+                           cached_input_tokens))
 
     def _put(self, item: tuple) -> None:
         ch = self._ch

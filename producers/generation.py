@@ -82,6 +82,9 @@ class Generation:
     output_tokens=0 and finish_reason=null: status "error" when the block
     raised, "cancelled" when it exited normally. ttft_s stays null if
     `first_token()` was never called.
+
+    With phase events on, `Meter.generation()` returns the subclass
+    `PhaseGeneration` (phases.py) instead, so this class stays as cheap.
     """
 
     __slots__ = ("_meter", "_model", "_input", "_cached", "_rid", "_replica",

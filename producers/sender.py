@@ -12,7 +12,8 @@ import logging
 import threading
 import time
 
-from .generation import encode
+from .generation import EVENT_FIELDS, encode
+from .phases import encode_phase
 
 log = logging.getLogger("phasemeter.emitter")
 
@@ -21,6 +22,7 @@ _BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.1, 5.0
 _WARN_EVERY_S = 30.0
 _YIELD_EVERY = 32  # events encoded+sent between voluntary GIL releases (~0.3 ms)
 _JOIN_GRACE_S = 1.0  # producer.close() itself needs a moment after the flush deadline
+_GEN_LEN = len(EVENT_FIELDS)  # phase tuples (phases.py) have other lengths
 
 
 class Throttled:
@@ -152,7 +154,7 @@ class Sender:
             if not i % _YIELD_EVERY:
                 time.sleep(0)  # hand the GIL back now rather than at the 5 ms forced switch
             try:
-                key, value = encode(item, gateway)
+                key, value = encode(item, gateway) if len(item) == _GEN_LEN else encode_phase(item, gateway)
                 future = producer.send(topic, key=key, value=value)
             except Exception as exc:  # encoding error, closed producer, metadata timeout ...
                 settle(False)
@@ -162,25 +164,34 @@ class Sender:
             future.add_errback(self._on_error)
 
     def _send_envelopes(self, batch) -> None:
-        """Many generations per Kafka message: {"kind": "batch", "events": [...]}.
+        """Many events per Kafka message: {"kind": "batch", "events": [...]}.
 
         Kafka's per-message cost dominates a small event; an envelope of 100
         lets one worker take several times more generations per second. No
         key: envelopes mix request_ids, so they spread over partitions.
+        An envelope holding any phase event is schema_version 2 (only v2
+        may carry phases); one of generation events only stays v1, so
+        existing workers keep reading it.
         """
-        items, size, settle = list(batch), self._envelope_size, self._ch.settle
+        items, size, settle, gateway = list(batch), self._envelope_size, self._ch.settle, self._gateway
         for start in range(0, len(items), size):
             time.sleep(0)  # give the GIL back between envelopes
-            values = []
+            values, v2 = [], False
             for item in items[start:start + size]:
                 try:
-                    values.append(encode(item, self._gateway)[1])
+                    if len(item) == _GEN_LEN:
+                        values.append(encode(item, gateway)[1])
+                    else:
+                        values.append(encode_phase(item, gateway)[1])
+                        v2 = True
                 except Exception as exc:
                     settle(False)
                     self.warn.warning("phasemeter emitter: encode failed (%s)", type(exc).__name__)
             if not values:
                 continue
-            body = b'{"schema_version":1,"kind":"batch","events":[' + b",".join(values) + b"]}"
+            head = b'{"schema_version":2,"kind":"batch","events":[' if v2 else \
+                b'{"schema_version":1,"kind":"batch","events":['
+            body = head + b",".join(values) + b"]}"
             n = len(values)
             try:
                 future = self._producer.send(self._topic, key=None, value=body)
