@@ -9,17 +9,14 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
 
 from . import reasons as R
 from .buckets import Bucketer
+from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
+from .phase_events import PHASE_KINDS, Phase, validate_phase
 
-SCHEMA_VERSIONS = (1,)
-MAX_TOKENS = 10_000_000
-MAX_DURATION_S = 86_400.0
-MIN_T0 = 946_684_800.0  # 2000-01-01: anything earlier is a unit bug (ms? 0?)
-STATUSES = ("ok", "error", "cancelled")
-LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway": 200, "replica": 200}
+__all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_message",
+           "MAX_TOKENS", "MAX_DURATION_S", "MIN_T0", "SCHEMA_VERSIONS", "STATUSES", "LABEL_FIELDS"]
 REQUIRED = ("schema_version", "kind", "request_id", "model", "t0", "e2e_s", "input_tokens", "output_tokens")
 OPTIONAL = ("ttft_s", "queue_s", "cached_input_tokens", "status", "finish_reason", "gateway", "replica")
 KNOWN = frozenset(REQUIRED + OPTIONAL)
@@ -35,12 +32,6 @@ ROW_COLUMNS = (
     "prefill_tps", "prefill_tps_uncached", "decode_tps", "tpot_s",
     "schema_version", "src_topic", "src_partition", "src_offset",
 )
-
-
-@dataclass(frozen=True)
-class Rejection:
-    reason: str   # one of reasons.ALL
-    detail: str   # human text naming the field; never the whole payload
 
 
 def parse(raw: bytes, max_bytes: int) -> dict | Rejection:
@@ -113,7 +104,8 @@ def _fast(event, now: float) -> dict | None:
     return {"model": model, "request_id": rid, "finish_reason": reason or "", "gateway": gw or "",
             "replica": replica or "", "status": status, "input_tokens": n_in, "output_tokens": n_out,
             "cached_input_tokens": cached, "t0": float(t0), "ttft_s": None if ttft is None else float(ttft),
-            "e2e_s": float(e2e), "queue_s": None if queue is None else float(queue)}
+            "e2e_s": float(e2e), "queue_s": None if queue is None else float(queue),
+            "schema_version": event["schema_version"]}
 
 
 def validate(event: dict, now: float | None = None) -> dict | Rejection:
@@ -132,11 +124,12 @@ def _validate_full(event: dict, now: float) -> dict | Rejection:
     if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
         return Rejection(R.UNKNOWN_VERSION, f"schema_version={version!r}; supported: {SCHEMA_VERSIONS}")
     if event.get("kind") != "generation":
-        return Rejection(R.BAD_KIND, f"kind={event.get('kind')!r}; v1 knows 'generation'")
+        return Rejection(R.BAD_KIND, f"kind={str(event.get('kind'))[:40]!r}; expected 'generation', "
+                                     f"'batch' or (v2) one of {PHASE_KINDS}")
     unknown = sorted(set(event) - KNOWN)
     if unknown:
         return Rejection(R.UNKNOWN_FIELD, f"fields not in the contract: {', '.join(unknown)[:200]}")
-    out: dict = {}
+    out: dict = {"schema_version": version}
     for name, limit in LABEL_FIELDS.items():
         value = event.get(name)
         if value is None:
@@ -209,7 +202,7 @@ def derive(fields: dict, bucket: Bucketer) -> dict:
         "prefill_tps_uncached": uncached,
         "decode_tps": (n_out - 1) / decode_s if has_decode else None,
         "tpot_s": decode_s / (n_out - 1) if has_decode else None,
-        "schema_version": 1,
+        "schema_version": fields.get("schema_version", 1),
     }
 
 
@@ -224,22 +217,44 @@ def process(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = No
     return derive(fields, bucket)
 
 
-def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,
-                    max_batch: int = 10_000) -> list[dict | Rejection]:
-    """One Kafka message -> one result per generation it carries.
+def _one(event, bucket: Bucketer, now: float, internal: bool) -> dict | Phase | Rejection:
+    kind = event.get("kind") if isinstance(event, dict) else None
+    if kind in PHASE_KINDS:
+        fields = validate_phase(event, now)
+        return fields if isinstance(fields, Rejection) else Phase(fields["request_id"], fields)
+    if internal:  # records the join wrote to the joined topic (stream_jobs/join.py)
+        if kind == "orphan":
+            return Rejection(event.get("reason") or R.INTERNAL, str(event.get("detail", ""))[:300])
+        if event.get("status") == "abandoned":
+            # Only the join may say "abandoned": validate it as the
+            # cancellation it resembles (no output needed), then restore it.
+            fields = validate({**event, "status": "cancelled"}, now)
+            if not isinstance(fields, Rejection):
+                fields["status"] = "abandoned"
+                return derive(fields, bucket)
+            return fields
+    fields = validate(event, now)
+    return fields if isinstance(fields, Rejection) else derive(fields, bucket)
 
-    A message is a single generation event, or an envelope
-    {"schema_version": 1, "kind": "batch", "events": [<generation>, ...]}
+
+def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,
+                    max_batch: int = 10_000, internal: bool = False) -> list[dict | Phase | Rejection]:
+    """One Kafka message -> one result per event it carries: a row (a whole
+    generation), a Phase (to be joined) or a Rejection.
+
+    A message is a single event, or an envelope
+    {"schema_version": 1|2, "kind": "batch", "events": [<event>, ...]}
     that amortises Kafka's per-message cost (as OTLP exporters do). Each
     inner event is validated on its own: one bad event does not sink its
     neighbours, and its rejection detail says which index it was.
+    `internal` is set only for the worker's own joined topic.
     """
     event = parse(raw, max_bytes)
     if isinstance(event, Rejection):
         return [event]
+    now = time.time() if now is None else now
     if event.get("kind") != "batch":
-        fields = validate(event, now)
-        return [fields if isinstance(fields, Rejection) else derive(fields, bucket)]
+        return [_one(event, bucket, now, internal)]
     version = event.get("schema_version")
     if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
         return [Rejection(R.UNKNOWN_VERSION, f"envelope schema_version={version!r}")]
@@ -248,10 +263,9 @@ def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | N
         return [Rejection(R.WRONG_TYPE, "envelope 'events' must be a non-empty list")]
     if len(inner) > max_batch or set(event) - {"schema_version", "kind", "events"}:
         return [Rejection(R.BAD_VALUE, f"envelope must hold 1..{max_batch} events and nothing else")]
-    now = time.time() if now is None else now
-    out: list[dict | Rejection] = []
+    out: list[dict | Phase | Rejection] = []
     for i, item in enumerate(inner):
-        fields = validate(item, now)
-        out.append(Rejection(fields.reason, f"events[{i}]: {fields.detail}") if isinstance(fields, Rejection)
-                   else derive(fields, bucket))
+        result = _one(item, bucket, now, False)
+        out.append(Rejection(result.reason, f"events[{i}]: {result.detail}") if isinstance(result, Rejection)
+                   else result)
     return out

@@ -17,8 +17,10 @@ ABSURD = "absurd"                    # > 10M tokens, a duration over a day, t0 o
 IMPOSSIBLE_ORDER = "impossible_order"  # t_first < t0, t_end < t_first, t_scheduled > t_first
 INCONSISTENT = "inconsistent"        # output tokens without a first token, cached > input
 DUPLICATE = "duplicate"              # request_id already stored: the gateway sent it twice
+ORPHAN_PHASE = "orphan_phase"        # first_token/end whose start never came within the grace period
+LATE_PHASE = "late_phase"            # a phase that arrived after its generation was declared abandoned
 INTERNAL = "internal_error"          # a bug of ours hit this event; kept, not lost, not looping
 
 ALL = (OVERSIZE, NOT_UTF8, MALFORMED_JSON, NOT_OBJECT, UNKNOWN_VERSION, BAD_KIND, MISSING_FIELD,
        UNKNOWN_FIELD, WRONG_TYPE, BAD_VALUE, NOT_FINITE, NEGATIVE, ABSURD, IMPOSSIBLE_ORDER,
-       INCONSISTENT, DUPLICATE, INTERNAL)
+       INCONSISTENT, DUPLICATE, ORPHAN_PHASE, LATE_PHASE, INTERNAL)

@@ -18,6 +18,14 @@ def event(**over):
     return {k: v for k, v in base.items() if v is not ...}
 
 
+def phase(kind, **over):
+    base = {"schema_version": 2, "kind": kind, "request_id": "r1"}
+    base.update({"start": {"model": "m", "t0": NOW_REF - 60, "input_tokens": 1000},
+                 "first_token": {"ttft_s": 0.5}, "end": {"e2e_s": 2.5, "output_tokens": 101}}[kind])
+    base.update(over)
+    return {k: v for k, v in base.items() if v is not ...}
+
+
 def as_bytes(payload) -> bytes:
     return payload if isinstance(payload, bytes) else json.dumps(payload).encode()
 
@@ -30,11 +38,24 @@ POISON = [
     ("array", b"[1,2]", R.NOT_OBJECT),
     ("number", b"42", R.NOT_OBJECT),
     ("null", b"null", R.NOT_OBJECT),
-    ("unknown version", event(schema_version=2), R.UNKNOWN_VERSION),
+    ("unknown version", event(schema_version=3), R.UNKNOWN_VERSION),
     ("version as string", event(schema_version="1"), R.UNKNOWN_VERSION),
     ("version bool", event(schema_version=True), R.UNKNOWN_VERSION),
     ("missing version", event(schema_version=...), R.UNKNOWN_VERSION),
-    ("bad kind", event(kind="start"), R.BAD_KIND),
+    ("bad kind", event(kind="gen"), R.BAD_KIND),
+    ("phase kind in a v1 event", phase("start", schema_version=1), R.UNKNOWN_VERSION),
+    ("internal orphan kind from outside", event(schema_version=2, kind="orphan", reason="x"), R.BAD_KIND),
+    ("gateway claims abandoned", event(status="abandoned"), R.BAD_VALUE),
+    ("start missing model", phase("start", model=...), R.MISSING_FIELD),
+    ("start missing request_id", phase("start", request_id=...), R.MISSING_FIELD),
+    ("first_token without a time", phase("first_token", ttft_s=...), R.MISSING_FIELD),
+    ("first_token with both clocks", phase("first_token", t_first=NOW_REF), R.INCONSISTENT),
+    ("first_token before t0", phase("first_token", ttft_s=-0.2), R.IMPOSSIBLE_ORDER),
+    ("end without output tokens", phase("end", output_tokens=...), R.MISSING_FIELD),
+    ("end abandoned from outside", phase("end", status="abandoned"), R.BAD_VALUE),
+    ("end t_end in ms", phase("end", e2e_s=..., t_end=NOW_REF * 1000), R.ABSURD),
+    ("phase prompt smuggled", phase("start", prompt="secret"), R.UNKNOWN_FIELD),
+    ("start cached above input", phase("start", cached_input_tokens=1001), R.INCONSISTENT),
     ("missing model", event(model=...), R.MISSING_FIELD),
     ("missing t0", event(t0=...), R.MISSING_FIELD),
     ("missing e2e", event(e2e_s=...), R.MISSING_FIELD),

@@ -86,8 +86,11 @@ from corpus import POISON, as_bytes  # noqa: E402  (tests/corpus.py, shared with
 
 @pytest.mark.parametrize("name,payload,reason", POISON, ids=[p[0] for p in POISON])
 def test_poison_rejected_with_stable_reason(name, payload, reason):
+    from phasemeter.stream_jobs.derive import process_message
+
     raw = as_bytes(payload)
-    result = process(raw, BUCKET, 1_000_000, NOW)
+    # The worker's entry point: it also routes phase events (schema v2).
+    [result] = process_message(raw, BUCKET, 1_000_000, NOW)
     assert isinstance(result, Rejection), name
     assert result.reason == reason, result
     assert result.reason in R.ALL

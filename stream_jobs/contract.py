@@ -1,0 +1,21 @@
+"""Limits and labels of the event contract, shared by both protocols
+(schema/event-v1.schema.json and event-v2.schema.json), and the Rejection
+every validator returns. A module of its own so derive.py (generations) and
+phase_events.py (phases) agree without importing each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEMA_VERSIONS = (1, 2)  # 2 adds the phase kinds; a v2 generation equals a v1 one
+MAX_TOKENS = 10_000_000
+MAX_DURATION_S = 86_400.0
+MIN_T0 = 946_684_800.0  # 2000-01-01: anything earlier is a unit bug (ms? 0?)
+STATUSES = ("ok", "error", "cancelled")
+LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway": 200, "replica": 200}
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: str   # one of reasons.ALL
+    detail: str   # human text naming the field; never the whole payload

@@ -1,0 +1,104 @@
+"""Validation of phase events (schema_version 2: start, first_token, end).
+
+Pure functions, like derive.py. The ingest agent validates a phase event
+where it arrives, so a malformed phase is dead-lettered with its reason code
+at once and the join only ever sees well-formed phases; what can only be
+checked across phases (t_end before t_first, ...) is checked when the joined
+generation goes through `derive.validate`, the one derivation of both paths.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import reasons as R
+from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, STATUSES, Rejection
+
+PHASE_KINDS = ("start", "first_token", "end")
+PHASE_VERSION = 2
+_COMMON = ("schema_version", "kind", "request_id")
+# kind -> (required fields, optional fields, alternatives: exactly one of them)
+SPEC = {
+    "start": (("model", "t0", "input_tokens"), ("cached_input_tokens", "queue_s", "gateway", "replica"), ()),
+    "first_token": ((), ("queue_s", "cached_input_tokens"), ("ttft_s", "t_first")),
+    "end": (("output_tokens",), ("status", "finish_reason", "queue_s", "cached_input_tokens"), ("e2e_s", "t_end")),
+}
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A valid phase event on its way to the join (stream_jobs/join.py)."""
+    request_id: str
+    fields: dict  # normalised: "kind" plus the fields it carried, nulls dropped
+
+
+_COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")
+_DURATIONS = ("ttft_s", "e2e_s", "queue_s")
+_EPOCHS = ("t0", "t_first", "t_end")
+
+
+def _check_number(name: str, value, now: float) -> Rejection | None:
+    if name in _COUNTS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return Rejection(R.WRONG_TYPE, f"{name} must be an integer, got {type(value).__name__}")
+        if value < 0:
+            return Rejection(R.NEGATIVE, f"{name}={value} < 0")
+        if value > MAX_TOKENS:
+            return Rejection(R.ABSURD, f"{name}={value} > {MAX_TOKENS}")
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return Rejection(R.WRONG_TYPE, f"{name} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        return Rejection(R.NOT_FINITE, f"{name} is {value}")
+    if name in _DURATIONS:
+        if value < 0:
+            return Rejection(R.IMPOSSIBLE_ORDER, f"{name}={value} < 0")
+        if value > MAX_DURATION_S:
+            return Rejection(R.ABSURD, f"{name}={value} s is longer than a day")
+    elif not MIN_T0 <= value <= now + MAX_DURATION_S:
+        return Rejection(R.ABSURD, f"{name}={value} is not epoch seconds between 2000 and now+1d")
+    return None
+
+
+def validate_phase(event: dict, now: float) -> dict | Rejection:
+    """A phase event -> its normalised fields (nulls dropped), or a Rejection."""
+    kind = event.get("kind")
+    if kind not in SPEC:
+        return Rejection(R.BAD_KIND, f"kind={str(kind)[:40]!r}")
+    if event.get("schema_version") != PHASE_VERSION or isinstance(event.get("schema_version"), bool):
+        return Rejection(R.UNKNOWN_VERSION, f"{kind} events need schema_version 2, "
+                                            f"got {event.get('schema_version')!r}")
+    required, optional, either = SPEC[kind]
+    unknown = sorted(set(event) - set(_COMMON + required + optional + either))
+    if unknown:
+        return Rejection(R.UNKNOWN_FIELD, f"fields not in the {kind} contract: {', '.join(unknown)[:200]}")
+    out = {"kind": kind}
+    for name in ("request_id",) + required + optional + either:
+        value = event.get(name)
+        if value is None:
+            if name == "request_id" or name in required:
+                return Rejection(R.MISSING_FIELD, f"{name} is required in {kind}")
+            continue
+        if name in LABEL_FIELDS:
+            if not isinstance(value, str):
+                return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
+            if not value or len(value) > LABEL_FIELDS[name]:
+                return Rejection(R.BAD_VALUE, f"{name} must be 1..{LABEL_FIELDS[name]} characters")
+        elif name == "status":
+            if value not in STATUSES:
+                return Rejection(R.BAD_VALUE, f"status={str(value)[:40]!r}; expected one of {STATUSES}")
+        else:
+            bad = _check_number(name, value, now)
+            if bad is not None:
+                return bad
+            if name not in _COUNTS:
+                value = float(value)
+        out[name] = value
+    if either and sum(name in out for name in either) != 1:
+        return Rejection(R.MISSING_FIELD if not any(n in out for n in either) else R.INCONSISTENT,
+                         f"{kind} needs exactly one of {' or '.join(either)}")
+    cached = out.get("cached_input_tokens")
+    if kind == "start" and cached is not None and cached > out["input_tokens"]:
+        return Rejection(R.INCONSISTENT, f"cached_input_tokens={cached} > input_tokens")
+    return out
