@@ -83,7 +83,7 @@ def per_batch(pipeline, batches, with_store: bool) -> int:
 
     n_rows = 0
     for batch in batches:
-        rows, dead = pipeline.split(batch)
+        rows, dead, _phases = pipeline.split(batch)
         if with_store:
             pipeline.sink.write(rows, dead)
         else:  # what Sink._insert does before handing the table to the client

@@ -74,8 +74,8 @@ def cmd_worker(args, settings: Settings) -> int:
         # the sink keeps retrying and /health says why.
         print(f"phasemeter worker: {exc}; starting paused, will retry", file=sys.stderr)
         client = None
-    ensure_topics(bootstrap_servers(settings), [settings.topic, settings.dlq_topic],
-                  settings.topic_partitions, settings.kafka_client_config())
+    ensure_topics(bootstrap_servers(settings), settings.topics, settings.topic_partitions,
+                  settings.kafka_client_config())
     app = create_app(settings, client)
     if settings.is_embedded:
         write_state(settings.data_path, f"http://{settings.web_host}:{settings.web_port}")

@@ -129,7 +129,7 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> i
             stack.broker = LocalBroker(demo_dir / "kafka").start(log=_say)
             bootstrap = stack.broker.bootstrap
             _say(f"Kafka up at {bootstrap}")
-        ensure_topics(bootstrap, [settings.topic, settings.dlq_topic], settings.topic_partitions,
+        ensure_topics(bootstrap, settings.topics, settings.topic_partitions,
                       settings.kafka_client_config())
         env = stack.env(bootstrap)
         subprocess.run([sys.executable, "-m", "phasemeter", "migrate"], env=env, check=True)

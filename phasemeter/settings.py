@@ -32,6 +32,20 @@ class Settings:
     topic: str = _f("phasemeter.generations", "PHASEMETER_TOPIC", "Raw event topic the gateways write to.")
     dlq_topic: str = _f("phasemeter.generations.dlq", "PHASEMETER_DLQ_TOPIC",
                         "Dead-letter topic: rejected events with a reason code.")
+    phase_topic: str = _f("", "PHASEMETER_PHASE_TOPIC",
+                          "Internal topic of valid phase events, keyed by request_id. Empty: <topic>.phases.")
+    joined_topic: str = _f("", "PHASEMETER_JOINED_TOPIC",
+                           "Internal topic of joined/abandoned generations from phase events. Empty: <topic>.joined.")
+    abandon_after_s: float = _f(
+        600.0, "PHASEMETER_ABANDON_AFTER_S",
+        "A generation with a start but no end this long after t0 is recorded as status=abandoned. "
+        "Set it above your longest legitimate generation.")
+    orphan_grace_s: float = _f(
+        60.0, "PHASEMETER_ORPHAN_GRACE_S",
+        "How long a first_token/end waits for its start before it is dead-lettered (orphan_phase); "
+        "also how long a joined request_id is remembered to recognise duplicated phases.")
+    expiry_tick_s: float = _f(5.0, "PHASEMETER_EXPIRY_TICK_S",
+                              "How often the worker looks for abandoned generations and orphan phases.")
     topic_partitions: int = _f(4, "PHASEMETER_TOPIC_PARTITIONS",
                                "Partitions when phasemeter creates the topics (key = request_id).")
     group_id: str = _f("phasemeter-worker", "PHASEMETER_GROUP_ID", "Kafka consumer group of the workers.")
@@ -79,6 +93,19 @@ class Settings:
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir).expanduser().resolve()
+
+    @property
+    def phase_topic_name(self) -> str:
+        return self.phase_topic or f"{self.topic}.phases"
+
+    @property
+    def joined_topic_name(self) -> str:
+        return self.joined_topic or f"{self.topic}.joined"
+
+    @property
+    def topics(self) -> list[str]:
+        """Every topic the worker reads or writes (created when missing)."""
+        return [self.topic, self.dlq_topic, self.phase_topic_name, self.joined_topic_name]
 
     @property
     def store_dsn(self) -> str:

@@ -1,9 +1,12 @@
 """The stream job: `create_app(settings)` builds the Faust app.
 
-The agent is a thin loop: take a batch of records, split it into rows and
-dead letters (`pipeline.Pipeline`, over the pure `derive` functions), write
-both in one idempotent step, and only then let Faust ack (commit) the batch.
-See docs/delivery.md.
+The ingest agent is a thin loop: take a batch of records, split it into rows,
+dead letters and phase events (`pipeline.Pipeline`, over the pure `derive`
+functions), write rows and dead letters in one idempotent step, forward the
+phases to the join (join_agent.py), and only then let Faust ack (commit) the
+batch. It reads the raw topic and the join's output topic, so generations
+from both protocols take the same derivation and the same exactly-once
+sink. See docs/delivery.md and docs/phases.md.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import faust
 from phasemeter.settings import Settings
 from phasemeter.store import connect
 
+from . import join_agent
 from .pipeline import Pipeline
 from .sink import Sink
 from .web import register_views
@@ -83,9 +87,11 @@ def create_app(settings: Settings, client=None) -> faust.App:
             else Sink(lambda: open_store_for_worker(settings), settings.store_dsn))
     pipeline = Pipeline(settings, sink)
     app.phasemeter_pipeline = pipeline  # for views, tests and the CLI
-    raw = app.topic(settings.topic, key_type=bytes, value_type=bytes,
+    raw = app.topic(settings.topic, settings.joined_topic_name, key_type=bytes, value_type=bytes,
                     key_serializer="raw", value_serializer="raw")
     dlq = app.topic(settings.dlq_topic, key_serializer="raw", value_serializer="raw")
+    joiner = join_agent.install(app, settings, pipeline.bucket, _crash_guard)
+    app.phasemeter_join = joiner
 
     @app.on_partitions_assigned.connect
     async def _reload_offsets(app, assigned, **kwargs):  # noqa: ARG001
@@ -93,24 +99,14 @@ def create_app(settings: Settings, client=None) -> faust.App:
 
     @app.agent(raw, name="phasemeter.ingest")
     async def ingest(stream):
-        try:
-            await _ingest(stream)
-        except asyncio.CancelledError:
-            raise
-        except BaseException:
-            # Faust would log a crashed agent and keep the process "up" doing
-            # nothing. Exit instead, so a supervisor restarts us; the batch
-            # in hand was not acked and is re-delivered.
-            log.critical("ingest agent crashed; exiting with 70", exc_info=True)
-            logging.shutdown()
-            os._exit(70)
+        await _crash_guard("ingest", lambda: _ingest(stream))
 
     async def _ingest(stream):
         loop = asyncio.get_running_loop()
         async for events in stream.take_events(settings.batch_rows, within=settings.batch_seconds):
             pipeline.consumed += len(events)
             t_start = time.time()
-            rows, dead = await loop.run_in_executor(None, pipeline.split, events)
+            rows, dead, phases = await loop.run_in_executor(None, pipeline.split, events)
             t_split = time.time()
             # Blocks (retrying) while the store is down: the stream stops being
             # consumed (backpressure) and nothing of this batch is acked.
@@ -118,6 +114,10 @@ def create_app(settings: Settings, client=None) -> faust.App:
             for record in dead:
                 value = json.dumps({k: record[k] for k in record if k != "ts"} | {"rejected_at": record["ts"]})
                 await dlq.send(key=record["src_topic"].encode(), value=value.encode())
+            # Not awaited one by one: Faust flushes the producer before it
+            # commits this batch's offsets, so a crash re-forwards, never loses.
+            for key, value, ts in phases:
+                await joiner.phases.send(key=key, value=value, timestamp=ts)
             pipeline.mark_stored(events)
             pipeline.accepted += len(rows)
             pipeline.rejected += len(dead)
@@ -130,5 +130,19 @@ def create_app(settings: Settings, client=None) -> faust.App:
                 "newest_age_s": round(t_start - max(r["ts"] for r in rows), 3) if rows else None,
             }
 
-    register_views(app, settings, pipeline, sink)
+    register_views(app, settings, pipeline, sink, joiner)
     return app
+
+
+async def _crash_guard(name: str, body) -> None:
+    try:
+        await body()
+    except asyncio.CancelledError:
+        raise
+    except BaseException:
+        # Faust would log a crashed agent and keep the process "up" doing
+        # nothing. Exit instead, so a supervisor restarts us; the batch in
+        # hand was not acked and is re-delivered.
+        log.critical("%s agent crashed; exiting with 70", name, exc_info=True)
+        logging.shutdown()
+        os._exit(70)

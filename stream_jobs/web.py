@@ -15,13 +15,28 @@ from faust.web import View
 from phasemeter.runner import decode_params, frame_to_json
 from phasemeter.store import is_read_only, load_sql
 
+from . import metrics
 
-def register_views(app, settings, pipeline, sink) -> None:
+
+def register_views(app, settings, pipeline, sink, joiner) -> None:
 
     @app.page("/health")
     class Health(View):
         async def get(self, request):
             return self.json(pipeline.health())
+
+    @app.page("/inflight")
+    class Inflight(View):
+        """Generations in flight per model x bucket x phase, oldest age; this
+        worker's partitions only (sum over workers; max of the ages)."""
+        async def get(self, request):
+            return self.json(joiner.inflight())
+
+    @app.page("/metrics")
+    class Metrics(View):
+        async def get(self, request):
+            return self.text(metrics.render(pipeline.health(), joiner.inflight()),
+                             content_type="text/plain; version=0.0.4")
 
     @app.page("/query/named/{name}")
     class Named(View):

@@ -1,0 +1,182 @@
+"""The phase join as pure functions: table entry + phase -> new entry + outputs.
+
+The Faust side (join_agent.py) keeps one table entry per request_id and
+calls these; everything here is plain dicts so it is unit-tested without
+Kafka and the entries survive the table's JSON changelog unchanged.
+
+An entry is either open, {"p", "seen", "last", "ph": {kind: fields}}, or a
+done marker, {"p", "done", "how", "kinds"}, kept for a while after the
+generation was written so that a re-delivered or duplicated phase is
+recognised instead of starting a new, orphan entry.
+
+Outputs are (request_id, record) pairs for the joined topic: a whole
+generation event (validated and derived by the ingest path like any other,
+so both protocols share one derivation) or an "orphan" record that ingest
+turns into a dead letter with its reason code.
+"""
+
+from __future__ import annotations
+
+from . import reasons as R
+from .contract import MAX_DURATION_S
+
+Output = tuple[str, dict]
+
+
+def _pick(ph: dict, name: str):
+    """Optional fields ride on whichever phase knew them; the earliest wins."""
+    for kind in ("start", "first_token", "end"):
+        value = ph.get(kind, {}).get(name)
+        if value is not None:
+            return value
+    return None
+
+
+def _ttft(ph: dict, t0: float) -> float | None:
+    first = ph.get("first_token")
+    if first is None:
+        return None
+    return first["ttft_s"] if "ttft_s" in first else first["t_first"] - t0
+
+
+def _generation(rid: str, ph: dict, **outcome) -> dict:
+    start = ph["start"]
+    return {"schema_version": 2, "kind": "generation", "request_id": rid, "model": start["model"],
+            "t0": start["t0"], "ttft_s": _ttft(ph, start["t0"]), "queue_s": _pick(ph, "queue_s"),
+            "input_tokens": start["input_tokens"], "cached_input_tokens": _pick(ph, "cached_input_tokens"),
+            "gateway": start.get("gateway"), "replica": start.get("replica"), **outcome}
+
+
+def joined_event(rid: str, ph: dict) -> dict:
+    end, t0 = ph["end"], ph["start"]["t0"]
+    return _generation(rid, ph, e2e_s=end["e2e_s"] if "e2e_s" in end else end["t_end"] - t0,
+                       output_tokens=end["output_tokens"], status=end.get("status", "ok"),
+                       finish_reason=end.get("finish_reason"))
+
+
+def abandoned_event(rid: str, ph: dict, clock: float) -> dict:
+    """Durations known so far as lower bounds; unknown ones stay null."""
+    t0 = ph["start"]["t0"]
+    ttft, queue = _ttft(ph, t0), _pick(ph, "queue_s")
+    e2e = min(MAX_DURATION_S, max(clock - t0, ttft or 0.0, queue or 0.0))
+    return _generation(rid, ph, e2e_s=e2e, output_tokens=0, status="abandoned",
+                       finish_reason="expired_in_decode" if "first_token" in ph else "expired_in_prefill")
+
+
+def orphan(rid: str, reason: str, detail: str, ph: dict) -> dict:
+    return {"schema_version": 2, "kind": "orphan", "request_id": rid, "reason": reason,
+            "detail": detail, "phases": ph}
+
+
+def apply(entry: dict | None, rid: str, fields: dict, partition: int, ts: float
+          ) -> tuple[dict | None, list[Output], str]:
+    """One phase onto an entry -> (new entry, outputs, what happened).
+
+    "what happened" is one of joined, partial, duplicate, late (counted by
+    the worker). A phase kind already present is a duplicate: the first wins.
+    """
+    kind = fields["kind"]
+    if entry is not None and "done" in entry:
+        if entry["how"] == "joined" or kind in entry["kinds"]:
+            return entry, [], "duplicate"
+        # The generation was already written as abandoned (or dead-lettered as
+        # an orphan): keep this phase, as a dead letter saying why.
+        marker = {**entry, "kinds": entry["kinds"] + [kind]}
+        detail = f"{kind} arrived after the generation was recorded as {entry['how']}"
+        return marker, [(rid, orphan(rid, R.LATE_PHASE, detail, {kind: fields}))], "late"
+    if entry is not None and kind in entry["ph"]:
+        return entry, [], "duplicate"
+    if entry is None:
+        entry = {"p": partition, "seen": ts, "last": ts, "ph": {}}
+    ph = {**entry["ph"], kind: {k: v for k, v in fields.items() if k not in ("kind", "request_id")}}
+    if _complete(ph):
+        done = {"p": partition, "done": ts, "how": "joined", "kinds": sorted(ph)}
+        return done, [(rid, joined_event(rid, ph))], "joined"
+    return {**entry, "last": max(entry["last"], ts), "seen": min(entry["seen"], ts), "ph": ph}, [], "partial"
+
+
+def _complete(ph: dict) -> bool:
+    """start and end, and the first token if the end says tokens came out:
+    shuffled phases may bring the end before the first_token."""
+    return "start" in ph and "end" in ph and ("first_token" in ph or ph["end"]["output_tokens"] == 0)
+
+
+DELETE = None
+
+
+def expire(entry: dict, rid: str, clock: float, abandon_after_s: float, grace_s: float
+           ) -> tuple[dict | None, list[Output], str | None]:
+    """Time passing over one entry -> (new entry or DELETE, outputs, note).
+    Returns the same entry object and note None when nothing is due."""
+    if "done" in entry:
+        keep = grace_s if entry["how"] == "joined" else abandon_after_s
+        return (DELETE, [], "forgotten") if clock - entry["done"] >= keep else (entry, [], None)
+    ph = entry["ph"]
+    if "start" in ph and "end" in ph:  # the first_token never came: write what we have
+        if clock - entry["last"] < grace_s:
+            return entry, [], None
+        marker = {"p": entry["p"], "done": clock, "how": "joined", "kinds": sorted(ph)}
+        return marker, [(rid, joined_event(rid, ph))], "joined_without_first_token"
+    if "start" in ph:
+        if clock - ph["start"]["t0"] < abandon_after_s:
+            return entry, [], None
+        marker = {"p": entry["p"], "done": clock, "how": "abandoned", "kinds": sorted(ph)}
+        return marker, [(rid, abandoned_event(rid, ph, clock))], "abandoned"
+    if clock - entry["seen"] < grace_s:
+        return entry, [], None
+    detail = f"{' and '.join(sorted(ph))} without start after {grace_s:g} s"
+    marker = {"p": entry["p"], "done": clock, "how": "orphan", "kinds": sorted(ph)}
+    return marker, [(rid, orphan(rid, R.ORPHAN_PHASE, detail, ph))], "orphaned"
+
+
+def latest(entry: dict) -> float:
+    return entry["done"] if "done" in entry else entry["last"]
+
+
+class PartitionClocks:
+    """Event time per partition, so a worker catching up on a backlog does
+    not declare generations abandoned whose `end` is still in that backlog.
+
+    A partition's clock is the newest record timestamp seen on it, advanced
+    by the wall time since then (an idle partition keeps ageing), and never
+    ahead of the wall clock."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[float, float]] = {}  # partition -> (event ts, wall then)
+
+    def observe(self, partition: int, ts: float, now: float) -> None:
+        cur = self._seen.get(partition)
+        if cur is None or ts >= cur[0]:
+            self._seen[partition] = (ts, now)
+
+    def clock(self, partition: int, now: float, fallback_ts: float) -> float:
+        """`fallback_ts`: for a partition recovered from the changelog and not
+        yet read, the newest time its entries know (conservative)."""
+        if partition not in self._seen:
+            self._seen[partition] = (fallback_ts, now)
+        ts, wall = self._seen[partition]
+        return min(now, ts + (now - wall))
+
+
+def inflight(entries, now: float, bucket) -> tuple[list[dict], int]:
+    """Open generations per model x bucket x phase with the oldest age, and
+    the number of phases still waiting for their start."""
+    cells: dict[tuple[str, str, str], list] = {}
+    awaiting_start = 0
+    for entry in entries:
+        if "done" in entry:
+            continue
+        ph = entry["ph"]
+        start = ph.get("start")
+        if "end" in ph:  # ended; only a late first_token is awaited
+            continue
+        if start is None:
+            awaiting_start += 1
+            continue
+        key = (start["model"], bucket(start["input_tokens"]), "decode" if "first_token" in ph else "prefill")
+        cell = cells.setdefault(key, [0, 0.0])
+        cell[0] += 1
+        cell[1] = max(cell[1], now - start["t0"])
+    rows = [{"model": m, "input_bucket": b, "phase": p, "in_flight": n, "oldest_age_s": round(age, 3)}
+            for (m, b, p), (n, age) in sorted(cells.items())]
+    return rows, awaiting_start

@@ -1,0 +1,158 @@
+"""The Faust side of the phase join: a table keyed by request_id, an agent
+over the phases topic, and a timer for abandoned generations and orphans.
+
+Pure logic lives in join.py; this module only moves entries between the
+table and those functions, in an order that loses nothing on kill -9:
+
+1. apply a batch of phases to the entries (in memory, nothing written yet);
+2. publish the joined generations and WAIT until Kafka has them;
+3. only then write the new entries to the table (local dict + changelog).
+Faust flushes the producer (so the changelog) before it commits offsets.
+
+A crash before 3 re-delivers the phases onto the old entries and publishes
+the same generations again; ingest drops those by request_id. A crash after
+3 finds the entries marked done, so re-delivered phases are duplicates.
+Writing the changelog before step 2 could mark a generation done whose
+output never reached Kafka: lost. See docs/phases.md.
+
+The table is written through `table.data` and its changelog topic rather
+than `table[key] = ...`, because the partition is explicit here: a batch
+(take_events) and the timer have no single "current event" that Faust would
+otherwise take it from. Faust recovers the dict from that changelog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import Counter
+
+from . import join
+
+log = logging.getLogger("phasemeter.join")
+
+
+class Join:
+    """State shared by the agent, the timer and the web views."""
+
+    def __init__(self, app, settings, bucket):
+        self.app, self.settings, self.bucket = app, settings, bucket
+        n = settings.topic_partitions
+        self.phases = app.topic(settings.phase_topic_name, key_type=bytes, value_type=bytes,
+                                key_serializer="raw", value_serializer="raw", partitions=n, internal=True)
+        self.joined = app.topic(settings.joined_topic_name, key_type=bytes, value_type=bytes,
+                                key_serializer="raw", value_serializer="raw", partitions=n, internal=True)
+        # key_type=bytes -> raw keys; no value_type -> JSON values (plain dicts),
+        # also when Faust recovers the dict from the changelog.
+        self.table = app.Table("phasemeter-join", default=None, partitions=n, key_type=bytes)
+        self.clocks = join.PartitionClocks()
+        self.lock = asyncio.Lock()  # the agent's batch and the timer never interleave
+        self.counts: Counter = Counter()
+        self.last_tick: float | None = None
+
+    # -- helpers ------------------------------------------------------------
+    def active_partitions(self) -> set[int]:
+        """Entries of partitions this worker owns (standbys share the dict)."""
+        name = self.phases.get_topic_name()
+        return {tp.partition for tp in self.app.assignor.assigned_actives() if tp.topic == name}
+
+    def owned_entries(self):
+        mine = self.active_partitions()
+        return [(k, v) for k, v in list(self.table.data.items()) if v is not None and v.get("p") in mine]
+
+    async def _publish(self, outputs: list[join.Output]) -> None:
+        futures = [await self.joined.send(key=rid.encode(), value=json.dumps(rec).encode())
+                   for rid, rec in outputs]
+        if futures:
+            await asyncio.gather(*futures)  # step 2: on Kafka before the table says done
+
+    async def _write(self, changes: dict[bytes, tuple[int, dict | None]]) -> None:
+        """Step 3, awaited: the batch is acked only once the changelog has it
+        (not left to Faust's send_soon buffer, whose flush gives up after 0.1 s)."""
+        data, topic, futures = self.table.data, self.table.changelog_topic, []
+        for key, (partition, entry) in changes.items():
+            if entry is None:
+                data.pop(key, None)
+                value, serializer = None, "raw"  # a tombstone: compaction forgets the key
+            else:
+                data[key] = entry
+                value, serializer = entry, "json"
+            futures.append(await topic.send(key=key, value=value, partition=partition,
+                                            key_serializer="raw", value_serializer=serializer))
+        if futures:
+            await asyncio.gather(*futures)
+
+    # -- the agent's batch --------------------------------------------------
+    async def on_batch(self, events) -> None:
+        async with self.lock:
+            now = time.time()
+            data = self.table.data
+            changes: dict[bytes, tuple[int, dict | None]] = {}
+            outputs: list[join.Output] = []
+            for event in events:
+                msg, key = event.message, event.key
+                ts = msg.timestamp if msg.timestamp else now
+                self.clocks.observe(msg.partition, ts, now)
+                fields = json.loads(event.value)  # validated by ingest before forwarding
+                entry = changes[key][1] if key in changes else data.get(key)
+                new, outs, note = join.apply(entry, key.decode(), fields, msg.partition, ts)
+                self.counts["phases_" + note] += 1
+                if new is not entry:
+                    changes[key] = (msg.partition, new)
+                outputs += outs
+            await self._publish(outputs)
+            await self._write(changes)
+            self.counts["generations_joined"] += sum(1 for _, r in outputs if r["kind"] == "generation")
+
+    # -- the timer ----------------------------------------------------------
+    async def on_tick(self) -> None:
+        s = self.settings
+        async with self.lock:
+            now = time.time()
+            entries = self.owned_entries()
+            newest: dict[int, float] = {}
+            for _, entry in entries:
+                newest[entry["p"]] = max(newest.get(entry["p"], 0.0), join.latest(entry))
+            clocks = {p: self.clocks.clock(p, now, ts) for p, ts in newest.items()}
+            changes, outputs = {}, []
+            for key, entry in entries:
+                new, outs, note = join.expire(entry, key.decode(), clocks[entry["p"]],
+                                              s.abandon_after_s, s.orphan_grace_s)
+                if note is not None:
+                    self.counts[note] += 1
+                    changes[key] = (entry["p"], new)
+                    outputs += outs
+            await self._publish(outputs)
+            await self._write(changes)
+            self.last_tick = now
+
+    def inflight(self) -> dict:
+        now = time.time()
+        rows, awaiting = join.inflight((e for _, e in self.owned_entries()), now, self.bucket)
+        return {"generated_at": now, "partitions": sorted(self.active_partitions()),
+                "in_flight": rows, "awaiting_start": awaiting,
+                "abandon_after_s": self.settings.abandon_after_s, "counts": dict(self.counts)}
+
+
+def install(app, settings, bucket, crash) -> Join:
+    """Register the join agent and timer on `app`; `crash` wraps an agent body
+    so a bug exits the process (as the ingest agent does) instead of idling."""
+    state = Join(app, settings, bucket)
+
+    @app.agent(state.phases, name="phasemeter.join")
+    async def join_phases(stream):
+        async def body():
+            async for events in stream.take_events(1000, within=0.2):
+                await state.on_batch(events)
+        await crash("join", body)
+
+    @app.timer(settings.expiry_tick_s, name="phasemeter.expire")
+    async def expire_tick():
+        try:
+            await state.on_tick()
+        except Exception:  # a failed tick is retried by the next one
+            log.exception("expiry tick failed")
+
+    return state

@@ -1,0 +1,60 @@
+"""Prometheus text exposition of the worker's state, for GET /metrics.
+
+Hand-written (format 0.0.4) rather than prometheus_client: a dozen series,
+and one dependency less for the worker. Gauges for what is in flight now,
+counters for what the worker has done since it started.
+"""
+
+from __future__ import annotations
+
+# health() key -> (metric name, help)
+_COUNTERS = {
+    "consumed": ("phasemeter_worker_messages_consumed_total", "Kafka records taken by the ingest agent."),
+    "accepted": ("phasemeter_worker_generations_stored_total", "Generation rows written to the store."),
+    "rejected": ("phasemeter_worker_dead_letters_total", "Records dead-lettered (any reason)."),
+    "duplicates": ("phasemeter_worker_duplicates_total", "Duplicate deliveries from gateways (dead-lettered)."),
+    "phases_forwarded": ("phasemeter_worker_phases_forwarded_total", "Valid phase events forwarded to the join."),
+    "rejoined_dropped": ("phasemeter_worker_rejoined_dropped_total",
+                         "Joined generations published twice by the join after a crash; stored once."),
+    "store_retries": ("phasemeter_worker_store_retries_total", "Store operations retried (store down/locked)."),
+}
+
+
+def _label(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _series(name: str, labels: dict, value) -> str:
+    inner = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+    return f"{name}{{{inner}}} {value}" if inner else f"{name} {value}"
+
+
+def render(health: dict, inflight: dict) -> str:
+    out: list[str] = []
+
+    def family(name: str, kind: str, help_: str, samples: list[tuple[dict, float]]) -> None:
+        out.append(f"# HELP {name} {help_}")
+        out.append(f"# TYPE {name} {kind}")
+        out.extend(_series(name, labels, value) for labels, value in samples)
+
+    cells = inflight["in_flight"]
+    family("phasemeter_inflight_generations", "gauge",
+           "Generations started and not ended, per model, input bucket and phase (prefill: no first token yet).",
+           [({"model": c["model"], "input_bucket": c["input_bucket"], "phase": c["phase"]}, c["in_flight"])
+            for c in cells])
+    family("phasemeter_inflight_oldest_age_seconds", "gauge",
+           "Age of the oldest in-flight generation (now - t0); a stuck prefill shows here before it expires.",
+           [({"model": c["model"], "input_bucket": c["input_bucket"], "phase": c["phase"]}, c["oldest_age_s"])
+            for c in cells])
+    family("phasemeter_inflight_awaiting_start", "gauge",
+           "first_token/end phases waiting for their start event.", [({}, inflight["awaiting_start"])])
+    family("phasemeter_abandon_after_seconds", "gauge", "Expiry after which a generation is abandoned.",
+           [({}, inflight["abandon_after_s"])])
+    family("phasemeter_join_total", "counter",
+           "Join outcomes: phases_joined/partial/duplicate/late, abandoned, orphaned, forgotten markers.",
+           [({"what": k}, v) for k, v in sorted(inflight["counts"].items())])
+    for key, (name, help_) in _COUNTERS.items():
+        family(name, "counter", help_, [({}, health.get(key, 0))])
+    family("phasemeter_worker_paused", "gauge", "1 while the store is unavailable and consumption is paused.",
+           [({}, 1 if health.get("status") == "paused" else 0)])
+    return "\n".join(out) + "\n"
