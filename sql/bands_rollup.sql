@@ -1,5 +1,5 @@
 -- Percentile bands from the per-minute rollup (schema/0003): same columns as
--- sql/bands.sql. Window covers whole minutes: minute >= start AND minute < end
+-- sql/bands_exact.sql. Window covers whole minutes: minute >= start AND minute < end
 -- (the caller aligns start/end to minutes). step_s must be a multiple of 60.
 --
 -- Per merged cell and percentile q (n = non-null samples, pos = q * (n - 1)):
@@ -9,16 +9,24 @@
 -- * otherwise the merged quantilesTDigest sketch answers (dense cells, where
 --   its error is small: docs/analytics.md has the measured numbers).
 -- For a throughput the slow tail is the LOW end (p1/p5).
+-- Abandoned generations are always inside the states (they cannot be taken
+-- out again: the caller routes --abandoned exclude to the exact path); the
+-- rollup counts them (abandoned_n) but not by phase, so abandoned_prefill /
+-- abandoned_decode are NULL (unknown) here. Only prefill 'total' is kept.
 SELECT
     t, model, input_bucket, n,
     prefill_n,
     pq[1] AS prefill_p1, pq[2] AS prefill_p5, pq[3] AS prefill_p50, pq[4] AS prefill_p95, pq[5] AS prefill_p99,
     decode_n,
-    dq[1] AS decode_p1, dq[2] AS decode_p5, dq[3] AS decode_p50, dq[4] AS decode_p95, dq[5] AS decode_p99
+    dq[1] AS decode_p1, dq[2] AS decode_p5, dq[3] AS decode_p50, dq[4] AS decode_p95, dq[5] AS decode_p99,
+    abandoned,
+    CAST(NULL, 'Nullable(UInt64)') AS abandoned_prefill,
+    CAST(NULL, 'Nullable(UInt64)') AS abandoned_decode,
+    'total' AS prefill_variant
 FROM
 (
     SELECT
-        t, model, input_bucket, n, prefill_n, decode_n,
+        t, model, input_bucket, n, prefill_n, decode_n, abandoned,
         arrayMap(i -> if(prefill_n = 0, nan,
                  if(NOT isNaN(p_low[i]), p_low[i], if(NOT isNaN(p_high[i]), p_high[i], p_td[i]))),
                  range(1, 6)) AS pq,
@@ -58,6 +66,7 @@ FROM
             sum(n) AS n,
             sum(prefill_n) AS prefill_n,
             sum(decode_n) AS decode_n,
+            sum(abandoned_n) AS abandoned,
             quantilesTDigestMerge(0.01, 0.05, 0.5, 0.95, 0.99)(prefill_td) AS p_td,
             quantilesTDigestMerge(0.01, 0.05, 0.5, 0.95, 0.99)(decode_td) AS d_td,
             groupArraySortedMerge(16)(prefill_lo) AS p_lo,

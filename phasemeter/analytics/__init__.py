@@ -2,7 +2,9 @@
 
 * `fetch(args, settings) -> (DataFrame, meta)`: bands or latency, exact or
   rollup path chosen automatically (meta["path"], meta["method"]).
-* `run_query(runner, start, end, step_s, ...)`: the same without argparse.
+* `run_query(runner, start, end, step_s, ...)`: the same without argparse;
+  `abandoned="include"|"exclude"`, `prefill="total"|"engine"|"uncached"`
+  (variants.py); every frame counts the abandoned generations per row.
 * `render(df, fmt, meta)`, `write_chart(df, meta, out)`: text and charts
   (`.html` -> phasemeter.charts_html, else PNG).
 * `backfill(client, start, end)`: fill the per-minute rollup from raw rows.
@@ -12,7 +14,8 @@ Attributes load lazily, so `phasemeter --help` does not import pandas.
 
 from importlib import import_module
 
-_WHERE = {"fetch": "core", "run_query": "core", "LATENCY_COLUMNS": "core", "render": "present",
+_WHERE = {"fetch": "core", "run_query": "core", "LATENCY_COLUMNS": "core", "BANDS_COLUMNS": "core",
+          "PREFILL_VARIANTS": "variants", "ABANDONED_COLUMNS": "variants", "render": "present",
           "write_chart": "present", "backfill": "maintain", "choose_path": "paths", "PathChoice": "paths"}
 __all__ = sorted(_WHERE)
 

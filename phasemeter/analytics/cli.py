@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 
+from .variants import ABANDONED_CHOICES, PREFILL_VARIANTS
+
 
 def path_flags(p) -> None:
     g = p.add_mutually_exclusive_group()
@@ -23,10 +25,19 @@ def path_flags(p) -> None:
     p.add_argument("--buckets", metavar="EDGES",
                    help="re-bucket at query time from raw input_tokens: edges like 0,1024,4096,16384,65536 "
                         "or a preset (default, litellm); exact path only")
+    p.add_argument("--abandoned", default="include", choices=ABANDONED_CHOICES,
+                   help="generations that never ended (status=abandoned): include them in n and the "
+                        "percentiles (default: no survivorship bias) or exclude them; every row counts them "
+                        "either way. exclude needs the exact path (chosen automatically)")
+    p.add_argument("--prefill", default="total", choices=list(PREFILL_VARIANTS),
+                   help="prefill throughput shown: total = input_tokens/ttft_s (includes queue, what users "
+                        "feel; default), engine = input_tokens/(ttft_s - queue_s) (excludes queue), uncached "
+                        "= prefill_tps_uncached. engine/uncached need the exact path (chosen automatically)")
 
 
 def extend_window_flags(p) -> None:
-    """New flags for `query bands` and `chart` (called from cli._window_flags)."""
+    """New flags for `query bands` and `chart` (called from cli._window_flags):
+    --exact/--rollup, --buckets, --abandoned include|exclude, --prefill total|engine|uncached, --latency."""
     path_flags(p)
     p.add_argument("--latency", action="store_true",
                    help="latency view instead of throughput: ttft_s / tpot_s / queue_s p50, p90, p99 "

@@ -5,10 +5,13 @@ typed, server-side bound parameters:
 
 | shape                 | exact (raw rows)          | rollup (per-minute states) |
 |-----------------------|---------------------------|----------------------------|
-| throughput bands      | bands.sql                 | bands_rollup.sql           |
+| throughput bands      | bands_exact.sql           | bands_rollup.sql           |
 | ... re-bucketed       | bands_rebucket.sql        | -- (needs raw input_tokens)|
 | latency p50/p90/p99   | latency.sql               | latency_rollup.sql         |
 | ... re-bucketed       | latency_rebucket.sql      | --                         |
+
+The exact files also take {abandoned:String} and (bands) {prefill:String}
+(variants.py); every frame ends with the abandoned counts of its cells.
 """
 
 from __future__ import annotations
@@ -22,12 +25,17 @@ from phasemeter.queries import BAND_COLUMNS, METHOD as EXACT_METHOD, order_bands
 from phasemeter.stream_jobs.buckets import labels as bucket_labels, parse_edges
 from phasemeter.timeparse import ArgError, auto_step, parse_duration, window
 
+from . import variants
 from .paths import PathChoice, choose_path
+from .variants import ABANDONED_COLUMNS, SPLIT_COLUMNS
 
 LATENCY_PCTS = ("p50", "p90", "p99")
 LATENCY_METRICS = ("ttft", "tpot", "queue")
 LATENCY_COLUMNS = ["t", "model", "input_bucket", "n"] + [
-    f"{m}_{c}" for m in LATENCY_METRICS for c in ("n",) + LATENCY_PCTS]
+    f"{m}_{c}" for m in LATENCY_METRICS for c in ("n",) + LATENCY_PCTS] + list(ABANDONED_COLUMNS)
+# Throughput frames: BAND_COLUMNS (as sql/bands.sql, the demo's), then the
+# abandoned counts and the prefill variant the prefill_* columns hold.
+BANDS_COLUMNS = list(BAND_COLUMNS) + list(ABANDONED_COLUMNS) + ["prefill_variant"]
 
 ROLLUP_METHOD = ("rollup: per-minute states (schema/0003_rollup_minute.sql) merged per step; a percentile whose "
                  "ranks lie among the 16 lowest/highest values kept per minute is exact (numpy linear), "
@@ -39,14 +47,14 @@ LATENCY_ROLLUP_METHOD = ("rollup: per-minute states; ttft/tpot exact (numpy line
                          "16 highest values kept per minute, else quantilesTDigest; queue_s quantilesTDigest; "
                          "for latency the slow tail is the HIGH percentile (p90/p99)")
 
-_SQL = {("bands", "exact", False): "bands", ("bands", "exact", True): "bands_rebucket",
+_SQL = {("bands", "exact", False): "bands_exact", ("bands", "exact", True): "bands_rebucket",
         ("bands", "rollup", False): "bands_rollup",
         ("latency", "exact", False): "latency", ("latency", "exact", True): "latency_rebucket",
         ("latency", "rollup", False): "latency_rollup"}
 
 
 def columns_for(kind: str) -> list[str]:
-    return list(BAND_COLUMNS) if kind == "bands" else list(LATENCY_COLUMNS)
+    return list(BANDS_COLUMNS) if kind == "bands" else list(LATENCY_COLUMNS)
 
 
 def method_for(kind: str, path: str) -> str:
@@ -74,37 +82,51 @@ def _naive(t: datetime) -> datetime:
     return _utc(t).replace(tzinfo=None)
 
 
+def _dtype(col: str) -> str:
+    if col == "t":
+        return "datetime64[ns]"
+    if col in ("model", "input_bucket", "prefill_variant"):
+        return "object"
+    if col in SPLIT_COLUMNS:
+        return "Int64"  # unknown (NULL) on the rollup path, never 0
+    return "int64" if col in ("n", "abandoned") or col.endswith("_n") else "float64"
+
+
 def _tidy(df: pd.DataFrame, kind: str) -> pd.DataFrame:
     cols = columns_for(kind)
     if df.empty:
-        out = pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
-        out["t"] = pd.Series(dtype="datetime64[ns]")
-        out["model"] = pd.Series(dtype="object")
-        out["input_bucket"] = pd.Series(dtype="object")
-        return out[cols]
+        return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in cols})
     if getattr(df["t"].dt, "tz", None) is not None:
         df["t"] = df["t"].dt.tz_convert("UTC").dt.tz_localize(None)
     for c in cols[3:]:
-        if c.endswith("_n") or c == "n":
-            df[c] = df[c].astype("int64")
-        else:
-            df[c] = df[c].astype("float64")
+        df[c] = df[c].astype(_dtype(c))
     return df[cols]
+
+
+def preflight(kind: str, step_s: int, force: str | None, rebucket: bool, abandoned: str, prefill: str) -> None:
+    """Flag errors that need no store: bad values, and --rollup with what it cannot answer."""
+    if kind not in ("bands", "latency"):
+        raise ValueError(f"kind={kind!r}: expected 'bands' or 'latency'")
+    variants.check(kind, abandoned, prefill)
+    if step_s < 1:
+        raise ArgError(f"--step: must be at least 1s, got {step_s}")
+    if force == "rollup":
+        choose_path(0, step_s, force=force, rebucket=rebucket, exact_only=variants.exact_only(abandoned, prefill))
 
 
 def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, buckets=None, *,
               kind: str = "bands", force: str | None = None, edges=None,
-              default_edges="default") -> tuple[pd.DataFrame, dict]:
-    """The library entry point (CLI-free). `edges` (spec or tuple) re-buckets from raw input_tokens.
+              default_edges="default", abandoned: str = "include",
+              prefill: str = "total") -> tuple[pd.DataFrame, dict]:
+    """The library entry point (CLI-free). `edges` (spec or tuple) re-buckets from raw input_tokens;
+    `abandoned` include|exclude and `prefill` total|engine|uncached: see variants.py.
 
     Returns (frame, meta) with meta keys: kind, path, reason, method, step_s,
-    start, end (the window actually queried, ISO), bucket_order.
+    start, end (the window actually queried, ISO), bucket_order, rebucketed,
+    abandoned, prefill, abandoned_split (False on the rollup: no phase split).
     """
-    if kind not in ("bands", "latency"):
-        raise ValueError(f"kind={kind!r}: expected 'bands' or 'latency'")
     step_s = int(step_s)
-    if step_s < 1:
-        raise ArgError(f"--step: must be at least 1s, got {step_s}")
+    preflight(kind, step_s, force, edges is not None, abandoned, prefill)
     start, end = _utc(start), _utc(end)
     if end <= start:
         raise ArgError("--to must be after --from")
@@ -117,12 +139,17 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
         return int(df["n"].iloc[0]) if len(df) else 0
 
     choice: PathChoice = choose_path((end - start).total_seconds(), step_s, force=force,
-                                     rebucket=rebucket, estimate_rows=estimate)
+                                     rebucket=rebucket, estimate_rows=estimate,
+                                     exact_only=variants.exact_only(abandoned, prefill))
     q_start, q_end = (align_minutes(start, end) if choice.path == "rollup" else (start, end))
     params = {"start": _naive(q_start), "end": _naive(q_end), "step_s": step_s, **filters}
     if rebucket:
         params["edges"] = [int(e) for e in edge_tuple]
         params["labels"] = bucket_labels(edge_tuple)
+    if choice.path == "exact":  # the rollup files take neither: exact_only routed them here
+        params["abandoned"] = abandoned
+        if kind == "bands":
+            params["prefill"] = prefill
     df = _tidy(runner.df(_SQL[(kind, choice.path, rebucket)], params), kind)
     order = bucket_labels(edge_tuple)
     df = order_bands(df, order)
@@ -130,7 +157,8 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
             "method": method_for(kind, choice.path), "step_s": step_s,
             "start": q_start.isoformat().replace("+00:00", "Z"),
             "end": q_end.isoformat().replace("+00:00", "Z"),
-            "bucket_order": order, "rebucketed": rebucket}
+            "bucket_order": order, "rebucketed": rebucket, "abandoned": abandoned, "prefill": prefill,
+            "abandoned_split": choice.path == "exact"}
     return df, meta
 
 
@@ -147,14 +175,17 @@ def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
     """What `phasemeter query bands` / `chart` / `latency` call: args from argparse.
 
     Understands the base window flags (--from/--to/--step/--model/--bucket/--via)
-    plus the ones `extend_window_flags` adds (--exact/--rollup/--buckets/--latency);
-    any missing attribute means "default".
+    plus the ones `extend_window_flags` adds (--exact/--rollup/--buckets/--latency/
+    --abandoned/--prefill); any missing attribute means "default".
     """
     start, end = window(args.start, args.end)
     step_s = step_from(getattr(args, "step", "auto"), start, end)
     force = "exact" if getattr(args, "exact", False) else ("rollup" if getattr(args, "rollup", False) else None)
     kind = "latency" if getattr(args, "latency", False) else "bands"
     edges = getattr(args, "buckets", None) or None
+    abandoned = getattr(args, "abandoned", None) or "include"
+    prefill = getattr(args, "prefill", None) or "total"
+    preflight(kind, step_s, force, edges is not None, abandoned, prefill)  # before opening any store
     own = runner is None
     if own:
         from phasemeter.runner import open_runner
@@ -162,7 +193,8 @@ def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
         runner = open_runner(settings, getattr(args, "via", None))
     try:
         return run_query(runner, start, end, step_s, getattr(args, "model", None), getattr(args, "bucket", None),
-                         kind=kind, force=force, edges=edges, default_edges=settings.bucket_edges)
+                         kind=kind, force=force, edges=edges, default_edges=settings.bucket_edges,
+                         abandoned=abandoned, prefill=prefill)
     finally:
         if own:
             runner.close()

@@ -2,7 +2,10 @@
 
 Rollup when the caller forces it, or when the window is long (> 6 h) or would
 read many raw rows (> 5M), and the step is whole minutes (the rollup's grain).
-Re-bucketing needs raw input_tokens, so it is exact-only.
+Re-bucketing needs raw input_tokens, so it is exact-only; so are the choices
+the rollup cannot answer (`exact_only`: --abandoned exclude, --prefill engine or
+uncached, see variants.py): they route to the exact path, and with --rollup they
+fail naming both flags.
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ class PathChoice:
 
 
 def choose_path(window_s: float, step_s: int, *, force: str | None = None, rebucket: bool = False,
-                estimate_rows: int | Callable[[], int] | None = None) -> PathChoice:
-    """`estimate_rows` may be a callable: it is only asked when the answer matters."""
+                estimate_rows: int | Callable[[], int] | None = None,
+                exact_only: dict[str, str] | None = None) -> PathChoice:
+    """`estimate_rows` may be a callable: it is only asked when the answer matters.
+    `exact_only`: {flag as typed: why the rollup cannot answer it}."""
+    exact_only = exact_only or {}
     whole_minutes = step_s >= ROLLUP_GRAIN_S and step_s % ROLLUP_GRAIN_S == 0
     if force == "exact":
         return PathChoice("exact", "--exact")
@@ -33,6 +39,10 @@ def choose_path(window_s: float, step_s: int, *, force: str | None = None, rebuc
         if rebucket:
             raise ArgError("--buckets recomputes buckets from raw input_tokens, so it needs the exact path; "
                            "drop --rollup")
+        if exact_only:
+            raise ArgError(f"{' and '.join(exact_only)} cannot be answered with --rollup: "
+                           f"{'; '.join(exact_only.values())}. Drop --rollup (without it the exact path "
+                           "is chosen automatically)")
         if not whole_minutes:
             raise ArgError(f"--rollup needs a step of whole minutes (the rollup's grain), got {step_s}s")
         return PathChoice("rollup", "--rollup")
@@ -40,6 +50,8 @@ def choose_path(window_s: float, step_s: int, *, force: str | None = None, rebuc
         raise ValueError(f"force={force!r}: expected 'exact', 'rollup' or None")
     if rebucket:
         return PathChoice("exact", "--buckets re-bucketing reads raw input_tokens")
+    if exact_only:
+        return PathChoice("exact", f"{' and '.join(exact_only)} needs raw rows ({'; '.join(exact_only.values())})")
     if not whole_minutes:
         return PathChoice("exact", f"step {step_s}s is finer than / not a multiple of the rollup's 1 min")
     if window_s > ROLLUP_MIN_WINDOW_S:

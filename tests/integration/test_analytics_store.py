@@ -7,6 +7,7 @@ Expected percentiles are computed here with numpy from the stored raw rows.
 
 from __future__ import annotations
 
+import json
 import time
 from argparse import Namespace
 from datetime import datetime, timedelta, timezone
@@ -22,7 +23,9 @@ from phasemeter.migrate import discover, migrate
 from phasemeter.runner import DirectRunner
 from phasemeter.settings import Settings
 from phasemeter.stream_jobs.buckets import Bucketer, labels, parse_edges
+from phasemeter.stream_jobs.derive import process
 from phasemeter.stream_jobs.sink import Sink
+from phasemeter.timeparse import ArgError
 
 pytestmark = pytest.mark.integration
 
@@ -44,8 +47,13 @@ ROLLUP_MEDIAN_TOL, ROLLUP_MAX_TOL = 0.005, 0.10
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path_factory.mktemp('analytics') / 'store'}")
+def store_path(tmp_path_factory):
+    return tmp_path_factory.mktemp("analytics") / "store"  # chDB: one path per process, databases apart
+
+
+@pytest.fixture(scope="module")
+def store(store_path):
+    client = clickhouse_connect.get_client(dsn=f"chdb://{store_path}")
     client.command("CREATE DATABASE IF NOT EXISTS pm")
     client.database = "pm"
     migrate(client)
@@ -237,3 +245,199 @@ def test_migration_0003_on_top_of_0001_0002_and_backfill(store):
         assert (ex["n"].values == ro["n"].values).all()
     finally:
         client.database = old
+
+
+# --- abandoned generations and prefill variants (database pm_mix, same chDB path) ---
+
+MIX_SPAN_S = 2 * 3600
+BUCKETER = Bucketer(parse_edges("default"))
+
+
+def with_cache(row: dict) -> dict:
+    """The same generation sent again with cached_input_tokens, through the real derivation."""
+    event = {"schema_version": 1, "kind": "generation", "request_id": row["request_id"], "model": row["model"],
+             "t0": row["ts"], "e2e_s": row["e2e_s"], "input_tokens": row["input_tokens"],
+             "output_tokens": row["output_tokens"], "ttft_s": row["ttft_s"], "queue_s": row["queue_s"],
+             "status": row["status"], "replica": row["replica"], "cached_input_tokens": row["input_tokens"] // 3}
+    out = process(json.dumps(event).encode(), BUCKETER, 1_000_000, now=row["ts"] + 86_400)
+    assert isinstance(out, dict), out
+    return {**out, **{k: row[k] for k in ("src_topic", "src_partition", "src_offset")}}
+
+
+def abandon(row: dict, phase: str) -> dict:
+    """A row as the worker writes it for a generation that never ended (docs/phases.md)."""
+    row = {**row, "status": "abandoned", "finish_reason": f"expired_in_{phase}", "output_tokens": 0,
+           "decode_tps": None, "tpot_s": None}
+    if phase == "prefill":
+        row.update(ttft_s=None, prefill_tps=None, prefill_tps_uncached=None, decode_s=None)
+    return row
+
+
+@pytest.fixture(scope="module")
+def mixed(store, store_path):
+    """Synthetic rows plus: abandoned in prefill / in decode, cached tokens, unknown queue,
+    queue == ttft (engine undefined), and the synthetic errors (ttft NULL, not abandoned)."""
+    client = clickhouse_connect.get_client(dsn=f"chdb://{store_path}")
+    client.command("CREATE DATABASE IF NOT EXISTS pm_mix")
+    client.database = "pm_mix"
+    migrate(client)
+    rows = []
+    for i, r in enumerate(synthetic_rows(6000, T0, MIX_SPAN_S, seed=21)):
+        if i % 20 == 0:
+            r = with_cache(r)
+        if i % 25 == 1:
+            r["queue_s"] = None
+        elif i % 25 == 2 and r["ttft_s"] is not None:
+            r["queue_s"] = r["ttft_s"]
+        if i % 30 == 3:
+            r = abandon(r, "prefill")
+        elif i % 30 == 4 and r["ttft_s"] is not None:
+            r = abandon(r, "decode")
+        rows.append(r)
+    make_sink(client).write(rows, [])
+    raw = client.query_df("SELECT ts, model, input_bucket, status, finish_reason, input_tokens, queue_s, ttft_s, "
+                          "tpot_s, prefill_tps, prefill_tps_uncached, decode_tps FROM generations")
+    raw["ts"] = raw["ts"].dt.tz_convert("UTC").dt.tz_localize(None) if raw["ts"].dt.tz is not None else raw["ts"]
+    for col in ("queue_s", "ttft_s", "tpot_s", "prefill_tps", "prefill_tps_uncached", "decode_tps"):
+        raw[col] = raw[col].astype("float64")
+    engine_ok = raw["queue_s"].notna() & raw["ttft_s"].notna() & (raw["ttft_s"] > raw["queue_s"])
+    raw["engine"] = np.where(engine_ok, raw["input_tokens"] / (raw["ttft_s"] - raw["queue_s"]), np.nan)
+    raw["total"], raw["uncached"] = raw["prefill_tps"], raw["prefill_tps_uncached"]
+    yield DirectRunner(client), raw
+    client.close()
+
+
+MIX_END = START + timedelta(seconds=MIX_SPAN_S + 60)
+
+
+def expected_mixed(raw, start, end, step_s, metrics, qs, exclude=False, bucket_col="input_bucket"):
+    """numpy reference: percentiles over kept rows, abandoned counts over all rows of the cell."""
+    s, e = pd.Timestamp(start).tz_convert(None), pd.Timestamp(end).tz_convert(None)
+    w = raw[(raw["ts"] >= s) & (raw["ts"] < e)].copy()
+    w["t"] = pd.to_datetime((w["ts"] - pd.Timestamp(0)).dt.total_seconds() // step_s * step_s, unit="s")
+    out = []
+    for (t, model, bucket), g in w.groupby(["t", "model", bucket_col], sort=True):
+        ab = g[g["status"] == "abandoned"]
+        keep = g[g["status"] != "abandoned"] if exclude else g
+        rec = {"t": t, "model": model, "input_bucket": bucket, "n": len(keep)}
+        for name, col in metrics.items():
+            vals = keep[col].dropna().to_numpy(dtype="float64")
+            rec[f"{name}_n"] = len(vals)
+            for p, q in qs.items():
+                rec[f"{name}_{p}"] = float(np.percentile(vals, q, method="linear")) if len(vals) else np.nan
+        rec.update(abandoned=len(ab), abandoned_prefill=int(ab["ttft_s"].isna().sum()),
+                   abandoned_decode=int(ab["ttft_s"].notna().sum()))
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def test_mixed_store_has_what_the_tests_need(mixed):
+    _, raw = mixed
+    ab = raw[raw["status"] == "abandoned"]
+    assert (ab["finish_reason"] == "expired_in_prefill").sum() == ab["ttft_s"].isna().sum() > 50
+    assert (ab["finish_reason"] == "expired_in_decode").sum() == ab["ttft_s"].notna().sum() > 50
+    assert ((raw["status"] == "error") & raw["ttft_s"].isna()).sum() > 10  # NULL ttft but not abandoned
+    assert raw["uncached"].notna().sum() > 200 and raw["engine"].isna().sum() > raw["ttft_s"].isna().sum() + 300
+
+
+@pytest.mark.parametrize("step_s", [600, 3600])
+def test_abandoned_included_by_default_and_counted_per_cell(mixed, step_s):
+    runner, raw = mixed
+    df, meta = run_query(runner, START, MIX_END, step_s, force="exact")
+    assert meta["abandoned"] == "include" and meta["abandoned_split"] and (df["prefill_variant"] == "total").all()
+    compare(df, expected_mixed(raw, START, MIX_END, step_s, BAND_METRICS, QS))
+    assert int(df["n"].sum()) == len(raw)  # no survivorship bias: every generation counted
+    assert int(df["abandoned"].sum()) == int((raw["status"] == "abandoned").sum())
+    assert (df["abandoned"] == df["abandoned_prefill"] + df["abandoned_decode"]).all()
+
+
+@pytest.mark.parametrize("step_s", [600, 3600])
+def test_abandoned_excluded_with_the_flag(mixed, step_s):
+    runner, raw = mixed
+    inc, _ = run_query(runner, START, MIX_END, step_s, force="exact")
+    exc, meta = run_query(runner, START, MIX_END, step_s, force="exact", abandoned="exclude")
+    assert meta["abandoned"] == "exclude"
+    compare(exc, expected_mixed(raw, START, MIX_END, step_s, BAND_METRICS, QS, exclude=True))
+    # the counts stay; n and the prefill samples lose exactly the abandoned rows
+    assert (exc[["abandoned", "abandoned_prefill", "abandoned_decode"]].values
+            == inc[["abandoned", "abandoned_prefill", "abandoned_decode"]].values).all()
+    assert (inc["n"] - exc["n"] == inc["abandoned"]).all()
+    assert (inc["prefill_n"] - exc["prefill_n"] == inc["abandoned_decode"]).all()
+    assert (inc["decode_n"] == exc["decode_n"]).all()  # abandoned rows have no decode_tps
+    assert not np.allclose(inc["prefill_p50"], exc["prefill_p50"])  # the choice changes the answer
+
+
+@pytest.mark.parametrize("variant", ["engine", "uncached"])
+@pytest.mark.parametrize("abandoned", ["include", "exclude"])
+def test_prefill_variants_equal_numpy(mixed, variant, abandoned):
+    runner, raw = mixed
+    df, meta = run_query(runner, START, MIX_END, 1800, prefill=variant, abandoned=abandoned)
+    assert meta["path"] == "exact" and meta["prefill"] == variant and (df["prefill_variant"] == variant).all()
+    metrics = {"prefill": variant, "decode": "decode_tps"}
+    compare(df, expected_mixed(raw, START, MIX_END, 1800, metrics, QS, exclude=abandoned == "exclude"))
+    total, _ = run_query(runner, START, MIX_END, 1800, abandoned=abandoned)
+    assert (df["prefill_n"] < total["prefill_n"]).all()  # NULL where the variant is undefined, never 0
+    assert np.allclose(df["decode_p1"], total["decode_p1"], equal_nan=True)
+
+
+def test_rebucketed_variants_equal_numpy(mixed):
+    runner, raw = mixed
+    ref = raw.assign(new_bucket=[Bucketer(parse_edges("litellm"))(int(x)) for x in raw["input_tokens"]])
+    df, meta = run_query(runner, START, MIX_END, 3600, edges="litellm", prefill="engine", abandoned="exclude")
+    assert meta["rebucketed"] and (df["prefill_variant"] == "engine").all()
+    compare(df, expected_mixed(ref, START, MIX_END, 3600, {"prefill": "engine", "decode": "decode_tps"}, QS,
+                               exclude=True, bucket_col="new_bucket"))
+    lat, _ = run_query(runner, START, MIX_END, 3600, kind="latency", edges="litellm")
+    compare(lat, expected_mixed(ref, START, MIX_END, 3600, LAT_METRICS, LAT_QS, bucket_col="new_bucket"))
+
+
+@pytest.mark.parametrize("abandoned", ["include", "exclude"])
+def test_latency_include_and_exclude(mixed, abandoned):
+    runner, raw = mixed
+    df, _ = run_query(runner, START, MIX_END, 1800, kind="latency", abandoned=abandoned)
+    compare(df, expected_mixed(raw, START, MIX_END, 1800, LAT_METRICS, LAT_QS, exclude=abandoned == "exclude"))
+
+
+def test_rollup_counts_abandoned_without_phase_split(mixed):
+    runner, _ = mixed
+    for kind in ("bands", "latency"):
+        ex, _ = run_query(runner, START, MIX_END, 3600, kind=kind, force="exact")
+        ro, meta = run_query(runner, START, MIX_END, 3600, kind=kind, force="rollup")
+        assert meta["path"] == "rollup" and meta["abandoned_split"] is False
+        assert list(ro.columns) == list(ex.columns)
+        assert (ro[["n", "abandoned"]].values == ex[["n", "abandoned"]].values).all() and ro["abandoned"].sum() > 0
+        assert ro["abandoned_prefill"].isna().all() and ro["abandoned_decode"].isna().all()
+
+
+def test_routing_and_rollup_errors_on_a_real_store(mixed):
+    runner, _ = mixed
+    long_end = START + timedelta(hours=12)  # > 6 h: the rollup unless a choice needs raw rows
+    _, meta = run_query(runner, START, long_end, 3600)
+    assert meta["path"] == "rollup"
+    for kw, flag in (({"abandoned": "exclude"}, "--abandoned exclude"), ({"prefill": "engine"}, "--prefill engine"),
+                     ({"prefill": "uncached"}, "--prefill uncached")):
+        df, meta = run_query(runner, START, long_end, 3600, **kw)
+        assert meta["path"] == "exact" and flag in meta["reason"] and len(df)
+        with pytest.raises(ArgError, match=f"{flag}.*--rollup"):
+            run_query(runner, START, long_end, 3600, force="rollup", **kw)
+    _, meta = run_query(runner, START, long_end, 3600, kind="latency", abandoned="exclude")
+    assert meta["path"] == "exact"
+
+
+def test_demo_bands_sql_equals_the_exact_path_defaults(mixed):
+    runner, _ = mixed
+    params = {"start": START, "end": MIX_END, "step_s": 900, "models": [], "buckets": []}
+    old = runner.df("bands", params)
+    new = runner.df("bands_exact", {**params, "abandoned": "include", "prefill": "total"})
+    assert len(old) == len(new) > 0
+    pd.testing.assert_frame_equal(old, new[list(old.columns)], check_dtype=False)
+
+
+@pytest.mark.parametrize("name,extra", [("bands_exact", {"abandoned": "include", "prefill": "fast"}),
+                                        ("bands_exact", {"abandoned": "maybe", "prefill": "total"}),
+                                        ("latency", {"abandoned": "Exclude"})])
+def test_sql_refuses_unknown_variant_values(mixed, name, extra):
+    runner, _ = mixed
+    params = {"start": START, "end": MIX_END, "step_s": 900, "models": [], "buckets": [], **extra}
+    with pytest.raises(Exception, match="expected"):
+        runner.df(name, params)

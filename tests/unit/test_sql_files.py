@@ -29,3 +29,20 @@ def test_web_servable_queries_are_read_only():
 def test_migrations_are_numbered_and_contiguous_from_one():
     versions = [m.version for m in discover()]
     assert versions[0] == 1 and versions == sorted(set(versions))
+
+
+def test_variants_are_chosen_by_bound_parameters_in_the_sql():
+    """--abandoned / --prefill reach the SQL as typed params, never as spliced text."""
+    for name in ("bands_exact", "bands_rebucket", "latency", "latency_rebucket"):
+        text = (ROOT / "sql" / f"{name}.sql").read_text()
+        assert "{abandoned:String} = 'include'" in text and "throwIf(NOT has(['include', 'exclude']" in text, name
+        if name.startswith("bands"):
+            assert "if({prefill:String} = 'total', prefill_tps," in text, name
+            assert "if({prefill:String} = 'uncached', prefill_tps_uncached," in text, name
+            assert "input_tokens / (ttft_s - queue_s)" in text, name
+    for name in ("bands_rollup", "latency_rollup"):
+        text = (ROOT / "sql" / f"{name}.sql").read_text()
+        assert "sum(abandoned_n) AS abandoned" in text and "{abandoned" not in text and "{prefill" not in text
+    for module in (ROOT / "phasemeter" / "analytics").glob("*.py"):
+        code = module.read_text()
+        assert not re.search(r"\b(SELECT|FROM generations|WHERE)\b", code), module.name
