@@ -2,7 +2,9 @@
 
 One row per (model, phase), one column per input bucket. For a throughput the
 slow tail is the LOW percentile (p1/p5), so those lines are drawn in a warm
-colour, labelled "slow tail", and the figure says so in words.
+colour, labelled "slow tail", and the figure says so in words. Optional note
+lines under the title (e.g. which prefill variant, whether abandoned
+generations are included); frames with abandoned counts get them per panel.
 
 Uses `matplotlib.figure.Figure` directly instead of pyplot: no global figure
 registry, no interactive backend, safe to call from a worker or a test.
@@ -76,13 +78,27 @@ def _panel_frames(df: pd.DataFrame, models, buckets):
     return {(m, b): groups.get((m, b), df.iloc[0:0]) for m in models for b in buckets}
 
 
+def _abandoned_label(g: pd.DataFrame, phase: str) -> str:
+    """"abandoned 12 (5 before 1st token)" for prefill, "(7 in decode)" for decode;
+    the split only when known (the rollup has none). "" without the columns."""
+    if "abandoned" not in g.columns:
+        return ""
+    total = int(np.nansum(g["abandoned"].to_numpy(dtype=float)))
+    split = g.get(f"abandoned_{phase}")
+    if split is None or split.isna().any() or not len(g):
+        return f"\nabandoned {total:,}"
+    where = "before 1st token" if phase == "prefill" else "in decode"
+    return f"\nabandoned {total:,} ({int(split.sum()):,} {where})"
+
+
 def _draw_panel(ax, g: pd.DataFrame, phase: str, step) -> None:
     cols = [f"{phase}_{p}" for p in PCTS]
+    extra = _abandoned_label(g, phase)
     g = g[["t", f"{phase}_n", *cols]].dropna(subset=cols, how="all")
     n_total = int(np.nansum(g[f"{phase}_n"].to_numpy(dtype=float)))
     if g.empty:
-        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center",
-                va="center", color="0.5", fontsize=10)
+        ax.text(0.5, 0.5, "no data" + extra, transform=ax.transAxes, ha="center",
+                va="center", color="0.5", fontsize=10 if not extra else 8)
         ax.set_yticks([])
         return
     g = _break_gaps(g, step)
@@ -98,7 +114,7 @@ def _draw_panel(ax, g: pd.DataFrame, phase: str, step) -> None:
     # n= label clear of the band.
     top = np.nanmax(np.r_[p99, p95, p50])
     ax.set_ylim(0, top * 1.15 if top > 0 else 1)
-    ax.text(0.98, 0.96, f"n={n_total:,}", transform=ax.transAxes, ha="right",
+    ax.text(0.98, 0.96, f"n={n_total:,}{extra}", transform=ax.transAxes, ha="right",
             va="top", fontsize=7.5, color="0.25",
             bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.75))
 
@@ -109,8 +125,11 @@ def render_bands_png(
     *,
     bucket_order: list[str] | None = None,
     title: str | None = None,
+    notes: list[str] | None = None,
+    prefill_label: str = "prefill",
 ) -> Path:
-    """Render p1/p5/p50/p95/p99 throughput bands to a PNG and return its path."""
+    """Render p1/p5/p50/p95/p99 throughput bands to a PNG and return its path.
+    `prefill_label` names the prefill variant in panel titles and axes."""
     _check_columns(df)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +153,8 @@ def render_bands_png(
     # header subfigure placed by hand, and the grid gets the rest.
     leg_cols = {1: 2, 2: 3}.get(ncols, len(LEGEND_ORDER))
     leg_rows = -(-len(LEGEND_ORDER) // leg_cols)
-    head_h = 0.75 + 0.22 * leg_rows
+    notes = list(notes or [])
+    head_h = 0.75 + 0.22 * leg_rows + 0.2 * len(notes)
     fig = Figure(figsize=(PANEL_W * ncols + 0.4, PANEL_H * nrows + head_h), dpi=110,
                  layout="constrained")
     head, body = fig.subfigures(2, 1, height_ratios=[head_h, PANEL_H * nrows])
@@ -142,6 +162,9 @@ def render_bands_png(
               fontsize=13 if ncols > 1 else 10.5, fontweight="bold", wrap=True)
     head.text(0.5, 1 - 0.42 / head_h, SLOW_TAIL_NOTE, ha="center", va="top",
               fontsize=9.5 if ncols > 1 else 7.5, color=TAIL_P1, wrap=True)
+    for i, note in enumerate(notes):
+        head.text(0.5, 1 - (0.66 + 0.2 * i) / head_h, note, ha="center", va="top",
+                  fontsize=8.5 if ncols > 1 else 6.5, color="0.25", wrap=True)
     axes = body.subplots(nrows, ncols, squeeze=False)
 
     if not models:  # empty query result: still produce an honest picture
@@ -163,7 +186,8 @@ def render_bands_png(
             for ci, bucket in enumerate(buckets):
                 ax = axes[row][ci]
                 _draw_panel(ax, panels[(model, bucket)], phase, step)
-                ax.set_title(f"{model} · {bucket} · {phase}", fontsize=8.5, loc="left")
+                label = prefill_label if phase == "prefill" else phase
+                ax.set_title(f"{model} · {bucket} · {label}", fontsize=8.5, loc="left")
                 ax.set_xlim(lo, hi)
                 loc = mdates.AutoDateLocator(minticks=3, maxticks=5)
                 ax.xaxis.set_major_locator(loc)
@@ -173,7 +197,7 @@ def render_bands_png(
                 ax.xaxis.get_offset_text().set_fontsize(7.5)
                 ax.grid(True, color="0.9", lw=0.6)
                 if ci == 0:
-                    ax.set_ylabel(f"{phase} tok/s", fontsize=9)
+                    ax.set_ylabel(f"{label} tok/s", fontsize=9)
                 if phase == "prefill":
                     # Same x range as the decode panel below: its labels suffice.
                     ax.tick_params(labelbottom=False)

@@ -8,7 +8,9 @@ Grid: one row per model × phase (prefill, decode), one column per input
 bucket. Each panel: shaded p5–p95 band, median line, and the slow-tail p1
 line in red, labelled in words. For throughput the slow tail is the LOW end.
 Latency frames (phasemeter.analytics LATENCY_COLUMNS) work too: shaded
-p50–p90, median, slow-tail p99 (the HIGH end).
+p50–p90, median, slow-tail p99 (the HIGH end). Frames with abandoned counts
+show them per panel and per step; `notes` lines go under the title (which
+prefill variant, abandoned included or not).
 """
 
 from __future__ import annotations
@@ -71,12 +73,30 @@ def _num(v) -> float | None:
     return None if v is None or pd.isna(v) else float(v)
 
 
+# Which abandoned split belongs to a panel: before the first token (no prefill
+# rate, no ttft) or after it (decode, tpot).
+_SPLIT = {"prefill": ("abandoned_prefill", "before 1st token"), "ttft": ("abandoned_prefill", "before 1st token"),
+          "decode": ("abandoned_decode", "in decode"), "tpot": ("abandoned_decode", "in decode")}
+
+
+def _abandoned(rows: pd.DataFrame, phase: str) -> str:
+    """"abandoned 12 (5 before 1st token)"; no split when unknown (rollup); "" without the columns."""
+    if "abandoned" not in rows.columns:
+        return ""
+    total = int(pd.to_numeric(rows["abandoned"]).sum())
+    col, where = _SPLIT[phase]
+    split = rows[col] if col in rows.columns else None
+    if split is None or split.isna().any():
+        return f"abandoned {total:,}"
+    return f"abandoned {total:,} ({int(split.sum()):,} {where})"
+
+
 def _panel(g: pd.DataFrame, phase: str, unit: str, spec: dict, t_lo: float, t_hi: float, step: float,
            title: str) -> str:
     lo_c, hi_c = (f"{phase}_{spec['band'][0]}", f"{phase}_{spec['band'][1]}")
     med_c, tail_c, n_c = f"{phase}_{spec['median']}", f"{phase}_{spec['tail']}", f"{phase}_n"
     vals = [v for c in (lo_c, hi_c, med_c, tail_c) for v in g[c].tolist() if _num(v) is not None]
-    y_max = (max(vals) * 1.08) if vals else 1.0
+    y_max = (max(vals) * (1.2 if "abandoned" in g.columns else 1.08)) if vals else 1.0  # room for the counts
     y_max = y_max if y_max > 0 else 1.0
     pw, ph = W - ML - MR, H - MT - MB
     span = max(t_hi - t_lo, 1.0)
@@ -104,6 +124,9 @@ def _panel(g: pd.DataFrame, phase: str, unit: str, spec: dict, t_lo: float, t_hi
            f'<text x="{W - MR}" y="14" class="pn" text-anchor="end">n={int(g[n_c].sum()):,}</text>',
            f'<line x1="{ML}" y1="{MT + ph}" x2="{W - MR}" y2="{MT + ph}" class="ax"/>',
            f'<line x1="{ML}" y1="{MT}" x2="{ML}" y2="{MT + ph}" class="ax"/>']
+    if "abandoned" in g.columns:  # inside the plot, top right, under the n
+        out.append(f'<text x="{W - MR - 2}" y="{MT + 9}" class="pn" text-anchor="end">'
+                   f'{html.escape(_abandoned(g, phase))}</text>')
     for frac in (0.0, 0.5, 1.0):
         v = y_max * frac
         out.append(f'<text x="{ML - 4}" y="{sy(v) + 3:.1f}" class="tk" text-anchor="end">{_fmt(v)}</text>')
@@ -127,7 +150,8 @@ def _panel(g: pd.DataFrame, phase: str, unit: str, spec: dict, t_lo: float, t_hi
         r = g.iloc[i]
         tip = (f"{pd.Timestamp(r['t']).strftime('%Y-%m-%d %H:%M:%S')} UTC | {title} | n={int(r[n_c]):,}"
                + "".join(f" | {('slow ' if p == spec['tail'] else '')}{p}={_fmt(r[f'{phase}_{p}'])}"
-                         for p in spec["pcts"]))
+                         for p in spec["pcts"])
+               + (f" | {_abandoned(g.iloc[i:i + 1], phase)}" if "abandoned" in g.columns else ""))
         tip = html.escape(tip, quote=True)
         out.append(f'<rect x="{sx(t) - colw / 2:.1f}" y="{MT}" width="{colw:.1f}" height="{ph}" class="hit" '
                    f'data-tip="{tip}"><title>{tip}</title></rect>')
@@ -156,8 +180,11 @@ r.addEventListener('mouseleave',function(){tip.style.display='none';});});})();"
 
 
 def render_bands_html(df: pd.DataFrame, path, *, bucket_order: list[str] | None = None,
-                      title: str | None = None) -> Path:
-    """Write the chart; returns the path. Accepts BAND_COLUMNS or latency frames."""
+                      title: str | None = None, notes: list[str] | None = None,
+                      prefill_label: str = "prefill") -> Path:
+    """Write the chart; returns the path. Accepts BAND_COLUMNS or latency frames.
+    `prefill_label` names the prefill variant shown (row headers, axes, tooltips)."""
+    notes = list(notes or [])
     spec = _spec(df)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -183,23 +210,26 @@ def render_bands_html(df: pd.DataFrame, path, *, bucket_order: list[str] | None 
                     + "".join(f"<th>{html.escape(b)}</th>" for b in buckets) + "</tr>")
         for model in models:
             for phase, unit in spec["phases"]:
-                body.append(f"<tr><th>{html.escape(model)}<br>{html.escape(phase)}</th>")
+                shown = prefill_label if phase == "prefill" else phase
+                unit = unit.replace("prefill", prefill_label, 1)
+                body.append(f"<tr><th>{html.escape(model)}<br>{html.escape(shown)}</th>")
                 for b in buckets:
                     g = df[(df["model"] == model) & (df["input_bucket"] == b)].sort_values("t")
-                    cell = (_panel(g, phase, unit, spec, t_lo, t_hi, step, f"{model} · {phase} · {b}")
+                    cell = (_panel(g, phase, unit, spec, t_lo, t_hi, step, f"{model} · {shown} · {b}")
                             if len(g) else "")
                     body.append(f"<td>{cell}</td>")
                 body.append("</tr>")
         body.append("</table>")
     records = json.loads(df.assign(t=df["t"].dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
                          .to_json(orient="records", double_precision=15))
-    data = json.dumps({"title": title, "note": spec["note"], "rows": records}).replace("</", "<\\/")
+    data = json.dumps({"title": title, "note": spec["note"], "notes": notes, "rows": records}).replace("</", "<\\/")
     band_lbl = f"{spec['band'][0]}–{spec['band'][1]} band"
     doc = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_CSS}</style></head><body>
 <h1>{html.escape(title)}</h1>
 <p class="note">{html.escape(spec['note'])}. Hover a panel for values.</p>
+{''.join(f'<p class="note">{html.escape(n)}</p>' for n in notes)}
 <p class="legend"><span style="color:{BAND}">■ {band_lbl}</span><span style="color:{MEDIAN}">— median</span>
 <span style="color:{TAIL}">- - {spec['tail_label']}</span></p>
 {''.join(body)}

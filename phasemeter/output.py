@@ -1,7 +1,8 @@
 """Render result frames as table, CSV or JSON records, saying which end is slow.
 
 One formatter for every frame (throughput bands, latency): callers pass the
-columns and the header lines that say what the numbers mean.
+columns and the header lines that say what the numbers mean. Unknown values
+(NaN, NULL/pd.NA) print as "-" and become JSON null, never 0.
 """
 
 from __future__ import annotations
@@ -17,23 +18,38 @@ from .queries import METHOD, PERCENTILES, PHASES
 HEADER_NOTE = ("throughput tokens/s; LOW percentiles are the slow tail "
                "(slow p1 = the slowest 1%), high ones the fast side")
 _LABELS = ("model", "input_bucket")
+# Abandoned generations per row, when the frame has them (phasemeter.analytics).
+ABANDONED_TITLES = (("abandoned", "abandoned"), ("abandoned_prefill", "ab. in prefill"),
+                    ("abandoned_decode", "ab. in decode"))
+
+
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 def num(value) -> str:
     """Throughputs: thousands separators, two decimals below 100."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "-"
     if isinstance(value, float):
         return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
     return f"{value:,}"
 
 
-def band_columns() -> list[tuple[str, str]]:
+def abandoned_columns(df: pd.DataFrame) -> list[tuple[str, str]]:
+    return [(c, title) for c, title in ABANDONED_TITLES if c in df.columns]
+
+
+def band_columns(df: pd.DataFrame | None = None, prefill_label: str = "prefill") -> list[tuple[str, str]]:
+    """Throughput columns; the abandoned counts (after n) when `df` has them.
+    `prefill_label` names the prefill variant shown, e.g. "prefill (engine)"."""
     short = {"p1": "slow p1", "p5": "slow p5", "p50": "median", "p95": "p95", "p99": "p99"}
     cols = [("t", "time (UTC)"), ("model", "model"), ("input_bucket", "bucket"), ("n", "n")]
+    cols += abandoned_columns(df) if df is not None else []
     for phase in PHASES:
-        cols.append((f"{phase}_n", f"{phase} n"))
-        cols += [(f"{phase}_{p}", f"{phase} {short[p]}") for p in PERCENTILES]
+        label = prefill_label if phase == "prefill" else phase
+        cols.append((f"{phase}_n", f"{label} n"))
+        cols += [(f"{phase}_{p}", f"{label} {short[p]}") for p in PERCENTILES]
     return cols
 
 
@@ -57,9 +73,9 @@ def format_table(df: pd.DataFrame, cols: list[tuple[str, str]], header: list[str
     return "\n".join(lines)
 
 
-def to_table(df: pd.DataFrame, header: list[str] | None = None) -> str:
+def to_table(df: pd.DataFrame, header: list[str] | None = None, prefill_label: str = "prefill") -> str:
     """Throughput bands; the default header states the exact method."""
-    return format_table(df, band_columns(), header or [HEADER_NOTE, f"method: {METHOD}"])
+    return format_table(df, band_columns(df, prefill_label), header or [HEADER_NOTE, f"method: {METHOD}"])
 
 
 def to_csv(df: pd.DataFrame) -> str:
@@ -69,10 +85,11 @@ def to_csv(df: pd.DataFrame) -> str:
 
 
 def json_records(df: pd.DataFrame) -> list[dict]:
-    """Rows for JSON: NaN becomes null (never 0), times ISO 8601 UTC."""
+    """Rows for JSON: NaN/NULL become null (never 0), numbers plain, times ISO 8601 UTC."""
     records = []
     for rec in df.to_dict("records"):
-        rec = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rec.items()}
+        rec = {k: (None if _missing(v) else v.item() if hasattr(v, "item") and k != "t" else v)
+               for k, v in rec.items()}
         rec["t"] = pd.Timestamp(rec["t"]).strftime("%Y-%m-%dT%H:%M:%SZ")
         records.append(rec)
     return records

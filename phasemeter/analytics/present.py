@@ -1,4 +1,9 @@
-"""Render analytics results (table/csv/json) and charts (PNG or HTML by extension)."""
+"""Render analytics results (table/csv/json) and charts (PNG or HTML by extension).
+
+Every output says which path answered, which prefill variant the prefill_*
+columns hold, and whether abandoned generations are in n and the percentiles
+(variants.header_lines); the abandoned counts are columns of every frame.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from phasemeter.output import HEADER_NOTE, format_table, json_records, num, to_csv, to_table
+from phasemeter.output import HEADER_NOTE, abandoned_columns, format_table, json_records, num, to_csv, to_table
 from phasemeter.queries import LEGEND
 from phasemeter.timeparse import ArgError
 
 from .core import LATENCY_METRICS, LATENCY_PCTS
+from .variants import PREFILL_VARIANTS, header_lines, prefill_label
 
 LATENCY_NOTE = "latency seconds; HIGH percentiles are the slow tail (p99 = the slowest 1%)"
+ABANDONED_LEGEND = {
+    "abandoned": "generations in the cell that never ended (status=abandoned)",
+    "abandoned_prefill": "of those, abandoned before the first token (no prefill/ttft value); null: unknown "
+                         "(rollup)",
+    "abandoned_decode": "of those, abandoned after the first token; null: unknown (rollup)",
+}
 
 
 def _num(v) -> str:
@@ -24,25 +36,36 @@ def _num(v) -> str:
     return num(v)
 
 
+def _meta(meta: dict) -> dict:
+    """Older callers' meta (no variants) means the defaults."""
+    return {"abandoned": "include", "prefill": "total", "abandoned_split": True, **meta}
+
+
 def _latency_table(df: pd.DataFrame, meta: dict) -> str:
     cols = [("t", "time (UTC)"), ("model", "model"), ("input_bucket", "bucket"), ("n", "n")]
+    cols += abandoned_columns(df)
     for m in LATENCY_METRICS:
         cols.append((f"{m}_n", f"{m} n"))
         cols += [(f"{m}_{p}", f"{m} {p}" + (" (slow)" if p == "p99" else "")) for p in LATENCY_PCTS]
-    return format_table(df, cols, [LATENCY_NOTE, *_path_lines(meta)], fmt=_num)
+    return format_table(df, cols, [LATENCY_NOTE, *_head_lines(meta)], fmt=_num)
 
 
-def _path_lines(meta: dict) -> list[str]:
-    return [f"path: {meta['path']} ({meta['reason']})", f"method: {meta['method']}"]
+def _head_lines(meta: dict) -> list[str]:
+    return [f"path: {meta['path']} ({meta['reason']})", f"method: {meta['method']}", *header_lines(meta)]
 
 
 def _json(df: pd.DataFrame, meta: dict, note: str, **extra) -> str:
-    return json.dumps({**{k: meta[k] for k in ("kind", "path", "reason", "method", "step_s", "start", "end")},
-                       "note": note, **extra, "rows": json_records(df)}, indent=1, default=str)
+    head = {k: meta[k] for k in ("kind", "path", "reason", "method", "step_s", "start", "end", "abandoned")}
+    if meta["kind"] == "bands":
+        head.update(prefill=meta["prefill"], prefill_definition=PREFILL_VARIANTS[meta["prefill"]])
+    return json.dumps({**head, "abandoned_split": meta["abandoned_split"], "note": note,
+                       "notes": header_lines(meta), **extra, "abandoned_legend": ABANDONED_LEGEND,
+                       "rows": json_records(df)}, indent=1, default=str)
 
 
 def render(df: pd.DataFrame, fmt: str, meta: dict) -> str:
     """Text for `query bands` / `latency`; says which path (exact/rollup) answered."""
+    meta = _meta(meta)
     if fmt == "csv":
         return to_csv(df)
     if meta["kind"] == "latency":
@@ -50,23 +73,36 @@ def render(df: pd.DataFrame, fmt: str, meta: dict) -> str:
     if fmt == "json":
         # legend: p1 -> "slow tail p1", the words per column
         return _json(df, meta, HEADER_NOTE, legend=LEGEND)
-    return to_table(df, [HEADER_NOTE, *_path_lines(meta)])
+    return to_table(df, [HEADER_NOTE, *_head_lines(meta)], prefill_label=prefill_label(meta["prefill"]))
+
+
+def chart_notes(meta: dict) -> list[str]:
+    """Short lines under a chart's title: variant and abandoned handling."""
+    meta = _meta(meta)
+    notes = [] if meta["kind"] != "bands" else [f"prefill = {meta['prefill']}: {PREFILL_VARIANTS[meta['prefill']]}"]
+    verb = "included in" if meta["abandoned"] == "include" else "excluded from (--abandoned exclude)"
+    split = "" if meta["abandoned_split"] else "; by phase: unknown on the rollup path"
+    return notes + [f"abandoned generations {verb} n and percentiles; per-panel count shown{split}"]
 
 
 def write_chart(df: pd.DataFrame, meta: dict, out: str | Path, title: str | None = None) -> Path:
     """`.html` -> self-contained interactive HTML; anything else -> PNG (matplotlib)."""
+    meta = _meta(meta)
     out = Path(out)
     suffix = f" — {meta['path']} path, step {meta['step_s']}s"
+    label = prefill_label(meta["prefill"])
     if out.suffix.lower() in (".html", ".htm"):
         from phasemeter.charts_html import render_bands_html
 
         return render_bands_html(df, out, bucket_order=meta.get("bucket_order"),
-                                 title=(title or _default_title(meta)) + suffix)
+                                 title=(title or _default_title(meta)) + suffix, notes=chart_notes(meta),
+                                 prefill_label=label)
     if meta["kind"] == "latency":
         raise ArgError(f"--out {out}: latency charts are HTML only; use an .html path")
     from phasemeter.charts import DEFAULT_TITLE, render_bands_png
 
-    return render_bands_png(df, out, bucket_order=meta.get("bucket_order"), title=(title or DEFAULT_TITLE) + suffix)
+    return render_bands_png(df, out, bucket_order=meta.get("bucket_order"), title=(title or DEFAULT_TITLE) + suffix,
+                            notes=chart_notes(meta), prefill_label=label)
 
 
 def _default_title(meta: dict) -> str:

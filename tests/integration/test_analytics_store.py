@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from phasemeter.analytics import backfill, fetch, run_query, write_chart
+from phasemeter.analytics import backfill, fetch, render, run_query, write_chart
 from phasemeter.analytics.synth import synthetic_rows
 from phasemeter.migrate import discover, migrate
 from phasemeter.runner import DirectRunner
@@ -441,3 +441,17 @@ def test_sql_refuses_unknown_variant_values(mixed, name, extra):
     params = {"start": START, "end": MIX_END, "step_s": 900, "models": [], "buckets": [], **extra}
     with pytest.raises(Exception, match="expected"):
         runner.df(name, params)
+
+
+def test_fetch_and_render_with_variant_flags(mixed, tmp_path):
+    runner, _ = mixed
+    args = Namespace(start=START.isoformat(), end=MIX_END.isoformat(), step="30m", model=[], bucket=[], via=None,
+                     exact=False, rollup=False, buckets=None, latency=False, abandoned="exclude", prefill="uncached")
+    df, meta = fetch(args, Settings(), runner=runner)
+    assert (meta["path"], meta["abandoned"], meta["prefill"]) == ("exact", "exclude", "uncached")
+    payload = json.loads(render(df, "json", meta))
+    assert payload["prefill"] == "uncached" and payload["rows"][0]["prefill_variant"] == "uncached"
+    assert sum(r["abandoned"] for r in payload["rows"]) > 0
+    assert "prefill (uncached) slow p1" in render(df, "table", meta)
+    text = write_chart(df, meta, tmp_path / "v.html").read_text()
+    assert "prefill = uncached" in text and "excluded from (--abandoned exclude)" in text

@@ -85,3 +85,31 @@ def test_missing_column_names_it(tmp_path):
     with pytest.raises(ValueError, match="decode_p5"):
         render_bands_png(df, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def with_abandoned(df, split_known=True):
+    df = df.copy()
+    df["abandoned"] = 3
+    df["abandoned_prefill"] = pd.array([2 if split_known else None] * len(df), dtype="Int64")
+    df["abandoned_decode"] = pd.array([1 if split_known else None] * len(df), dtype="Int64")
+    return df
+
+
+def test_abandoned_panel_label_by_phase():
+    from phasemeter.charts import _abandoned_label
+
+    g = with_abandoned(synthetic_bands().iloc[:4])
+    assert _abandoned_label(g, "prefill") == "\nabandoned 12 (8 before 1st token)"
+    assert _abandoned_label(g, "decode") == "\nabandoned 12 (4 in decode)"
+    assert _abandoned_label(with_abandoned(g, split_known=False), "prefill") == "\nabandoned 12"
+    assert _abandoned_label(synthetic_bands().iloc[:4], "prefill") == ""
+
+
+def test_notes_and_variant_label_render(tmp_path):
+    df = with_abandoned(synthetic_bands())
+    plain = render_bands_png(synthetic_bands(), tmp_path / "plain.png")
+    out = render_bands_png(df, tmp_path / "v.png", bucket_order=BUCKETS, prefill_label="prefill (engine)",
+                           notes=["prefill = engine: input_tokens / (ttft_s - queue_s)",
+                                  "abandoned generations included in n and percentiles"])
+    (_, h_plain), (_, h) = png_size(plain), png_size(out)
+    assert h > h_plain  # the header grew by the note lines

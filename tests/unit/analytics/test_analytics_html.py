@@ -62,3 +62,21 @@ def test_latency_frame_and_empty(tmp_path):
     assert "slow tail p99" in text
     empty = render_bands_html(df.iloc[0:0], tmp_path / "e.html").read_text()
     assert "no generations" in empty
+
+
+def test_variant_notes_and_abandoned_counts(tmp_path):
+    df = frame(models=("m",), buckets=("0-512",), steps=3)
+    df["abandoned"] = [2, 0, 1][: len(df)]
+    df["abandoned_prefill"] = pd.array([1, 0, 1][: len(df)], dtype="Int64")
+    df["abandoned_decode"] = pd.array([1, 0, 0][: len(df)], dtype="Int64")
+    notes = ["prefill = uncached: prefill_tps_uncached", "abandoned generations excluded"]
+    text = render_bands_html(df, tmp_path / "v.html", prefill_label="prefill (uncached)", notes=notes).read_text()
+    assert "m<br>prefill (uncached)</th>" in text and "prefill (uncached) tokens/s" in text
+    assert '<p class="note">abandoned generations excluded</p>' in text
+    assert ">abandoned 3 (2 before 1st token)<" in text and ">abandoned 3 (1 in decode)<" in text
+    assert "| abandoned 2 (1 before 1st token)" in text  # per-step tooltip
+    data = json.loads(re.search(r'id="phasemeter-data">(.*?)</script>', text, re.S).group(1))
+    assert data["notes"][0].startswith("prefill = uncached") and data["rows"][0]["abandoned_prefill"] == 1
+    unknown = df.assign(abandoned_prefill=pd.array([None] * len(df), dtype="Int64"))
+    text = render_bands_html(unknown, tmp_path / "u.html").read_text()
+    assert ">abandoned 3<" in text  # rollup: no split, never a made-up 0
