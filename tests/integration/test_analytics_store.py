@@ -424,6 +424,19 @@ def test_routing_and_rollup_errors_on_a_real_store(mixed):
     assert meta["path"] == "exact"
 
 
+def test_summary_counts_abandoned_by_phase(mixed):
+    runner, raw = mixed
+    got = runner.df("summary", {"start": START, "end": MIX_END}).set_index(["model", "input_bucket"])
+    for (model, bucket), g in raw.groupby(["model", "input_bucket"]):
+        ab = g[g["status"] == "abandoned"]
+        row = got.loc[(model, bucket)]
+        ok = int((g["status"] == "ok").sum())
+        assert (row["n"], row["ok"], row["not_ok"]) == (len(g), ok, len(g) - ok)
+        assert (row["abandoned"], row["abandoned_prefill"], row["abandoned_decode"]) == (
+            len(ab), ab["ttft_s"].isna().sum(), ab["ttft_s"].notna().sum())
+    assert got["abandoned"].sum() == (raw["status"] == "abandoned").sum() > 0
+
+
 def test_demo_bands_sql_equals_the_exact_path_defaults(mixed):
     runner, _ = mixed
     params = {"start": START, "end": MIX_END, "step_s": 900, "models": [], "buckets": []}

@@ -46,3 +46,9 @@ def test_variants_are_chosen_by_bound_parameters_in_the_sql():
     for module in (ROOT / "phasemeter" / "analytics").glob("*.py"):
         code = module.read_text()
         assert not re.search(r"\b(SELECT|FROM generations|WHERE)\b", code), module.name
+
+
+def test_summary_counts_abandoned_by_phase():
+    text = (ROOT / "sql" / "summary.sql").read_text()
+    for col in ("abandoned", "abandoned_prefill", "abandoned_decode", "not_ok", "last_ts"):
+        assert f"AS {col}" in text, col
