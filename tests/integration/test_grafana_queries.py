@@ -48,7 +48,14 @@ def client(tmp_path_factory):
     c.database = "pm"
     migrate(c)
     sink = Sink.over(c, "chdb://t")
-    sink.write(synthetic_rows(5000, T0, 3 * 3600, seed=3), [])
+    rows = synthetic_rows(5000, T0, 3 * 3600, seed=3)
+    for r in rows[::40]:  # generations that never ended, as the worker writes them (docs/phases.md)
+        phase = "prefill" if r["ttft_s"] is None or r["src_offset"] % 80 == 0 else "decode"
+        r.update(status="abandoned", finish_reason=f"expired_in_{phase}", output_tokens=0, decode_tps=None,
+                 tpot_s=None)
+        if phase == "prefill":
+            r.update(ttft_s=None, prefill_tps=None, decode_s=None)
+    sink.write(rows, [])
     yield c
     c.close()
 
@@ -78,3 +85,28 @@ def test_query_executes_and_returns_rows(client, name, sql):
     concrete = substitute(sql, int(T0), int(T0 + 3 * 3600), 300, {"model": models, "bucket": buckets[:1]})
     rows = client.query(concrete).result_rows
     assert rows, f"{name}: no rows\n{concrete}"
+
+
+def panel_sql(title: str) -> str:
+    dash = json.loads(DASHBOARD.read_text())
+    [panel] = [p for p in dash["panels"] if p["title"] == title]
+    return panel["targets"][0]["rawSql"]
+
+
+def test_abandoned_panels_count_per_model_and_bucket(client):
+    models = [r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows]
+    buckets = [r[0] for r in client.query("SELECT DISTINCT input_bucket FROM generations").result_rows]
+    want = {(m, b): n for m, b, n in client.query(
+        "SELECT model, input_bucket, countIf(status = 'abandoned') FROM generations GROUP BY model, input_bucket"
+    ).result_rows}
+    assert sum(want.values()) > 50
+    table = substitute(panel_sql("Abandoned generations per model × bucket (whole range)"), int(T0),
+                       int(T0 + 3 * 3600), 300, {"model": models, "bucket": buckets})
+    got = {(m, b): a for m, b, _n, a, _share in client.query(table).result_rows}
+    assert got == want
+    series = substitute(panel_sql("Abandoned generations per model × bucket"), int(T0), int(T0 + 3 * 3600), 300,
+                        {"model": models, "bucket": buckets})
+    per_cell: dict[str, int] = {}
+    for _t, cell, n in client.query(series).result_rows:
+        per_cell[cell] = per_cell.get(cell, 0) + n
+    assert per_cell == {f"{m} · {b}": n for (m, b), n in want.items()}
