@@ -13,23 +13,37 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
+from .demo_phases import run_phase_load
 from .settings import Settings
+
+PHASE_RATE = 100.0  # live phase-protocol generations per second
 
 
 def _say(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def health(url: str) -> dict | None:
+def health(url: str, path: str = "/health") -> dict | None:
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+        with urllib.request.urlopen(f"{url}{path}", timeout=2) as resp:
             return json.loads(resp.read())
     except OSError:
         return None
+
+
+def inflight_line(url: str) -> str:
+    view = health(url, "/inflight") or {"in_flight": []}
+    parts = []
+    for phase in ("prefill", "decode"):
+        cells = [c for c in view["in_flight"] if c["phase"] == phase]
+        oldest = max((c["oldest_age_s"] for c in cells), default=0.0)
+        parts.append(f"{phase} {sum(c['in_flight'] for c in cells)} (oldest {oldest:.1f}s)")
+    return "in flight: " + ", ".join(parts)
 
 
 class Stack:
@@ -44,7 +58,9 @@ class Stack:
         s = self.settings
         return {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PHASEMETER_DATA_DIR": s.data_dir,
                 "PHASEMETER_TOPIC": s.topic, "PHASEMETER_DLQ_TOPIC": s.dlq_topic,
-                "PHASEMETER_WEB_PORT": str(s.web_port), "PHASEMETER_DATABASE": s.database}
+                "PHASEMETER_WEB_PORT": str(s.web_port), "PHASEMETER_DATABASE": s.database,
+                "PHASEMETER_ABANDON_AFTER_S": str(s.abandon_after_s),
+                "PHASEMETER_EXPIRY_TICK_S": str(s.expiry_tick_s)}
 
     def start_worker(self, bootstrap: str, log_path: Path) -> str:
         cmd = [sys.executable, "-m", "phasemeter", "worker", "--loglevel", "warn"]
@@ -99,7 +115,7 @@ def run_load(bootstrap: str, settings: Settings, seconds: float, rate: float, wo
             h = health(worker_url) or {}
             st = meter.stats()
             _say(f"emitted {i + 1:,}/{total:,}  sent {st.sent:,}  dropped {st.dropped}  "
-                 f"worker stored {h.get('accepted', '?'):,}")
+                 f"worker stored {h.get('accepted', '?'):,}; {inflight_line(worker_url)}")
             next_report += 5
     meter.close(timeout_s=30)
     return meter.stats(), total
@@ -111,7 +127,9 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> i
     demo_dir = settings.data_path / "demo"
     shutil.rmtree(demo_dir, ignore_errors=True)
     demo_dir.mkdir(parents=True)
-    settings = settings.replace(data_dir=str(demo_dir), clickhouse_url="", web_port=free_port())
+    # A short expiry so the demo's hung requests become `abandoned` while you watch.
+    settings = settings.replace(data_dir=str(demo_dir), clickhouse_url="", web_port=free_port(),
+                                abandon_after_s=15.0, expiry_tick_s=1.0)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     stack = Stack(settings)
@@ -137,13 +155,23 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> i
         url = stack.start_worker(bootstrap, demo_dir / "worker.log")
         _say(f"worker up, read-only API at {url}; synthetic gateway: {rate:.0f} generations/s for "
              f"{seconds:.0f}s, 2 models, all buckets, prefill regression on long prompts at 65%")
+        _say(f"plus a live gateway sending phase events (start/first_token/end) at {PHASE_RATE:.0f}/s, "
+             f"~2% of them hanging; abandoned after {settings.abandon_after_s:.0f}s in this demo (default 600s)")
         t_load = time.monotonic()
+        phases: dict = {}
+        live = threading.Thread(target=lambda: phases.update(
+            run_phase_load(bootstrap, settings, seconds, PHASE_RATE, _say)), daemon=True)
+        live.start()
         stats, total = run_load(bootstrap, settings, seconds, rate, url)
         _say(f"emitter: {stats.as_dict()}")
-        deadline = time.monotonic() + 60
+        live.join()
+        # Every started phase-protocol request ends as a row: joined, or
+        # abandoned once its expiry passes.
+        expected = stats.sent + phases.get("started", 0)
+        deadline = time.monotonic() + settings.abandon_after_s + 60
         while time.monotonic() < deadline:
             h = health(url) or {}
-            if h.get("accepted", 0) + h.get("rejected", 0) >= stats.sent:
+            if h.get("accepted", 0) + h.get("rejected", 0) >= expected:
                 break
             time.sleep(0.2)
         drained = time.monotonic() - t_load
@@ -182,6 +210,14 @@ def show_results(settings: Settings, url: str, out: Path) -> None:
     png = render_bands_png(fine, out / "bands.png", bucket_order=order,
                            title="phasemeter demo — prefill of long prompts regresses, decode stays flat")
     _say(f"wrote {png} and {out / 'bands.csv'} (step {step}s)")
+    recent, now = window("-15m", "now")
+    live = runner.df("summary", {"start": recent, "end": now})
+    live = order_bands(live[live["abandoned"] > 0].assign(t=0), order)[
+        ["model", "input_bucket", "n", "abandoned", "abandoned_prefill", "abandoned_decode"]]
+    text = ("abandoned generations (started, never ended; GUIDE.md section 4), last 15 min:\n"
+            + (live.to_string(index=False) if len(live) else "  none"))
+    print(text)
+    (out / "abandoned.txt").write_text(text + "\n")
     from .alerts import demo_check
 
     _say("alerts check (per phase, routed to its runbook):")

@@ -159,3 +159,113 @@ def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env):
     worker.stop()
     check_rows(store_rows(pm_env), gens)
     assert dead_reasons(pm_env) == []
+
+
+def test_generations_that_never_end_are_written_as_abandoned(worker, pm_env):
+    pm_env.update(PHASEMETER_ABANDON_AFTER_S="8", PHASEMETER_ORPHAN_GRACE_S="3", PHASEMETER_EXPIRY_TICK_S="0.5")
+    worker.start()
+    rng, now = random.Random(9), time.time()
+    gens = [make_generation(i, now, rng) for i in range(45)]
+    hung_prefill, hung_decode, done, orphans = gens[:15], gens[15:30], gens[30:40], gens[40:45]
+    events = [g["phases"][0] for g in hung_prefill] + [p for g in hung_decode for p in g["phases"][:2]]
+    events += [p for g in done for p in g["phases"]] + [g["phases"][2] for g in orphans]
+    produce(pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"], events)
+
+    def stuck():  # the operator's view before the expiry: a stuck prefill is visible
+        cells = get_json(f"{worker.url}/inflight")["in_flight"]
+        by_phase = {p: sum(c["in_flight"] for c in cells if c["phase"] == p) for p in ("prefill", "decode")}
+        return by_phase == {"prefill": 15, "decode": 15} and cells
+    assert all(c["oldest_age_s"] < 8 for c in wait_for(stuck, 6, "15 in prefill and 15 in decode"))
+
+    wait_for(lambda: (worker.health() or {}).get("accepted", 0) >= 40, 60, "10 ended + 30 abandoned rows")
+    wait_for(lambda: (worker.health() or {}).get("rejected", 0) >= 5, 30, "5 orphan ends dead-lettered")
+    assert get_json(f"{worker.url}/inflight")["in_flight"] == []
+    # A late end of an abandoned generation is kept as a dead letter, once.
+    late = hung_decode[0]["phases"][2]
+    produce(pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"], [late, late])
+    wait_for(lambda: (worker.health() or {}).get("rejected", 0) >= 6, 30, "late end dead-lettered")
+    time.sleep(2)
+    health = worker.health()
+    assert (health["accepted"], health["rejected"]) == (40, 6), health
+    worker.stop()
+
+    rows = {r["request_id"]: r for r in store_rows(pm_env)}
+    assert len(rows) == 40
+    check_rows([rows[g["rid"]] for g in done], done)
+    for g in hung_prefill + hung_decode:
+        row, want = rows[g["rid"]], g["expected"]
+        assert row["status"] == "abandoned" and row["output_tokens"] == 0, row
+        assert 8 <= row["e2e_s"] < 60, row  # a lower bound: at least the expiry
+        assert row["decode_tps"] is None
+        if g in hung_prefill:
+            assert row["finish_reason"] == "expired_in_prefill"
+            assert row["ttft_s"] is None and row["prefill_tps"] is None and row["decode_s"] is None
+        else:
+            assert row["finish_reason"] == "expired_in_decode"
+            assert close(row["ttft_s"], want["ttft_s"]) and close(row["prefill_tps"], want["prefill_tps"])
+            assert close(row["decode_s"], row["e2e_s"] - want["ttft_s"])
+    reasons = sorted(r for r, _ in dead_reasons(pm_env))
+    assert reasons == ["late_phase"] + ["orphan_phase"] * 5, reasons
+
+
+def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
+    """Worker B joins mid-stream and worker A leaves mid-stream, while
+    generations are half-way: table entries move between them through the
+    changelog. Each worker has its own embedded store (a shared ClickHouse
+    server is what production uses; none runs here), so the check is made
+    where both meet: the joined topic must hold every request exactly once,
+    and the two stores together hold every request exactly once."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from conftest import WorkerProc
+    from phasemeter.kafka_local import free_port
+
+    env_b = {**pm_env, "PHASEMETER_DATA_DIR": str(tmp_path / "data-b"), "PHASEMETER_WEB_PORT": str(free_port())}
+    a = WorkerProc(pm_env, tmp_path, int(pm_env["PHASEMETER_WEB_PORT"]))
+    (tmp_path / "b").mkdir()
+    b = WorkerProc(env_b, tmp_path / "b", int(env_b["PHASEMETER_WEB_PORT"]))
+    a.run("migrate")
+    b.run("migrate")
+    boot, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
+    rng = random.Random(10)
+    gens = [make_generation(i, time.time() - 60, rng) for i in range(1800)]
+    producer = KafkaProducer(bootstrap_servers=boot, linger_ms=5)
+
+    def send(events):
+        for e in events:
+            producer.send(topic, json.dumps(e).encode(), key=e["request_id"].encode())
+        producer.flush()
+
+    try:
+        a.start()
+        # 60 waves over ~30 s: each wave starts 30 generations and ends the
+        # ones started 5 waves (~2.5 s) earlier, so hundreds are always open.
+        for wave in range(65):
+            if wave == 12:
+                b.start()  # rebalance 1: A hands partitions (and their entries) to B
+            if wave == 36:
+                a.stop()   # rebalance 2: A leaves, B takes everything
+            new, old = gens[wave * 30:(wave + 1) * 30], gens[(wave - 5) * 30:(wave - 4) * 30] if wave >= 5 else []
+            send([p for g in new for p in g["phases"][:2]] + [g["phases"][2] for g in old])
+            time.sleep(0.5)
+        wait_for(lambda: (b.health() or {}).get("accepted", 0) + 0 >= 1, 60, "B storing")
+
+        consumer = KafkaConsumer(bootstrap_servers=boot, consumer_timeout_ms=4000)
+        tps = [TopicPartition(f"{topic}.joined", p) for p in range(4)]
+        consumer.assign(tps)
+
+        def joined_ids():
+            consumer.seek_to_beginning(*tps)
+            return [json.loads(m.value)["request_id"] for m in consumer]
+        wait_for(lambda: len(set(joined_ids())) >= len(gens), 120, "all requests joined")
+        time.sleep(3)
+        ids = joined_ids()
+        consumer.close()
+        assert len(ids) == len(set(ids)) == len(gens), (len(ids), len(set(ids)))
+    finally:
+        producer.close()
+        a.stop()
+        b.stop()
+    rows = store_rows(pm_env) + store_rows(env_b)
+    assert len(rows) > 0 and len(store_rows(env_b)) > 0
+    check_rows(rows, gens)  # every request once across both stores, with exact values
