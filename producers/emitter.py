@@ -127,8 +127,8 @@ class Meter:
                  envelope_size: int = 1, phase_events: bool = False) -> None:
         if not isinstance(topic, str) or not topic:
             raise ValueError("topic must be a non-empty str")
-        if gateway is not None and (not isinstance(gateway, str) or len(gateway) > 200):
-            raise ValueError("gateway must be a str of at most 200 characters")
+        if gateway is not None and (not isinstance(gateway, str) or not 0 < len(gateway) <= 200):
+            raise ValueError("gateway must be a non-empty str of at most 200 characters")
         if not isinstance(queue_size, int) or queue_size < 1:
             raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
         if not isinstance(envelope_size, int) or not 1 <= envelope_size <= 2000:

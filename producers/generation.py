@@ -49,8 +49,9 @@ def check_request(model, input_tokens, cached_input_tokens, request_id, replica)
         raise ValueError(f"cached_input_tokens must be in [0, input_tokens], got {cached_input_tokens!r}")
     if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= 128):
         raise ValueError("request_id must be a non-empty str of at most 128 characters")
-    if replica is not None and (not isinstance(replica, str) or len(replica) > 200):
-        raise ValueError("replica must be a str of at most 200 characters")
+    # Empty labels are refused here: the worker would dead-letter them (bad_value).
+    if replica is not None and (not isinstance(replica, str) or not 0 < len(replica) <= 200):
+        raise ValueError("replica must be a non-empty str of at most 200 characters")
 
 
 def check_outcome(output_tokens, status, finish_reason) -> None:
@@ -58,8 +59,8 @@ def check_outcome(output_tokens, status, finish_reason) -> None:
         raise ValueError(f"output_tokens must be an int in [0, {MAX_TOKENS}], got {output_tokens!r}")
     if status not in STATUSES:
         raise ValueError(f"status must be one of 'ok', 'error', 'cancelled', got {status!r}")
-    if finish_reason is not None and (not isinstance(finish_reason, str) or len(finish_reason) > 64):
-        raise ValueError("finish_reason must be a str of at most 64 characters")
+    if finish_reason is not None and (not isinstance(finish_reason, str) or not 0 < len(finish_reason) <= 64):
+        raise ValueError("finish_reason must be a non-empty str of at most 64 characters")
 
 
 def check_duration(name: str, value) -> None:
