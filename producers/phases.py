@@ -9,7 +9,8 @@ without touching the one-event path:
 
     ("start", request_id, model, t0, input_tokens, cached_input_tokens, queue_s, replica)
     ("first_token", request_id, ttft_s, t_first, queue_s, cached_input_tokens)
-    ("end", request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s, cached_input_tokens)
+    ("end", request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s, cached_input_tokens,
+     ttft_s)
 
 Encoding omits every optional field that is unknown (None) -- never null --
 except `status`, which the emitter always knows and always sends.
@@ -97,7 +98,7 @@ def end_item(request_id, output_tokens, e2e_s, t_end, status, finish_reason, que
     check_seconds("queue_s", queue_s)
     check_count("cached_input_tokens", cached_input_tokens)
     return ("end", request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s,
-            cached_input_tokens)
+            cached_input_tokens, None)
 
 
 # -- context manager -------------------------------------------------------------
@@ -105,7 +106,11 @@ class PhaseGeneration(Generation):
     """`Generation` that emits `start` at once, `first_token` at the first
     `first_token()`, and `end` at `finish()` or block exit (same status rules).
     queue_s (from `scheduled()`) rides on first_token if known by then, else
-    on end. A subclass, so the one-event `Generation` pays nothing for it."""
+    on end. `end` repeats ttft_s when a first token was seen: phases can
+    reach the join out of order (envelopes have no key), and an `end` with 0
+    output tokens (a client gone after its first token) must not complete
+    the generation without its ttft. A subclass, so the one-event
+    `Generation` pays nothing for it."""
 
     __slots__ = ("_q_sent",)
 
@@ -135,8 +140,9 @@ class PhaseGeneration(Generation):
         self._done = True
         t_sched = self._t_sched
         queue_s = None if t_sched is None or self._q_sent else t_sched - self._start
+        t_first = self._t_first
         self._meter._put(("end", self._rid, output_tokens, end - self._start, None, status,
-                          finish_reason, queue_s, None))
+                          finish_reason, queue_s, None, None if t_first is None else t_first - self._start))
 
 
 # -- encoder (sender thread) --------------------------------------------------------
@@ -155,10 +161,10 @@ def encode_phase(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
         opt = (("ttft_s", ttft_s), ("t_first", t_first), ("queue_s", queue_s),
                ("cached_input_tokens", cached))
     elif kind == "end":
-        _, _, output_tokens, e2e_s, t_end, status, finish_reason, queue_s, cached = item
+        _, _, output_tokens, e2e_s, t_end, status, finish_reason, queue_s, cached, ttft_s = item
         ev["output_tokens"] = output_tokens
         opt = (("e2e_s", e2e_s), ("t_end", t_end), ("status", status), ("finish_reason", finish_reason),
-               ("queue_s", queue_s), ("cached_input_tokens", cached))
+               ("queue_s", queue_s), ("cached_input_tokens", cached), ("ttft_s", ttft_s))
     else:
         raise ValueError(f"unknown phase kind {kind!r}")
     for name, value in opt:

@@ -33,10 +33,15 @@ def _pick(ph: dict, name: str):
 
 
 def _ttft(ph: dict, t0: float) -> float | None:
-    first = ph.get("first_token")
-    if first is None:
-        return None
-    return first["ttft_s"] if "ttft_s" in first else first["t_first"] - t0
+    """From first_token, else as repeated by the end (the emitter does, so
+    a reordered end need not wait for its first_token)."""
+    for kind in ("first_token", "end"):
+        phase = ph.get(kind, {})
+        if "ttft_s" in phase:
+            return phase["ttft_s"]
+        if "t_first" in phase:
+            return phase["t_first"] - t0
+    return None
 
 
 def _generation(rid: str, ph: dict, **outcome) -> dict:
@@ -77,6 +82,8 @@ def apply(entry: dict | None, rid: str, fields: dict, partition: int, ts: float
     """
     kind = fields["kind"]
     if entry is not None and "done" in entry:
+        # After a join, any phase is a copy (a first_token overtaken by an end
+        # that carried everything is one too).
         if entry["how"] == "joined" or kind in entry["kinds"]:
             return entry, [], "duplicate"
         # The generation was already written as abandoned (or dead-lettered as
@@ -96,9 +103,14 @@ def apply(entry: dict | None, rid: str, fields: dict, partition: int, ts: float
 
 
 def _complete(ph: dict) -> bool:
-    """start and end, and the first token if the end says tokens came out:
-    shuffled phases may bring the end before the first_token."""
-    return "start" in ph and "end" in ph and ("first_token" in ph or ph["end"]["output_tokens"] == 0)
+    """start and end, and the first-token time unless the end says none can
+    exist: shuffled phases may bring the end before the first_token. An end
+    with 0 output tokens and no repeated ttft completes at once (an error
+    before any token is common; its row should not wait)."""
+    if "start" not in ph or "end" not in ph:
+        return False
+    end = ph["end"]
+    return "first_token" in ph or "ttft_s" in end or "t_first" in end or end["output_tokens"] == 0
 
 
 DELETE = None
@@ -168,10 +180,10 @@ def inflight(entries, now: float, bucket) -> tuple[list[dict], int]:
             continue
         ph = entry["ph"]
         start = ph.get("start")
-        if "end" in ph:  # ended; only a late first_token is awaited
-            continue
         if start is None:
             awaiting_start += 1
+            continue
+        if "end" in ph:  # ended; only a late first_token is awaited
             continue
         key = (start["model"], bucket(start["input_tokens"]), "decode" if "first_token" in ph else "prefill")
         cell = cells.setdefault(key, [0, 0.0])

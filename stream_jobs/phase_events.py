@@ -22,7 +22,8 @@ _COMMON = ("schema_version", "kind", "request_id")
 SPEC = {
     "start": (("model", "t0", "input_tokens"), ("cached_input_tokens", "queue_s", "gateway", "replica"), ()),
     "first_token": ((), ("queue_s", "cached_input_tokens"), ("ttft_s", "t_first")),
-    "end": (("output_tokens",), ("status", "finish_reason", "queue_s", "cached_input_tokens"), ("e2e_s", "t_end")),
+    "end": (("output_tokens",), ("status", "finish_reason", "queue_s", "cached_input_tokens", "ttft_s", "t_first"),
+            ("e2e_s", "t_end")),
 }
 
 
@@ -98,6 +99,8 @@ def validate_phase(event: dict, now: float) -> dict | Rejection:
     if either and sum(name in out for name in either) != 1:
         return Rejection(R.MISSING_FIELD if not any(n in out for n in either) else R.INCONSISTENT,
                          f"{kind} needs exactly one of {' or '.join(either)}")
+    if kind == "end" and "ttft_s" in out and "t_first" in out:
+        return Rejection(R.INCONSISTENT, "end may repeat ttft_s or t_first, not both")
     cached = out.get("cached_input_tokens")
     if kind == "start" and cached is not None and cached > out["input_tokens"]:
         return Rejection(R.INCONSISTENT, f"cached_input_tokens={cached} > input_tokens")

@@ -45,7 +45,8 @@ CONTRACT = {
               {"cached_input_tokens": INT, "queue_s": NUM, "gateway": STR, "replica": STR}, ()),
     "first_token": ({}, {"queue_s": NUM, "cached_input_tokens": INT}, ("ttft_s", "t_first")),
     "end": ({"output_tokens": INT},
-            {"status": STR, "finish_reason": STR, "queue_s": NUM, "cached_input_tokens": INT},
+            {"status": STR, "finish_reason": STR, "queue_s": NUM, "cached_input_tokens": INT,
+             "ttft_s": NUM, "t_first": NUM},  # the end may repeat the first-token time
             ("e2e_s", "t_end")),
 }
 ALT_TYPES = {"ttft_s": NUM, "t_first": NUM, "e2e_s": NUM, "t_end": NUM}
@@ -133,7 +134,7 @@ def test_normal_generation_sends_three_phases_in_order(meters, monkeypatch):
         ('{"schema_version":2,"kind":"first_token","request_id":"%s","ttft_s":0.5,"queue_s":0.25}'
          % rid).encode(),
         ('{"schema_version":2,"kind":"end","request_id":"%s","output_tokens":57,"e2e_s":2.0,'
-         '"status":"ok","finish_reason":"stop"}' % rid).encode(),
+         '"status":"ok","finish_reason":"stop","ttft_s":0.5}' % rid).encode(),
     ]
     assert meter.stats() == EmitterStats(enqueued=3, sent=3, dropped=0, failed=0, queued=0)
 
@@ -147,10 +148,11 @@ def test_given_request_id_and_no_labels_omit_optional_fields(meters):
     start, first, end = wire(fake)
     assert list(start) == ["schema_version", "kind", "request_id", "model", "t0", "input_tokens"]
     assert list(first) == ["schema_version", "kind", "request_id", "ttft_s"]
-    assert list(end) == ["schema_version", "kind", "request_id", "output_tokens", "e2e_s", "status"]
+    assert list(end) == ["schema_version", "kind", "request_id", "output_tokens", "e2e_s", "status", "ttft_s"]
     assert start["request_id"] == "rq-é" and fake.records[0][1] == "rq-é".encode("utf-8")
     assert abs(start["t0"] - time.time()) < 60
     assert 0 <= first["ttft_s"] <= end["e2e_s"] < 1.0 and end["status"] == "ok"
+    assert end["ttft_s"] == first["ttft_s"]
 
 
 def test_no_finish_is_cancelled(meters):

@@ -262,11 +262,12 @@ def test_zero_output_tokens_complete_without_first_token(order):
 def test_zero_output_after_first_token_keeps_ttft_in_every_order(order):
     """A client that disconnects after its first token: the emitter sends
     start, first_token, then end with output_tokens=0 and status cancelled
-    (PhaseGeneration.__exit__). The first token was seen, so the generation
-    has a ttft_s, whatever order the three phases reach the join in (envelopes
-    have no key, so their phases may be reordered)."""
+    (PhaseGeneration.__exit__), the end repeating ttft_s (docs/phases.md).
+    The first token was seen, so the generation has a ttft_s, whatever order
+    the three phases reach the join in (envelopes have no key, so their
+    phases may be reordered)."""
     phases = {"start": start(), "first_token": first(ttft_s=0.5),
-              "end": end(output_tokens=0, status="cancelled", e2e_s=0.8)}
+              "end": end(output_tokens=0, status="cancelled", e2e_s=0.8, ttft_s=0.5)}
     entry, outputs, notes = run([phases[k] for k in order])
     for clock in (NOW, NOW + GRACE, NOW + ABANDON):  # whatever the join may still be waiting for
         if "done" not in entry:
