@@ -14,7 +14,8 @@ from .settings import Settings
 from .timeparse import ArgError
 
 # Modules that contribute subcommands (kept out of this file so features stay separate).
-EXTENSIONS: tuple[str, ...] = ("phasemeter.alerts.cli", "phasemeter.analytics.cli", "phasemeter.dlq")
+EXTENSIONS: tuple[str, ...] = ("phasemeter.alerts.cli", "phasemeter.analytics.cli", "phasemeter.dlq",
+                              "phasemeter.inflight")
 
 
 def _common(p: argparse.ArgumentParser) -> None:

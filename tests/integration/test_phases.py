@@ -146,6 +146,11 @@ def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env):
         per_model[c["model"]] = per_model.get(c["model"], 0) + c["in_flight"]
         assert 25 <= c["oldest_age_s"] < 600, c
     assert per_model == {"m0": 500, "m1": 500}
+    # The CLI finds the worker from the data dir and says the same.
+    cli = json.loads(worker.run("inflight", "--format", "json").stdout)
+    assert sum(c["in_flight"] for c in cli["in_flight"]) == 1000 and cli["workers"] == 1
+    table = worker.run("inflight").stdout
+    assert "decode" in table and "prefill = no first token yet" in table
     with urllib.request.urlopen(f"{worker.url}/metrics", timeout=5) as resp:
         text = resp.read().decode()
     assert 'phasemeter_inflight_generations{model="m0",' in text and "# TYPE" in text
