@@ -279,6 +279,26 @@ def test_zero_output_after_first_token_keeps_ttft_in_every_order(order):
                status="cancelled")
 
 
+@pytest.mark.parametrize("alt", ["ttft_s", "t_first"])
+@pytest.mark.parametrize("order", [("start", "end"), ("end", "start")])
+def test_end_repeating_the_first_token_time_completes_at_once(order, alt):
+    """docs: an end may repeat the first token's time; then it need not wait."""
+    rep = {"ttft_s": 0.75} if alt == "ttft_s" else {"t_first": T0 + 0.75}
+    phases = {"start": start(), "end": end(output_tokens=20, e2e_s=3.0, **rep)}
+    entry, outputs, notes = run([phases[k] for k in order])
+    assert notes == ["partial", "joined"]
+    [(_, rec)] = outputs
+    assert (rec["ttft_s"], rec["e2e_s"], rec["output_tokens"]) == (0.75, 3.0, 20)
+    assert_row(ingest(rec), n_in=1000, n_out=20, t0=T0, ttft=0.75, e2e=3.0, queue=None, cached=None,
+               status="ok")
+    assert join.apply(entry, "r1", first(ttft_s=0.75), 3, NOW) == (entry, [], "duplicate")
+
+
+def test_first_token_time_preferred_to_the_ends_copy():
+    _, outputs, _ = run([start(), first(ttft_s=0.5), end(ttft_s=0.5000001)])
+    assert outputs[0][1]["ttft_s"] == 0.5
+
+
 # -- abandoned ---------------------------------------------------------------------------------
 def test_abandoned_in_prefill():
     entry, _, _ = run([start(queue_s=0.25, cached_input_tokens=10)])
