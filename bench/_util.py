@@ -96,6 +96,23 @@ def synthetic_events(n: int, seed: int = 7, start: float | None = None, span_s: 
     return out
 
 
+def phase_events(event: dict) -> list[dict]:
+    """One v1 generation event as the phase events a gateway would send (docs/phases.md):
+    start, first_token (none when no token came out), end; unknown optional fields omitted,
+    queue_s on first_token if there is one, else on end (as producers/phases.py does)."""
+    rid, q = event["request_id"], event.get("queue_s")
+    head = {"schema_version": 2, "request_id": rid}
+    out = [{**head, "kind": "start", "model": event["model"], "t0": event["t0"],
+            "input_tokens": event["input_tokens"], "gateway": event.get("gateway"), "replica": event.get("replica"),
+            "cached_input_tokens": event.get("cached_input_tokens")}]
+    if event.get("ttft_s") is not None:
+        out.append({**head, "kind": "first_token", "ttft_s": event["ttft_s"], "queue_s": q})
+        q = None
+    out.append({**head, "kind": "end", "output_tokens": event["output_tokens"], "e2e_s": event["e2e_s"],
+                "status": event["status"], "finish_reason": event.get("finish_reason"), "queue_s": q})
+    return [{k: v for k, v in e.items() if v is not None} for e in out]
+
+
 def encode_event(event: dict) -> bytes:
     return json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
@@ -219,6 +236,45 @@ class Worker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def watch_stored(worker: Worker, generations: int, timeout_s: float, poll_s: float = 0.1) -> dict:
+    """Poll /health until `generations` rows are stored. `gens_per_s` is taken between two
+    store-completion points (first poll with accepted > 0 .. accepted == N), as bench_worker does;
+    `drain_gens_per_s` is N over first consumed .. all stored (`from_first_consumed_s`), the fair
+    figure when a path's first rows come out late (the phase join). Start-up is in neither."""
+    out: dict = {"seconds": None, "gens_per_s": None, "complete": False}
+    first_consumed = first_accept = None
+    h: dict = {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        h = worker.health() or h
+        now = time.time()
+        acc = h.get("accepted", 0)
+        if first_consumed is None and h.get("consumed", 0) > 0:
+            first_consumed = now
+        if first_accept is None and acc > 0:
+            first_accept = (now, acc)
+        if acc >= generations:
+            secs, rows = now - first_accept[0], acc - first_accept[1]
+            if secs <= 0:  # everything landed within one poll: fall back to first consumed
+                secs, rows = now - first_consumed, acc
+            out.update(seconds=secs, gens_per_s=rows / secs, complete=True,
+                       from_first_consumed_s=round(now - first_consumed, 3),
+                       drain_gens_per_s=acc / max(now - first_consumed, poll_s))
+            break
+        time.sleep(poll_s)
+    out["health"] = h
+    return out
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """user + system CPU seconds of one process so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def run_script(cmd: list[str], timeout_s: float, cwd: Path | None = None) -> subprocess.CompletedProcess:

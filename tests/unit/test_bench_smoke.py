@@ -7,7 +7,9 @@ that): only that each part returns sane, internally consistent numbers.
 from __future__ import annotations
 
 import importlib
+import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ def bench():
         sys.path.remove(str(BENCH))
 
 
-@pytest.mark.parametrize("name", ["bench_worker", "bench_sink", "bench_freshness", "profile_worker",
+@pytest.mark.parametrize("name", ["bench_worker", "bench_join", "bench_sink", "bench_freshness", "profile_worker",
                                   "run_all", "bare_faust_app"])
 def test_imports_and_has_main(bench, name):
     mod = bench(name)
@@ -90,3 +92,56 @@ def test_run_all_markdown_and_kept_notes(bench, tmp_path):
     text = ra.markdown({"nproc": 2}, [missing], 1.0, [], notes)
     assert "does not exist yet" in text and "## Machine" in text and "hot spot" not in text  # only under Profile
     assert ra.kept_notes(tmp_path / "none.md") == ""
+
+
+def test_join_bench_phase_events_store_the_same_rows(bench):
+    """The bench's phase events are valid, join, and derive to the row the one-event form derives to."""
+    from phasemeter.stream_jobs import join
+    from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
+    from phasemeter.stream_jobs.derive import Phase, process_message
+
+    U = bench("_util")
+    bucket, now = Bucketer(parse_edges("0,512,2048,8192,32768")), time.time()
+    kinds = set()
+    for e in U.synthetic_events(300, start=now - 90, span_s=60):
+        phases = U.phase_events(e)
+        kinds.add(tuple(p["kind"] for p in phases))
+        entry = None
+        for p in phases:
+            [phase] = process_message(U.encode_event(p), bucket, 1_000_000, now)
+            assert isinstance(phase, Phase), phase
+            entry, outs, note = join.apply(entry, phase.request_id, phase.fields, 0, now)
+        assert note == "joined" and len(outs) == 1
+        [joined] = process_message(json.dumps(outs[0][1]).encode(), bucket, 1_000_000, now, internal=True)
+        [single] = process_message(U.encode_event(e), bucket, 1_000_000, now)
+        assert {k: v for k, v in joined.items() if k != "schema_version"} == \
+            {k: v for k, v in single.items() if k != "schema_version"}
+    assert kinds == {("start", "first_token", "end"), ("start", "end")}  # ~1 % fail before a token
+
+
+def test_join_bench_summary_render_and_profile(bench, tmp_path):
+    bj = bench("bench_join")
+
+    def run(mode, rate, accepted=1000):
+        return {"mode": mode, "generations": 1000, "messages": 3000 if mode == "join" else 1000,
+                "drain_gens_per_s": rate, "gens_per_s": rate, "from_first_consumed_s": 1000 / rate,
+                "msgs_per_s": rate * (3 if mode == "join" else 1), "cpu_s": 1.0, "all_joined": accepted == 1000,
+                "health": {"accepted": accepted, "rejected": 0},
+                "inflight": {"in_flight": [], "awaiting_start": 0, "counts": {"generations_joined": accepted}}}
+
+    runs = [run("single", 1000.0), run("join", 100.0), run("single", 3000.0), run("join", 200.0)]
+    r = {"params": {"n": 1000}, "runs": runs, **bj.summarize(runs),
+         "prefill": {"single": {"messages": 1000, "avg_bytes": 350.0}, "join": {"messages": 3000, "avg_bytes": 150.0}}}
+    assert r["pair_ratios"] == [0.1, 0.067] and r["join_vs_single"] == 0.075 and r["all_joined"]
+    assert r["join_msgs_per_s"] == 450.0 and r["cpu_us_per_generation"] == {"single": 1000, "join": 1000}
+    assert "**join ÷ single: 0.075**" in bj.render(r) and "**yes**" in bj.render(r)
+    runs[1] = run("join", 100.0, accepted=999)
+    assert not bj.summarize(runs)["all_joined"]
+    raw = tmp_path / "p.raw"
+    main = "_run_module_as_main (<frozen runpy>:198);BaseEventLoop.run_forever (asyncio/base_events.py:607)"
+    raw.write_text(f"{main};Topic.send (faust/topics.py:190) 30\n{main};EpollSelector.select (selectors.py:468) 10\n"
+                   f"Thread._bootstrap (threading.py:1002);Pipeline.split (stream_jobs/pipeline.py:83) 50\n")
+    shares = bj.profile_shares(str(raw), 80.0)
+    assert shares["main_thread_busy"] == 0.38 and shares[bj.FRAMES["Topic.send"]] == 0.75
+    assert "error" in bj.profile_shares(str(tmp_path / "none.raw"), 1.0)
+
