@@ -82,7 +82,7 @@ def test_worker_render_reports_missing_envelope_support(bench):
 def test_run_all_markdown_and_kept_notes(bench, tmp_path):
     ra = bench("run_all")
     keys = [s["key"] for s in ra.stages(False, "")]
-    assert keys == ["emitter", "worker", "sink", "freshness", "profile", "queries", "accuracy"]
+    assert keys == ["emitter", "worker", "join", "sink", "freshness", "profile", "queries", "accuracy"]
     missing = ra.run_stage({"key": "x", "title": "X", "note": "", "script": "no_such_bench.py", "json": False,
                             "runs": [[]]}, 10, None)
     assert "skipped" in missing
@@ -145,3 +145,14 @@ def test_join_bench_summary_render_and_profile(bench, tmp_path):
     assert shares["main_thread_busy"] == 0.38 and shares[bj.FRAMES["Topic.send"]] == 0.75
     assert "error" in bj.profile_shares(str(tmp_path / "none.raw"), 1.0)
 
+
+def test_run_all_keeps_notes_per_stage(bench, tmp_path):
+    ra = bench("run_all")
+    out = tmp_path / "B.md"
+    begin, end = ra.markers("join")
+    out.write_text(f"x\n{begin}\njoin findings\n{end}\n{ra.NOTES_BEGIN}\nprofile findings\n{ra.NOTES_END}\n")
+    assert "join findings" in ra.kept_notes(out, "join") and "profile" not in ra.kept_notes(out, "join")
+    assert "profile findings" in ra.kept_notes(out)
+    section = {"key": "join", "title": "J", "note": "", "runs": []}
+    text = ra.markdown({"nproc": 2}, [section], 1.0, [], {"join": ra.kept_notes(out, "join")})
+    assert "join findings" in text and "profile findings" not in text
