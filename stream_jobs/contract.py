@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import reasons as R
+
 SCHEMA_VERSIONS = (1, 2)  # 2 adds the phase kinds; a v2 generation equals a v1 one
 MAX_TOKENS = 10_000_000
 MAX_DURATION_S = 86_400.0
@@ -19,3 +21,14 @@ LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway":
 class Rejection:
     reason: str   # one of reasons.ALL
     detail: str   # human text naming the field; never the whole payload
+
+
+def check_count(name: str, value) -> Rejection | None:
+    """A token count: an int in [0, MAX_TOKENS] (a bool is not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return Rejection(R.WRONG_TYPE, f"{name} must be an integer, got {type(value).__name__}")
+    if value < 0:
+        return Rejection(R.NEGATIVE, f"{name}={value} < 0")
+    if value > MAX_TOKENS:
+        return Rejection(R.ABSURD, f"{name}={value} > {MAX_TOKENS}")
+    return None

@@ -12,7 +12,7 @@ import time
 
 from . import reasons as R
 from .buckets import Bucketer
-from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
+from .contract import LABEL_FIELDS, check_count, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
 __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_message",
@@ -153,12 +153,9 @@ def _validate_full(event: dict, now: float) -> dict | Rejection:
                 return Rejection(R.MISSING_FIELD, f"{name} is required")
             out[name] = None
             continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            return Rejection(R.WRONG_TYPE, f"{name} must be an integer, got {type(value).__name__}")
-        if value < 0:
-            return Rejection(R.NEGATIVE, f"{name}={value} < 0")
-        if value > MAX_TOKENS:
-            return Rejection(R.ABSURD, f"{name}={value} > {MAX_TOKENS}")
+        bad = check_count(name, value)
+        if bad is not None:
+            return bad
         out[name] = value
     for name in ("t0",) + DURATIONS:
         value = _number(event, name, required=name in REQUIRED)
@@ -265,7 +262,7 @@ def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | N
         return [Rejection(R.BAD_VALUE, f"envelope must hold 1..{max_batch} events and nothing else")]
     out: list[dict | Phase | Rejection] = []
     for i, item in enumerate(inner):
-        result = _one(item, bucket, now, False)
+        result = _one(item, bucket, now, internal)
         out.append(Rejection(result.reason, f"events[{i}]: {result.detail}") if isinstance(result, Rejection)
                    else result)
     return out

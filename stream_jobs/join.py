@@ -17,10 +17,24 @@ turns into a dead letter with its reason code.
 
 from __future__ import annotations
 
+import zlib
+
 from . import reasons as R
 from .contract import MAX_DURATION_S
 
 Output = tuple[str, dict]
+ENVELOPE_MAX = 500  # records per internal message (well under the 1 MB message limit)
+
+
+def phase_partition(request_id: str, partitions: int) -> int:
+    """Where all phases of a request meet. crc32, not hash(): the same in
+    every process (Python's str hash is salted per process)."""
+    return zlib.crc32(request_id.encode("utf-8")) % partitions
+
+
+def chunks(items: list, size: int = ENVELOPE_MAX):
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
 
 
 def _pick(ph: dict, name: str):

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from . import reasons as R
-from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, STATUSES, Rejection
+from .contract import LABEL_FIELDS, MAX_DURATION_S, MIN_T0, STATUSES, Rejection, check_count
 
 PHASE_KINDS = ("start", "first_token", "end")
 PHASE_VERSION = 2
@@ -41,13 +41,7 @@ _EPOCHS = ("t0", "t_first", "t_end")
 
 def _check_number(name: str, value, now: float) -> Rejection | None:
     if name in _COUNTS:
-        if isinstance(value, bool) or not isinstance(value, int):
-            return Rejection(R.WRONG_TYPE, f"{name} must be an integer, got {type(value).__name__}")
-        if value < 0:
-            return Rejection(R.NEGATIVE, f"{name}={value} < 0")
-        if value > MAX_TOKENS:
-            return Rejection(R.ABSURD, f"{name}={value} > {MAX_TOKENS}")
-        return None
+        return check_count(name, value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return Rejection(R.WRONG_TYPE, f"{name} must be a number, got {type(value).__name__}")
     if not math.isfinite(value):

@@ -11,7 +11,6 @@ in app.py is a thin loop over it.
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import time
 
@@ -20,10 +19,10 @@ from phasemeter.settings import Settings
 from . import reasons as R
 from .buckets import Bucketer, parse_edges
 from .derive import Phase, Rejection, process_message
+from .join import phase_partition
 from .sink import Sink
 
 log = logging.getLogger("phasemeter.worker")
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _timestamp(msg, now: float) -> float:
@@ -106,8 +105,8 @@ class Pipeline:
                 kept.append(row)
         return kept
 
-    def split(self, events) -> tuple[list[dict], list[dict], list[tuple[bytes, bytes, float]]]:
-        """-> (rows, dead letters, phases to forward as (key, value, timestamp))."""
+    def split(self, events) -> tuple[list[dict], list[dict], list[tuple[int, float, dict]]]:
+        """-> (rows, dead letters, phases to forward as (partition, timestamp, fields))."""
         if self.stored is None:
             self.stored = {(t, p): o for t in self.topics for p, o in self.sink.stored_offsets(t).items()}
         rows, dead, phases = [], [], []
@@ -133,10 +132,11 @@ class Pipeline:
                                  "payload": base64.b64encode(raw[:cap]).decode(), "payload_size": len(raw),
                                  **source})
                 elif isinstance(result, Phase):
-                    # Re-keyed by request_id, so all phases of a generation meet
-                    # in one partition of the join, whatever the gateway keyed.
-                    # The gateway's timestamp travels along: the join's clock.
-                    phases.append((result.request_id.encode(), _dumps(result.fields).encode(), _timestamp(msg, now)))
+                    # Partitioned by request_id, so all phases of a generation
+                    # meet in one partition of the join, whatever the gateway
+                    # keyed. The gateway's timestamp travels along: the join's clock.
+                    phases.append((phase_partition(result.request_id, self.settings.topic_partitions),
+                                   _timestamp(msg, now), result.fields))
                 else:
                     result.update(source)
                     rows.append(result)

@@ -20,6 +20,17 @@ from pathlib import Path
 import pytest
 
 
+def wait_for(predicate, timeout_s: float, what: str):
+    """Poll until `predicate()` is truthy; return its value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory):
     """The session's LocalBroker, or None when KAFKA_BOOTSTRAP_SERVERS names a cluster."""

@@ -14,6 +14,7 @@ import urllib.request
 import uuid
 
 import clickhouse_connect
+from conftest import wait_for
 import pytest
 from corpus import POISON, as_bytes
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -53,15 +54,6 @@ def stored_ids(env) -> list[str]:
     finally:
         client.close()
 
-
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_kill9_at_ten_points_during_20k_stream_stores_each_once(worker, pm_env):

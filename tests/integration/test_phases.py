@@ -15,6 +15,7 @@ import urllib.request
 import uuid
 
 import clickhouse_connect
+from conftest import wait_for
 import pytest
 from kafka import KafkaProducer
 
@@ -84,15 +85,6 @@ def get_json(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=5) as resp:
         return json.loads(resp.read())
 
-
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def close(a, b) -> bool:
@@ -261,7 +253,8 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
 
         def joined_ids():
             consumer.seek_to_beginning(*tps)
-            return [json.loads(m.value)["request_id"] for m in consumer]
+            # the join publishes envelopes of joined generations
+            return [e["request_id"] for m in consumer for e in json.loads(m.value)["events"]]
         wait_for(lambda: len(set(joined_ids())) >= len(gens), 120, "all requests joined")
         time.sleep(3)
         ids = joined_ids()

@@ -15,26 +15,12 @@ import time
 import types
 
 import pytest
-from test_emitter import SCHEMA, FakeProducer, check_schema, invariant, make_meter
+from test_emitter import SCHEMA, FakeProducer, check_schema, invariant, make_meter, meters  # noqa: F401
 
 from phasemeter.producers import EmitterStats, Generation, Meter, PhaseGeneration
 from phasemeter.producers import generation as generation_mod
 from phasemeter.producers import phases as phases_mod
 from phasemeter.producers import sender as sender_mod
-
-
-@pytest.fixture
-def meters():
-    made = []
-
-    def _make(fake=None, **kw):
-        meter, fake = make_meter(fake, **kw)
-        made.append(meter)
-        return meter, fake
-
-    yield _make
-    for m in made:
-        m.close(timeout_s=0.5)
 
 
 # -- the contract of docs/phases.md, by hand ---------------------------------------

@@ -623,3 +623,29 @@ def test_inflight_counts_phases_waiting_for_their_start(phases):
     rows, awaiting = join.inflight([entry], NOW, label)
     assert rows == []
     assert awaiting >= 1, entry  # one generation (or its phases) waits for its start
+
+
+# -- internal transport: partitioning and envelopes ---------------------------------------------
+def test_phase_partition_is_stable_and_in_range():
+    import zlib
+
+    ids = [f"req-{i}" for i in range(2000)]
+    parts = [join.phase_partition(r, 4) for r in ids]
+    assert set(parts) == {0, 1, 2, 3}  # spreads
+    assert parts == [join.phase_partition(r, 4) for r in ids]  # deterministic
+    # independent of this process's str hash salt: crc32 of the UTF-8 id
+    assert join.phase_partition("req-é", 7) == zlib.crc32("req-é".encode()) % 7
+
+
+def test_phase_envelopes_group_by_partition_keep_order_and_chunk():
+    from phasemeter.stream_jobs.join_agent import phase_envelopes
+
+    n = join.ENVELOPE_MAX + 7
+    phases = [(i % 2, 1000.0 + i, {"kind": "start", "request_id": f"r{i}"}) for i in range(2 * n)]
+    out = phase_envelopes(phases)
+    assert [p for p, _ in out] == [0, 0, 1, 1]  # two chunks per partition
+    for p in (0, 1):
+        items = [it for q, v in out if q == p for it in json.loads(v)["phases"]]
+        assert items == [[ts, f] for q, ts, f in phases if q == p]
+        assert all(len(json.loads(v)["phases"]) <= join.ENVELOPE_MAX for q, v in out)
+    assert phase_envelopes([]) == []
