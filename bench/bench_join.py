@@ -37,7 +37,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _util as U  # noqa: E402
 
-MODES = ("single", "join")
+MODES = ("single", "join", "join_env")
+ENVELOPE = 100  # phases per message in join_env, as Meter(phase_events=True, envelope_size=100) sends
 # Frames whose share of the worker's main thread (the event loop) --py-spy reports, inclusive.
 FRAMES = {"Topic.send": "Faust Topic.send (ingest forwarding phases; join publishing + changelog)",
           "Sender._send_produce_req": "aiokafka producer sender", "Fetcher._fetcher": "Faust/aiokafka fetch",
@@ -115,10 +116,13 @@ def summarize(runs: list[dict]) -> dict:
     def med(mode, key):
         return statistics.median([r.get(key) or 0.0 for r in runs if r["mode"] == mode])
 
-    pairs = [U.ratio(b.get("drain_gens_per_s"), a.get("drain_gens_per_s")) for a, b in zip(runs[0::2], runs[1::2])]
-    single, join = med("single", "drain_gens_per_s"), med("join", "drain_gens_per_s")
+    rounds = [runs[i:i + len(MODES)] for i in range(0, len(runs), len(MODES))]
+    pairs = [U.ratio(r[1].get("drain_gens_per_s"), r[0].get("drain_gens_per_s")) for r in rounds]
+    env_pairs = [U.ratio(r[2].get("drain_gens_per_s"), r[0].get("drain_gens_per_s")) for r in rounds]
+    single, join, env = (med(m, "drain_gens_per_s") for m in MODES)
     cpu = {m: med(m, "cpu_s") / runs[0]["generations"] * 1e6 for m in MODES}
     return {"single_gens_per_s": single, "join_gens_per_s": join, "join_vs_single": U.ratio(join, single),
+            "join_env_gens_per_s": env, "join_env_vs_single": U.ratio(env, single), "env_pair_ratios": env_pairs,
             "pair_ratios": pairs, "join_msgs_per_s": med("join", "msgs_per_s"),
             "cpu_us_per_generation": {m: round(v) for m, v in cpu.items()},
             "all_joined": all(r.get("all_joined") for r in runs)}
@@ -147,13 +151,17 @@ def main(argv: list[str] | None = None) -> dict:
         single = [(e["request_id"].encode(), U.encode_event(e)) for e in events]
         phases = [(p["request_id"].encode(), U.encode_event(p)) for e in events for p in U.phase_events(e)]
         topics, prefill = {}, {}
-        for mode, msgs in (("single", single), ("join", phases)):
+        # The same phases, ENVELOPE per message and no key (the ingest re-partitions them).
+        bodies = [v for _, v in phases]
+        enveloped = [(None, b'{"schema_version":2,"kind":"batch","events":[' + b",".join(bodies[i:i + ENVELOPE])
+                      + b"]}") for i in range(0, len(bodies), ENVELOPE)]
+        for mode, msgs in (("single", single), ("join", phases), ("join_env", enveloped)):
             topics[mode] = f"bench-{mode}-{uuid.uuid4().hex[:8]}"
             secs = U.prefill(bootstrap, topics[mode], msgs, args.partitions)
             prefill[mode] = {"messages": len(msgs), "seconds": round(secs, 2),
                              "avg_bytes": sum(len(v) for _, v in msgs) / len(msgs)}
         result["prefill"] = prefill
-        del events, single, phases
+        del events, single, phases, bodies, enveloped
         for mode in [m for _ in range(args.rounds) for m in MODES] + (["join"] if args.py_spy else []):
             spy = args.py_spy if len(result["runs"]) == 2 * args.rounds else ""
             r = run_worker(bootstrap, topics[mode], mode, args.n, prefill[mode]["messages"], args, spy)
@@ -192,6 +200,10 @@ def render(result: dict) -> str:
               f"{', '.join(f(x, 3) for x in result.get('pair_ratios', []))}); the join drains "
               f"{f(result.get('join_msgs_per_s'))} phase messages/s; worker CPU per generation "
               f"{cpu.get('join', 'n/a')} µs (join) vs {cpu.get('single', 'n/a')} µs (single).",
+              f"**join, phases in envelopes of {ENVELOPE} ÷ single: {f(result.get('join_env_vs_single'), 3)}** "
+              f"(median {f(result.get('join_env_gens_per_s'))} generations/s; per round: "
+              f"{', '.join(f(x, 3) for x in result.get('env_pair_ratios', []))}; worker CPU per generation "
+              f"{cpu.get('join_env', 'n/a')} µs).",
               "Every generation joined and stored, none rejected, nothing in flight: "
               + ("**yes**" if result.get("all_joined") else "**NO** (see the table)")]
     prof = dict((result.get("profiled") or {}).get("profile") or {})

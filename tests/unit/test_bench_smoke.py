@@ -129,12 +129,16 @@ def test_join_bench_summary_render_and_profile(bench, tmp_path):
                 "health": {"accepted": accepted, "rejected": 0},
                 "inflight": {"in_flight": [], "awaiting_start": 0, "counts": {"generations_joined": accepted}}}
 
-    runs = [run("single", 1000.0), run("join", 100.0), run("single", 3000.0), run("join", 200.0)]
+    runs = [run("single", 1000.0), run("join", 100.0), run("join_env", 500.0),
+            run("single", 3000.0), run("join", 200.0), run("join_env", 900.0)]
     r = {"params": {"n": 1000}, "runs": runs, **bj.summarize(runs),
          "prefill": {"single": {"messages": 1000, "avg_bytes": 350.0}, "join": {"messages": 3000, "avg_bytes": 150.0}}}
     assert r["pair_ratios"] == [0.1, 0.067] and r["join_vs_single"] == 0.075 and r["all_joined"]
-    assert r["join_msgs_per_s"] == 450.0 and r["cpu_us_per_generation"] == {"single": 1000, "join": 1000}
+    assert r["env_pair_ratios"] == [0.5, 0.3] and r["join_env_vs_single"] == 0.35
+    assert r["join_msgs_per_s"] == 450.0
+    assert r["cpu_us_per_generation"] == {"single": 1000, "join": 1000, "join_env": 1000}
     assert "**join ÷ single: 0.075**" in bj.render(r) and "**yes**" in bj.render(r)
+    assert "envelopes of 100 ÷ single: 0.350**" in bj.render(r)
     runs[1] = run("join", 100.0, accepted=999)
     assert not bj.summarize(runs)["all_joined"]
     raw = tmp_path / "p.raw"
