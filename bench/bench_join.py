@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
         result["prefill"] = prefill
         del events, single, phases, bodies, enveloped
         for mode in [m for _ in range(args.rounds) for m in MODES] + (["join"] if args.py_spy else []):
-            spy = args.py_spy if len(result["runs"]) == 2 * args.rounds else ""
+            spy = args.py_spy if len(result["runs"]) == len(MODES) * args.rounds else ""
             r = run_worker(bootstrap, topics[mode], mode, args.n, prefill[mode]["messages"], args, spy)
             if spy:
                 result["profiled"] = r
