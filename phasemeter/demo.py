@@ -36,6 +36,16 @@ def health(url: str, path: str = "/health") -> dict | None:
         return None
 
 
+def wait_stored(url: str, n: int, timeout_s: float) -> dict:
+    deadline, h = time.monotonic() + timeout_s, {}
+    while time.monotonic() < deadline:
+        h = health(url) or h
+        if h.get("accepted", 0) + h.get("rejected", 0) >= n:
+            break
+        time.sleep(0.2)
+    return h
+
+
 def inflight_line(url: str) -> str:
     view = health(url, "/inflight") or {"in_flight": []}
     parts = []
@@ -165,18 +175,17 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> i
         stats, total = run_load(bootstrap, settings, seconds, rate, url)
         _say(f"emitter: {stats.as_dict()}")
         live.join()
-        # Every started phase-protocol request ends as a row: joined, or
-        # abandoned once its expiry passes.
-        expected = stats.sent + phases.get("started", 0)
-        deadline = time.monotonic() + settings.abandon_after_s + 60
-        while time.monotonic() < deadline:
-            h = health(url) or {}
-            if h.get("accepted", 0) + h.get("rejected", 0) >= expected:
-                break
-            time.sleep(0.2)
+        # Every started phase-protocol request ends as a row: joined at once,
+        # or abandoned once its expiry passes (hence the second, longer wait).
+        ended = stats.sent + phases.get("ended", 0)
+        h = wait_stored(url, ended, 60)
         drained = time.monotonic() - t_load
         _say(f"worker stored {h.get('accepted')} rows, dead-lettered {h.get('rejected')}; "
-             f"{h.get('accepted', 0) / drained:,.0f} generations/s end to end")
+             f"{h.get('accepted', 0) / drained:,.0f} generations/s end to end; waiting for the hung ones "
+             f"to expire")
+        h = wait_stored(url, stats.sent + phases.get("started", 0), settings.abandon_after_s + 60)
+        _say(f"worker stored {h.get('accepted')} rows in all, "
+             f"{h.get('accepted', 0) - ended} of them abandoned")
         show_results(settings, url, out)
         _say(f"done in {time.monotonic() - t_start:.0f}s")
         return 0
