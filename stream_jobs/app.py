@@ -26,6 +26,7 @@ from phasemeter.store import connect
 from . import join_agent
 from .pipeline import Pipeline
 from .sink import Sink
+from .ready import until_ready
 from .web import register_views
 
 log = logging.getLogger("phasemeter.worker")
@@ -104,6 +105,7 @@ def create_app(settings: Settings, client=None) -> faust.App:
     async def _ingest(stream):
         loop = asyncio.get_running_loop()
         async for events in stream.take_events(settings.batch_rows, within=settings.batch_seconds):
+            await until_ready(app)
             pipeline.consumed += len(events)
             t_start = time.time()
             rows, dead, phases = await loop.run_in_executor(None, pipeline.split, events)

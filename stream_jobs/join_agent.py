@@ -30,6 +30,7 @@ import time
 from collections import Counter
 
 from . import join
+from .ready import until_ready
 
 log = logging.getLogger("phasemeter.join")
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -142,6 +143,8 @@ class Join:
     # -- the timer ----------------------------------------------------------
     async def on_tick(self) -> None:
         s = self.settings
+        if getattr(self.app, "in_recovery", False):
+            return  # a half-replayed table could expire what its changelog has already ended
         async with self.lock:
             now = time.time()
             entries = self.owned_entries()
@@ -178,6 +181,7 @@ def install(app, settings, bucket, crash) -> Join:
     async def join_phases(stream):
         async def body():
             async for events in stream.take_events(1000, within=0.2):
+                await until_ready(app)
                 await state.on_batch(events)
         await crash("join", body)
 

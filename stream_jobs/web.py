@@ -16,6 +16,7 @@ from phasemeter.runner import decode_params, frame_to_json
 from phasemeter.store import is_read_only, load_sql
 
 from . import metrics
+from .ready import is_ready
 
 
 def register_views(app, settings, pipeline, sink, joiner) -> None:
@@ -23,7 +24,7 @@ def register_views(app, settings, pipeline, sink, joiner) -> None:
     @app.page("/health")
     class Health(View):
         async def get(self, request):
-            return self.json(pipeline.health())
+            return self.json(pipeline.health() | {"ready": is_ready(app)})
 
     @app.page("/inflight")
     class Inflight(View):
@@ -60,3 +61,4 @@ def register_views(app, settings, pipeline, sink, joiner) -> None:
             except Exception as exc:  # a bad query must not take the worker down
                 return self.json({"error": f"query failed: {str(exc)[:400]}"}, status=400)
             return self.json(frame_to_json(df))
+
