@@ -15,7 +15,7 @@ import time
 import types
 
 import pytest
-from test_emitter import SCHEMA, FakeProducer, check_schema, invariant, make_meter, meters  # noqa: F401
+from test_emitter import SCHEMA, FakeProducer, check_schema, invariant, meters  # noqa: F401 (a fixture)
 
 from phasemeter.producers import EmitterStats, Generation, Meter, PhaseGeneration
 from phasemeter.producers import generation as generation_mod
