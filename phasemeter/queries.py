@@ -26,10 +26,12 @@ METHOD = ('exact: ClickHouse quantilesExactInclusive == numpy.percentile(method=
 
 def bands(runner, start: datetime, end: datetime, step_s: int,
           models: list[str] | None = None, buckets: list[str] | None = None) -> pd.DataFrame:
-    """`runner` is a phasemeter.runner Direct/HttpRunner."""
+    """`runner` is a phasemeter.runner Direct/HttpRunner. The exact path's
+    query with its defaults: abandoned generations included, prefill total."""
     params = {"start": start, "end": end, "step_s": int(step_s),
-              "models": list(models or []), "buckets": list(buckets or [])}
-    df = runner.df("bands", params)
+              "models": list(models or []), "buckets": list(buckets or []),
+              "abandoned": "include", "prefill": "total"}
+    df = runner.df("bands_exact", params)
     if df.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in BAND_COLUMNS})
     if getattr(df["t"].dt, "tz", None) is not None:

@@ -33,7 +33,7 @@ LATENCY_PCTS = ("p50", "p90", "p99")
 LATENCY_METRICS = ("ttft", "tpot", "queue")
 LATENCY_COLUMNS = ["t", "model", "input_bucket", "n"] + [
     f"{m}_{c}" for m in LATENCY_METRICS for c in ("n",) + LATENCY_PCTS] + list(ABANDONED_COLUMNS)
-# Throughput frames: BAND_COLUMNS (as sql/bands.sql, the demo's), then the
+# Throughput frames: BAND_COLUMNS (as queries.bands, the demo's), then the
 # abandoned counts and the prefill variant the prefill_* columns hold.
 BANDS_COLUMNS = list(BAND_COLUMNS) + list(ABANDONED_COLUMNS) + ["prefill_variant"]
 

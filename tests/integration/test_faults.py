@@ -231,12 +231,13 @@ def test_web_port_is_loopback_read_only_and_binds_parameters(worker, pm_env):
 
     now = datetime.now(timezone.utc)
     for evil in ["x' OR 1=1 --", "') UNION SELECT * FROM system.users --", "\\"]:
-        df = runner.df("bands", {"start": now - timedelta(days=1), "end": now, "step_s": 60,
-                                 "models": [evil], "buckets": []})
+        df = runner.df("bands_exact", {"start": now - timedelta(days=1), "end": now, "step_s": 60,
+                                       "models": [evil], "buckets": [], "abandoned": "include",
+                                       "prefill": "total"})
         assert df.empty
     with pytest.raises(RuntimeError, match="refused"):  # typed: a string is not a UInt32
-        runner.df("bands", {"start": now, "end": now, "step_s": "60; DROP TABLE generations",
-                            "models": [], "buckets": []})
+        runner.df("bands_exact", {"start": now, "end": now, "step_s": "60; DROP TABLE generations",
+                                  "models": [], "buckets": [], "abandoned": "include", "prefill": "total"})
     assert counts(worker) == (0, 0)  # tables still there
 
 
