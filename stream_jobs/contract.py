@@ -5,6 +5,7 @@ phase_events.py (phases) agree without importing each other."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from . import reasons as R
@@ -32,3 +33,24 @@ def check_count(name: str, value) -> Rejection | None:
     if value > MAX_TOKENS:
         return Rejection(R.ABSURD, f"{name}={value} > {MAX_TOKENS}")
     return None
+
+
+def check_number(name: str, value) -> Rejection | None:
+    """A JSON number (a bool is not one) that is finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return Rejection(R.WRONG_TYPE, f"{name} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        return Rejection(R.NOT_FINITE, f"{name} is {value}")
+    return None
+
+
+def check_duration(name: str, value, max_s: float | None = MAX_DURATION_S) -> Rejection | None:
+    """Seconds since t0: a negative one means an impossible ordering (t_first
+    before t0, ...), one over `max_s` a unit bug. `max_s=None` for t0 itself,
+    whose range is checked as epoch seconds."""
+    bad = check_number(name, value)
+    if bad is None and value < 0:
+        bad = Rejection(R.IMPOSSIBLE_ORDER, f"{name}={value} < 0")
+    if bad is None and max_s is not None and value > max_s:
+        bad = Rejection(R.ABSURD, f"{name}={value} s is longer than a day")
+    return bad

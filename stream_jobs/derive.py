@@ -7,12 +7,11 @@ GUIDE.md §2 is a plain unit test. The Faust agent is a thin loop over these.
 from __future__ import annotations
 
 import json
-import math
 import time
 
 from . import reasons as R
 from .buckets import Bucketer
-from .contract import LABEL_FIELDS, check_count, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
+from .contract import LABEL_FIELDS, check_count, check_duration, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
 __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_message",
@@ -50,19 +49,6 @@ def parse(raw: bytes, max_bytes: int) -> dict | Rejection:
     if not isinstance(event, dict):
         return Rejection(R.NOT_OBJECT, f"top level is {type(event).__name__}")
     return event
-
-
-def _number(event: dict, name: str, required: bool) -> float | None | Rejection:
-    value = event.get(name)
-    if value is None:
-        return Rejection(R.MISSING_FIELD, f"{name} is required") if required else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return Rejection(R.WRONG_TYPE, f"{name} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        return Rejection(R.NOT_FINITE, f"{name} is {value}")
-    if value < 0:
-        return Rejection(R.NEGATIVE if name in COUNTS else R.IMPOSSIBLE_ORDER, f"{name}={value} < 0")
-    return value
 
 
 def _label(value, limit: int) -> bool:
@@ -158,12 +144,16 @@ def _validate_full(event: dict, now: float) -> dict | Rejection:
             return bad
         out[name] = value
     for name in ("t0",) + DURATIONS:
-        value = _number(event, name, required=name in REQUIRED)
-        if isinstance(value, Rejection):
-            return value
-        if name != "t0" and value is not None and value > MAX_DURATION_S:
-            return Rejection(R.ABSURD, f"{name}={value} s is longer than a day")
-        out[name] = None if value is None else float(value)
+        value = event.get(name)
+        if value is None:
+            if name in REQUIRED:
+                return Rejection(R.MISSING_FIELD, f"{name} is required")
+            out[name] = None
+            continue
+        bad = check_duration(name, value, None if name == "t0" else MAX_DURATION_S)
+        if bad is not None:
+            return bad
+        out[name] = float(value)
     if not MIN_T0 <= out["t0"] <= now + MAX_DURATION_S:
         return Rejection(R.ABSURD, f"t0={out['t0']} is not epoch seconds between 2000 and now+1d")
     ttft, e2e, queue = out["ttft_s"], out["e2e_s"], out["queue_s"]

@@ -9,11 +9,11 @@ generation goes through `derive.validate`, the one derivation of both paths.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from . import reasons as R
-from .contract import LABEL_FIELDS, MAX_DURATION_S, MIN_T0, STATUSES, Rejection, check_count
+from .contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, STATUSES, Rejection, check_count,
+                       check_duration, check_number)
 
 PHASE_KINDS = ("start", "first_token", "end")
 PHASE_VERSION = 2
@@ -42,18 +42,12 @@ _EPOCHS = ("t0", "t_first", "t_end")
 def _check_number(name: str, value, now: float) -> Rejection | None:
     if name in _COUNTS:
         return check_count(name, value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return Rejection(R.WRONG_TYPE, f"{name} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        return Rejection(R.NOT_FINITE, f"{name} is {value}")
     if name in _DURATIONS:
-        if value < 0:
-            return Rejection(R.IMPOSSIBLE_ORDER, f"{name}={value} < 0")
-        if value > MAX_DURATION_S:
-            return Rejection(R.ABSURD, f"{name}={value} s is longer than a day")
-    elif not MIN_T0 <= value <= now + MAX_DURATION_S:
-        return Rejection(R.ABSURD, f"{name}={value} is not epoch seconds between 2000 and now+1d")
-    return None
+        return check_duration(name, value)
+    bad = check_number(name, value)
+    if bad is None and not MIN_T0 <= value <= now + MAX_DURATION_S:
+        bad = Rejection(R.ABSURD, f"{name}={value} is not epoch seconds between 2000 and now+1d")
+    return bad
 
 
 def validate_phase(event: dict, now: float) -> dict | Rejection:
