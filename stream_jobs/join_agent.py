@@ -6,8 +6,8 @@ table and those functions, in an order that loses nothing on kill -9:
 
 1. apply a batch of phases to the entries (in memory, nothing written yet);
 2. publish the joined generations and WAIT until Kafka has them;
-3. only then write the new entries to the table (local dict + changelog).
-Faust flushes the producer (so the changelog) before it commits offsets.
+3. only then write the new entries to the table (local dict + changelog),
+   and wait for the changelog too, before the batch is acked.
 
 A crash before 3 re-delivers the phases onto the old entries and publishes
 the same generations again; ingest drops those by request_id. A crash after
@@ -30,14 +30,18 @@ import time
 from collections import Counter
 
 from . import join
-from .ready import until_ready
+from .ready import is_ready, until_ready
 
 log = logging.getLogger("phasemeter.join")
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _dumps(obj) -> bytes:
+    return _encode(obj).encode()
 
 
 def _envelope(records: list[dict]) -> bytes:
-    return _dumps({"schema_version": 2, "kind": "batch", "events": records}).encode()
+    return _dumps({"schema_version": 2, "kind": "batch", "events": records})
 
 
 def phase_envelopes(phases: list[tuple[int, float, dict]]) -> list[tuple[int, bytes]]:
@@ -47,7 +51,7 @@ def phase_envelopes(phases: list[tuple[int, float, dict]]) -> list[tuple[int, by
     by_partition: dict[int, list] = {}
     for partition, ts, fields in phases:
         by_partition.setdefault(partition, []).append([ts, fields])
-    return [(p, _dumps({"phases": part}).encode())
+    return [(p, _dumps({"phases": part}))
             for p, items in sorted(by_partition.items()) for part in join.chunks(items)]
 
 
@@ -67,7 +71,6 @@ class Join:
         self.clocks = join.PartitionClocks()
         self.lock = asyncio.Lock()  # the agent's batch and the timer never interleave
         self.counts: Counter = Counter()
-        self.last_tick: float | None = None
 
     # -- helpers ------------------------------------------------------------
     def active_partitions(self) -> set[int]:
@@ -105,7 +108,7 @@ class Join:
                 futures.append(await self._send(name, key, None, partition))
             else:
                 data[key] = entry
-                futures.append(await self._send(name, key, _dumps(entry).encode(), partition))
+                futures.append(await self._send(name, key, _dumps(entry), partition))
         if futures:
             await asyncio.gather(*futures)
 
@@ -143,7 +146,7 @@ class Join:
     # -- the timer ----------------------------------------------------------
     async def on_tick(self) -> None:
         s = self.settings
-        if getattr(self.app, "in_recovery", False):
+        if not is_ready(self.app):
             return  # a half-replayed table could expire what its changelog has already ended
         async with self.lock:
             now = time.time()
@@ -162,7 +165,6 @@ class Join:
                     outputs += outs
             await self._publish(outputs)
             await self._write(changes)
-            self.last_tick = now
 
     def inflight(self) -> dict:
         now = time.time()

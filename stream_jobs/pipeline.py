@@ -53,8 +53,8 @@ class Pipeline:
         self.stored = None
         self.exact = {}
 
-    def _already_stored(self, events) -> set[tuple[int, int]]:
-        """(partition, offset) of re-delivered records that are in the store.
+    def _already_stored(self, events) -> set[tuple[str, int, int]]:
+        """(topic, partition, offset) of re-delivered records that are in the store.
 
         Records above a partition's stored maximum are new. At or below it, the
         first batch after (re)assignment asks the store which exact offsets it
