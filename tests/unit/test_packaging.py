@@ -39,7 +39,7 @@ def test_installed_wheel_finds_migrations_and_queries_at_runtime(wheel, tmp_path
     # -S: no site-packages, so the editable checkout cannot be picked up by mistake.
     code = ("import phasemeter, phasemeter.migrate as m, phasemeter.store as s; "
             "print(phasemeter.__file__); print([x.version for x in m.discover()]); "
-            "print('quantilesExactInclusive' in s.load_sql('bands'))")
+            "print('quantilesExactInclusive' in s.load_sql('bands_exact'))")
     out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(target)},
                          cwd=tmp_path, capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0].startswith(str(target))
