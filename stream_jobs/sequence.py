@@ -1,0 +1,103 @@
+"""Strict per-partition sequencing: a record is processed only when its
+offset is the next one this worker owes the store.
+
+Why: Faust's own offset bookkeeping is not a safe source of progress. Under
+CPU starvation it committed offsets past records it never delivered (two
+partitions lost their first ~3,200 records, with the group's committed
+offsets at the topic's end; docs/delivery.md has the evidence). So the
+worker keeps its own position, `next[tp]`, loaded from the store's progress
+ledger (ledger.py), and checks every record against it:
+
+* offset < next  -> already processed (a re-delivery after a seek or a
+  rebalance): skipped;
+* offset == next -> processed, next advances;
+* offset > next  -> a gap: records were skipped by the fetch position. The
+  record is not processed, and the caller seeks the partition back to
+  `next`. Records still buffered from before the seek also arrive as gaps;
+  they are dropped without a second seek until `reseek_after_s` passed.
+
+A gap that does not close after `max_seeks` seeks is reported as `stuck`.
+The caller jumps over it only when the broker confirms the records are gone
+(retention deleted them); otherwise the partition stalls, visibly, and is
+sought again: never a silent skip.
+
+Pure: no Faust, no I/O. Events only need `.message.topic/.partition/.offset`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TP = tuple[str, int]
+
+
+@dataclass
+class Admitted:
+    events: list = field(default_factory=list)  # in sequence: process these
+    stale: int = 0                              # already processed: skipped
+    gapped: int = 0                             # beyond a gap: dropped, re-read after the seek
+    seek: dict[TP, int] = field(default_factory=dict)      # seek these partitions to these offsets
+    stuck: dict[TP, tuple[int, int]] = field(default_factory=dict)  # tp -> (next, first offset seen)
+
+
+class Sequencer:
+    def __init__(self, reseek_after_s: float = 10.0, max_seeks: int = 3):
+        self.next: dict[TP, int] = {}
+        self.reseek_after_s = reseek_after_s
+        self.max_seeks = max_seeks
+        self._seeking: dict[TP, tuple[int, float, int]] = {}  # tp -> (offset, when, attempts)
+
+    def unknown(self, events) -> set[TP]:
+        """Partitions in `events` whose position must be loaded first."""
+        return {(e.message.topic, e.message.partition) for e in events} - self.next.keys()
+
+    def load(self, positions: dict[TP, int]) -> None:
+        self.next.update(positions)
+
+    def forget(self) -> None:
+        """After a rebalance another worker may have moved a partition on."""
+        self.next.clear()
+        self._seeking.clear()
+
+    def jump(self, tp: TP, offset: int) -> None:
+        """Accept a confirmed hole: continue at `offset`."""
+        if offset > self.next.get(tp, -1):
+            self.next[tp] = offset
+        self._seeking.pop(tp, None)
+
+    def forget_seek(self, tp: TP) -> None:
+        """Start the seek attempts over (the next gap seeks at once)."""
+        self._seeking.pop(tp, None)
+
+    def admit(self, events, now: float) -> Admitted:
+        out = Admitted()
+        gap_at: dict[TP, int] = {}
+        for event in events:
+            msg = event.message
+            tp, offset = (msg.topic, msg.partition), msg.offset
+            expected = self.next[tp]
+            if offset < expected:
+                out.stale += 1
+            elif offset == expected and tp not in gap_at:
+                out.events.append(event)
+                self.next[tp] = offset + 1
+                self._seeking.pop(tp, None)
+            else:
+                # Beyond a gap, or after one earlier in this batch: everything
+                # later of this partition waits for the re-read.
+                out.gapped += 1
+                gap_at.setdefault(tp, offset)
+        for tp, first in gap_at.items():
+            expected = self.next[tp]
+            target, since, attempts = self._seeking.get(tp, (None, 0.0, 0))
+            if target == expected and now - since < self.reseek_after_s:
+                continue  # a seek is under way; these were buffered before it
+            if target == expected and attempts >= self.max_seeks:
+                out.stuck[tp] = (expected, first)
+                continue
+            self._seeking[tp] = (expected, now, attempts + 1 if target == expected else 1)
+            out.seek[tp] = expected
+        return out
+
+    def position(self, tps) -> dict[TP, int]:
+        return {tp: self.next[tp] for tp in tps if tp in self.next}
