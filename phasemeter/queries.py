@@ -47,29 +47,3 @@ def order_bands(df: pd.DataFrame, bucket_labels: list[str]) -> pd.DataFrame:
     key = df["input_bucket"].map(lambda b: rank.get(b, len(rank)))
     return (df.assign(_rank=key).sort_values(["model", "_rank", "input_bucket", "t"], kind="stable")
             .drop(columns="_rank").reset_index(drop=True))
-
-
-def stored_offsets(runner, topic: str) -> dict[int, int]:
-    df = runner.df("stored_offsets", {"topic": topic})
-    if df.empty:
-        return {}
-    return {int(p): int(o) for p, o in zip(df["src_partition"], df["max_offset"])}
-
-
-def stored_in_range(runner, topic: str, partition: int, lo: int, hi: int) -> set[int]:
-    df = runner.df("stored_offsets_in_range", {"topic": topic, "partition": partition, "lo": lo, "hi": hi})
-    return set() if df.empty else {int(o) for o in df["src_offset"]}
-
-
-def existing_request_ids(runner, topic: str, ids: list[str], lo: float, hi: float) -> set[str]:
-    """Which of `ids` are already stored with ts in [lo, hi] (epoch seconds)."""
-    from datetime import datetime, timezone
-
-    params = {"topic": topic, "ids": ids, "lo": datetime.fromtimestamp(lo, timezone.utc),
-              "hi": datetime.fromtimestamp(hi, timezone.utc)}
-    df = runner.df("existing_request_ids", params)
-    return set() if df.empty else set(df["request_id"])
-
-
-def summary(runner, start: datetime, end: datetime) -> pd.DataFrame:
-    return runner.df("summary", {"start": start, "end": end})

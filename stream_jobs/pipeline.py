@@ -1,11 +1,12 @@
 """The per-batch work of the stream job, kept out of the Faust closure.
 
 `Pipeline.split(events)` turns a batch of Kafka records (from the raw topic
-and from the worker's own joined topic) into rows, dead letters and phase
-events to forward to the join: it skips records already stored
-(exactly-once after a crash or a rebalance), runs the pure derivation on
-each, and dead-letters duplicate deliveries. No Faust import here: the agent
-in app.py is a thin loop over it.
+and from the worker's own joined topic), already admitted in offset order by
+its `sequencer`, into rows, dead letters and phase events to forward to the
+join: it runs the pure derivation on each, skips each row and dead letter
+the store already holds (a re-read after a crash or a rebalance) and
+returns those rows' rollup cells for a check, and dead-letters duplicate
+deliveries. No Faust import here: the agent in app.py is a thin loop over it.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from __future__ import annotations
 import base64
 import logging
 import time
+from collections import Counter
 
 from phasemeter.settings import Settings
 
 from . import reasons as R
 from .buckets import Bucketer, parse_edges
+from .ledger import Stored
+from .sequence import Sequencer
 from .derive import Phase, Rejection, process_message
 from .join import phase_partition
 from .sink import Sink
@@ -38,41 +42,37 @@ class Pipeline:
         self.sink = sink
         self.bucket = Bucketer(parse_edges(settings.bucket_edges))
         self.topics = (settings.topic, settings.joined_topic_name)
-        # (topic, partition) -> highest stored offset, and the exact stored
-        # offsets at/below it where a batch asked for them.
+        self.sequencer = Sequencer()
+        # (topic, partition) -> highest offset the store holds rows or dead
+        # letters of, read after (re)assignment: records at or below it may
+        # be a re-read of a batch whose progress row was never written.
         self.stored: dict[tuple[str, int], int] | None = None
-        self.exact: dict[tuple[str, int], set[int]] = {}
+        self.counts: Counter = Counter()
         self.consumed = self.skipped = self.accepted = self.rejected = self.duplicates = 0
         self.forwarded = self.rejoined = 0
         self.started = time.time()
         self.last_batch_at: float | None = None
         self.last_batch: dict | None = None
+        self.writing_since: float | None = None
 
     def forget_offsets(self) -> None:
         """After a rebalance another worker may have stored more: re-read."""
+        self.sequencer.forget()
         self.stored = None
-        self.exact = {}
 
-    def _already_stored(self, events) -> set[tuple[str, int, int]]:
-        """(topic, partition, offset) of re-delivered records that are in the store.
-
-        Records above a partition's stored maximum are new. At or below it, the
-        first batch after (re)assignment asks the store which exact offsets it
-        holds, so a batch that was only partly stored is completed, not skipped.
-        """
-        lows: dict[tuple[str, int], int] = {}
+    def _already_stored(self, events) -> dict[tuple[str, int], Stored]:
+        """What the store already holds of this batch's re-read records, per
+        partition (only records at or below a partition's stored maximum,
+        i.e. right after a crash or a rebalance, cost a query)."""
+        if self.stored is None:
+            self.stored = {(t, p): o for t in self.topics for p, o in self.sink.stored_max(t).items()}
+        spans: dict[tuple[str, int], list[int]] = {}
         for event in events:
             tp, o = (event.message.topic, event.message.partition), event.message.offset
-            if o <= self.stored.get(tp, -1) and tp not in self.exact:
-                lows[tp] = min(lows.get(tp, o), o)
-        for (t, p), lo in lows.items():
-            self.exact[t, p] = self.sink.stored_in_range(t, p, lo, self.stored[t, p])
-        out = set()
-        for e in events:
-            tp, o = (e.message.topic, e.message.partition), e.message.offset
-            if o <= self.stored.get(tp, -1) and o in self.exact.get(tp, ()):
-                out.add((*tp, o))
-        return out
+            if o <= self.stored.get(tp, -1):
+                span = spans.setdefault(tp, [o, o])
+                span[0], span[1] = min(span[0], o), max(span[1], o)
+        return {(t, p): self.sink.stored_in_range(t, p, lo, hi, Stored()) for (t, p), (lo, hi) in spans.items()}
 
     def _drop_duplicates(self, rows: list[dict], dead: list[dict], now: float) -> list[dict]:
         """A generation whose request_id is already stored (or earlier in this
@@ -105,19 +105,16 @@ class Pipeline:
                 kept.append(row)
         return kept
 
-    def split(self, events) -> tuple[list[dict], list[dict], list[tuple[int, float, dict]]]:
-        """-> (rows, dead letters, phases to forward as (partition, timestamp, fields))."""
-        if self.stored is None:
-            self.stored = {(t, p): o for t in self.topics for p, o in self.sink.stored_offsets(t).items()}
+    def split(self, events):
+        """Admitted events -> (rows, dead letters, phases to forward as
+        (partition, timestamp, fields), suspect rollup cells)."""
         rows, dead, phases = [], [], []
+        suspects: set = set()
         now = time.time()
         cap = self.settings.dlq_payload_bytes
         stored = self._already_stored(events)
         for event in events:
             msg = event.message
-            if (msg.topic, msg.partition, msg.offset) in stored:
-                self.skipped += 1  # stored before a crash/rebalance: already counted
-                continue
             source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
             try:
                 results = process_message(event.value, self.bucket, self.settings.max_message_bytes, now,
@@ -125,6 +122,7 @@ class Pipeline:
             except Exception as exc:  # a bug must not turn one event into a stuck partition
                 log.exception("derivation failed at %s/%s", msg.partition, msg.offset)
                 results = [Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")]
+            held = stored.get((msg.topic, msg.partition))
             for result in results:
                 if isinstance(result, Rejection):
                     raw = event.value or b""
@@ -137,20 +135,20 @@ class Pipeline:
                     # keyed. The gateway's timestamp travels along: the join's clock.
                     phases.append((phase_partition(result.request_id, self.settings.topic_partitions),
                                    _timestamp(msg, now), result.fields))
+                elif held is not None and (msg.offset, result["request_id"]) in held.rows:
+                    # Stored before a crash or a rebalance. Its insert may
+                    # have stopped before the rollup view got its block.
+                    suspects.add(held.rows[msg.offset, result["request_id"]])
+                    self.skipped += 1
                 else:
                     result.update(source)
                     rows.append(result)
         self.forwarded += len(phases)
-        return self._drop_duplicates(rows, dead, now), dead, phases
-
-    def mark_stored(self, events) -> None:
-        if self.stored is None:
-            return
-        for event in events:
-            msg = event.message
-            tp = (msg.topic, msg.partition)
-            if msg.offset > self.stored.get(tp, -1):
-                self.stored[tp] = msg.offset
+        rows = self._drop_duplicates(rows, dead, now)
+        kept = [d for d in dead if d["src_offset"] not in
+                getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
+        self.skipped += len(dead) - len(kept)
+        return rows, kept, phases, suspects
 
     def health(self) -> dict:
         return {
@@ -159,7 +157,8 @@ class Pipeline:
             "consumed": self.consumed, "accepted": self.accepted, "rejected": self.rejected,
             "skipped_redelivered": self.skipped, "duplicates": self.duplicates,
             "phases_forwarded": self.forwarded, "rejoined_dropped": self.rejoined,
-            "store_retries": self.sink.retries,
+            "store_retries": self.sink.retries, "writing_since": self.writing_since,
+            **dict(self.counts),
             "uptime_s": round(time.time() - self.started, 1), "last_batch_at": self.last_batch_at,
             "last_batch": self.last_batch,
         }

@@ -1,12 +1,15 @@
 """Batched, idempotent writes of derived rows and dead letters to ClickHouse.
 
 Why it is exactly-once (details in docs/delivery.md):
-* the agent acks (and Faust commits) a batch's offsets only after `write`
-  returned, so a crash re-delivers, never skips;
-* every row carries its source partition/offset, and the agent drops
-  re-delivered records at or below the highest stored offset;
+* progress lives in the store (ledger.py): a partition's progress row is
+  written only after its batch is durable, and a worker resumes from it, so
+  a crash re-reads, never skips, whatever the consumer group committed;
+* every row carries its source partition/offset, and the pipeline drops
+  each re-read row and dead letter that the store already holds;
 * a retried batch keeps its insert_deduplication_token, so a retry after an
-  insert that did land (but whose reply was lost) is dropped by the table.
+  insert that did land (but whose reply was lost) is dropped by the table;
+* cells whose rollup may have missed a crashed insert are checked against
+  raw and rebuilt (`repair_rollup`).
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ import time
 
 import numpy as np
 
-from phasemeter import queries
 from phasemeter.runner import DirectRunner
 from phasemeter.settings import redact
 
+from . import ledger
 from .derive import ROW_COLUMNS
 
 log = logging.getLogger("phasemeter.sink")
@@ -29,13 +32,14 @@ DLQ_COLUMNS = ("ts", "reason", "detail", "payload", "payload_size", "src_topic",
 
 
 def batch_token(kind: str, offsets: list[tuple[str, int, int]]) -> str:
-    """Deterministic: the same records (same boundaries) give the same token."""
-    spans: dict[tuple[str, int], list[int]] = {}
-    for topic, partition, offset in offsets:
-        span = spans.setdefault((topic, partition), [offset, offset])
-        span[0], span[1] = min(span[0], offset), max(span[1], offset)
-    text = ";".join(f"{t}/{p}:{lo}-{hi}" for (t, p), (lo, hi) in sorted(spans.items()))
-    return f"{kind}:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+    """Deterministic: the same records give the same token, and any other set
+    of records another. Every offset counts, not only each partition's first
+    and last: a re-read batch that completes a half-landed insert can span
+    the same offsets with fewer rows, and must not be dropped as a retry."""
+    h = hashlib.sha256()
+    for topic, partition, offset in sorted(offsets):
+        h.update(f"{topic}/{partition}:{offset};".encode())
+    return f"{kind}:" + h.hexdigest()[:32]
 
 
 def _arrow(rows: list[dict], columns: tuple[str, ...]):
@@ -137,16 +141,26 @@ class Sink:
                     "deduplicate_blocks_in_dependent_materialized_views": 1,
                 })
 
-    def _read(self, _client, fn, *args):
-        return fn(self._runner, *args)  # set by _ensure() before retrying() calls us
+    def _locked(self, client, fn, *args):
+        with self.lock:
+            return fn(client, *args)
 
-    def stored_offsets(self, topic: str) -> dict[int, int]:
-        return self.retrying("reading stored offsets", self._read, queries.stored_offsets, topic)
+    def positions(self, topics: list[str]) -> dict[tuple[str, int], int]:
+        return self.retrying("reading progress", self._locked, ledger.positions, topics)
 
-    def stored_in_range(self, topic: str, partition: int, lo: int, hi: int) -> set[int]:
-        return self.retrying("reading stored offsets", self._read, queries.stored_in_range,
-                             topic, partition, lo, hi)
+    def record_progress(self, progress: dict[tuple[str, int], int]) -> None:
+        self.retrying("writing progress", self._locked, ledger.record, progress)
+
+    def stored_max(self, topic: str) -> dict[int, int]:
+        return self.retrying("reading stored offsets", self._locked, ledger.stored_max, topic)
+
+    def stored_in_range(self, topic: str, partition: int, lo: int, hi: int, into: ledger.Stored) -> ledger.Stored:
+        return self.retrying("reading stored offsets", self._locked, ledger.stored_in_range,
+                             topic, partition, lo, hi, into)
 
     def existing_request_ids(self, topic: str, ids: list[str], lo: float, hi: float) -> set[str]:
-        return self.retrying("checking duplicates", self._read, queries.existing_request_ids,
+        return self.retrying("checking duplicates", self._locked, ledger.existing_request_ids,
                              topic, ids, lo, hi)
+
+    def repair_rollup(self, cells: set) -> list[tuple]:
+        return self.retrying("repairing the rollup", self._locked, ledger.repair_rollup, cells)

@@ -7,7 +7,7 @@ from phasemeter.migrate import discover
 from phasemeter.store import is_read_only
 
 ROOT = Path(__file__).resolve().parents[2]
-WRITES = {"rollup_backfill", "set_raw_ttl", "set_rollup_ttl"}  # run by CLI commands only, never by the web port
+WRITES = {"rollup_backfill", "set_raw_ttl", "set_rollup_ttl", "rollup_delete_cells"}  # run by CLI commands only, never by the web port
 
 
 def test_named_queries_use_typed_parameters_only():

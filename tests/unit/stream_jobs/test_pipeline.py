@@ -1,0 +1,140 @@
+"""Pipeline.split's exactly-once rules over a fake sink: what a re-read
+batch may write again, what it must skip, and which rollup cells it hands
+over for a check. These rules are the worker's exactly-once logic."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
+from phasemeter.settings import Settings
+from phasemeter.stream_jobs import reasons as R
+from phasemeter.stream_jobs.ledger import Stored
+from phasemeter.stream_jobs.pipeline import Pipeline
+
+T0 = 1_790_000_000.0  # in the past: a t0 after now+1d is rejected
+TOPIC = "gen"
+
+
+class FakeSink:
+    """What the store holds: rows by (topic, partition, offset, request_id)
+    with their cell, dead letters by (topic, partition, offset)."""
+
+    def __init__(self, rows=(), dead=(), ids=()):
+        self.rows = {r[:4]: r[4] for r in rows}
+        self.dead = set(dead)
+        self.ids = set(ids)
+        self.range_queries = []
+
+    def stored_max(self, topic):
+        out = {}
+        for t, p, o in [k[:3] for k in self.rows] + list(self.dead):
+            if t == topic:
+                out[p] = max(out.get(p, -1), o)
+        return out
+
+    def stored_in_range(self, topic, partition, lo, hi, into: Stored):
+        self.range_queries.append((topic, partition, lo, hi))
+        for (t, p, o, rid), cell in self.rows.items():
+            if (t, p) == (topic, partition) and lo <= o <= hi:
+                into.rows[o, rid] = cell
+        into.dead |= {o for t, p, o in self.dead if (t, p) == (topic, partition) and lo <= o <= hi}
+        return into
+
+    def existing_request_ids(self, topic, ids, lo, hi):
+        return self.ids & set(ids)
+
+
+def gen(rid: str, t0: float = T0, model: str = "m") -> dict:
+    return {"schema_version": 1, "kind": "generation", "request_id": rid, "model": model, "t0": t0,
+            "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 1000, "output_tokens": 50}
+
+
+def rec(offset: int, value, partition: int = 0, topic: str = TOPIC):
+    data = value if isinstance(value, bytes) else json.dumps(value).encode()
+    return SimpleNamespace(message=SimpleNamespace(topic=topic, partition=partition, offset=offset, timestamp=T0),
+                           value=data)
+
+
+def pipeline(sink) -> Pipeline:
+    return Pipeline(Settings(topic=TOPIC), sink)
+
+
+CELL = ("m", "512-2k", datetime.fromtimestamp(T0 // 60 * 60, timezone.utc))
+
+
+def test_new_records_are_all_written_and_nothing_is_queried_per_record():
+    sink = FakeSink()
+    rows, dead, phases, suspects = pipeline(sink).split([rec(i, gen(f"r{i}")) for i in range(5)])
+    assert [r["request_id"] for r in rows] == [f"r{i}" for i in range(5)]
+    assert (dead, phases, suspects) == ([], [], set())
+    assert sink.range_queries == []  # above the stored maximum: no exact lookup
+
+
+def test_a_re_read_row_is_skipped_and_its_cell_is_handed_over_for_the_rollup_check():
+    sink = FakeSink(rows=[(TOPIC, 0, 0, "r0", CELL), (TOPIC, 0, 1, "r1", CELL)])
+    p = pipeline(sink)
+    rows, dead, _, suspects = p.split([rec(i, gen(f"r{i}")) for i in range(4)])
+    assert [r["request_id"] for r in rows] == ["r2", "r3"]
+    assert suspects == {CELL} and p.skipped == 2 and dead == []
+    assert sink.range_queries == [(TOPIC, 0, 0, 1)]
+
+
+def test_an_envelope_half_stored_writes_only_its_missing_rows():
+    # One record, three generations; a crash left two of them stored (their
+    # day partition's part landed, the other's did not).
+    envelope = {"schema_version": 1, "kind": "batch",
+                "events": [gen("a"), gen("b", t0=T0 + 86_400), gen("c")]}
+    sink = FakeSink(rows=[(TOPIC, 0, 7, "a", CELL), (TOPIC, 0, 7, "c", CELL)])
+    rows, _, _, suspects = pipeline(sink).split([rec(7, envelope)])
+    assert [r["request_id"] for r in rows] == ["b"] and suspects == {CELL}
+
+
+def test_a_record_whose_rows_landed_but_not_its_dead_letters_gets_its_dead_letters():
+    # A crash between the two inserts: generations held, dead_letters not.
+    envelope = {"schema_version": 1, "kind": "batch", "events": [gen("a"), {"kind": "generation"}]}
+    sink = FakeSink(rows=[(TOPIC, 0, 3, "a", CELL)])
+    rows, dead, _, _ = pipeline(sink).split([rec(3, envelope)])
+    assert rows == [] and [d["src_offset"] for d in dead] == [3]
+
+
+def test_dead_letters_already_stored_are_not_written_twice():
+    sink = FakeSink(dead=[(TOPIC, 0, 0)])
+    rows, dead, _, _ = pipeline(sink).split([rec(0, b"not json"), rec(1, b"{")])
+    assert rows == [] and [d["src_offset"] for d in dead] == [1]
+
+
+def test_a_gateway_duplicate_is_dead_lettered_and_stays_so_on_a_re_read():
+    sink = FakeSink(ids={"r1"})
+    rows, dead, _, _ = pipeline(sink).split([rec(0, gen("r0")), rec(1, gen("r1"))])
+    assert [r["request_id"] for r in rows] == ["r0"]
+    assert [(d["reason"], d["src_offset"]) for d in dead] == [(R.DUPLICATE, 1)]
+    # After a crash: r0 stored at offset 0, the duplicate's dead letter at 1.
+    sink = FakeSink(rows=[(TOPIC, 0, 0, "r0", CELL)], dead=[(TOPIC, 0, 1)], ids={"r0", "r1"})
+    rows, dead, _, _ = pipeline(sink).split([rec(0, gen("r0")), rec(1, gen("r1"))])
+    assert (rows, dead) == ([], [])
+
+
+def test_the_same_request_twice_in_one_batch_keeps_the_first():
+    rows, dead, _, _ = pipeline(FakeSink()).split([rec(0, gen("x")), rec(1, gen("x"))])
+    assert [r["src_offset"] for r in rows] == [0] and [d["reason"] for d in dead] == [R.DUPLICATE]
+
+
+def test_a_rejoined_generation_on_the_joined_topic_is_dropped_not_dead_lettered():
+    s = Settings(topic=TOPIC)
+    sink = FakeSink(ids={"j"})
+    p = Pipeline(s, sink)
+    envelope = {"schema_version": 2, "kind": "batch", "events": [dict(gen("j"), schema_version=2)]}
+    rows, dead, _, _ = p.split([rec(0, envelope, topic=s.joined_topic_name)])
+    assert (rows, dead, p.rejoined) == ([], [], 1)
+
+
+def test_stored_maximum_is_re_read_after_a_rebalance():
+    sink = FakeSink()
+    p = pipeline(sink)
+    p.split([rec(0, gen("a"))])
+    sink.rows[(TOPIC, 0, 5, "z")] = CELL  # another worker stored up to 5 meanwhile
+    p.forget_offsets()
+    rows, _, _, suspects = p.split([rec(5, gen("z"))])
+    assert rows == [] and suspects == {CELL}
