@@ -1,10 +1,11 @@
 """The stream job: `create_app(settings)` builds the Faust app.
 
-The ingest agent is a thin loop: take a batch of records, split it into rows,
-dead letters and phase events (`pipeline.Pipeline`, over the pure `derive`
-functions), write rows and dead letters in one idempotent step, forward the
-phases to the join (join_agent.py), and only then let Faust ack (commit) the
-batch. It reads the raw topic and the join's output topic, so generations
+The ingest agent is a thin loop: take a batch of records, admit them in
+strict offset order from the position the store records (resume.py over
+sequence.py), split them into rows, dead letters and phase events
+(`pipeline.Pipeline`, over the pure `derive` functions), write rows and
+dead letters in one idempotent step, forward the phases to the join
+(join_agent.py), and only then record the new positions in the store. It reads the raw topic and the join's output topic, so generations
 from both protocols take the same derivation and the same exactly-once
 sink. See docs/delivery.md and docs/phases.md.
 """
@@ -23,7 +24,7 @@ import faust
 from phasemeter.settings import Settings
 from phasemeter.store import connect
 
-from . import join_agent
+from . import join_agent, resume
 from .pipeline import Pipeline
 from .sink import Sink
 from .ready import until_ready
@@ -97,28 +98,52 @@ def create_app(settings: Settings, client=None) -> faust.App:
     @app.on_partitions_assigned.connect
     async def _reload_offsets(app, assigned, **kwargs):  # noqa: ARG001
         pipeline.forget_offsets()
+        joiner.sequencer.forget()
+
+    async def loop_run(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
     @app.agent(raw, name="phasemeter.ingest")
     async def ingest(stream):
         await _crash_guard("ingest", lambda: _ingest(stream))
 
+    async def load(tps):
+        return await loop_run(sink.positions, sorted({t for t, _ in tps}))
+
+    async def save(positions):
+        await loop_run(sink.record_progress, positions)
+
     async def _ingest(stream):
-        loop = asyncio.get_running_loop()
         async for events in stream.take_events(settings.batch_rows, within=settings.batch_seconds):
             await until_ready(app)
             pipeline.consumed += len(events)
             t_start = time.time()
-            rows, dead, phases = await loop.run_in_executor(None, pipeline.split, events)
+            admitted = await resume.admit(app, pipeline.sequencer, events, load, save, pipeline.counts)
+            events = admitted.events
+            if not events:
+                continue
+            rows, dead, phases, suspects = await loop_run(pipeline.split, events)
             t_split = time.time()
             # Blocks (retrying) while the store is down: the stream stops being
-            # consumed (backpressure) and nothing of this batch is acked.
-            await loop.run_in_executor(None, sink.write, rows, dead)
+            # consumed (backpressure) and no progress is recorded.
+            pipeline.writing_since = t_split
+            await loop_run(sink.write, rows, dead)
+            if suspects:  # re-read rows whose insert may not have reached the rollup
+                repaired = await loop_run(sink.repair_rollup, suspects)
+                pipeline.counts["rollup_cells_checked"] += len(suspects)
+                pipeline.counts["rollup_cells_repaired"] += len(repaired)
+                if repaired:
+                    log.warning("rollup repaired from raw in %d cell(s): %s", len(repaired), repaired[:3])
+            pipeline.writing_since = None
             t_written = time.time()
             for record in dead:
                 value = json.dumps({k: record[k] for k in record if k != "ts"} | {"rejected_at": record["ts"]})
                 await dlq.send(key=record["src_topic"].encode(), value=value.encode())
             await joiner.forward(phases)
-            pipeline.mark_stored(events)
+            # Progress is recorded only once everything this batch produced is
+            # durable: rows and dead letters in the store, phases on Kafka.
+            await app.producer.flush()
+            await save(pipeline.sequencer.position({(e.message.topic, e.message.partition) for e in events}))
             pipeline.accepted += len(rows)
             pipeline.rejected += len(dead)
             pipeline.last_batch_at = time.time()

@@ -1,0 +1,74 @@
+"""The Faust side of strict sequencing (sequence.py), shared by the ingest
+and join agents: load each newly seen partition's position, seek back over
+gaps, and report partitions that stay stuck.
+
+Positions come from the agent's own durable state (`load`: the store's
+progress ledger for ingest, the join table for the join). A partition that
+has none yet starts where the consumer group committed, or at the log's
+start, and that start is made durable (`save`) before a single record of it
+is processed. After that the committed offset is never read again: a restart
+that finds Faust's committed offset ahead of the store re-reads the gap
+instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from faust.types import TP as FaustTP
+
+from .sequence import TP, Admitted, Sequencer
+
+log = logging.getLogger("phasemeter.worker")
+
+
+async def group_start(app, tps: set[TP]) -> dict[TP, int]:
+    """Where a partition with no durable position begins: the group's
+    committed offset (Faust read it from the broker when it seeked after
+    assignment), else the first offset Kafka still has."""
+    committed = app.consumer._committed_offset  # noqa: SLF001 -- no public getter
+    out = {tp: committed.get(FaustTP(*tp)) for tp in tps}
+    missing = [FaustTP(*tp) for tp, o in out.items() if not o]
+    if missing:
+        earliest = await app.consumer.earliest_offsets(*missing)
+        for tp in missing:
+            out[(tp.topic, tp.partition)] = int(earliest.get(tp) or 0)
+    return {tp: int(o) for tp, o in out.items()}
+
+
+async def admit(app, seq: Sequencer, events, load, save, counts) -> Admitted:
+    """-> the events of this batch to process, in offset order per partition.
+    `load(tps)` and `save(positions)` are awaitables over the agent's state."""
+    unknown = seq.unknown(events)
+    if unknown:
+        found = await load(unknown)
+        missing = unknown - found.keys()
+        if missing:
+            start = await group_start(app, missing)
+            await save(start)
+            found.update(start)
+        seq.load({tp: found[tp] for tp in unknown})
+    out = seq.admit(events, time.time())
+    counts["stale_skipped"] += out.stale
+    counts["gap_dropped"] += out.gapped
+    for tp, offset in out.seek.items():
+        counts["gap_seeks"] += 1
+        log.warning("%s/%d: fetched past offset %d without delivering it; seeking back", *tp, offset)
+        await app.consumer.seek(FaustTP(*tp), offset)
+    for tp, (expected, first) in out.stuck.items():
+        earliest = (await app.consumer.earliest_offsets(FaustTP(*tp))).get(FaustTP(*tp)) or 0
+        if earliest > expected:
+            # Kafka deleted them (retention) before any worker read them:
+            # nothing can bring them back; say so and count them.
+            counts["expired_unread"] += earliest - expected
+            log.error("%s/%d: offsets %d..%d expired before they were read", *tp, expected, earliest - 1)
+            seq.jump(tp, earliest)
+        else:
+            # Never skipped silently: the partition stalls, visibly, and the
+            # seek is retried.
+            counts["stalled_seeks"] += 1
+            log.error("%s/%d: offset %d is in the log but is not delivered (first seen %d); seeking again",
+                      *tp, expected, first)
+            seq.forget_seek(tp)
+    return out
