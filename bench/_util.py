@@ -296,3 +296,17 @@ def exit_cleanly_on_sigterm() -> None:
     def handler(signum, frame):  # noqa: ARG001
         raise KeyboardInterrupt(f"signal {signum}")
     signal.signal(signal.SIGTERM, handler)
+
+
+@contextlib.contextmanager
+def busy_loops(n: int):
+    """`n` processes spinning on the CPU for as long as the block runs: the
+    competing load that production workers see on shared machines. Each is
+    our own child in its own session, stopped by pid on the way out."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+             for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            stop_process(proc, kill=True)

@@ -1,0 +1,441 @@
+"""Chaos harness: faults x competing CPU load x protocol, with traffic
+flowing in every cell, and a source-vs-target check after each.
+
+    make chaos                                   # the whole matrix, table into docs/delivery.md
+    python bench/chaos.py --cell kill:1:single --seed 7    # one cell again
+    python bench/chaos.py --faults kill,kill_insert --loads 0,1,2 --runs 3
+
+Faults (each cell injects one while a gateway emits through the real Meter):
+  kill         worker SIGKILL at random moments 1-4 s apart, restarted 0.3 s later
+  kill_insert  worker SIGKILL while /health says an insert is under way
+  term         worker SIGTERM (a rolling deploy) while an insert is under way
+  broker_kill  broker SIGKILL, restarted 2 s later, twice
+  broker_stop  broker frozen with SIGSTOP for --freeze-s (60 s), then SIGCONT
+  store_lock   the store held by another process for 10 s while the worker runs
+  members      two workers; members join and leave while events flow
+  none         no fault (a control)
+
+After each cell (chaos_check.py): every acknowledged generation stored once
+or dead-lettered once, no request_id twice, rollup = raw in every cell,
+nothing left in flight. A failing cell prints the counts, the missing
+partition/offset ranges, each worker's /health and its log tail, and the
+command that reruns it. `--negative-control` damages a passing store and
+requires the checker to report it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _util as U  # noqa: E402
+import chaos_check as C  # noqa: E402
+
+FAULTS = ("kill", "kill_insert", "term", "broker_kill", "broker_stop", "store_lock", "members")
+PROTOCOLS = ("single", "phases")
+MODELS = ("m-a", "m-b")
+
+
+class Cell:
+    """One run: its own topic, group, database and store(s); the shared broker."""
+
+    def __init__(self, broker, fault: str, load: int, protocol: str, seed: int, events: int,
+                 workdir: Path, python: str, kills: int, freeze_s: float, log):
+        self.broker, self.fault, self.load, self.protocol = broker, fault, load, protocol
+        self.seed, self.events, self.kills, self.freeze_s, self.log = seed, events, kills, freeze_s, log
+        self.rng = random.Random(seed)
+        self.workdir, self.python = workdir, python
+        self.tag = f"c{seed}-{fault}-{load}-{protocol}".replace("_", "")
+        self.topic = f"chaos-{self.tag}-{os.getpid()}"
+        self.workers: list[U.Worker] = []
+        self.retired: list[U.Worker] = []
+        self.injected = 0
+        self.notes: list[str] = []
+
+    # -- processes ------------------------------------------------------------
+    def new_worker(self, name: str) -> U.Worker:
+        w = U.Worker(self.broker.bootstrap, self.topic, self.workdir / name, batch_seconds=0.5,
+                     extra_env={"PHASEMETER_SESSION_TIMEOUT_S": "6",
+                                "PHASEMETER_GROUP_ID": f"grp-{self.tag}-{os.getpid()}"})
+        w.env["PHASEMETER_DATABASE"] = "chaos"
+        subprocess.run([self.python, "-m", "phasemeter", "migrate"], env=w.env, cwd=w.workdir,
+                       capture_output=True, text=True, check=True, timeout=120)
+        return w
+
+    def spawn(self, w: U.Worker, wait: bool = True) -> None:
+        with open(w.log, "ab") as log:
+            w.proc = subprocess.Popen([self.python, "-m", "phasemeter", "worker", "--loglevel", "warn"],
+                                      env=w.env, cwd=w.workdir, stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        if wait:
+            self.wait_healthy(w)
+
+    def wait_healthy(self, w: U.Worker, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if w.proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {w.proc.returncode}:\n" + tail(w))
+            if w.health() is not None:
+                return
+            time.sleep(0.1)
+        raise RuntimeError("worker did not answer /health:\n" + tail(w))
+
+    def signal_worker(self, w: U.Worker, sig: int) -> None:
+        if w.proc and w.proc.poll() is None:
+            os.kill(w.proc.pid, sig)
+            self.injected += 1
+
+    def wait_writing(self, w: U.Worker, timeout_s: float = 20.0) -> bool:
+        """Until /health says an insert is under way (polled every 10 ms)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            h = U.get_json(f"{w.url}/health", timeout=1.0) or {}
+            if h.get("writing_since"):
+                return True
+            time.sleep(0.01)
+        return False
+
+    # -- the gateway ----------------------------------------------------------
+    def gateway(self, stats: dict) -> None:
+        from phasemeter.producers import Meter
+
+        rng = random.Random(self.seed + 1)
+        meter = Meter(self.broker.bootstrap, self.topic, gateway="chaos", queue_size=20_000)
+        chunk = 2000 if self.protocol == "single" else 500
+        for start in range(0, self.events, chunk):
+            ids = [f"{self.tag}-{i}" for i in range(start, min(start + chunk, self.events))]
+            shapes = [(MODELS[i % 2], rng.choice((100, 900, 3000, 12000, 40000)), rng.randint(1, 400),
+                       time.time() - rng.uniform(0, 180), rng.uniform(0.05, 3.0)) for i in range(len(ids))]
+            if self.protocol == "single":
+                for rid, (model, n_in, n_out, t0, ttft) in zip(ids, shapes):
+                    meter.record(model=model, input_tokens=n_in, output_tokens=n_out, t0=t0, ttft_s=ttft,
+                                 e2e_s=ttft + n_out * 0.02, request_id=rid)
+            else:  # all start, then first tokens, then ends: hundreds in flight at once
+                for rid, (model, n_in, _, t0, _) in zip(ids, shapes):
+                    meter.start(model=model, input_tokens=n_in, t0=t0, request_id=rid)
+                for rid, (_, _, _, _, ttft) in zip(ids, shapes):
+                    meter.first_token(rid, ttft_s=ttft)
+                for rid, (_, _, n_out, _, ttft) in zip(ids, shapes):
+                    meter.end(rid, output_tokens=n_out, e2e_s=ttft + n_out * 0.02)
+            time.sleep(0.5)
+        meter.flush(120)
+        stats.update(meter.stats().as_dict())
+        meter.close(10)
+
+    # -- faults ---------------------------------------------------------------
+    def inject(self, done: threading.Event) -> None:
+        f, rng, w = self.fault, self.rng, self.workers[0] if self.workers else None
+        if f == "kill":
+            for _ in range(self.kills):
+                time.sleep(rng.uniform(1.0, 4.0))
+                self.signal_worker(w, signal.SIGKILL)
+                w.proc.wait()
+                time.sleep(0.3)
+                self.spawn(w, wait=False)
+            self.wait_healthy(w)
+        elif f in ("kill_insert", "term"):
+            for _ in range(self.kills):
+                self.wait_healthy(w)
+                time.sleep(rng.uniform(0.0, 1.0))
+                if not self.wait_writing(w):
+                    if done.is_set():
+                        break
+                    continue
+                if f == "kill_insert":
+                    self.signal_worker(w, signal.SIGKILL)
+                    w.proc.wait()
+                else:
+                    self.signal_worker(w, signal.SIGTERM)
+                    try:
+                        w.proc.wait(60)
+                    except subprocess.TimeoutExpired:
+                        self.notes.append("a SIGTERM took over 60 s; SIGKILLed")
+                        w.proc.kill()
+                        w.proc.wait()
+                time.sleep(0.3)
+                self.spawn(w)
+        elif f == "broker_kill":
+            for _ in range(2):
+                time.sleep(rng.uniform(3.0, 6.0))
+                self.broker.proc.kill()
+                self.broker.proc.wait()
+                self.injected += 1
+                time.sleep(2.0)
+                self.broker.start(log=lambda m: None)
+        elif f == "broker_stop":
+            time.sleep(rng.uniform(2.0, 4.0))
+            os.kill(self.broker.proc.pid, signal.SIGSTOP)
+            self.injected += 1
+            try:
+                time.sleep(self.freeze_s)
+            finally:
+                os.kill(self.broker.proc.pid, signal.SIGCONT)
+        elif f == "store_lock":
+            time.sleep(rng.uniform(2.0, 4.0))
+            self.signal_worker(w, signal.SIGKILL)  # chDB: the lock is per process
+            w.proc.wait()
+            holder = subprocess.Popen([self.python, "-c", _HOLD, f"chdb://{w.workdir / 'data' / 'store'}", "10"])
+            time.sleep(1.0)
+            self.spawn(w, wait=False)  # starts paused: the store is held
+            holder.wait(60)
+            self.wait_healthy(w)
+        elif f == "members":
+            # Each member has its own embedded store (a chDB path opens in one
+            # process); a joining member starts where the group committed.
+            b = self.new_worker("w-b")
+            time.sleep(rng.uniform(2.0, 4.0))
+            self.spawn(b)
+            self.workers.append(b)
+            self.injected += 1
+            time.sleep(rng.uniform(3.0, 5.0))
+            self.leave(w)
+            c = self.new_worker("w-c")
+            time.sleep(rng.uniform(2.0, 4.0))
+            self.spawn(c)
+            self.workers.append(c)
+            self.injected += 1
+            time.sleep(rng.uniform(3.0, 5.0))
+            self.leave(b)
+
+    def leave(self, w: U.Worker) -> None:
+        self.signal_worker(w, signal.SIGTERM)
+        w.proc.wait(60)
+        self.workers.remove(w)
+        self.retired.append(w)
+        t = C.read_target(f"chdb://{w.workdir / 'data' / 'store'}", "chaos")
+        w.final_count = sum(t["ids"].values()) + len(t["dead"])
+
+    # -- the run --------------------------------------------------------------
+    def run(self) -> dict:
+        t_start = time.time()
+        from phasemeter.kafka_local import ensure_topics
+
+        ensure_topics(self.broker.bootstrap, [self.topic], 4)
+        first = self.new_worker("w-a")
+        self.workers.append(first)
+        stats: dict = {}
+        with U.busy_loops(self.load):
+            self.spawn(first)
+            done = threading.Event()
+            gw = threading.Thread(target=self.gateway, args=(stats,), daemon=True)
+            gw.start()
+            fault_error: list = []
+
+            def faults():
+                try:
+                    self.inject(done)
+                except Exception as exc:  # reported with the cell, never swallowed
+                    fault_error.append(repr(exc))
+            injector = threading.Thread(target=faults, daemon=True)
+            injector.start()
+            gw.join()
+            done.set()
+            injector.join(600)
+            for w in self.workers:
+                if w.proc.poll() is not None:
+                    self.spawn(w)
+            source = C.read_source(self.broker.bootstrap, self.topic)
+            drained = self.drain(len(source["expected"]) if self.protocol == "phases" else source["generation_records"])
+        healths = {w.workdir.name: w.health() for w in self.workers}
+        inflight = {w.workdir.name: U.get_json(f"{w.url}/inflight") for w in self.workers}
+        for w in self.workers:
+            w.stop()
+        targets = [C.read_target(f"chdb://{w.workdir / 'data' / 'store'}", "chaos")
+                   for w in self.workers + self.retired]
+        verdict = C.compare(source, targets, self.protocol)
+        left = sum(c["in_flight"] for v in inflight.values() if v for c in v["in_flight"])
+        verdict.update(inflight_left=left, injected=self.injected, drained=drained, emitter=stats,
+                       seconds=round(time.time() - t_start, 1), notes=self.notes + fault_error)
+        verdict["ok"] = verdict["ok"] and left == 0 and not fault_error
+        verdict["health"] = healths
+        verdict["logs"] = {w.workdir.name: tail(w) for w in self.workers + self.retired}
+        verdict["stores"] = [str(w.workdir / "data" / "store") for w in self.workers + self.retired]
+        return verdict
+
+    def drain(self, expected: int, stall_s: float = 90.0) -> bool:
+        """Until the stores hold `expected` generations + dead letters and stay there."""
+        from phasemeter.runner import HttpRunner
+
+        last, since = -1, time.monotonic()
+        while time.monotonic() - since < stall_s:
+            total = 0
+            for w in self.workers:
+                try:
+                    df = HttpRunner(w.url, timeout_s=10).df("count_generations", {})
+                    total += int(df["n"].iloc[0]) + int(df["dead"].iloc[0])
+                except RuntimeError:
+                    pass
+            total += sum(w.final_count for w in self.retired)
+            if total != last:
+                last, since = total, time.monotonic()
+            if total >= expected and self.settled():
+                time.sleep(3)  # a late duplicate, if any, lands now
+                return True
+            time.sleep(0.5)
+        return False
+
+    def settled(self) -> bool:
+        hs = [w.health() or {} for w in self.workers]
+        return all(h.get("ready") and not h.get("writing_since") for h in hs)
+
+
+# Holds a chDB store open (its process lock) for N seconds, then exits.
+_HOLD = ("import sys, time, clickhouse_connect\n"
+         "c = clickhouse_connect.get_client(dsn=sys.argv[1]); time.sleep(float(sys.argv[2])); c.close()")
+
+
+def tail(w: U.Worker, n: int = 2500) -> str:
+    try:
+        return w.log.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def rerun_command(fault: str, load: int, protocol: str, seed: int, events: int, kills: int) -> str:
+    return (f"python bench/chaos.py --cell {fault}:{load}:{protocol} --seed {seed} --events {events} "
+            f"--kills {kills}")
+
+
+def report_failure(cell: str, v: dict, command: str) -> str:
+    lines = [f"FAILED {cell}: produced {v['produced']} (distinct {v['distinct']}), stored {v['stored']}, "
+             f"dead-lettered {v['dead']} {v['dead_reasons']}, lost {v['lost']}, duplicated {v['duplicated']}, "
+             f"unexpected {v['unexpected']}, rollup mismatches {v['rollup_mismatches']} "
+             f"(raw {v['raw_n']} vs rollup {v['rollup_n']}), in flight {v['inflight_left']}, "
+             f"drained {v['drained']}, emitter {v['emitter']}",
+             f"  missing offsets per partition: {v['missing_offsets']}",
+             f"  duplicated ids: {v['duplicated_ids']}", f"  rollup cells: {v['rollup_mismatch_cells']}",
+             f"  notes: {v['notes']}", f"  rerun: {command}"]
+    for name, h in v["health"].items():
+        lines.append(f"  /health {name}: {json.dumps(h)}")
+    for name, text in v["logs"].items():
+        lines.append(f"  --- log tail {name} ---\n{text}")
+    return "\n".join(lines)
+
+
+def run_one(broker, fault, load, protocol, seed, args, workroot: Path) -> dict:
+    events = args.events or (40_000 if protocol == "single" else 10_000)
+    cell = Cell(broker, fault, load, protocol, seed, events, workroot / f"{fault}-{load}-{protocol}-{seed}",
+                args.python, args.kills, args.freeze_s, print)
+    v = cell.run()
+    v.update(fault=fault, load=load, protocol=protocol, seed=seed, events=events, topic=cell.topic,
+             command=rerun_command(fault, load, protocol, seed, events, args.kills))
+    return v
+
+
+def matrix_table(results: list[dict]) -> str:
+    groups: dict = {}
+    for r in results:
+        groups.setdefault((r["fault"], r["load"], r["protocol"]), []).append(r)
+    rows = []
+    for (fault, load, protocol), rs in groups.items():
+        rows.append([fault, load, protocol, len(rs), sum(r["injected"] for r in rs), sum(r["produced"] for r in rs),
+                     sum(r["lost"] for r in rs), sum(r["duplicated"] for r in rs),
+                     sum(r["rollup_mismatches"] for r in rs), sum(r["inflight_left"] for r in rs),
+                     "pass" if all(r["ok"] for r in rs) else "FAIL"])
+    return U.md_table(["fault", "busy loops", "protocol", "runs", "faults injected", "generations", "lost",
+                       "duplicated", "rollup mismatches", "left in flight", "result"], rows)
+
+
+def write_docs(table: str, command: str, info: dict, extra: str = "") -> None:
+    path = U.ROOT / "docs" / "delivery.md"
+    text = path.read_text()
+    begin, end = "<!-- chaos-results -->", "<!-- /chaos-results -->"
+    body = (f"{begin}\nRun on {info['date']}, {info['nproc']} cores, Kafka {info['kafka']}, chDB {info['chdb']}, "
+            f"with `{command}`:\n\n{table}\n{extra}{end}")
+    if begin in text:
+        text = text[:text.index(begin)] + body + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip() + "\n\n" + body + "\n"
+    path.write_text(text)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cell", help="FAULT:LOAD:PROTOCOL, one cell (e.g. kill:1:single)")
+    p.add_argument("--faults", default=",".join(FAULTS))
+    p.add_argument("--loads", default="0,1,2")
+    p.add_argument("--protocols", default=",".join(PROTOCOLS))
+    p.add_argument("--runs", type=int, default=1, help="runs per cell (seeds seed, seed+1, ...)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--events", type=int, default=0, help="generations per cell (default 40,000 single, 10,000 phases)")
+    p.add_argument("--kills", type=int, default=15, help="worker kills/terms per cell")
+    p.add_argument("--freeze-s", type=float, default=60.0, help="broker_stop: seconds frozen")
+    p.add_argument("--python", default=sys.executable, help="interpreter whose phasemeter runs the worker")
+    p.add_argument("--negative-control", action="store_true", help="also damage one passing store and re-check")
+    p.add_argument("--write-docs", action="store_true", help="write the results table into docs/delivery.md")
+    p.add_argument("--json", help="write every cell's result here")
+    args = p.parse_args(argv)
+    U.exit_cleanly_on_sigterm()
+    if args.cell:
+        fault, load, protocol = args.cell.split(":")
+        cells = [(fault, int(load), protocol)]
+    else:
+        cells = [(f, int(ld), pr) for f in args.faults.split(",") for ld in args.loads.split(",")
+                 for pr in args.protocols.split(",")]
+    seed0 = args.seed if args.seed is not None else random.randrange(1, 10_000)
+    workroot = Path(tempfile.mkdtemp(prefix="pm-chaos-"))
+    from phasemeter.kafka_local import LocalBroker
+
+    broker = LocalBroker(workroot / "kafka", heap="768m").start(log=lambda m: None)
+    results, failed = [], 0
+    try:
+        for i, (fault, load, protocol) in enumerate(cells):
+            for run in range(args.runs):
+                seed = seed0 + i * 100 + run
+                v = run_one(broker, fault, load, protocol, seed, args, workroot)
+                results.append(v)
+                status = "ok" if v["ok"] else "FAILED"
+                print(f"{fault:12s} load={load} {protocol:7s} seed={seed}: {status} produced={v['produced']} "
+                      f"stored={v['stored']} dead={v['dead']} lost={v['lost']} dup={v['duplicated']} "
+                      f"rollup_mismatch={v['rollup_mismatches']} inflight={v['inflight_left']} "
+                      f"faults={v['injected']} {v['seconds']}s", flush=True)
+                if not v["ok"]:
+                    failed += 1
+                    print(report_failure(f"{fault}:{load}:{protocol}", v, v["command"]), flush=True)
+        extra = ""
+        if args.negative_control:
+            passing = next((r for r in results if r["ok"]), None)
+            if passing is None:
+                print("negative control skipped: no passing store to damage")
+            else:
+                nc = negative_control(broker, passing)
+                extra = (f"\nNegative control: one row deleted and one duplicated in a passing store "
+                         f"({passing['fault']}:{passing['load']}:{passing['protocol']}); the checker reported "
+                         f"lost={nc['lost']}, duplicated={nc['duplicated']}, rollup mismatches="
+                         f"{nc['rollup_mismatches']}: {'detected' if not nc['ok'] else 'NOT DETECTED'}.\n")
+                print(extra.strip())
+                failed += int(nc["ok"])
+        table = matrix_table(results)
+        print(table)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+        if args.write_docs:
+            command = "python bench/chaos.py " + " ".join(argv if argv is not None else sys.argv[1:])
+            write_docs(table, command.replace(" --write-docs", ""), U.machine_info(), extra)
+    finally:
+        broker.stop()
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def negative_control(broker, passing: dict) -> dict:
+    """Damage a store that passed, then require the checker to fail it."""
+    store = passing["stores"][0]
+    C.damage(f"chdb://{store}", "chaos")
+    source = C.read_source(broker.bootstrap, passing["topic"])
+    targets = [C.read_target(f"chdb://{s}", "chaos") for s in passing["stores"]]
+    return C.compare(source, targets, passing["protocol"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Compare the source (what Kafka acknowledged) with the target (what the
+store holds), the way the chaos harness and its tests judge a run.
+
+* `read_source(bootstrap, topic)`: every record of the raw topic. For one
+  event per generation each record is a generation; for phase events a
+  generation is expected once its `end` is in the topic.
+* `read_target(dsn, database)`: run in a subprocess of its own (`python
+  bench/chaos_check.py target DSN DB`), because an embedded chDB path opens
+  in one process only: request_id counts, dead letters, and the rollup
+  cells that differ from raw (the worker's own sql/rollup_mismatches.sql).
+* `compare(source, targets)`: lost, duplicated, dead-lettered, rollup
+  mismatches, and the missing partition/offset ranges, for a person to read.
+* `damage(dsn, database)`: the negative control: delete one stored row and
+  duplicate another, so that a checker that cannot fail is caught.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def read_source(bootstrap: str, topic: str, timeout_s: float = 120.0) -> dict:
+    """-> {"expected": {request_id: [(partition, offset), ...]}, "records": n,
+    "generation_records": n (records that each must end stored or dead-lettered)}"""
+    import time
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                             max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        end = consumer.end_offsets(parts)
+        expected: dict[str, list] = defaultdict(list)
+        records = generation_records = 0
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < end[tp] for tp in parts):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"could not read {topic} to its end in {timeout_s:.0f}s")
+            for tp, msgs in consumer.poll(timeout_ms=1000, max_records=50_000).items():
+                for m in msgs:
+                    records += 1
+                    for event in _events(m.value):
+                        if event.get("kind") in ("generation", "end"):
+                            expected[event["request_id"]].append((tp.partition, m.offset))
+                            generation_records += 1
+        return {"expected": dict(expected), "records": records, "generation_records": generation_records}
+    finally:
+        consumer.close()
+
+
+def _events(value: bytes) -> list[dict]:
+    doc = json.loads(value)
+    return doc["events"] if doc.get("kind") == "batch" else [doc]
+
+
+def read_target(dsn: str, database: str) -> dict:
+    """In a subprocess: the store must not be open anywhere else."""
+    out = subprocess.run([sys.executable, __file__, "target", dsn, database], capture_output=True, text=True,
+                         timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"reading {dsn} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def _target_here(dsn: str, database: str) -> dict:
+    import clickhouse_connect
+
+    sys.path.insert(0, str(ROOT))
+    from phasemeter.stream_jobs.ledger import rollup_mismatches
+
+    client = clickhouse_connect.get_client(dsn=dsn)
+    client.database = database
+    try:
+        ids = client.query("SELECT request_id, count() FROM generations GROUP BY request_id").result_rows
+        dead = client.query("SELECT reason, src_topic, src_partition, src_offset FROM dead_letters").result_rows
+        lo, hi = datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc)
+        bad = rollup_mismatches(client, lo, hi)
+        raw_n = client.query("SELECT count() FROM generations").result_rows[0][0]
+        rollup_n = client.query("SELECT sum(n) FROM generations_minute").result_rows[0][0] or 0
+    finally:
+        client.close()
+    return {"ids": {r: int(n) for r, n in ids}, "dead": [list(d) for d in dead], "raw_n": int(raw_n),
+            "rollup_n": int(rollup_n),
+            "rollup_mismatches": [[m, b, t.isoformat(), r, n] for m, b, t, r, n in bad]}
+
+
+def damage(dsn: str, database: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "damage", dsn, database], capture_output=True, text=True,
+                         timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"damaging {dsn} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def _damage_here(dsn: str, database: str) -> dict:
+    import clickhouse_connect
+
+    client = clickhouse_connect.get_client(dsn=dsn)
+    client.database = database
+    try:
+        first, second = [r[0] for r in client.query(
+            "SELECT request_id FROM generations ORDER BY request_id LIMIT 2").result_rows]
+        # Raw only (a lightweight delete does not pass through the view): the
+        # rollup now disagrees with raw, as after a lost view block.
+        client.command("DELETE FROM generations WHERE request_id = {r:String}", parameters={"r": first})
+        client.command("INSERT INTO generations SELECT * FROM generations WHERE request_id = {r:String}",
+                       parameters={"r": second}, settings={"insert_deduplicate": 0})
+    finally:
+        client.close()
+    return {"deleted": first, "duplicated": second}
+
+
+def _ranges(offsets: list[int]) -> list[str]:
+    out, run = [], []
+    for o in sorted(offsets):
+        if run and o == run[-1] + 1:
+            run.append(o)
+        else:
+            if run:
+                out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = [o]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return out
+
+
+def compare(source: dict, targets: list[dict], protocol: str) -> dict:
+    """Each acknowledged generation stored exactly once or dead-lettered;
+    rollup = raw in every store. `ok` is False on any difference."""
+    stored: Counter = Counter()
+    dead: list = []
+    mismatches: list = []
+    for t in targets:
+        stored.update(t["ids"])
+        dead += t["dead"]
+        mismatches += t["rollup_mismatches"]
+    expected = source["expected"]
+    lost = sorted(set(expected) - set(stored))
+    duplicated = sorted(r for r, n in stored.items() if n > 1)
+    unexpected = sorted(set(stored) - set(expected))
+    missing: dict[int, list[int]] = defaultdict(list)
+    for rid in lost:
+        for partition, offset in expected[rid]:
+            missing[partition].append(offset)
+    reasons = Counter(d[0] for d in dead)
+    stored_rows = sum(stored.values())
+    # One event per generation: a record the gateway's retry wrote twice is a
+    # `duplicate` dead letter. Phase events: the join absorbs such copies.
+    produced = source["generation_records"] if protocol == "single" else len(expected)
+    accounted = stored_rows + len(dead)
+    ok = not (lost or duplicated or unexpected or mismatches) and accounted == produced
+    return {"ok": ok, "produced": produced, "distinct": len(expected), "stored": stored_rows,
+            "dead": len(dead), "dead_reasons": dict(reasons), "lost": len(lost), "duplicated": len(duplicated),
+            "unexpected": len(unexpected), "rollup_mismatches": len(mismatches),
+            "rollup_mismatch_cells": mismatches[:10], "duplicated_ids": duplicated[:10],
+            "missing_offsets": {p: _ranges(o)[:20] for p, o in sorted(missing.items())},
+            "raw_n": sum(t["raw_n"] for t in targets), "rollup_n": sum(t["rollup_n"] for t in targets)}
+
+
+if __name__ == "__main__":
+    what, dsn, database = sys.argv[1:4]
+    print(json.dumps(_target_here(dsn, database) if what == "target" else _damage_here(dsn, database)))
