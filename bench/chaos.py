@@ -61,6 +61,7 @@ class Cell:
         self.retired: list[U.Worker] = []
         self.injected = 0
         self.notes: list[str] = []
+        self.totals: dict[str, int] = {}
 
     # -- processes ------------------------------------------------------------
     def new_worker(self, name: str) -> U.Worker:
@@ -92,8 +93,18 @@ class Cell:
 
     def signal_worker(self, w: U.Worker, sig: int) -> None:
         if w.proc and w.proc.poll() is None:
+            self.remember(w)
             os.kill(w.proc.pid, sig)
             self.injected += 1
+
+    COUNTERS = ("skipped_redelivered", "rollup_cells_checked", "rollup_cells_repaired", "gap_seeks",
+                "stale_skipped", "duplicates", "rejoined_dropped", "store_retries")
+
+    def remember(self, w: U.Worker) -> None:
+        """Counters of an incarnation about to die (a restart starts at 0)."""
+        h = U.get_json(f"{w.url}/health", timeout=0.5) or {}
+        for k in self.COUNTERS:
+            self.totals[k] = self.totals.get(k, 0) + (h.get(k) or 0)
 
     def wait_writing(self, w: U.Worker, timeout_s: float = 20.0) -> bool:
         """Until /health says an insert is under way (polled every 10 ms)."""
@@ -113,6 +124,11 @@ class Cell:
         meter = Meter(self.broker.bootstrap, self.topic, gateway="chaos", queue_size=20_000)
         chunk = 2000 if self.protocol == "single" else 500
         for start in range(0, self.events, chunk):
+            # Pace on the emitter's queue, so a starved CPU slows the gateway
+            # instead of making it drop (the cell then tests every event).
+            deadline = time.monotonic() + 120
+            while meter.stats().queued > chunk and time.monotonic() < deadline:
+                time.sleep(0.05)
             ids = [f"{self.tag}-{i}" for i in range(start, min(start + chunk, self.events))]
             shapes = [(MODELS[i % 2], rng.choice((100, 900, 3000, 12000, 40000)), rng.randint(1, 400),
                        time.time() - rng.uniform(0, 180), rng.uniform(0.05, 3.0)) for i in range(len(ids))]
@@ -247,6 +263,8 @@ class Cell:
             source = C.read_source(self.broker.bootstrap, self.topic)
             drained = self.drain(len(source["expected"]) if self.protocol == "phases" else source["generation_records"])
         healths = {w.workdir.name: w.health() for w in self.workers}
+        for w in self.workers:
+            self.remember(w)
         inflight = {w.workdir.name: U.get_json(f"{w.url}/inflight") for w in self.workers}
         for w in self.workers:
             w.stop()
@@ -255,6 +273,7 @@ class Cell:
         verdict = C.compare(source, targets, self.protocol)
         left = sum(c["in_flight"] for v in inflight.values() if v for c in v["in_flight"])
         verdict.update(inflight_left=left, injected=self.injected, drained=drained, emitter=stats,
+                       worker_counts=self.totals,
                        seconds=round(time.time() - t_start, 1), notes=self.notes + fault_error)
         verdict["ok"] = verdict["ok"] and left == 0 and not fault_error
         verdict["health"] = healths
@@ -398,7 +417,10 @@ def main(argv=None) -> int:
                 print(f"{fault:12s} load={load} {protocol:7s} seed={seed}: {status} produced={v['produced']} "
                       f"stored={v['stored']} dead={v['dead']} lost={v['lost']} dup={v['duplicated']} "
                       f"rollup_mismatch={v['rollup_mismatches']} inflight={v['inflight_left']} "
-                      f"faults={v['injected']} {v['seconds']}s", flush=True)
+                      f"faults={v['injected']} {v['seconds']}s "
+                      f"repaired_cells={v['worker_counts'].get('rollup_cells_repaired', 0)} "
+                      f"gap_seeks={v['worker_counts'].get('gap_seeks', 0)} "
+                      f"reread_skipped={v['worker_counts'].get('skipped_redelivered', 0)}", flush=True)
                 if not v["ok"]:
                     failed += 1
                     print(report_failure(f"{fault}:{load}:{protocol}", v, v["command"]), flush=True)

@@ -20,15 +20,30 @@ from pathlib import Path
 import pytest
 
 
-def wait_for(predicate, timeout_s: float, what: str):
-    """Poll until `predicate()` is truthy; return its value."""
+def wait_for(predicate, timeout_s: float, what: str, explain=None):
+    """Poll until `predicate()` is truthy; return its value. On a timeout,
+    `explain()` (e.g. WorkerProc.diagnose) says what a person needs to debug it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}"
+                         + (f"\n{explain()}" if explain else ""))
+
+
+@pytest.fixture
+def busy_loops():
+    """Two processes spinning on the 2 CPUs for the whole test: production
+    workers share CPUs, and a reliability test that passes only on an idle
+    machine hides a real failure mode."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+             for _ in range(2)]
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(scope="session")
@@ -81,6 +96,14 @@ class WorkerProc:
                 return json.loads(resp.read())
         except OSError:
             return None
+
+    def diagnose(self) -> str:
+        """/health and the log tail, for a failing reliability test's message."""
+        try:
+            tail = self.log.read_text(errors="replace")[-3000:]
+        except OSError:
+            tail = "(no log)"
+        return f"/health: {json.dumps(self.health())}\n--- worker log tail ---\n{tail}"
 
     def stored_count(self) -> int:
         """Rows in the store, asked through the worker's read-only API."""

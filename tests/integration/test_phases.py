@@ -122,7 +122,7 @@ def test_shuffled_and_duplicated_phases_give_one_correct_row_each(worker, pm_env
     assert dead_reasons(pm_env) == []
 
 
-def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env):
+def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env, busy_loops):
     worker.start()
     rng = random.Random(8)
     gens = [make_generation(i, time.time() - 30, rng) for i in range(1000)]
@@ -132,7 +132,7 @@ def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env):
     def in_decode():
         view = get_json(f"{worker.url}/inflight")
         return sum(c["in_flight"] for c in view["in_flight"] if c["phase"] == "decode") == 1000 and view
-    view = wait_for(in_decode, 90, "1000 generations in decode")
+    view = wait_for(in_decode, 90, "1000 generations in decode", worker.diagnose)
     per_model = {}
     for c in view["in_flight"]:
         per_model[c["model"]] = per_model.get(c["model"], 0) + c["in_flight"]
@@ -150,7 +150,8 @@ def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env):
     worker.stop(kill=True)  # state lives only in the table's changelog now
     worker.start()
     produce(boot, topic, [g["phases"][2] for g in gens])
-    wait_for(lambda: (worker.health() or {}).get("accepted", 0) >= 1000, 120, "all 1000 completed")
+    wait_for(lambda: (worker.health() or {}).get("accepted", 0) >= 1000, 120, "all 1000 completed",
+             lambda: worker.diagnose() + "\n" + json.dumps(get_json(f"{worker.url}/inflight")))
     time.sleep(2)
     assert get_json(f"{worker.url}/inflight")["in_flight"] == []
     worker.stop()

@@ -1,0 +1,61 @@
+"""A fast subset of the chaos matrix (bench/chaos.py) in every `make test`:
+random SIGKILLs of the worker while a gateway emits, beside one busy loop,
+for both protocols, then the source-vs-target check. And the negative
+control: the same checker must fail a store with one row deleted and one
+duplicated.
+
+The seed is random per run and printed in any failure with the command that
+reruns the cell (PHASEMETER_CHAOS_SEED fixes it). A failure prints counts,
+the missing partition/offset ranges, /health and the worker's log tail.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import chaos  # noqa: E402
+import chaos_check  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+SEED = int(os.environ.get("PHASEMETER_CHAOS_SEED") or random.randrange(1, 100_000))
+
+
+def run_cell(broker, tmp_path, fault: str, protocol: str, events: int, kills: int, seed: int) -> dict:
+    if broker is None:
+        pytest.skip("the chaos cells kill and restart processes of a local broker run")
+    cell = chaos.Cell(broker, fault, 1, protocol, seed, events, tmp_path / "cell", sys.executable, kills, 0, print)
+    v = cell.run()
+    v.update(topic=cell.topic)
+    assert v["ok"], chaos.report_failure(f"{fault}:1:{protocol}", v, chaos.rerun_command(
+        fault, 1, protocol, seed, events, kills))
+    assert v["injected"] >= kills // 2, f"only {v['injected']} of {kills} faults injected (seed {seed})"
+    return v
+
+
+@pytest.mark.parametrize("fault,protocol,events,kills", [
+    ("kill", "single", 12_000, 8),
+    ("kill", "phases", 3_000, 8),
+    ("kill_insert", "single", 10_000, 5),
+])
+def test_random_kills_under_load_lose_nothing_and_count_nothing_twice(kafka_broker, tmp_path, fault, protocol,
+                                                                       events, kills):
+    run_cell(kafka_broker, tmp_path, fault, protocol, events, kills, SEED)
+
+
+def test_negative_control_the_checker_reports_a_deleted_and_a_duplicated_row(kafka_broker, tmp_path):
+    v = run_cell(kafka_broker, tmp_path, "kill", "single", 3_000, 2, SEED + 1)
+    store = v["stores"][0]
+    damaged = chaos_check.damage(f"chdb://{store}", "chaos")
+    source = chaos_check.read_source(kafka_broker.bootstrap, v["topic"])
+    verdict = chaos_check.compare(source, [chaos_check.read_target(f"chdb://{s}", "chaos") for s in v["stores"]],
+                                  "single")
+    assert not verdict["ok"]
+    assert (verdict["lost"], verdict["duplicated"]) == (1, 1), verdict
+    assert verdict["duplicated_ids"] == [damaged["duplicated"]]
+    assert verdict["rollup_mismatches"] >= 1 and verdict["missing_offsets"], verdict
