@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit bench setup kafka-jars clean
+.PHONY: demo test test-unit bench chaos soak setup kafka-jars clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,15 @@ test-unit: $(STAMP)
 
 bench: setup
 	$(BIN)/python bench/run_all.py
+
+# The chaos matrix (about 1.5 h): faults x 0/1/2 busy loops x both protocols;
+# writes its table into docs/delivery.md. One cell: see `bench/chaos.py --help`.
+chaos: setup
+	$(BIN)/python bench/chaos.py --negative-control --write-docs
+
+# One hour of phase events at a steady rate, worker RSS every minute (BENCHMARKS.md).
+soak: setup
+	$(BIN)/python bench/soak.py --minutes 60 --rate 200 --write-docs
 
 clean:
 	rm -rf $(VENV) .phasemeter demo-out build dist *.egg-info
