@@ -208,20 +208,16 @@ class Cell:
         elif f == "members":
             # Each member has its own embedded store (a chDB path opens in one
             # process); a joining member starts where the group committed.
-            b = self.new_worker("w-b")
-            time.sleep(rng.uniform(2.0, 4.0))
-            self.spawn(b)
-            self.workers.append(b)
-            self.injected += 1
-            time.sleep(rng.uniform(3.0, 5.0))
-            self.leave(w)
-            c = self.new_worker("w-c")
-            time.sleep(rng.uniform(2.0, 4.0))
-            self.spawn(c)
-            self.workers.append(c)
-            self.injected += 1
-            time.sleep(rng.uniform(3.0, 5.0))
-            self.leave(b)
+            leaving = w
+            for name in ("w-b", "w-c"):  # b joins, a leaves; c joins, b leaves
+                joining = self.new_worker(name)
+                time.sleep(rng.uniform(2.0, 4.0))
+                self.spawn(joining)
+                self.workers.append(joining)
+                self.injected += 1
+                time.sleep(rng.uniform(3.0, 5.0))
+                self.leave(leaving)
+                leaving = joining
 
     def leave(self, w: U.Worker) -> None:
         self.signal_worker(w, signal.SIGTERM)

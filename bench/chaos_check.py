@@ -63,13 +63,17 @@ def _events(value: bytes) -> list[dict]:
     return doc["events"] if doc.get("kind") == "batch" else [doc]
 
 
-def read_target(dsn: str, database: str) -> dict:
-    """In a subprocess: the store must not be open anywhere else."""
-    out = subprocess.run([sys.executable, __file__, "target", dsn, database], capture_output=True, text=True,
+def _in_subprocess(what: str, dsn: str, database: str) -> dict:
+    """The store must not be open anywhere else, and one process opens one chDB path."""
+    out = subprocess.run([sys.executable, __file__, what, dsn, database], capture_output=True, text=True,
                          timeout=300)
     if out.returncode != 0:
-        raise RuntimeError(f"reading {dsn} failed: {out.stderr[-2000:]}")
+        raise RuntimeError(f"{what} of {dsn} failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout)
+
+
+def read_target(dsn: str, database: str) -> dict:
+    return _in_subprocess("target", dsn, database)
 
 
 def _target_here(dsn: str, database: str) -> dict:
@@ -95,11 +99,7 @@ def _target_here(dsn: str, database: str) -> dict:
 
 
 def damage(dsn: str, database: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "damage", dsn, database], capture_output=True, text=True,
-                         timeout=300)
-    if out.returncode != 0:
-        raise RuntimeError(f"damaging {dsn} failed: {out.stderr[-2000:]}")
-    return json.loads(out.stdout)
+    return _in_subprocess("damage", dsn, database)
 
 
 def _damage_here(dsn: str, database: str) -> dict:
