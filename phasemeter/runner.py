@@ -43,24 +43,35 @@ def decode_params(text: str) -> dict:
 
 
 def frame_to_json(df: pd.DataFrame) -> dict:
+    """Values as Python's json writes them: floats by repr, so every digit
+    survives (pandas' to_json keeps at most 15 decimal places, which turned
+    1e-20 into 0 and cut digits off small latencies). Nulls of any kind -> null."""
     dtypes = {c: str(t) for c, t in df.dtypes.items()}
-    out = df.copy()
+    columns = []
     for col, kind in dtypes.items():
+        values = df[col]
         if kind.startswith("datetime64"):
-            out[col] = out[col].map(lambda t: None if pd.isna(t) else pd.Timestamp(t).isoformat())
-    records = json.loads(out.to_json(orient="values", double_precision=15, date_format="iso"))
-    return {"columns": list(df.columns), "dtypes": dtypes, "rows": records}
+            columns.append([None if pd.isna(t) else pd.Timestamp(t).isoformat() for t in values])
+        else:
+            columns.append([None if _is_null(v) else (v.item() if hasattr(v, "item") else v)
+                            for v in values.to_numpy(dtype=object)])
+    return {"columns": list(df.columns), "dtypes": dtypes, "rows": [list(r) for r in zip(*columns)]}
+
+
+def _is_null(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and v != v)
 
 
 def frame_from_json(payload: dict) -> pd.DataFrame:
+    """The worker's frame back, each column in the dtype it had there: a
+    nullable integer column (the rollup's counts over no rows) stays nullable
+    instead of failing an int64 cast on its nulls."""
     df = pd.DataFrame(payload["rows"], columns=payload["columns"])
     for col, kind in payload["dtypes"].items():
         if kind.startswith("datetime64"):
             df[col] = pd.to_datetime(df[col]).dt.tz_localize(None) if len(df) else pd.Series(dtype="datetime64[ns]")
-        elif kind.startswith(("float", "Float")):
-            df[col] = df[col].astype("float64")
-        elif kind.startswith(("int", "uint", "Int", "UInt")):
-            df[col] = df[col].astype("int64")
+        elif kind != "object":
+            df[col] = df[col].astype(kind)
     return df
 
 
