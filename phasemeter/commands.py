@@ -43,18 +43,6 @@ def cmd_migrate(args, settings: Settings) -> int:
     return 0
 
 
-def open_migrated_store(settings: Settings):
-    from .migrate import pending
-    from .store import StoreError, connect
-
-    client = connect(settings)
-    todo = pending(client)
-    if todo:
-        raise StoreError(f"store {settings.database!r} has {len(todo)} pending migration(s): "
-                         "run `phasemeter migrate` first")
-    return client
-
-
 def cmd_worker(args, settings: Settings) -> int:
     from faust import Worker
 
@@ -63,7 +51,7 @@ def cmd_worker(args, settings: Settings) -> int:
     from .kafka_local import bootstrap_servers, ensure_topics
     from .remote import clear_state, write_state
 
-    from .store import StoreError
+    from .store import StoreError, open_migrated_store
 
     try:
         client = open_migrated_store(settings)

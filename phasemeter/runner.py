@@ -120,6 +120,6 @@ def open_runner(settings, via: str | None = None):
     url = via or (worker_url(settings.data_path) if settings.is_embedded else None)
     if url:
         return HttpRunner(url)
-    from .commands import open_migrated_store
+    from .store import open_migrated_store
 
     return DirectRunner(open_migrated_store(settings))

@@ -10,9 +10,11 @@ from __future__ import annotations
 import functools
 import re
 from importlib import resources
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from .settings import Settings, redact
+from .timeparse import ArgError
 
 _SQL_NAME = re.compile(r"^[a-z0-9_]+$")
 
@@ -21,20 +23,55 @@ class StoreError(RuntimeError):
     pass
 
 
-def connect(settings: Settings, database: str | None = "", **kwargs):
-    """Open a client. database="" -> settings.database; None -> server default."""
+def check_dsn(settings: Settings) -> None:
+    """A store address that cannot be right is refused before anything is
+    opened or created, naming where it came from."""
+    dsn = settings.store_dsn
+    where = "CLICKHOUSE_URL / --clickhouse-url" if settings.clickhouse_url else "PHASEMETER_DATA_DIR / --data-dir"
+    parts = urlsplit(dsn)
+    if parts.scheme == "chdb":
+        if parts.netloc or not parts.path.startswith("/"):
+            raise ArgError(f"{where}={redact(dsn)!r}: an embedded store is chdb:///absolute/path")
+    elif parts.scheme in ("http", "https"):
+        try:
+            port = parts.port
+        except ValueError:
+            raise ArgError(f"{where}={redact(dsn)!r}: the port is not a number") from None
+        if not parts.hostname or (port is not None and not 0 < port < 65536):
+            raise ArgError(f"{where}={redact(dsn)!r}: expected http(s)://host:port")
+    else:
+        raise ArgError(f"{where}={redact(dsn)!r}: expected chdb:///absolute/path or http(s)://host:port")
+
+
+def connect(settings: Settings, database: str | None = "", create: bool = True, **kwargs):
+    """Open a client. database="" -> settings.database; None -> server default.
+    `create=False` (every read): a missing chDB folder or database is an
+    error naming it, and nothing is created."""
     import clickhouse_connect  # heavy import: only for worker/CLI paths
 
+    check_dsn(settings)
     dsn = settings.store_dsn
-    if settings.is_embedded:
-        settings.data_path.mkdir(parents=True, exist_ok=True)
     db = settings.database if database == "" else database
+    if settings.is_embedded:
+        path = Path(urlsplit(dsn).path)
+        if not create and not path.is_dir():
+            raise ArgError(f"no store at {path}: run `phasemeter migrate` to create it, or point "
+                           "--data-dir / CLICKHOUSE_URL at an existing one")
+        path.parent.mkdir(parents=True, exist_ok=True)
     try:
         client = clickhouse_connect.get_client(dsn=dsn, **kwargs)
-        if db:
+        if db and create:
             client.command(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(db)}")
+        elif db and not client.command("SELECT count() FROM system.databases WHERE name = {d:String}",
+                                       parameters={"d": db}):
+            client.close()
+            raise ArgError(f"PHASEMETER_DATABASE / --database={db!r}: no such database in the store at "
+                           f"{redact(dsn)}: run `phasemeter migrate`")
+        if db:
             client.database = db
         return client
+    except ArgError:
+        raise
     except Exception as exc:  # never echo credentials embedded in the DSN
         msg = redact(str(exc))
         password = urlsplit(dsn).password
@@ -72,3 +109,17 @@ def is_read_only(sql: str) -> bool:
     first = code[0].split(None, 1)[0].upper()
     body = "\n".join(code).rstrip().rstrip(";")
     return first in ("SELECT", "WITH") and ";" not in body
+
+
+def open_migrated_store(settings: Settings):
+    """The store a reader (or the worker) may use: it exists and is fully
+    migrated. Creates nothing."""
+    from .migrate import pending
+
+    client = connect(settings, create=False)
+    todo = pending(client)
+    if todo:
+        client.close()
+        raise StoreError(f"store {settings.database!r} has {len(todo)} pending migration(s): "
+                         "run `phasemeter migrate` first")
+    return client

@@ -58,7 +58,7 @@ def cmd_latency(args, settings) -> int:
 
 
 def cmd_backfill(args, settings) -> int:
-    from phasemeter.commands import open_migrated_store
+    from phasemeter.store import open_migrated_store
     from phasemeter.remote import worker_url
     from phasemeter.timeparse import window
 
