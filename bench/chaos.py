@@ -61,7 +61,7 @@ class Cell:
         self.retired: list[U.Worker] = []
         self.injected = 0
         self.notes: list[str] = []
-        self.totals: dict[str, int] = {}
+        self.seen: dict[int, dict[str, int]] = {}
 
     # -- processes ------------------------------------------------------------
     def new_worker(self, name: str) -> U.Worker:
@@ -93,25 +93,37 @@ class Cell:
 
     def signal_worker(self, w: U.Worker, sig: int) -> None:
         if w.proc and w.proc.poll() is None:
-            self.remember(w)
             os.kill(w.proc.pid, sig)
             self.injected += 1
 
     COUNTERS = ("skipped_redelivered", "rollup_cells_checked", "rollup_cells_repaired", "gap_seeks",
                 "stale_skipped", "duplicates", "rejoined_dropped", "store_retries")
 
-    def remember(self, w: U.Worker) -> None:
-        """Counters of an incarnation about to die (a restart starts at 0)."""
-        h = U.get_json(f"{w.url}/health", timeout=0.5) or {}
-        for k in self.COUNTERS:
-            self.totals[k] = self.totals.get(k, 0) + (h.get(k) or 0)
+    def watch(self, stop: threading.Event) -> None:
+        """The last counters seen of every worker incarnation (a restart
+        starts at 0; asking just before a kill would delay the kill)."""
+        while not stop.is_set():
+            for w in list(self.workers):
+                proc = w.proc
+                h = U.get_json(f"{w.url}/health", timeout=2.0) if proc and proc.poll() is None else None
+                if h:
+                    self.seen[proc.pid] = {k: h.get(k) or 0 for k in self.COUNTERS}
+            stop.wait(0.5)
+
+    @property
+    def totals(self) -> dict[str, int]:
+        return {k: sum(c[k] for c in self.seen.values()) for k in self.COUNTERS}
 
     def wait_writing(self, w: U.Worker, timeout_s: float = 20.0) -> bool:
-        """Until /health says an insert is under way (polled every 10 ms)."""
+        """Until /health says an insert is under way (polled every 10 ms),
+        then a random part of a typical insert's duration more, so the
+        signal lands anywhere in it: before, during or just after the commit."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             h = U.get_json(f"{w.url}/health", timeout=1.0) or {}
             if h.get("writing_since"):
+                typical = (h.get("last_batch") or {}).get("write_s") or 0.05
+                time.sleep(self.rng.uniform(0.0, 1.2 * typical))
                 return True
             time.sleep(0.01)
         return False
@@ -236,6 +248,8 @@ class Cell:
         first = self.new_worker("w-a")
         self.workers.append(first)
         stats: dict = {}
+        watching = threading.Event()
+        threading.Thread(target=self.watch, args=(watching,), daemon=True).start()
         with U.busy_loops(self.load):
             self.spawn(first)
             done = threading.Event()
@@ -258,9 +272,11 @@ class Cell:
                     self.spawn(w)
             source = C.read_source(self.broker.bootstrap, self.topic)
             drained = self.drain(len(source["expected"]) if self.protocol == "phases" else source["generation_records"])
+        watching.set()
         healths = {w.workdir.name: w.health() for w in self.workers}
         for w in self.workers:
-            self.remember(w)
+            if healths[w.workdir.name]:
+                self.seen[w.proc.pid] = {k: healths[w.workdir.name].get(k) or 0 for k in self.COUNTERS}
         inflight = {w.workdir.name: U.get_json(f"{w.url}/inflight") for w in self.workers}
         for w in self.workers:
             w.stop()
