@@ -241,6 +241,13 @@ class Cell:
 
     # -- the run --------------------------------------------------------------
     def run(self) -> dict:
+        try:
+            return self._run()
+        finally:  # also on Ctrl-C or a failed step: nothing of ours keeps running
+            for w in self.workers + self.retired:
+                U.stop_process(w.proc, kill=True)
+
+    def _run(self) -> dict:
         t_start = time.time()
         from phasemeter.kafka_local import ensure_topics
 
