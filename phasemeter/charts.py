@@ -213,6 +213,11 @@ def render_bands_png(
                         bbox_to_anchor=(0.5, 0.0))
             break
 
-    fig.savefig(out, format="png", dpi=110)
+    # The file's suffix picks the format: a .svg path gets a real SVG (text
+    # stays text), never PNG bytes under an .svg name.
+    import matplotlib
+
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # SVG text as <text>, not glyph paths
+        fig.savefig(out, format="svg" if Path(out).suffix.lower() == ".svg" else "png", dpi=110)
     fig.clear()  # no pyplot registry to close; drop artists promptly
     return out

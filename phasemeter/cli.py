@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("chart", help="write the bands as a PNG, or a self-contained HTML file")
     _common(p)
     _window_flags(p)
-    p.add_argument("--out", default="phasemeter-bands.png", help="output path: .png, or .html (interactive)")
+    p.add_argument("--out", default="phasemeter-bands.png", help="output path: .png, .svg, or .html (interactive)")
 
     p = sub.add_parser("kafka", help="the local single-node KRaft broker")
     _common(p)

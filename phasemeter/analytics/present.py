@@ -86,9 +86,11 @@ def chart_notes(meta: dict) -> list[str]:
 
 
 def write_chart(df: pd.DataFrame, meta: dict, out: str | Path, title: str | None = None) -> Path:
-    """`.html` -> self-contained interactive HTML; anything else -> PNG (matplotlib)."""
+    """`.html` -> self-contained interactive HTML; `.png` or `.svg` -> matplotlib."""
     meta = _meta(meta)
     out = Path(out)
+    if out.suffix.lower() not in (".html", ".htm", ".png", ".svg"):
+        raise ArgError(f"--out {out}: the file must end in .png, .svg or .html")
     suffix = f" — {meta['path']} path, step {meta['step_s']}s"
     label = prefill_label(meta["prefill"])
     if out.suffix.lower() in (".html", ".htm"):

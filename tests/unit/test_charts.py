@@ -113,3 +113,24 @@ def test_notes_and_variant_label_render(tmp_path):
                                   "abandoned generations included in n and percentiles"])
     (_, h_plain), (_, h) = png_size(plain), png_size(out)
     assert h > h_plain  # the header grew by the note lines
+
+
+def test_an_svg_path_gets_a_real_svg_with_the_slow_tail_labelled(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    out = render_bands_png(synthetic_bands(), tmp_path / "bands.svg", bucket_order=BUCKETS)
+    data = out.read_bytes()
+    assert not data.startswith(PNG_MAGIC)
+    root = ET.fromstring(data)
+    assert root.tag.endswith("svg")
+    texts = "".join(el.text or "" for el in root.iter() if el.tag.endswith("text"))
+    assert "slow tail" in texts  # text stays text in an SVG, not glyph outlines
+
+
+def test_write_chart_refuses_an_unknown_suffix_and_writes_nothing(tmp_path):
+    from phasemeter.analytics.present import write_chart
+    from phasemeter.timeparse import ArgError
+
+    with pytest.raises(ArgError, match=r"--out .*x\.jpg: the file must end in \.png, \.svg or \.html"):
+        write_chart(synthetic_bands(), {"kind": "bands", "path": "exact", "step_s": 60}, tmp_path / "x.jpg")
+    assert list(tmp_path.iterdir()) == []
