@@ -133,6 +133,7 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
     rebucket = edges is not None
     edge_tuple = parse_edges(edges) if rebucket else parse_edges(default_edges)
     filters = {"models": list(models or []), "buckets": list(buckets or [])}
+    check_filters(filters["models"], filters["buckets"], bucket_labels(edge_tuple))
 
     def estimate() -> int:
         df = runner.df("estimate_rows", {"start": _naive(start), "end": _naive(end), **filters})
@@ -151,6 +152,8 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
         if kind == "bands":
             params["prefill"] = prefill
     df = _tidy(runner.df(_SQL[(kind, choice.path, rebucket)], params), kind)
+    if df.empty and filters["models"]:
+        _explain_unknown_models(runner, filters["models"], start, end)
     order = bucket_labels(edge_tuple)
     df = order_bands(df, order)
     meta = {"kind": kind, "path": choice.path, "reason": choice.reason,
@@ -160,6 +163,28 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
             "bucket_order": order, "rebucketed": rebucket, "abandoned": abandoned, "prefill": prefill,
             "abandoned_split": choice.path == "exact"}
     return df, meta
+
+
+def check_filters(models: list[str], buckets: list[str], labels: list[str]) -> None:
+    """--model/--bucket values that can never match are an error, not an empty answer."""
+    for model in models:
+        if not model.strip():
+            raise ArgError(f"--model {model!r}: a model name cannot be empty")
+    for bucket in buckets:
+        if bucket not in labels:
+            raise ArgError(f"--bucket {bucket!r}: not an input bucket; the buckets are {', '.join(labels)}")
+
+
+def _explain_unknown_models(runner, models: list[str], start: datetime, end: datetime) -> None:
+    present = runner.df("models_in_window", {"start": _naive(start), "end": _naive(end)})
+    if present.empty:
+        return  # an empty window: the answer is honestly empty
+    known = dict(zip(present["model"], present["n"]))
+    missing = [m for m in models if m not in known]
+    if missing:
+        listing = ", ".join(f"{m} ({int(n):,})" for m, n in known.items())
+        raise ArgError(f"--model {', '.join(missing)}: no generations of it in this window; "
+                       f"models with data: {listing}")
 
 
 def step_from(arg: str | None, start: datetime, end: datetime) -> int:

@@ -472,3 +472,22 @@ def test_fetch_and_render_with_variant_flags(mixed, tmp_path):
     assert "prefill (uncached) slow p1" in render(df, "table", meta)
     text = write_chart(df, meta, tmp_path / "v.html").read_text()
     assert "prefill = uncached" in text and "excluded from (--abandoned exclude)" in text
+
+
+@pytest.mark.parametrize("path", ["exact", "rollup"])
+def test_filters_that_cannot_match_are_errors_that_list_what_exists(store, path):
+    client, raw, _ = store
+    runner = DirectRunner(client)
+    models = sorted(raw["model"].unique())
+    with pytest.raises(ArgError) as err:
+        run_query(runner, START, END, 3600, models=["llama-4"], force=path)
+    assert "--model llama-4: no generations of it in this window" in str(err.value)
+    assert all(m in str(err.value) for m in models)
+    with pytest.raises(ArgError, match=r"--bucket '8k': not an input bucket; the buckets are 0-512, 512-2k"):
+        run_query(runner, START, END, 3600, buckets=["8k"], force=path)
+    with pytest.raises(ArgError, match="--model '': a model name cannot be empty"):
+        run_query(runner, START, END, 3600, models=[""], force=path)
+    # A model that exists, in a window with no data at all: an honest empty answer.
+    empty_start = END + timedelta(days=1)
+    df, _ = run_query(runner, empty_start, empty_start + timedelta(hours=8), 3600, models=["llama-4"], force=path)
+    assert df.empty
