@@ -72,7 +72,7 @@ def _runner(settings, args):
 def cmd_check(args, settings) -> int:
     from .webhook import deliver, safe_url
 
-    ruleset = load_rules(args.rules)
+    ruleset = load_rules(args.rules, _labels(settings))
     at = parse_time(args.at, "--at").astimezone(timezone.utc)
     runner = _runner(settings, args)
     try:
@@ -95,7 +95,7 @@ def cmd_check(args, settings) -> int:
 
 @_guarded
 def cmd_backtest(args, settings) -> int:
-    ruleset = load_rules(args.rules)
+    ruleset = load_rules(args.rules, _labels(settings))
     start, end = window(args.start, args.end)
     every_s = parse_duration(args.every, "--every")
     runner = _runner(settings, args)

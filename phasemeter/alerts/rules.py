@@ -174,12 +174,19 @@ def parse_rule(table, where: str) -> Rule:
                 raw=tuple(sorted(table.items(), key=lambda kv: kv[0])))
 
 
-def parse_rules(doc: dict, source: str = "rules") -> RuleSet:
+def parse_rules(doc: dict, source: str = "rules", bucket_labels: list[str] | None = None) -> RuleSet:
+    """`bucket_labels`: the store's input buckets; a rule naming another one
+    would never be evaluated, so it is an error (case matters: 8k-32K is not 8k-32k)."""
     _unknown(doc, TOP_KEYS, source)
     tables = doc.get("rule")
     if not isinstance(tables, list) or not tables:
         raise RulesError(f"{source}.rule: at least one [[rule]] table is required")
     rules = tuple(parse_rule(t, f"rule[{i}]") for i, t in enumerate(tables))
+    for i, rule in enumerate(rules):
+        unknown = [b for b in rule.buckets if bucket_labels is not None and b not in bucket_labels]
+        if unknown:
+            raise RulesError(f"rule[{i}].buckets: {unknown[0]!r} is not an input bucket "
+                             f"(the buckets are {', '.join(bucket_labels)})")
     names = [r.name for r in rules]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -187,8 +194,9 @@ def parse_rules(doc: dict, source: str = "rules") -> RuleSet:
     return RuleSet(rules, _get(doc, "runbook_base_url", source, str, ""))
 
 
-def load_rules(path: str | Path | None = None) -> RuleSet:
-    """The shipped defaults, or the operator's file (--rules)."""
+def load_rules(path: str | Path | None = None, bucket_labels: list[str] | None = None) -> RuleSet:
+    """The shipped defaults, or the operator's file (--rules), checked against
+    the store's bucket labels when given."""
     if path is None:
         text, source = resources.files("phasemeter.alerts").joinpath("default_rules.toml").read_text(), "default"
     else:
@@ -200,7 +208,7 @@ def load_rules(path: str | Path | None = None) -> RuleSet:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RulesError(f"--rules {source}: not valid TOML: {exc}") from None
-    return parse_rules(doc)
+    return parse_rules(doc, bucket_labels=bucket_labels)
 
 
 def override(ruleset: RuleSet, **changes) -> RuleSet:

@@ -97,3 +97,16 @@ def test_cli_bad_rules_file_exits_2_naming_the_key(tmp_path, capsys):
     code = main(["alerts", "check", "--rules", str(path), "--data-dir", str(tmp_path)])
     assert code == 2
     assert "rule[0].threshold" in capsys.readouterr().err
+
+
+def test_a_bucket_label_the_store_does_not_have_is_an_error(tmp_path):
+    from phasemeter.alerts.rules import RulesError, load_rules
+
+    path = tmp_path / "rules.toml"
+    path.write_text('[[rule]]\nname = "p"\nphase = "prefill"\nbuckets = ["2k-8k", "8k-32K"]\n')
+    labels = ["0-512", "512-2k", "2k-8k", "8k-32k", "32k+"]
+    with pytest.raises(RulesError, match=r"rule\[0\]\.buckets: '8k-32K' is not an input bucket \(the buckets are "):
+        load_rules(path, labels)
+    path.write_text('[[rule]]\nname = "p"\nphase = "prefill"\nbuckets = ["2k-8k", "8k-32k"]\n')
+    assert load_rules(path, labels).rules[0].buckets == ("2k-8k", "8k-32k")
+    assert load_rules(None, labels).rules  # the shipped defaults name real buckets
