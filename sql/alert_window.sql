@@ -1,6 +1,7 @@
 -- Alert evaluation: per model × input bucket, the current window and the
 -- baseline window(s), both phases at once (the other phase's change and the
--- queue are the evidence of a firing alert, so they come for free).
+-- queue are the evidence of a firing alert, so they come for free: the queue's
+-- p95, its share of TTFT, and engine prefill = input_tokens / (ttft_s - queue_s)).
 -- Exact percentiles: quantileExactInclusive == numpy.percentile(method="linear").
 -- The level {q} is a bound Float64 (p5 -> 0.05): the slow tail of a throughput.
 -- Nulls (errors: no first token; output_tokens <= 1: no decode) are skipped,
@@ -18,11 +19,18 @@ SELECT
     count(decode_tps) AS decode_n,
     quantileExactInclusive({q:Float64})(decode_tps) AS decode_q,
     count(queue_s) AS queue_n,
-    quantileExactInclusive(0.95)(queue_s) AS queue_p95
+    quantileExactInclusive(0.95)(queue_s) AS queue_p95,
+    -- The queue's share of TTFT (over generations that report both): a queue
+    -- that grows 4x but stays 2 % of TTFT is not why prefill got slow.
+    sumIf(queue_s, isNotNull(queue_s) AND isNotNull(ttft_s))
+        / nullIf(sumIf(ttft_s, isNotNull(queue_s) AND isNotNull(ttft_s)), 0) AS queue_share,
+    -- Engine prefill (queue excluded) at the same level: did compute slow down?
+    quantileExactInclusive({q:Float64})(engine_tps) AS engine_q
 FROM
 (
     SELECT
-        model, input_bucket, prefill_tps, decode_tps, queue_s,
+        model, input_bucket, prefill_tps, decode_tps, queue_s, ttft_s,
+        if(ttft_s > queue_s, input_tokens / (ttft_s - queue_s), NULL) AS engine_tps,
         multiIf(ts >= {cur_start:DateTime64(3)}, 'current',
                 arrayExists(s -> toUnixTimestamp64Milli(ts) >= s
                                  AND toUnixTimestamp64Milli(ts) < s + {base_span_ms:Int64},

@@ -16,8 +16,7 @@ from .rules import Rule
 
 OK, FIRING, INSUFFICIENT = "ok", "firing", "insufficient data"
 OTHER = {"prefill": "decode", "decode": "prefill"}
-# queue_s p95 must at least grow this much to be called "rose": below it, queue
-# noise between two windows is normal and the cause is elsewhere (compute).
+# For decode: queue_s p95 must at least grow this much to be called "rose".
 QUEUE_RISE = 1.5
 
 
@@ -36,6 +35,8 @@ class Result:
     other_change: float | None  # the other phase, same percentile, same model × bucket
     queue_ratio: float | None  # queue_s p95 current / baseline
     evidence: str = ""         # root-cause hint, only when firing
+    queue_share: tuple[float | None, float | None] = (None, None)  # queue / TTFT (current, baseline)
+    engine_change: float | None = None  # engine prefill (queue excluded), same percentile
 
     @property
     def firing(self) -> bool:
@@ -54,17 +55,30 @@ def _ratio(cur: float | None, base: float | None) -> float | None:
     return cur / base if cur is not None and base is not None and base > 0 else None
 
 
-def diagnose(phase: str, threshold: float, queue_ratio: float | None, other_change: float | None) -> str:
-    """GUIDE.md §5: which runbook section a firing alert most likely belongs to."""
+def diagnose(phase: str, threshold: float, queue_ratio: float | None, other_change: float | None,
+             queue_share: tuple[float | None, float | None] = (None, None),
+             engine_change: float | None = None) -> str:
+    """Which runbook section a firing alert most likely belongs to (docs/alerts.md).
+
+    Prefill as the gateway sees it includes the queue. Whether the queue is
+    the cause is decided by engine prefill (queue excluded): if it fell as
+    much as total prefill, compute slowed, however much the queue grew; if it
+    held, the extra time was spent waiting. The queue's share of TTFT before
+    and after is stated either way.
+    """
     other = OTHER[phase]
     if other_change is not None and other_change <= -threshold:
         return (f"both phases dropped ({other} {other_change:+.0%}) → node fault / model swap / bad deploy")
-    queue = "queue_s p95 unknown" if queue_ratio is None else f"queue_s p95 {queue_ratio:.1f}×"
     rose = queue_ratio is not None and queue_ratio >= QUEUE_RISE
     if phase == "prefill":
-        if rose:
-            return f"queue_s p95 rose {queue_ratio:.1f}× → queue/scheduler saturation"
-        return f"prefill slowed with flat queue ({queue}) → compute contention"
+        share_cur, share_base = queue_share
+        if engine_change is None or share_cur is None or share_base is None:
+            return "prefill slowed; no queue_s reported, so waiting and computing cannot be told apart " \
+                   "→ compute contention"
+        share = f"queue {share_base:.0%} → {share_cur:.0%} of TTFT"
+        if engine_change <= -threshold:
+            return f"engine prefill (queue excluded) {engine_change:+.0%}, {share} → compute contention"
+        return f"engine prefill steady ({engine_change:+.0%}), {share} → queue/scheduler saturation"
     steady = "no data" if other_change is None else f"{other_change:+.0%}"
     text = f"decode slowed, prefill steady ({steady}) → KV-cache/batch"
     return text + (f"; queue_s p95 also rose {queue_ratio:.1f}× (preemption?)" if rose else "")
@@ -93,15 +107,20 @@ def evaluate(rule: Rule, frame: pd.DataFrame, at: datetime, buckets: tuple[str, 
         other_ratio = _ratio(_num(cur.get(f"{other}_q")), _num(base.get(f"{other}_q")))
         other_change = None if other_ratio is None else other_ratio - 1
         queue_ratio = _ratio(_num(cur.get("queue_p95")), _num(base.get("queue_p95")))
+        shares = (_num(cur.get("queue_share")), _num(base.get("queue_share")))
+        engine_ratio = _ratio(_num(cur.get("engine_q")), _num(base.get("engine_q")))
+        engine_change = None if engine_ratio is None else engine_ratio - 1
         if n_cur < rule.min_current or n_base < rule.min_baseline or ratio is None:
             state = INSUFFICIENT
         elif ratio < 1 - rule.threshold:
             state = FIRING
         else:
             state = OK
-        evidence = diagnose(phase, rule.threshold, queue_ratio, other_change) if state == FIRING else ""
+        evidence = (diagnose(phase, rule.threshold, queue_ratio, other_change, shares, engine_change)
+                    if state == FIRING else "")
         out.append(Result(rule, model, bucket, at, state, v_cur, v_base, n_cur, n_base,
-                          None if ratio is None else ratio - 1, other_change, queue_ratio, evidence))
+                          None if ratio is None else ratio - 1, other_change, queue_ratio, evidence,
+                          shares, engine_change))
     return out
 
 
@@ -119,7 +138,10 @@ def as_dict(r: Result) -> dict:
             "change_pct": None if r.change is None else round(100 * r.change, 2),
             "n_current": r.n_current, "n_baseline": r.n_baseline,
             "other_phase_change_pct": None if r.other_change is None else round(100 * r.other_change, 2),
-            "queue_p95_ratio": r.queue_ratio, "evidence": r.evidence, "runbook": r.rule.runbook,
+            "queue_p95_ratio": r.queue_ratio, "queue_share_of_ttft": r.queue_share[0],
+            "queue_share_of_ttft_baseline": r.queue_share[1],
+            "engine_prefill_change_pct": None if r.engine_change is None else round(100 * r.engine_change, 2),
+            "evidence": r.evidence, "runbook": r.rule.runbook,
             "threshold_pct": round(100 * r.rule.threshold, 2)}
 
 

@@ -17,9 +17,11 @@ RULES = load_rules()
 PREFILL, DECODE = RULES.rules
 
 
-def row(model, bucket, part, prefill=1000.0, decode=50.0, n=300, queue=0.05, **kw):
+def row(model, bucket, part, prefill=1000.0, decode=50.0, n=300, queue=0.05, share=0.02, engine=None, **kw):
+    """`engine`: engine prefill (queue excluded); by default the same change as `prefill`."""
     base = dict(model=model, input_bucket=bucket, part=part, n=n, prefill_n=n, prefill_q=prefill,
-                decode_n=n, decode_q=decode, queue_n=n, queue_p95=queue)
+                decode_n=n, decode_q=decode, queue_n=n, queue_p95=queue, queue_share=share,
+                engine_q=prefill * 1.02 if engine is None else engine)
     return {**base, **kw}
 
 
@@ -38,7 +40,19 @@ def test_prefill_drop_fires_prefill_only():
     assert states(DECODE, df) == {("m", "8k-32k"): OK, ("m", "0-512"): OK}
     (r,) = [r for r in evaluate(PREFILL, df, AT)]
     assert r.change == pytest.approx(-0.4) and r.queue_ratio == pytest.approx(4.0)
-    assert r.evidence == "queue_s p95 rose 4.0× → queue/scheduler saturation"
+    # The queue grew 4x but is 2 % of TTFT, and engine prefill fell as much:
+    # compute, not the queue (the case that used to send on-call to the queue).
+    assert r.evidence == "engine prefill (queue excluded) -40%, queue 2% → 2% of TTFT → compute contention"
+    assert r.engine_change == pytest.approx(-0.4) and r.queue_share == (0.02, 0.02)
+
+
+def test_a_queue_that_eats_ttft_is_the_cause_when_engine_prefill_held():
+    # The H200 trace's shape: queues of 100 s made up nearly all of TTFT.
+    df = frame(row("m", "32k+", "baseline", share=0.1),
+               row("m", "32k+", "current", prefill=200.0, queue=100.0, share=0.95, engine=1000.0))
+    (r,) = evaluate(PREFILL, df, AT)
+    assert r.state == FIRING
+    assert r.evidence == "engine prefill steady (-2%), queue 10% → 95% of TTFT → queue/scheduler saturation"
 
 
 def test_decode_drop_fires_decode_only():
@@ -83,10 +97,13 @@ def test_new_and_vanished_models_and_empty_percentiles():
 
 
 def test_root_cause_map():
-    assert diagnose("prefill", 0.3, 1.1, -0.05) == \
-        "prefill slowed with flat queue (queue_s p95 1.1×) → compute contention"
-    assert diagnose("prefill", 0.3, None, None).endswith("(queue_s p95 unknown) → compute contention")
-    assert diagnose("prefill", 0.3, 1.5, 0.0) == "queue_s p95 rose 1.5× → queue/scheduler saturation"
+    assert diagnose("prefill", 0.3, 1.1, -0.05, (0.03, 0.03), -0.45) == \
+        "engine prefill (queue excluded) -45%, queue 3% → 3% of TTFT → compute contention"
+    assert diagnose("prefill", 0.3, None, None) == (
+        "prefill slowed; no queue_s reported, so waiting and computing cannot be told apart → compute contention")
+    assert diagnose("prefill", 0.3, 2.6, 0.0, (0.02, 0.05), -0.7).endswith("→ compute contention")
+    assert diagnose("prefill", 0.3, 1.5, 0.0, (0.6, 0.2), -0.1) == \
+        "engine prefill steady (-10%), queue 20% → 60% of TTFT → queue/scheduler saturation"
     assert diagnose("decode", 0.3, 2.0, -0.1) == \
         "decode slowed, prefill steady (-10%) → KV-cache/batch; queue_s p95 also rose 2.0× (preemption?)"
     assert diagnose("decode", 0.3, 1.0, -0.3).startswith("both phases dropped (prefill -30%)")
