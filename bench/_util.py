@@ -188,9 +188,10 @@ class Worker:
     (Faust writes its `<group>-data` folder into the cwd, so the cwd is the tmp dir)."""
 
     def __init__(self, bootstrap: str, topic: str, workdir: Path, batch_rows: int = 5000,
-                 batch_seconds: float = 1.0, extra_env: dict | None = None):
+                 batch_seconds: float = 1.0, extra_env: dict | None = None, python: str = sys.executable):
         from phasemeter.kafka_local import free_port
 
+        self.python = python  # another venv's interpreter runs another version of the worker
         tag = uuid.uuid4().hex[:10]
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -206,14 +207,14 @@ class Worker:
         self.proc: subprocess.Popen | None = None
 
     def migrate(self) -> None:
-        subprocess.run([sys.executable, "-m", "phasemeter", "migrate"], env=self.env, cwd=self.workdir,
+        subprocess.run([self.python, "-m", "phasemeter", "migrate"], env=self.env, cwd=self.workdir,
                        capture_output=True, text=True, check=True, timeout=120)
 
     def start(self, timeout_s: float = 90.0) -> float:
         """Start and wait for /health; returns seconds from spawn to healthy."""
         t = time.perf_counter()
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "phasemeter", "worker", "--loglevel", "warn"],
+            self.proc = subprocess.Popen([self.python, "-m", "phasemeter", "worker", "--loglevel", "warn"],
                                          env=self.env, cwd=self.workdir, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s

@@ -115,9 +115,11 @@ def measure_bare_faust(bootstrap: str, topic: str, n: int, mode: str, partitions
     return _rate(f"bare Faust agent ({'async for' if mode == 'iterate' else 'take_events'})", result, n)
 
 
-def measure_worker(bootstrap: str, topic: str, generations: int, messages: int, args, label: str) -> dict:
+def measure_worker(bootstrap: str, topic: str, generations: int, messages: int, args, label: str,
+                   python: str = sys.executable) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="pm-bench-worker-"))
-    w = U.Worker(bootstrap, topic, tmp, batch_rows=args.batch_rows, batch_seconds=args.batch_seconds)
+    w = U.Worker(bootstrap, topic, tmp, batch_rows=args.batch_rows, batch_seconds=args.batch_seconds,
+                 python=python)
     out = {"reader": label, "messages": messages, "generations": generations, "seconds": None,
            "msgs_per_s": None, "gens_per_s": None, "complete": False, "supported": True}
     try:
@@ -172,6 +174,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--skip-aiokafka", action="store_true")
     ap.add_argument("--timeout", type=float, default=300.0, help="per reader")
     ap.add_argument("--json", default="", help="also write the result dict here")
+    ap.add_argument("--compare-python", default="", help="also run the worker of another venv (e.g. the "
+                    "previous version) on the same topics, in the same run")
     args = ap.parse_args(argv)
     U.exit_cleanly_on_sigterm()
 
@@ -190,6 +194,9 @@ def main(argv: list[str] | None = None) -> dict:
         for mode in [m for m in args.bare_modes.split(",") if m]:
             rows.append(measure_bare_faust(bootstrap, topic, args.n, mode, args.partitions, args.batch_rows,
                                            args.timeout))
+        if args.compare_python:
+            rows.append(measure_worker(bootstrap, topic, args.n, args.n, args,
+                                       "compared worker (1 event/msg)", args.compare_python))
         rows.append(measure_worker(bootstrap, topic, args.n, args.n, args, "phasemeter worker (1 event/msg)"))
         bare = next((r for r in rows if r["reader"].startswith("bare Faust agent (async for")), None) or \
             next((r for r in rows if r["reader"].startswith("bare Faust")), None)
@@ -209,6 +216,11 @@ def main(argv: list[str] | None = None) -> dict:
             result["envelope_prefill"] = {"messages": len(emsgs), "seconds": round(secs, 2),
                                           "avg_bytes": sum(len(v) for _, v in emsgs) / len(emsgs)}
             del events
+            if args.compare_python:
+                cmp_env = measure_worker(bootstrap, etopic, args.envelope_n, len(emsgs), args,
+                                         f"compared worker (envelopes of {size})", args.compare_python)
+                cmp_env["ratio_vs_bare_faust"] = U.ratio(cmp_env["gens_per_s"], ceiling)
+                result["compared_envelope"] = cmp_env
             env = measure_worker(bootstrap, etopic, args.envelope_n, len(emsgs), args,
                                  f"phasemeter worker (envelopes of {size})")
             env["ratio_vs_bare_faust"] = U.ratio(env["gens_per_s"], ceiling)
@@ -224,7 +236,7 @@ def render(result: dict) -> str:
     def f(v, d=0):
         return "n/a" if v is None else (f"{v:,.{d}f}")
 
-    rows = list(result["single"]) + ([result["envelope"]] if result.get("envelope") else [])
+    rows = list(result["single"]) + [result[k] for k in ("compared_envelope", "envelope") if result.get(k)]
     lines = ["| reader | Kafka messages | generations | seconds | msgs/s | generations/s "
              "| ratio (gen/s ÷ bare Faust msgs/s) |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

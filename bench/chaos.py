@@ -66,16 +66,14 @@ class Cell:
     # -- processes ------------------------------------------------------------
     def new_worker(self, name: str) -> U.Worker:
         w = U.Worker(self.broker.bootstrap, self.topic, self.workdir / name, batch_seconds=0.5,
-                     extra_env={"PHASEMETER_SESSION_TIMEOUT_S": "6",
-                                "PHASEMETER_GROUP_ID": f"grp-{self.tag}-{os.getpid()}"})
-        w.env["PHASEMETER_DATABASE"] = "chaos"
-        subprocess.run([self.python, "-m", "phasemeter", "migrate"], env=w.env, cwd=w.workdir,
-                       capture_output=True, text=True, check=True, timeout=120)
+                     extra_env={"PHASEMETER_SESSION_TIMEOUT_S": "6", "PHASEMETER_DATABASE": "chaos",
+                                "PHASEMETER_GROUP_ID": f"grp-{self.tag}-{os.getpid()}"}, python=self.python)
+        w.migrate()
         return w
 
     def spawn(self, w: U.Worker, wait: bool = True) -> None:
         with open(w.log, "ab") as log:
-            w.proc = subprocess.Popen([self.python, "-m", "phasemeter", "worker", "--loglevel", "warn"],
+            w.proc = subprocess.Popen([w.python, "-m", "phasemeter", "worker", "--loglevel", "warn"],
                                       env=w.env, cwd=w.workdir, stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
         if wait:
