@@ -223,7 +223,7 @@ def show_results(settings: Settings, url: str, out: Path) -> None:
     live = runner.df("summary", {"start": recent, "end": now})
     live = order_bands(live[live["abandoned"] > 0].assign(t=0), order)[
         ["model", "input_bucket", "n", "abandoned", "abandoned_prefill", "abandoned_decode"]]
-    text = ("abandoned generations (started, never ended; GUIDE.md section 4), last 15 min:\n"
+    text = ("abandoned generations (started, never ended; docs/metrics.md), last 15 min:\n"
             + (live.to_string(index=False) if len(live) else "  none"))
     print(text)
     (out / "abandoned.txt").write_text(text + "\n")

@@ -1,4 +1,4 @@
--- One row per finished generation, derived by the stream job (GUIDE.md §2).
+-- One row per finished generation, derived by the stream job (docs/metrics.md).
 -- Key serves the main query shape: "percentiles of one model (× bucket) over
 -- a time window" -> ORDER BY low-to-high cardinality, then time.
 -- src_topic/src_partition/src_offset make every row traceable to the Kafka

@@ -20,7 +20,7 @@
 -- non_replicated_deduplication_window > 0 on the target table: together with
 -- the sink's deduplicate_blocks_in_dependent_materialized_views=1, a retried
 -- identical batch (same insert_deduplication_token) is not counted twice here
--- either (GUIDE.md section 7).
+-- either (docs/delivery.md).
 --
 -- The view sees only rows inserted AFTER it exists; older rows are added with
 -- `phasemeter analytics backfill --from --to` (sql/rollup_backfill.sql).

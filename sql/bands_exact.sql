@@ -10,7 +10,7 @@
 -- {prefill:String}: which prefill throughput the prefill_* columns hold
 --   'total'    prefill_tps = input_tokens / ttft_s (includes queue: what users feel)
 --   'engine'   input_tokens / (ttft_s - queue_s), NULL when queue_s is NULL or ttft_s <= queue_s
---   'uncached' prefill_tps_uncached (GUIDE §2)
+--   'uncached' prefill_tps_uncached (docs/metrics.md)
 --   anything else fails (throwIf) instead of silently meaning 'total'.
 -- abandoned_prefill / abandoned_decode: abandoned before / after the first
 -- token (ttft_s NULL / not NULL, i.e. finish_reason expired_in_prefill / _decode).

@@ -1,7 +1,7 @@
 """Validation and derivation: raw bytes -> row dict, or a Rejection.
 
 Pure functions with no Kafka and no ClickHouse, so every edge case of
-GUIDE.md §2 is a plain unit test. The Faust agent is a thin loop over these.
+docs/metrics.md is a plain unit test. The Faust agent is a thin loop over these.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def _validate_full(event: dict, now: float) -> dict | Rejection:
 
 
 def derive(fields: dict, bucket: Bucketer) -> dict:
-    """GUIDE.md §2 metrics from validated fields. Null is never zero or inf."""
+    """The metrics of docs/metrics.md from validated fields. Null is never zero or inf."""
     ttft, e2e, queue = fields["ttft_s"], fields["e2e_s"], fields["queue_s"]
     n_in, n_out, cached = fields["input_tokens"], fields["output_tokens"], fields["cached_input_tokens"]
     decode_s = None if ttft is None else e2e - ttft

@@ -1,7 +1,7 @@
 """Pure alert logic: one `alert_window` frame + a Rule -> states and evidence.
 
 No I/O here, so every state (ok / firing / insufficient data) and every line
-of the GUIDE.md §5 root-cause map is a plain unit test on small DataFrames.
+of the root-cause map (docs/metrics.md) is a plain unit test on small DataFrames.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a band holds: abandoned generations in or out, and which prefill throughput.
 
-* `--abandoned include|exclude` (default include: no survivorship bias, GUIDE §4).
+* `--abandoned include|exclude` (default include: no survivorship bias, docs/metrics.md).
   Either way every row counts the abandoned generations of its cell:
   `abandoned` = `abandoned_prefill` (no first token) + `abandoned_decode`.
   Excluded, they leave `n` and every percentile, never the counts.

@@ -1,4 +1,4 @@
-"""GUIDE.md §7 fault scenarios on the real broker and a real chDB store:
+"""Fault scenarios (docs/delivery.md) on the real broker and a real chDB store:
 kill -9 at random points, poison input, duplicate delivery, a locked store,
 a broker outage under the emitter, and the web port's security."""
 

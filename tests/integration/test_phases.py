@@ -1,7 +1,7 @@
 """Phase events end to end on real services: raw JSON phases (as a non-Python
 gateway sends them) -> Kafka -> worker (ingest + Faust-table join) -> chDB.
 
-Expected values are computed here from the known inputs with GUIDE.md §2,
+Expected values are computed here from the known inputs with docs/metrics.md,
 independently of stream_jobs.join / derive.
 """
 

@@ -1,6 +1,6 @@
 """End to end on real services: emitter -> Kafka -> worker -> chDB -> bands.
 
-Expected values are computed here from the known inputs with the GUIDE.md §2
+Expected values are computed here from the known inputs with the docs/metrics.md
 formulas, independently of stream_jobs.derive.
 """
 

@@ -1,4 +1,4 @@
-"""GUIDE.md §2 edge cases for the pure pipeline (no Kafka, no ClickHouse)."""
+"""docs/metrics.md edge cases for the pure pipeline (no Kafka, no ClickHouse)."""
 
 import json
 import math

@@ -2,7 +2,7 @@
 
 Phases enter as the ingest path forwards them (validate_phase's normalised
 fields). Expected values are computed here from the known inputs with
-docs/phases.md and GUIDE.md §2/§4, not with join.py or derive.py; every
+docs/phases.md and docs/metrics.md, not with join.py or derive.py; every
 output is also pushed through derive.process_message as the ingest agent
 does with the joined topic (internal=True).
 """
@@ -30,7 +30,7 @@ KINDS = ("start", "first_token", "end")
 
 
 def label(n: int) -> str:
-    """GUIDE §2 default input buckets, by hand."""
+    """The default input buckets (docs/metrics.md), by hand."""
     for hi, name in ((512, "0-512"), (2048, "512-2k"), (8192, "2k-8k"), (32768, "8k-32k")):
         if n < hi:
             return name
@@ -74,7 +74,7 @@ def ingest(record: dict, internal: bool = True):
 
 
 def expected_row(*, n_in, n_out, t0, ttft, e2e, queue, cached, status) -> dict:
-    """GUIDE §2, by hand."""
+    """docs/metrics.md, by hand."""
     decode = None if ttft is None else e2e - ttft
     has_decode = n_out > 1 and decode is not None and decode > 0
     uncached = None
