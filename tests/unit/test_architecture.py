@@ -1,0 +1,110 @@
+"""The import graph of the installed package: no cycles (imports inside
+functions count too), the emitter stays a leaf, and the pure cores do no I/O.
+docs/architecture.md draws the layers these rules keep."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# Installed package name -> folder in the repo (pyproject's package-dir).
+FOLDERS = {"phasemeter": "phasemeter", "phasemeter.stream_jobs": "stream_jobs",
+           "phasemeter.producers": "producers"}
+# Pure cores: no store, no Kafka, no Faust, no web, no files.
+PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join", "phasemeter.stream_jobs.sequence",
+        "phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.buckets", "phasemeter.alerts.evaluate",
+        "phasemeter.analytics.paths")
+IO = ("faust", "aiokafka", "kafka", "clickhouse_connect", "chdb", "urllib", "socket", "subprocess",
+      "phasemeter.store", "phasemeter.runner", "phasemeter.stream_jobs.sink", "phasemeter.stream_jobs.ledger")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for package, folder in FOLDERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = [p for p in path.relative_to(ROOT / folder).with_suffix("").parts if p != "__init__"]
+            if package == "phasemeter" and parts and parts[0] in ("stream_jobs", "producers"):
+                continue
+            out[".".join([package, *parts])] = path
+    return out
+
+
+def imports(name: str, path: Path) -> set[str]:
+    """Every module this one imports, at the top or inside a function."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                head = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(head + ([node.module] if node.module else []))
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: {d for d in imports(name, path) if d in mods and d != name} for name, path in mods.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_checker_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    edges = graph()
+    # The parser sees real imports, relative and inside functions alike.
+    assert "phasemeter.stream_jobs.pipeline" in edges["phasemeter.stream_jobs.app"]
+    assert "phasemeter.store" in edges["phasemeter.runner"]  # imported inside open_runner()
+    assert cycles(edges) == []
+
+
+def test_the_emitter_is_a_leaf():
+    for name, deps in graph().items():
+        if name.startswith("phasemeter.producers"):
+            assert all(d.startswith("phasemeter.producers") for d in deps), (name, deps)
+
+
+def test_pure_cores_do_no_io():
+    mods = modules()
+    for name in PURE:
+        found = imports(name, mods[name])
+        bad = sorted(d for d in found if any(d == io or d.startswith(io + ".") for io in IO))
+        assert not bad, f"{name} imports {bad}"
