@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -131,6 +132,19 @@ def run_load(bootstrap: str, settings: Settings, seconds: float, rate: float, wo
     return meter.stats(), total
 
 
+def explore_hint(demo_dir: Path) -> str:
+    """The exact commands that read the demo's store afterwards: it lives
+    under its own data dir, not the default one."""
+    d = shlex.quote(str(demo_dir))
+    return ("\nThe demo's store stays in " + str(demo_dir) + ". Explore it with:\n"
+            f"  phasemeter query bands --data-dir {d} --from -2h --step 5m\n"
+            f"  phasemeter latency --data-dir {d} --from -2h --step 5m\n"
+            f"  phasemeter chart --data-dir {d} --from -2h --out bands.html\n"
+            f"  phasemeter alerts check --data-dir {d}\n"
+            f"  phasemeter dlq inspect --data-dir {d}\n"
+            "(inside the repo, use .venv/bin/phasemeter, or activate .venv first)")
+
+
 def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> int:
     from .kafka_local import LocalBroker, ensure_topics, free_port
 
@@ -188,6 +202,7 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> i
              f"{h.get('accepted', 0) - ended} of them abandoned")
         show_results(settings, url, out)
         _say(f"done in {time.monotonic() - t_start:.0f}s")
+        print(explore_hint(demo_dir), flush=True)
         return 0
     except KeyboardInterrupt:
         _say("interrupted")
