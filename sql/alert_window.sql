@@ -25,11 +25,14 @@ SELECT
     sumIf(queue_s, isNotNull(queue_s) AND isNotNull(ttft_s))
         / nullIf(sumIf(ttft_s, isNotNull(queue_s) AND isNotNull(ttft_s)), 0) AS queue_share,
     -- Engine prefill (queue excluded) at the same level: did compute slow down?
-    quantileExactInclusive({q:Float64})(engine_tps) AS engine_q
+    quantileExactInclusive({q:Float64})(engine_tps) AS engine_q,
+    -- The span the data really covers: a "previous 24h" baseline with 40
+    -- minutes of history must say so.
+    toUnixTimestamp64Milli(max(ts)) - toUnixTimestamp64Milli(min(ts)) AS covered_ms
 FROM
 (
     SELECT
-        model, input_bucket, prefill_tps, decode_tps, queue_s, ttft_s,
+        model, input_bucket, ts, prefill_tps, decode_tps, queue_s, ttft_s,
         if(ttft_s > queue_s, input_tokens / (ttft_s - queue_s), NULL) AS engine_tps,
         multiIf(ts >= {cur_start:DateTime64(3)}, 'current',
                 arrayExists(s -> toUnixTimestamp64Milli(ts) >= s

@@ -37,6 +37,14 @@ class Result:
     evidence: str = ""         # root-cause hint, only when firing
     queue_share: tuple[float | None, float | None] = (None, None)  # queue / TTFT (current, baseline)
     engine_change: float | None = None  # engine prefill (queue excluded), same percentile
+    baseline_covered_s: float | None = None  # first to last baseline generation
+
+    @property
+    def thin_baseline(self) -> bool:
+        """The baseline's data spans under half of what the rule asks for: an
+        incident inside it is absorbed and looks resolved."""
+        return (self.baseline_covered_s is not None and self.n_baseline > 0
+                and self.baseline_covered_s < 0.5 * self.rule.baseline.nominal_s)
 
     @property
     def firing(self) -> bool:
@@ -110,6 +118,7 @@ def evaluate(rule: Rule, frame: pd.DataFrame, at: datetime, buckets: tuple[str, 
         shares = (_num(cur.get("queue_share")), _num(base.get("queue_share")))
         engine_ratio = _ratio(_num(cur.get("engine_q")), _num(base.get("engine_q")))
         engine_change = None if engine_ratio is None else engine_ratio - 1
+        covered = _num(base.get("covered_ms"))
         if n_cur < rule.min_current or n_base < rule.min_baseline or ratio is None:
             state = INSUFFICIENT
         elif ratio < 1 - rule.threshold:
@@ -120,7 +129,7 @@ def evaluate(rule: Rule, frame: pd.DataFrame, at: datetime, buckets: tuple[str, 
                     if state == FIRING else "")
         out.append(Result(rule, model, bucket, at, state, v_cur, v_base, n_cur, n_base,
                           None if ratio is None else ratio - 1, other_change, queue_ratio, evidence,
-                          shares, engine_change))
+                          shares, engine_change, None if covered is None else covered / 1000))
     return out
 
 
@@ -141,6 +150,8 @@ def as_dict(r: Result) -> dict:
             "queue_p95_ratio": r.queue_ratio, "queue_share_of_ttft": r.queue_share[0],
             "queue_share_of_ttft_baseline": r.queue_share[1],
             "engine_prefill_change_pct": None if r.engine_change is None else round(100 * r.engine_change, 2),
+            "baseline_nominal_s": r.rule.baseline.nominal_s, "baseline_covered_s": r.baseline_covered_s,
+            "baseline_thin": r.thin_baseline,
             "evidence": r.evidence, "runbook": r.rule.runbook,
             "threshold_pct": round(100 * r.rule.threshold, 2)}
 
@@ -165,5 +176,24 @@ def table(results: list[Result]) -> str:
         if r.firing:
             lines.append(f"FIRING {r.rule.alertname} [{r.rule.phase}] {r.model} {r.bucket}: "
                          f"p{r.rule.percentile:g} {r.rule.metric} {r.change:+.0%} vs {r.rule.baseline.describe()}"
-                         f"; {r.evidence}; runbook: {r.rule.runbook}")
+                         f" ({coverage(r)}); {r.evidence}; runbook: {r.rule.runbook}")
+    thin = [r for r in results if r.thin_baseline]
+    if thin:
+        r = min(thin, key=lambda x: x.baseline_covered_s)
+        lines.append(f"note: {len(thin)} baseline(s) cover under half their span (shortest: {r.rule.name} "
+                     f"{r.model} {r.bucket}, {coverage(r)} of {r.rule.baseline.describe()}); an incident inside "
+                     "a baseline is absorbed by it and can look resolved")
     return "\n".join(lines)
+
+
+def coverage(r: Result) -> str:
+    """What the baseline really holds: its span and sample count."""
+    if r.baseline_covered_s is None:
+        return f"baseline n={r.n_baseline}"
+    return f"baseline covers {_human_s(r.baseline_covered_s)}, n={r.n_baseline}"
+
+
+def _human_s(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 60:.0f}m" if seconds >= 90 else f"{seconds:.0f}s"

@@ -41,6 +41,11 @@ class Baseline:
         # The `duration` ending at the same time of day as the window end, on each earlier day.
         return [(end - k * DAY_S - self.duration_s, end - k * DAY_S) for k in range(1, self.days + 1)]
 
+    @property
+    def nominal_s(self) -> float:
+        """The span the rule asks for: one window, or one per day compared."""
+        return self.duration_s if self.kind == "previous" else self.duration_s * self.days
+
     def describe(self) -> str:
         if self.kind == "previous":
             return f"previous {_human(self.duration_s)}"

@@ -149,3 +149,22 @@ def test_webhook_payload_groups_by_alertname():
 
 def test_safe_url_drops_credentials_and_query():
     assert safe_url("https://u:p@hooks.example:8443/x?token=abc") == "https://hooks.example:8443/x"
+
+
+def test_a_baseline_with_little_history_says_how_little():
+    # "previous 24h" with 45 minutes of data (a fresh deployment, or the demo).
+    df = frame(row("m", "32k+", "baseline", covered_ms=45 * 60_000),
+               row("m", "32k+", "current", prefill=500.0, covered_ms=600_000),
+               row("m", "8k-32k", "baseline", covered_ms=23 * 3_600_000),
+               row("m", "8k-32k", "current", covered_ms=600_000))
+    results = evaluate(PREFILL, df, AT)
+    thin = {r.bucket: r.thin_baseline for r in results}
+    assert thin == {"32k+": True, "8k-32k": False}
+    text = table(results)
+    assert "(baseline covers 45m, n=300)" in text
+    assert "note: 1 baseline(s) cover under half their span (shortest: prefill-slow-tail m 32k+, " \
+           "baseline covers 45m, n=300 of previous 1d)" in text
+    from phasemeter.alerts.evaluate import as_dict
+
+    doc = as_dict([r for r in results if r.bucket == "32k+"][0])
+    assert doc["baseline_covered_s"] == 2700 and doc["baseline_nominal_s"] == 86400 and doc["baseline_thin"]
