@@ -55,7 +55,11 @@ async def admit(app, seq: Sequencer, events, load, save, counts) -> Admitted:
     for tp, offset in out.seek.items():
         counts["gap_seeks"] += 1
         log.warning("%s/%d: fetched past offset %d without delivering it; seeking back", *tp, offset)
-        await app.consumer.seek(FaustTP(*tp), offset)
+        try:
+            await app.consumer.seek(FaustTP(*tp), offset)
+        except Exception as exc:  # e.g. revoked meanwhile: the next owner loads its own position
+            log.warning("%s/%d: seek to %d failed (%s); retried on the next gap", *tp, offset, exc)
+            seq.forget_seek(tp)
     for tp, (expected, first) in out.stuck.items():
         earliest = (await app.consumer.earliest_offsets(FaustTP(*tp))).get(FaustTP(*tp)) or 0
         if earliest > expected:
