@@ -80,7 +80,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     U.exit_cleanly_on_sigterm()
     work = Path(tempfile.mkdtemp(prefix="pm-soak-"))
-    samples: list[tuple[float, float, dict]] = []
     with U.broker(args.bootstrap) as bootstrap:
         topic = f"soak-{int(time.time())}"
         from phasemeter.kafka_local import ensure_topics
@@ -89,30 +88,44 @@ def main(argv=None) -> int:
         w = U.Worker(bootstrap, topic, work / "worker", batch_seconds=0.5)
         w.migrate()
         w.start()
-        stats: dict = {}
-        stop = threading.Event()
-        gw = threading.Thread(target=gateway, args=(bootstrap, topic, args.rate, args.minutes * 60, stats, stop))
-        t0 = time.monotonic()
-        gw.start()
         try:
-            while gw.is_alive():
-                gw.join(60.0)
-                h = w.health() or {}
-                samples.append((round((time.monotonic() - t0) / 60, 1), rss_mib(w.proc.pid) or 0.0,
-                                {k: h.get(k) for k in ("consumed", "accepted", "rejected")}))
-                print(f"{samples[-1][0]:6.1f} min  RSS {samples[-1][1]:7.1f} MiB  {samples[-1][2]}", flush=True)
+            stats, samples = soak(args, bootstrap, topic, w)
+            # An hour of phase events is millions of records: give the reader time.
+            source = C.read_source(bootstrap, topic, timeout_s=1800)
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and (w.health() or {}).get("accepted", 0) < len(source["expected"]):
+                time.sleep(1)
+            time.sleep(3)
+            inflight = U.get_json(f"{w.url}/inflight") or {}
         finally:
-            stop.set()
-            gw.join()
-        source = C.read_source(bootstrap, topic)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and (w.health() or {}).get("accepted", 0) < len(source["expected"]):
-            time.sleep(1)
-        time.sleep(3)
-        inflight = U.get_json(f"{w.url}/inflight") or {}
-        w.stop()
+            w.stop()
         target = C.read_target(f"chdb://{w.workdir / 'data' / 'store'}", w.env["PHASEMETER_DATABASE"])
         verdict = C.compare(source, [target], "phases")
+    return report(args, verdict, inflight, stats, samples)
+
+
+def soak(args, bootstrap: str, topic: str, w: U.Worker) -> tuple[dict, list]:
+    """Run the gateway for --minutes, sampling the worker's RSS every minute."""
+    samples: list[tuple[float, float, dict]] = []
+    stats: dict = {}
+    stop = threading.Event()
+    gw = threading.Thread(target=gateway, args=(bootstrap, topic, args.rate, args.minutes * 60, stats, stop))
+    t0 = time.monotonic()
+    gw.start()
+    try:
+        while gw.is_alive():
+            gw.join(60.0)
+            h = w.health() or {}
+            samples.append((round((time.monotonic() - t0) / 60, 1), rss_mib(w.proc.pid) or 0.0,
+                            {k: h.get(k) for k in ("consumed", "accepted", "rejected")}))
+            print(f"{samples[-1][0]:6.1f} min  RSS {samples[-1][1]:7.1f} MiB  {samples[-1][2]}", flush=True)
+    finally:
+        stop.set()
+        gw.join()
+    return stats, samples
+
+
+def report(args, verdict: dict, inflight: dict, stats: dict, samples: list) -> int:
     warm = [s for s in samples if s[0] >= args.warmup_min]
     base = warm[0][1] if warm else None
     worst = max((abs(s[1] - base) / base for s in warm), default=0.0) if base else None
@@ -122,7 +135,7 @@ def main(argv=None) -> int:
     summary = (f"{args.minutes:.0f} min at {args.rate:.0f} generations/s (phase events): "
                f"{stats.get('generations')} generations, stored {verdict['stored']}, lost {verdict['lost']}, "
                f"duplicated {verdict['duplicated']}, rollup mismatches {verdict['rollup_mismatches']}, "
-               f"left in flight {left}; RSS after {args.warmup_min:.0f} min warm-up {base:.1f} MiB, "
+               f"left in flight {left}; RSS after {args.warmup_min:.0f} min warm-up {base or 0:.1f} MiB, "
                f"largest deviation {100 * (worst or 0):.1f} % ({'flat' if flat else 'NOT flat'})")
     print(summary)
     table = U.md_table(["minute", "RSS MiB", "accepted"], [[s[0], round(s[1], 1), s[2].get("accepted")]
