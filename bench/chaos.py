@@ -364,6 +364,7 @@ def run_one(broker, fault, load, protocol, seed, args, workroot: Path) -> dict:
                 args.python, args.kills, args.freeze_s, print)
     v = cell.run()
     v.update(fault=fault, load=load, protocol=protocol, seed=seed, events=events, topic=cell.topic,
+             matrix_args=" ".join(a for a in sys.argv[1:] if a != "--write-docs"),
              command=rerun_command(fault, load, protocol, seed, events, args.kills))
     return v
 
@@ -410,8 +411,17 @@ def main(argv=None) -> int:
     p.add_argument("--negative-control", action="store_true", help="also damage one passing store and re-check")
     p.add_argument("--write-docs", action="store_true", help="write the results table into docs/delivery.md")
     p.add_argument("--json", help="write every cell's result here")
+    p.add_argument("--table-from", help="only render the table of a --json file (with --write-docs: into the docs)")
     args = p.parse_args(argv)
     U.exit_cleanly_on_sigterm()
+    if args.table_from:
+        results = json.loads(Path(args.table_from).read_text())
+        table = matrix_table(results)
+        print(table)
+        if args.write_docs:
+            command = "python bench/chaos.py " + results[0].get("matrix_args", "")
+            write_docs(table, command.strip(), U.machine_info())
+        return 0 if all(r["ok"] for r in results) else 1
     if args.cell:
         fault, load, protocol = args.cell.split(":")
         cells = [(fault, int(load), protocol)]
@@ -441,6 +451,8 @@ def main(argv=None) -> int:
                 if not v["ok"]:
                     failed += 1
                     print(report_failure(f"{fault}:{load}:{protocol}", v, v["command"]), flush=True)
+                if args.json:  # after every cell: a long matrix cut short keeps what it ran
+                    Path(args.json).write_text(json.dumps(results, indent=1, default=str))
         extra = ""
         if args.negative_control:
             passing = next((r for r in results if r["ok"]), None)

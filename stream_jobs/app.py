@@ -27,7 +27,7 @@ from phasemeter.store import connect
 from . import join_agent, resume
 from .pipeline import Pipeline
 from .sink import Sink
-from .ready import until_ready
+from .ready import is_ready, until_ready
 from .web import register_views
 
 log = logging.getLogger("phasemeter.worker")
@@ -85,6 +85,7 @@ def create_app(settings: Settings, client=None) -> faust.App:
         producer_max_request_size=max(1_048_576, settings.max_message_bytes + 65_536),
         web_enabled=True,
     )
+    resume.deliver_everything(app)
     sink = (Sink.over(client, settings.store_dsn) if client is not None
             else Sink(lambda: open_store_for_worker(settings), settings.store_dsn))
     pipeline = Pipeline(settings, sink)
@@ -99,6 +100,13 @@ def create_app(settings: Settings, client=None) -> faust.App:
     async def _reload_offsets(app, assigned, **kwargs):  # noqa: ARG001
         pipeline.forget_offsets()
         joiner.sequencer.forget()
+
+    @app.timer(1.0, name="phasemeter.reseek")
+    async def reseek():
+        # A seek back whose records never came (nothing else arrives to notice).
+        if is_ready(app):
+            await resume.reseek_overdue(app, pipeline.sequencer, pipeline.counts)
+            await resume.reseek_overdue(app, joiner.sequencer, joiner.counts)
 
     async def loop_run(fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)

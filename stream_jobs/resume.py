@@ -23,6 +23,50 @@ from .sequence import TP, Admitted, Sequencer
 log = logging.getLogger("phasemeter.worker")
 
 
+class _NoReadOffset(dict):
+    """Stands in for Faust's per-partition read offset, which filters what it
+    delivers: a record below it is dropped, a jump above it is recorded as a
+    gap that its commit logic then treats as acked. After any seek back
+    (Faust's own at the end of recovery, or ours), records prefetched before
+    the seek arrive first and push that read offset past the re-fetched ones,
+    which are then dropped: measured, a partition stalled at the ledger's
+    position with its re-read silently discarded, and before the ledger
+    existed those records were lost. The sequencer does this job instead, so
+    Faust delivers everything it fetches."""
+
+    def __getitem__(self, key):
+        return None
+
+    def __setitem__(self, key, value):
+        pass
+
+    def __delitem__(self, key):
+        pass
+
+    def update(self, *args, **kwargs):
+        pass
+
+    def pop(self, key, default=None):
+        return default
+
+
+def deliver_everything(app) -> None:
+    """Before the consumer starts (its fetch loop binds the mapping once)."""
+    app.consumer._read_offset = _NoReadOffset()  # noqa: SLF001 -- see _NoReadOffset
+
+
+async def reseek_overdue(app, seq, counts) -> None:
+    """A seek whose records have not come back within the sequencer's
+    timeout is made again, even when nothing else arrives for the partition."""
+    for tp, offset in seq.overdue(time.time()).items():
+        counts["gap_reseeks"] += 1
+        log.warning("%s/%d: offset %d not re-delivered yet; seeking again", *tp, offset)
+        try:
+            await app.consumer.seek(FaustTP(*tp), offset)
+        except Exception as exc:
+            log.warning("%s/%d: seek to %d failed (%s)", *tp, offset, exc)
+
+
 async def group_start(app, tps: set[TP]) -> dict[TP, int]:
     """Where a partition with no durable position begins: the group's
     committed offset (Faust read it from the broker when it seeked after

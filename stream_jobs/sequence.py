@@ -41,7 +41,7 @@ class Admitted:
 
 
 class Sequencer:
-    def __init__(self, reseek_after_s: float = 10.0, max_seeks: int = 3):
+    def __init__(self, reseek_after_s: float = 5.0, max_seeks: int = 6):
         self.next: dict[TP, int] = {}
         self.reseek_after_s = reseek_after_s
         self.max_seeks = max_seeks
@@ -97,6 +97,16 @@ class Sequencer:
                 continue
             self._seeking[tp] = (expected, now, attempts + 1 if target == expected else 1)
             out.seek[tp] = expected
+        return out
+
+    def overdue(self, now: float) -> dict[TP, int]:
+        """Seeks under way longer than `reseek_after_s` whose record has not
+        arrived: seek them again (and restart their clock)."""
+        out = {}
+        for tp, (target, since, attempts) in list(self._seeking.items()):
+            if self.next.get(tp) == target and now - since >= self.reseek_after_s:
+                self._seeking[tp] = (target, now, attempts)
+                out[tp] = target
         return out
 
     def position(self, tps) -> dict[TP, int]:

@@ -95,3 +95,14 @@ def test_any_delivery_order_processes_each_offset_once_in_order(n, chunks, start
         out = s.admit([ev(0, o) for o in range(lo, lo + length)], now=now)
         admitted += [e.message.offset for e in out.events]
     assert admitted == list(range(start, start + len(admitted)))
+
+
+def test_an_overdue_seek_is_repeated_even_when_nothing_arrives():
+    s = Sequencer(reseek_after_s=5.0)
+    s.load({("t", 0): 10})
+    assert s.admit([ev(0, 40)], now=0).seek == {("t", 0): 10}
+    assert s.overdue(now=3) == {}
+    assert s.overdue(now=6) == {("t", 0): 10}
+    assert s.overdue(now=7) == {}            # its clock restarted
+    s.admit([ev(0, 10)], now=8)              # the re-read arrived
+    assert s.overdue(now=100) == {}
