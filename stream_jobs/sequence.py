@@ -1,12 +1,13 @@
 """Strict per-partition sequencing: a record is processed only when its
 offset is the next one this worker owes the store.
 
-Why: Faust's own offset bookkeeping is not a safe source of progress. Under
-CPU starvation it committed offsets past records it never delivered (two
-partitions lost their first ~3,200 records, with the group's committed
-offsets at the topic's end; docs/delivery.md has the evidence). So the
-worker keeps its own position, `next[tp]`, loaded from the store's progress
-ledger (ledger.py), and checks every record against it:
+Why: Faust's own offset bookkeeping is not a safe source of progress. After
+a seek back it dropped re-fetched records and committed the jump as an acked
+gap, so a restarted worker started past records nobody stored (two
+partitions lost their first ~3,200 records; docs/delivery.md has the
+mechanism and the evidence). So the worker keeps its own position,
+`next[tp]`, loaded from durable state (the store's progress ledger for
+ingest, the join table for the join), and checks every record against it:
 
 * offset < next  -> already processed (a re-delivery after a seek or a
   rebalance): skipped;
