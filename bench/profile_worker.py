@@ -41,8 +41,10 @@ class StubSink:
     def stored_max(self, topic):
         return {}
 
-    def stored_in_range(self, topic, partition, lo, hi, into):
-        return into
+    def stored_in_range(self, topic, partition, lo, hi):
+        from phasemeter.stream_jobs.ledger import Stored
+
+        return Stored()
 
     def existing_request_ids(self, topic, ids, lo, hi):
         return set()

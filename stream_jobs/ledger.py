@@ -21,7 +21,8 @@ from datetime import datetime, timedelta, timezone
 
 from phasemeter.store import load_sql
 
-TP = tuple[str, int]
+from .sequence import TP
+
 Cell = tuple[str, str, datetime]  # model, input_bucket, minute (UTC)
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -50,7 +51,8 @@ class Stored:
     dead: set[int] = field(default_factory=set)                      # offsets with dead letters
 
 
-def stored_in_range(client, topic: str, partition: int, lo: int, hi: int, into: Stored) -> Stored:
+def stored_in_range(client, topic: str, partition: int, lo: int, hi: int) -> Stored:
+    into = Stored()
     for kind, offset, rid, model, bucket, minute in _rows(
             client, "stored_in_range", {"topic": topic, "partition": partition, "lo": lo, "hi": hi}):
         if kind == "row":

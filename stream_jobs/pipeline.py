@@ -72,7 +72,7 @@ class Pipeline:
             if o <= self.stored.get(tp, -1):
                 span = spans.setdefault(tp, [o, o])
                 span[0], span[1] = min(span[0], o), max(span[1], o)
-        return {(t, p): self.sink.stored_in_range(t, p, lo, hi, Stored()) for (t, p), (lo, hi) in spans.items()}
+        return {(t, p): self.sink.stored_in_range(t, p, lo, hi) for (t, p), (lo, hi) in spans.items()}
 
     def _drop_duplicates(self, rows: list[dict], dead: list[dict], now: float) -> list[dict]:
         """A generation whose request_id is already stored (or earlier in this

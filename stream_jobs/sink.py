@@ -154,9 +154,9 @@ class Sink:
     def stored_max(self, topic: str) -> dict[int, int]:
         return self.retrying("reading stored offsets", self._locked, ledger.stored_max, topic)
 
-    def stored_in_range(self, topic: str, partition: int, lo: int, hi: int, into: ledger.Stored) -> ledger.Stored:
+    def stored_in_range(self, topic: str, partition: int, lo: int, hi: int) -> ledger.Stored:
         return self.retrying("reading stored offsets", self._locked, ledger.stored_in_range,
-                             topic, partition, lo, hi, into)
+                             topic, partition, lo, hi)
 
     def existing_request_ids(self, topic: str, ids: list[str], lo: float, hi: float) -> set[str]:
         return self.retrying("checking duplicates", self._locked, ledger.existing_request_ids,

@@ -56,7 +56,7 @@ def test_stored_in_range_returns_rows_with_their_cells_and_dead_offsets(client):
     written = rows(6)
     sink.write(written, [{"ts": NOW, "reason": "bad_json", "detail": "x", "payload": "", "payload_size": 0,
                           "src_topic": "gen", "src_partition": 0, "src_offset": 9}])
-    got = ledger.stored_in_range(client, "gen", 0, 2, 9, ledger.Stored())
+    got = ledger.stored_in_range(client, "gen", 0, 2, 9)
     assert sorted(got.rows) == [(o, f"gen-0-{o}") for o in range(2, 6)]
     assert got.dead == {9}
     model, bucket, minute = got.rows[2, "gen-0-2"]

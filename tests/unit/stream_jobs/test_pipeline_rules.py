@@ -34,7 +34,8 @@ class FakeSink:
                 out[p] = max(out.get(p, -1), o)
         return out
 
-    def stored_in_range(self, topic, partition, lo, hi, into: Stored):
+    def stored_in_range(self, topic, partition, lo, hi) -> Stored:
+        into = Stored()
         self.range_queries.append((topic, partition, lo, hi))
         for (t, p, o, rid), cell in self.rows.items():
             if (t, p) == (topic, partition) and lo <= o <= hi:
