@@ -52,6 +52,10 @@ class Settings:
     kafka_session_timeout_s: float = _f(
         30.0, "PHASEMETER_SESSION_TIMEOUT_S",
         "Consumer session timeout: how long a dead worker keeps its partitions before a rebalance.")
+    stop_grace_s: float = _f(
+        20.0, "PHASEMETER_STOP_GRACE_S",
+        "On SIGTERM, how long the worker lets the batch in hand finish before it stops "
+        "(a batch cut short is re-read, never lost).")
     clickhouse_url: str = _f(
         "", "CLICKHOUSE_URL",
         "Store DSN: chdb:///abs/path (embedded) or http(s)://user:pass@host:8123/db. Empty: chdb under the data dir.",

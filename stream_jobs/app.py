@@ -24,7 +24,7 @@ import faust
 from phasemeter.settings import Settings
 from phasemeter.store import connect
 
-from . import join_agent, resume
+from . import handoff, join_agent, resume
 from .pipeline import Pipeline
 from .sink import Sink
 from .ready import is_ready, until_ready
@@ -90,8 +90,11 @@ def create_app(settings: Settings, client=None) -> faust.App:
             else Sink(lambda: open_store_for_worker(settings), settings.store_dsn))
     pipeline = Pipeline(settings, sink)
     app.phasemeter_pipeline = pipeline  # for views, tests and the CLI
+    # acks=False: the group's offsets are committed from durable positions
+    # (handoff.Handoff), never from what Faust's batching acked.
     raw = app.topic(settings.topic, settings.joined_topic_name, key_type=bytes, value_type=bytes,
-                    key_serializer="raw", value_serializer="raw")
+                    key_serializer="raw", value_serializer="raw", acks=False)
+    ingest_handoff = handoff.Handoff(settings.stop_grace_s)
     dlq = app.topic(settings.dlq_topic, key_serializer="raw", value_serializer="raw")
     joiner = join_agent.install(app, settings, pipeline.bucket, _crash_guard)
     app.phasemeter_join = joiner
@@ -100,6 +103,13 @@ def create_app(settings: Settings, client=None) -> faust.App:
     async def _reload_offsets(app, assigned, **kwargs):  # noqa: ARG001
         pipeline.forget_offsets()
         joiner.sequencer.forget()
+
+    @app.on_partitions_revoked.connect
+    async def _settle(app, revoked, **kwargs):  # noqa: ARG001
+        # Before the partitions move: the batch in hand ends here, its
+        # positions durable and committed (Faust no longer waits: acks off).
+        await ingest_handoff.settle()
+        await joiner.handoff.settle()
 
     @app.timer(1.0, name="phasemeter.reseek")
     async def reseek():
@@ -124,45 +134,50 @@ def create_app(settings: Settings, client=None) -> faust.App:
     async def _ingest(stream):
         async for events in stream.take_events(settings.batch_rows, within=settings.batch_seconds):
             await until_ready(app)
-            pipeline.consumed += len(events)
-            t_start = time.time()
-            admitted = await resume.admit(app, pipeline.sequencer, events, load, save, pipeline.counts)
-            events = admitted.events
-            if not events:
-                continue
-            rows, dead, phases, suspects = await loop_run(pipeline.split, events)
-            t_split = time.time()
-            # Blocks (retrying) while the store is down: the stream stops being
-            # consumed (backpressure) and no progress is recorded.
-            pipeline.writing_since = t_split
-            await loop_run(sink.write, rows, dead)
-            if suspects:  # re-read rows whose insert may not have reached the rollup
-                repaired = await loop_run(sink.repair_rollup, suspects)
-                pipeline.counts["rollup_cells_checked"] += len(suspects)
-                pipeline.counts["rollup_cells_repaired"] += len(repaired)
-                if repaired:
-                    log.warning("rollup repaired from raw in %d cell(s): %s", len(repaired), repaired[:3])
-            pipeline.writing_since = None
-            t_written = time.time()
-            for record in dead:
-                value = json.dumps({k: record[k] for k in record if k != "ts"} | {"rejected_at": record["ts"]})
-                await dlq.send(key=record["src_topic"].encode(), value=value.encode())
-            await joiner.forward(phases)
-            # Progress is recorded only once everything this batch produced is
-            # durable: rows and dead letters in the store, phases on Kafka.
-            await app.producer.flush()
-            await save(pipeline.sequencer.position({(e.message.topic, e.message.partition) for e in events}))
-            pipeline.accepted += len(rows)
-            pipeline.rejected += len(dead)
-            pipeline.last_batch_at = time.time()
-            # Where a batch's time goes, for /health and the freshness benchmark.
-            pipeline.last_batch = {
-                "messages": len(events), "rows": len(rows), "dead": len(dead),
-                "split_s": round(t_split - t_start, 4), "write_s": round(t_written - t_split, 4),
-                "forward_s": round(pipeline.last_batch_at - t_written, 4), "phases": len(phases),
-                "oldest_age_s": round(t_start - min(r["ts"] for r in rows), 3) if rows else None,
-                "newest_age_s": round(t_start - max(r["ts"] for r in rows), 3) if rows else None,
-            }
+            await ingest_handoff.run(_batch(events))
+
+    async def _batch(events):
+        pipeline.consumed += len(events)
+        t_start = time.time()
+        admitted = await resume.admit(app, pipeline.sequencer, events, load, save, pipeline.counts)
+        events = admitted.events
+        if not events:
+            return
+        rows, dead, phases, suspects = await loop_run(pipeline.split, events)
+        t_split = time.time()
+        # Blocks (retrying) while the store is down: the stream stops being
+        # consumed (backpressure) and no progress is recorded.
+        pipeline.writing_since = t_split
+        await loop_run(sink.write, rows, dead)
+        if suspects:  # re-read rows whose insert may not have reached the rollup
+            repaired = await loop_run(sink.repair_rollup, suspects)
+            pipeline.counts["rollup_cells_checked"] += len(suspects)
+            pipeline.counts["rollup_cells_repaired"] += len(repaired)
+            if repaired:
+                log.warning("rollup repaired from raw in %d cell(s): %s", len(repaired), repaired[:3])
+        pipeline.writing_since = None
+        t_written = time.time()
+        for record in dead:
+            value = json.dumps({k: record[k] for k in record if k != "ts"} | {"rejected_at": record["ts"]})
+            await dlq.send(key=record["src_topic"].encode(), value=value.encode())
+        await joiner.forward(phases)
+        # Progress is recorded only once everything this batch produced is
+        # durable: rows and dead letters in the store, phases on Kafka.
+        await app.producer.flush()
+        positions = pipeline.sequencer.position({(e.message.topic, e.message.partition) for e in events})
+        await save(positions)
+        await ingest_handoff.commit(app, positions)
+        pipeline.accepted += len(rows)
+        pipeline.rejected += len(dead)
+        pipeline.last_batch_at = time.time()
+        # Where a batch's time goes, for /health and the freshness benchmark.
+        pipeline.last_batch = {
+            "messages": len(events), "rows": len(rows), "dead": len(dead),
+            "split_s": round(t_split - t_start, 4), "write_s": round(t_written - t_split, 4),
+            "forward_s": round(pipeline.last_batch_at - t_written, 4), "phases": len(phases),
+            "oldest_age_s": round(t_start - min(r["ts"] for r in rows), 3) if rows else None,
+            "newest_age_s": round(t_start - max(r["ts"] for r in rows), 3) if rows else None,
+        }
 
     register_views(app, settings, pipeline, sink, joiner)
     return app

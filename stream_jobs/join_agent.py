@@ -29,7 +29,7 @@ import logging
 import time
 from collections import Counter
 
-from . import join, resume
+from . import handoff, join, resume
 from .ready import is_ready, until_ready
 from .sequence import Sequencer
 
@@ -73,7 +73,8 @@ class Join:
         self.app, self.settings, self.bucket = app, settings, bucket
         n = settings.topic_partitions
         self.phases = app.topic(settings.phase_topic_name, key_type=bytes, value_type=bytes,
-                                key_serializer="raw", value_serializer="raw", partitions=n, internal=True)
+                                key_serializer="raw", value_serializer="raw", partitions=n, internal=True,
+                                acks=False)  # committed from the table's positions (handoff.Handoff)
         self.joined = app.topic(settings.joined_topic_name, key_type=bytes, value_type=bytes,
                                 key_serializer="raw", value_serializer="raw", partitions=n, internal=True)
         # key_type=bytes -> raw keys; no value_type -> JSON values (plain dicts),
@@ -83,6 +84,7 @@ class Join:
         self.lock = asyncio.Lock()  # the agent's batch and the timer never interleave
         self.counts: Counter = Counter()
         self.sequencer = Sequencer()
+        self.handoff = handoff.Handoff(settings.stop_grace_s)
 
     # -- helpers ------------------------------------------------------------
     def active_partitions(self) -> set[int]:
@@ -106,6 +108,7 @@ class Join:
 
     async def _save_positions(self, positions: dict) -> None:
         await self._write(self._progress_changes(positions))
+        await self.handoff.commit(self.app, positions)
 
     @staticmethod
     def _progress_changes(positions: dict) -> dict:
@@ -142,8 +145,8 @@ class Join:
             await asyncio.gather(*futures)
 
     async def forward(self, phases: list[tuple[int, float, dict]]) -> None:
-        """Ingest hands over its batch's phases. Not awaited to the ack: Faust
-        flushes the producer before it commits the batch's offsets."""
+        """Ingest hands over its batch's phases. Not awaited here: ingest
+        flushes the producer before it records its progress."""
         name = self.phases.get_topic_name()
         for partition, value in phase_envelopes(phases):
             await self._send(name, None, value, partition)
@@ -177,9 +180,10 @@ class Join:
                     outputs += outs
             await self._publish(outputs)
             # The positions travel with the entries they cover, in one awaited write.
-            changes.update(self._progress_changes(
-                self.sequencer.position({(e.message.topic, e.message.partition) for e in events})))
+            positions = self.sequencer.position({(e.message.topic, e.message.partition) for e in events})
+            changes.update(self._progress_changes(positions))
             await self._write(changes)
+            await self.handoff.commit(self.app, positions)
             self.counts["generations_joined"] += sum(1 for _, r in outputs if r["kind"] == "generation")
 
     # -- the timer ----------------------------------------------------------
@@ -223,7 +227,7 @@ def install(app, settings, bucket, crash) -> Join:
         async def body():
             async for events in stream.take_events(1000, within=0.2):
                 await until_ready(app)
-                await state.on_batch(events)
+                await state.handoff.run(state.on_batch(events))
         await crash("join", body)
 
     @app.timer(settings.expiry_tick_s, name="phasemeter.expire")

@@ -84,6 +84,13 @@ async def group_start(app, tps: set[TP]) -> dict[TP, int]:
 async def admit(app, seq: Sequencer, events, load, save, counts) -> Admitted:
     """-> the events of this batch to process, in offset order per partition.
     `load(tps)` and `save(positions)` are awaitables over the agent's state."""
+    # Records of a partition this worker no longer owns (prefetched before a
+    # rebalance moved it) are the new owner's to process.
+    owned = app.consumer.assignment()
+    mine = [e for e in events if e.message.tp in owned]
+    if len(mine) < len(events):
+        counts["not_owned_dropped"] += len(events) - len(mine)
+        events = mine
     unknown = seq.unknown(events)
     if unknown:
         found = await load(unknown)

@@ -1,0 +1,91 @@
+"""handoff.Handoff: a batch in hand survives the agent's cancellation (a
+stop) up to the grace period, and a rebalance can wait for it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from phasemeter.stream_jobs.handoff import Handoff
+
+
+def test_a_stop_lets_the_batch_in_hand_finish_then_stops():
+    async def main():
+        h, steps = Handoff(grace_s=5), []
+
+        async def batch():
+            await asyncio.sleep(0.2)
+            steps.append("stored")
+            await asyncio.sleep(0.1)
+            steps.append("committed")
+
+        agent = asyncio.ensure_future(h.run(batch()))
+        await asyncio.sleep(0.05)
+        agent.cancel()  # what Faust does to an agent on SIGTERM
+        with pytest.raises(asyncio.CancelledError):
+            await agent
+        return steps, h.in_hand
+
+    steps, in_hand = asyncio.run(main())
+    assert steps == ["stored", "committed"]
+    assert in_hand is None
+
+
+def test_a_batch_longer_than_the_grace_is_cut_and_the_stop_goes_on():
+    async def main():
+        h, steps = Handoff(grace_s=0.1), []
+
+        async def batch():
+            try:
+                await asyncio.sleep(10)
+                steps.append("finished")
+            except asyncio.CancelledError:
+                steps.append("cut")
+                raise
+
+        agent = asyncio.ensure_future(h.run(batch()))
+        await asyncio.sleep(0.05)
+        agent.cancel()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(asyncio.CancelledError):
+            await agent
+        await asyncio.sleep(0)  # the cut batch sees its cancellation
+        return steps, loop.time() - t0
+
+    steps, waited = asyncio.run(main())
+    assert steps == ["cut"]
+    assert waited < 2
+
+
+def test_settle_waits_for_the_batch_in_hand_and_is_immediate_without_one():
+    async def main():
+        h, steps = Handoff(grace_s=5), []
+        assert await h.settle() is True
+
+        async def batch():
+            await asyncio.sleep(0.2)
+            steps.append("done")
+
+        agent = asyncio.ensure_future(h.run(batch()))
+        await asyncio.sleep(0.05)
+        settled = await h.settle()  # a rebalance's revoke, from another task
+        steps.append("revoked")
+        await agent
+        return settled, steps
+
+    settled, steps = asyncio.run(main())
+    assert settled is True
+    assert steps == ["done", "revoked"]
+
+
+def test_an_error_in_the_batch_reaches_the_agent():
+    async def main():
+        async def batch():
+            raise RuntimeError("store said no")
+
+        await Handoff(grace_s=1).run(batch())
+
+    with pytest.raises(RuntimeError, match="store said no"):
+        asyncio.run(main())
