@@ -110,3 +110,81 @@ def test_abandoned_panels_count_per_model_and_bucket(client):
     for _t, cell, n in client.query(series).result_rows:
         per_cell[cell] = per_cell.get(cell, 0) + n
     assert per_cell == {f"{m} · {b}": n for (m, b), n in want.items()}
+
+
+def _cli(client, kind: str, t_from: int, t_to: int, step_s: int):
+    from datetime import datetime, timezone
+
+    from phasemeter.analytics import run_query
+    from phasemeter.runner import DirectRunner
+
+    start, end = (datetime.fromtimestamp(t, timezone.utc) for t in (t_from, t_to))
+    df, meta = run_query(DirectRunner(client), start, end, step_s, force="rollup", kind=kind)
+    assert meta["path"] == "rollup"
+    return df
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_throughput_panels_equal_query_bands_on_every_cell(client, phase):
+    """The dashboard's bands come from the CLI's own definition: every point of
+    every repeated bucket panel equals `query bands --rollup` (same window,
+    same step), the slow tail p1/p5 included."""
+    t_from, t_to, interval = int(T0), int(T0 + 3 * 3600), 300
+    models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows)
+    cli = _cli(client, "bands", t_from, t_to, interval)
+    title = "Prefill tokens/s" if phase == "prefill" else "Decode tokens/s"
+    [sql] = [s for name, s in queries() if name.startswith(f"panel {title}")]
+    compared = 0
+    for bucket in sorted(set(cli["input_bucket"])):  # the panel repeats per bucket
+        rows = client.query(substitute(sql, t_from, t_to, interval, {"model": models, "bucket": [bucket]})).result_rows
+        for time_, model, p1, p5, p50, p95 in rows:
+            [want] = cli[(cli["model"] == model) & (cli["input_bucket"] == bucket)
+                         & (cli["t"].dt.tz_localize(None) == time_.replace(tzinfo=None))].to_dict("records")
+            got = {"p1": p1, "p5": p5, "p50": p50, "p95": p95}
+            assert got == pytest.approx({q: want[f"{phase}_{q}"] for q in got}, rel=0, abs=0, nan_ok=True), \
+                (bucket, model, time_)
+            compared += 1
+    assert compared == len(cli)
+
+
+def test_latency_panels_equal_query_latency(client):
+    t_from, t_to, interval = int(T0), int(T0 + 3 * 3600), 600
+    models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows)
+    buckets = sorted(r[0] for r in client.query("SELECT DISTINCT input_bucket FROM generations").result_rows)
+    cli = _cli(client, "latency", t_from, t_to, interval)
+    for title, kind in (("TTFT seconds", "ttft"), ("Queue seconds", "queue")):
+        [sql] = [s for name, s in queries() if name.startswith(f"panel {title}")]
+        rows = client.query(substitute(sql, t_from, t_to, interval, {"model": models, "bucket": buckets})).result_rows
+        assert len(rows) == len(cli)
+        for time_, cell, *qs in rows:
+            model, bucket = cell.split(" · ")
+            [want] = cli[(cli["model"] == model) & (cli["input_bucket"] == bucket)
+                         & (cli["t"].dt.tz_localize(None) == time_.replace(tzinfo=None))].to_dict("records")
+            assert qs == pytest.approx([want[f"{kind}_{q}"] for q in ("p50", "p90", "p99")], rel=0, abs=0,
+                                       nan_ok=True), (title, cell, time_)
+
+
+def test_panels_read_from_to_exclusive_like_the_cli(client):
+    """A minute starting exactly at the range's end is not in it (the CLI
+    reads [from, to)); $__timeFilter would include it."""
+    minute = int(T0 + 3600)
+    models = [r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows]
+    buckets = [r[0] for r in client.query("SELECT DISTINCT input_bucket FROM generations").result_rows]
+    want = client.query(f"SELECT sum(n) FROM generations_minute WHERE minute >= toDateTime({minute - 600}) "
+                        f"AND minute < toDateTime({minute})").result_rows[0][0]
+    sql = substitute(panel_sql("Generations per interval"), minute - 600, minute, 60,
+                     {"model": models, "bucket": buckets})
+    assert sum(n for _t, _m, n in client.query(sql).result_rows) == want > 0
+    for name, sql in queries():
+        assert "$__timeFilter" not in sql, name
+
+
+def test_bucket_variable_lists_buckets_by_lower_edge(client):
+    dash = json.loads(DASHBOARD.read_text())
+    [var] = [v for v in dash["templating"]["list"] if v["name"] == "bucket"]
+    assert var["sort"] == 0  # Grafana keeps the query's order
+    got = [r[0] for r in client.query(substitute(var["query"], int(T0), int(T0 + 3 * 3600), 300, {})).result_rows]
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    order = labels(parse_edges("default"))
+    assert got == [b for b in order if b in got] and len(got) >= 3
