@@ -310,10 +310,15 @@ def test_grafana_provisioning_parses_and_its_sql_runs(store):
     assert doc["apiVersion"] == 1
     rules = {r["title"]: r for g in doc["groups"] for r in g["rules"]}
     assert set(rules) == {"PhasemeterPrefillSlowTail", "PhasemeterDecodeSlowTail"}
-    # The same data in a database named like the YAML expects, inside this test's own store.
+    # The same data in a database named like the YAML expects, migrated like any
+    # store (the rules read its alert_window_view), inside this test's own store.
     client = runner.client
     client.command("CREATE DATABASE IF NOT EXISTS phasemeter")
-    client.command(f"CREATE TABLE IF NOT EXISTS phasemeter.generations AS `{settings.database}`.generations")
+    own, client.database = client.database, "phasemeter"
+    try:
+        migrate(client)
+    finally:
+        client.database = own
     client.command(f"INSERT INTO phasemeter.generations SELECT * FROM `{settings.database}`.generations")
     ours = {(r.rule.alertname, r.model, r.bucket): r for r in check(runner, load_rules(), AT)}
     for title, rule in rules.items():
@@ -324,6 +329,7 @@ def test_grafana_provisioning_parses_and_its_sql_runs(store):
         assert (b["model"]["type"], b["model"]["expression"]) == ("reduce", "A")
         assert (c["model"]["type"], c["model"]["expression"]) == ("threshold", "B")
         assert c["model"]["conditions"][0]["evaluator"] == {"type": "lt", "params": [0.7]}
+        assert "alert_window_view(" in a["model"]["rawSql"]  # the CLI's own query, not a copy
         got = client.query_df(a["model"]["rawSql"])
         ratios = {(m, bk): v for m, bk, v in zip(got["model"], got["input_bucket"], got["slow_tail_ratio"])}
         # Same rows as phasemeter's own evaluation (ok or firing there; min samples filter the rest).
