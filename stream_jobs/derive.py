@@ -7,6 +7,7 @@ docs/metrics.md is a plain unit test. The Faust agent is a thin loop over these.
 from __future__ import annotations
 
 import json
+import math
 import time
 
 from . import reasons as R
@@ -169,17 +170,27 @@ def _validate_full(event: dict, now: float) -> dict | Rejection:
     return out
 
 
+def _rate(count: float, seconds: float | None) -> float | None:
+    """count / seconds, or null: no time (<= 0, unknown) or a time so small
+    (a subnormal float) that the rate overflows to inf. Found by the property
+    test: ttft_s=2.2e-309 gave prefill_tps=inf, which no percentile survives."""
+    if seconds is None or seconds <= 0:
+        return None
+    value = count / seconds
+    return value if math.isfinite(value) else None
+
+
 def derive(fields: dict, bucket: Bucketer) -> dict:
     """The metrics of docs/metrics.md from validated fields. Null is never zero or inf."""
     ttft, e2e, queue = fields["ttft_s"], fields["e2e_s"], fields["queue_s"]
     n_in, n_out, cached = fields["input_tokens"], fields["output_tokens"], fields["cached_input_tokens"]
     decode_s = None if ttft is None else e2e - ttft
-    prefill_tps = n_in / ttft if ttft is not None and ttft > 0 else None
+    prefill_tps = _rate(n_in, ttft)
     uncached = None
     if cached is not None and ttft is not None:
-        window = ttft - (queue or 0.0)  # t_first - (t_scheduled or t0)
-        uncached = (n_in - cached) / window if window > 0 else None
-    has_decode = n_out > 1 and decode_s is not None and decode_s > 0
+        uncached = _rate(n_in - cached, ttft - (queue or 0.0))  # t_first - (t_scheduled or t0)
+    decode_tps = _rate(n_out - 1, decode_s) if n_out > 1 else None
+    has_decode = decode_tps is not None
     return {
         **fields,
         "ts": fields["t0"],
@@ -187,7 +198,7 @@ def derive(fields: dict, bucket: Bucketer) -> dict:
         "decode_s": decode_s,
         "prefill_tps": prefill_tps,
         "prefill_tps_uncached": uncached,
-        "decode_tps": (n_out - 1) / decode_s if has_decode else None,
+        "decode_tps": decode_tps,
         "tpot_s": decode_s / (n_out - 1) if has_decode else None,
         "schema_version": fields.get("schema_version", 1),
     }

@@ -1,0 +1,106 @@
+"""Property tests of the pure derivation (docs/metrics.md): any valid event
+derives the documented formulas exactly; any mutation of a valid event
+either still derives or is rejected with a known reason code, never raises."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from phasemeter.stream_jobs import reasons as R
+from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
+from phasemeter.stream_jobs.derive import MAX_DURATION_S, MAX_TOKENS, Rejection, process
+
+NOW = 1_800_000_000.0
+BUCKET = Bucketer(parse_edges("default"))
+REASONS = {v for k, v in vars(R).items() if k.isupper() and isinstance(v, str)}
+seconds = st.floats(min_value=0.0, max_value=3600.0, allow_nan=False)
+
+
+@st.composite
+def valid_events(draw) -> dict:
+    n_in = draw(st.integers(1, 200_000))
+    n_out = draw(st.integers(0, 50_000))
+    no_first = n_out == 0 and draw(st.booleans())  # no first token is valid only without output
+    ttft = None if no_first else draw(seconds)
+    e2e = (ttft or 0.0) + draw(seconds)
+    event = {"schema_version": 1, "kind": "generation", "request_id": draw(st.text(min_size=1, max_size=40)),
+             "model": draw(st.text(min_size=1, max_size=30)), "t0": NOW - draw(seconds),
+             "ttft_s": ttft, "e2e_s": e2e, "input_tokens": n_in, "output_tokens": n_out}
+    if ttft is not None and draw(st.booleans()):
+        event["queue_s"] = draw(st.floats(min_value=0.0, max_value=ttft, allow_nan=False))
+    if draw(st.booleans()):
+        event["cached_input_tokens"] = draw(st.integers(0, n_in))
+    return event
+
+
+def _encode(event: dict) -> bytes:
+    return json.dumps(event).encode()
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_events())
+def test_valid_events_derive_the_documented_formulas(event):
+    row = process(_encode(event), BUCKET, 1_000_000, now=NOW)
+    assert not isinstance(row, Rejection), (row, event)
+    ttft, e2e, n_in, n_out = event["ttft_s"], event["e2e_s"], event["input_tokens"], event["output_tokens"]
+    # prefill_tps = input_tokens / (t_first - t0); null (never inf) when that
+    # is 0, unknown, or so small that the rate is not a finite float
+    prefill = n_in / ttft if ttft else None
+    assert row["prefill_tps"] == (prefill if prefill is not None and math.isfinite(prefill) else None)
+    # decode_tps = (output_tokens - 1) / (t_end - t_first); null without a decode phase
+    decode_s = None if ttft is None else e2e - ttft
+    decode = (n_out - 1) / decode_s if n_out > 1 and decode_s is not None and decode_s > 0 else None
+    has_decode = decode is not None and math.isfinite(decode)
+    assert row["decode_s"] == decode_s
+    assert row["decode_tps"] == (decode if has_decode else None)
+    assert row["tpot_s"] == (decode_s / (n_out - 1) if has_decode else None)
+    assert row["input_bucket"] == BUCKET(n_in)
+    assert row["ts"] == event["t0"]
+    for name in ("prefill_tps", "prefill_tps_uncached", "decode_tps", "tpot_s"):
+        assert row[name] is None or (math.isfinite(row[name]) and row[name] >= 0), name
+
+
+BAD_VALUES = st.one_of(
+    st.none(), st.booleans(), st.text(max_size=5), st.just(float("nan")), st.just(float("inf")),
+    st.just(-1), st.just(-0.5), st.just(MAX_TOKENS + 1), st.just(MAX_DURATION_S * 10), st.just([]), st.just({}),
+    st.integers(-10**20, 10**20), st.floats(allow_nan=True, allow_infinity=True))
+
+
+@st.composite
+def mutated(draw) -> tuple[dict, str]:
+    event = draw(valid_events())
+    how = draw(st.sampled_from(["set", "drop", "add"]))
+    if how == "drop":
+        key = draw(st.sampled_from(sorted(event)))
+        event.pop(key)
+    elif how == "add":
+        key = draw(st.text(min_size=1, max_size=12))
+        event[key] = draw(BAD_VALUES)
+    else:
+        key = draw(st.sampled_from(sorted(event) + ["status", "queue_s", "cached_input_tokens", "gateway"]))
+        event[key] = draw(BAD_VALUES)
+    return event, how
+
+
+@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated())
+def test_mutations_derive_or_are_rejected_with_a_reason_never_raise(case):
+    event, _ = case
+    out = process(_encode(event), BUCKET, 1_000_000, now=NOW)
+    if isinstance(out, Rejection):
+        assert out.reason in REASONS, out
+        assert out.detail
+    else:  # still valid: then it obeys the same formulas and never stores inf/NaN
+        for name in ("prefill_tps", "prefill_tps_uncached", "decode_tps", "tpot_s", "decode_s"):
+            assert out[name] is None or math.isfinite(out[name]), (name, event)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_are_rejected_never_raise(raw):
+    out = process(raw, BUCKET, 1_000_000, now=NOW)
+    assert isinstance(out, Rejection) and out.reason in REASONS
