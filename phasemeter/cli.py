@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     _window_flags(p)
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    from .analytics.cli import table_flags
+
+    table_flags(p)
 
     p = sub.add_parser("chart", help="write the bands as a PNG, or a self-contained HTML file")
     _common(p)

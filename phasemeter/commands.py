@@ -89,9 +89,12 @@ def fetch_bands(args, settings: Settings):
 
 def cmd_query(args, settings: Settings) -> int:
     from .analytics import render
+    from .analytics.present import table_columns
+    from .output import check_columns
 
+    check_columns(args.columns, table_columns("bands"))  # before any store is opened
     df, meta = fetch_bands(args, settings)
-    sys.stdout.write(render(df, args.format, meta) + "\n")
+    sys.stdout.write(render(df, args.format, meta, args.columns, args.wide) + "\n")
     return 0
 
 

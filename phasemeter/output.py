@@ -53,29 +53,123 @@ def band_columns(df: pd.DataFrame | None = None, prefill_label: str = "prefill")
     return cols
 
 
+# Below this many samples a percentile is about the cell's extreme value
+# (p1 of 30 samples is the minimum): such cells are marked in tables.
+SMALL_N = {"p1": 100, "p99": 100, "p5": 20, "p95": 20, "p90": 10}
+SMALL_N_NOTE = ("* fewer samples than the percentile needs to mean more than the extreme value "
+                "(p1/p99: 100, p5/p95: 20, p90: 10)")
+# What a default table shows (it fits 120 columns); --wide shows all.
+BAND_DEFAULT = ("t", "model", "input_bucket", "n", "abandoned",
+                "prefill_p1", "prefill_p5", "prefill_p50", "decode_p1", "decode_p5", "decode_p50")
+
+
+def choose_columns(cols: list[tuple[str, str]], default: tuple[str, ...], columns: list[str] | None = None,
+                   wide: bool = False) -> list[tuple[str, str]]:
+    """`--columns a,b` (in that order, after time/model/bucket), `--wide` (all) or the default set.
+    Names are checked before any query (commands call check_columns)."""
+    if columns:
+        by_key = dict(cols)
+        keys = [k for k in ("t", "model", "input_bucket") if k not in columns] + list(columns)
+        return [(k, by_key[k]) for k in keys if k in by_key]
+    if wide:
+        return cols
+    return [c for c in cols if c[0] in default]
+
+
+def check_columns(columns: list[str] | None, valid: list[str]) -> None:
+    from .timeparse import ArgError
+
+    unknown = [c for c in columns or [] if c not in valid]
+    if unknown:
+        raise ArgError(f"--columns: unknown column(s) {', '.join(map(repr, unknown))}; "
+                       f"choose from {', '.join(valid)}")
+
+
+def _small(key: str, rec: dict) -> bool:
+    group, _, pct = key.rpartition("_")
+    need = SMALL_N.get(pct)
+    n = rec.get(f"{group}_n")
+    return need is not None and not _missing(n) and not _missing(rec.get(key)) and n < need
+
+
 def format_table(df: pd.DataFrame, cols: list[tuple[str, str]], header: list[str],
-                 fmt: Callable[[object], str] = num) -> str:
-    """`# header` lines, then an aligned table of `cols` (key, title); numbers right-aligned."""
-    rows = [[title for _, title in cols]]
-    for rec in df.to_dict("records"):
+                 fmt: Callable[[object], str] = num, groups: dict[str, str] | None = None,
+                 hidden: int = 0, unit: str = "", max_width: int | None = None) -> str:
+    """`# header` lines, then an aligned table of `cols` (key, title); numbers right-aligned.
+    With `groups` ({key prefix: label}), titles that start with their group's label print
+    short under a group line ("prefill tok/s" over "slow p1  slow p5  median")."""
+    records = df.to_dict("records")
+    whole_minutes = all(getattr(r["t"], "second", 1) == 0 for r in records)
+    titles, group_of = [], []
+    for key, title in cols:
+        label = (groups or {}).get(key.rpartition("_")[0])
+        short = label is not None and title.startswith(label + " ")
+        titles.append(title[len(label) + 1:] if short else title)
+        group_of.append(label if short else None)
+    rows = [titles]
+    marked = False
+    for rec in records:
         t = rec["t"]
-        rows.append([t.strftime("%Y-%m-%d %H:%M:%S") if hasattr(t, "strftime") else str(t)]
-                    + [rec[c] if c in _LABELS else fmt(rec[c]) for c, _ in cols[1:]])
+        cells = [t.strftime("%Y-%m-%d %H:%M" if whole_minutes else "%Y-%m-%d %H:%M:%S")
+                 if hasattr(t, "strftime") else str(t)]
+        for c, _ in cols[1:]:
+            text = rec[c] if c in _LABELS else fmt(rec[c])
+            if c not in _LABELS and _small(c, rec):
+                text, marked = f"{text}*", True
+            cells.append(text)
+        rows.append(cells)
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(cols))]
     lines = [f"# {h}" for h in header]
+    keys = [k for k, _ in cols]
+    excess = sum(widths) + 2 * (len(widths) - 1) - (max_width or 10**9)
+    if excess > 0 and "model" in keys:
+        # Long model ids (org/name-size-variant) would push the table past
+        # the terminal: shorten them in the middle, where ids differ least.
+        i = keys.index("model")
+        keep = max(16, widths[i] - excess)
+        for r in rows[1:]:
+            r[i] = _elide(r[i], keep)
+        widths[i] = max(len(str(r[i])) for r in rows)
+        lines.append("# model names shortened in the middle to fit; --wide shows them whole")
+    if hidden:
+        lines.append(f"# {hidden} more column(s): --wide, or --columns NAME,... (see --format csv for names)")
+    if any(group_of):
+        line, pos, starts = "", 0, []
+        for i, w in enumerate(widths):
+            starts.append(pos)
+            pos += w + 2
+        for i, label in enumerate(group_of):
+            if label and (i == 0 or group_of[i - 1] != label):
+                line = line.ljust(starts[i]) + f"{label}{unit}"
+        lines.append(line.rstrip())
     for i, r in enumerate(rows):
         lines.append("  ".join(str(v).rjust(w) if i and j >= 3 else str(v).ljust(w)
-                               for j, (v, w) in enumerate(zip(r, widths))))
+                               for j, (v, w) in enumerate(zip(r, widths))).rstrip())
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     if len(rows) == 1:
         lines.append("(no generations in this window)")
+    elif marked:
+        lines.append(SMALL_N_NOTE)
     return "\n".join(lines)
 
 
-def to_table(df: pd.DataFrame, header: list[str] | None = None, prefill_label: str = "prefill") -> str:
-    """Throughput bands; the default header states the exact method."""
-    return format_table(df, band_columns(df, prefill_label), header or [HEADER_NOTE, f"method: {METHOD}"])
+def _elide(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def to_table(df: pd.DataFrame, header: list[str] | None = None, prefill_label: str = "prefill",
+             columns: list[str] | None = None, wide: bool = False) -> str:
+    """Throughput bands; the default header states the exact method. The default
+    columns fit 120 characters: slow tail and median per phase, n and abandoned."""
+    every = band_columns(df, prefill_label)
+    cols = choose_columns(every, BAND_DEFAULT, columns, wide)
+    groups = None if wide else {"prefill": prefill_label, "decode": "decode"}
+    return format_table(df, cols, header or [HEADER_NOTE, f"method: {METHOD}"], groups=groups,
+                        hidden=len(every) - len(cols), unit=" tokens/s", max_width=None if wide else 120)
 
 
 def to_csv(df: pd.DataFrame) -> str:

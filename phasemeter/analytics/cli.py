@@ -48,12 +48,17 @@ def cmd_latency(args, settings) -> int:
     from . import fetch, render, write_chart
 
     args.latency = True
+    from phasemeter.output import check_columns
+
+    from .present import table_columns
+
+    check_columns(args.columns, table_columns("latency"))  # before any store is opened
     df, meta = fetch(args, settings)
     if args.out:
         path = write_chart(df, meta, args.out)
         print(f"wrote {path} ({len(df)} rows, {meta['path']} path, step {meta['step_s']}s)")
         return 0
-    sys.stdout.write(render(df, args.format, meta) + "\n")
+    sys.stdout.write(render(df, args.format, meta, args.columns, args.wide) + "\n")
     return 0
 
 
@@ -78,6 +83,18 @@ def cmd_backfill(args, settings) -> int:
     return 0
 
 
+def _column_list(text: str) -> list[str]:
+    return [c.strip() for c in text.split(",") if c.strip()]
+
+
+def table_flags(p) -> None:
+    """The table's width: the default columns fit 120 characters."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--wide", action="store_true", help="table: every column (csv/json always have all)")
+    g.add_argument("--columns", type=_column_list, metavar="NAME,...",
+                   help="table: these columns after time, model and bucket (names as in --format csv)")
+
+
 def register(sub, common, window_flags) -> None:
     p = sub.add_parser("latency", help="ttft_s / tpot_s / queue_s p50, p90, p99 per model × bucket × step")
     common(p)
@@ -85,6 +102,7 @@ def register(sub, common, window_flags) -> None:
     if not any(a.dest == "exact" for a in p._actions):  # the lead's window flags may already include ours
         path_flags(p)
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    table_flags(p)
     p.add_argument("--out", help="write an interactive .html chart instead of printing")
     p.set_defaults(func=cmd_latency)
 

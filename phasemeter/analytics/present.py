@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from phasemeter.output import HEADER_NOTE, abandoned_columns, format_table, json_records, num, to_csv, to_table
+from phasemeter.output import (HEADER_NOTE, abandoned_columns, band_columns, choose_columns, format_table,
+                               json_records, num, to_csv, to_table)
 from phasemeter.queries import LEGEND
 from phasemeter.timeparse import ArgError
 
@@ -41,13 +42,34 @@ def _meta(meta: dict) -> dict:
     return {"abandoned": "include", "prefill": "total", "abandoned_split": True, **meta}
 
 
-def _latency_table(df: pd.DataFrame, meta: dict) -> str:
+# The default latency table (fits 120 columns); --wide shows every column.
+LATENCY_DEFAULT = ("t", "model", "input_bucket", "n", "abandoned", "ttft_p50", "ttft_p99", "tpot_p50",
+                   "tpot_p99", "queue_p50", "queue_p99")
+
+
+def latency_columns(df: pd.DataFrame | None = None) -> list[tuple[str, str]]:
     cols = [("t", "time (UTC)"), ("model", "model"), ("input_bucket", "bucket"), ("n", "n")]
-    cols += abandoned_columns(df)
+    cols += abandoned_columns(df) if df is not None else []
     for m in LATENCY_METRICS:
         cols.append((f"{m}_n", f"{m} n"))
-        cols += [(f"{m}_{p}", f"{m} {p}" + (" (slow)" if p == "p99" else "")) for p in LATENCY_PCTS]
-    return format_table(df, cols, [LATENCY_NOTE, *_head_lines(meta)], fmt=_num)
+        cols += [(f"{m}_{p}", f"{m} slow {p}" if p == "p99" else f"{m} {p}") for p in LATENCY_PCTS]
+    return cols
+
+
+def table_columns(kind: str) -> list[str]:
+    """Every column name `--columns` accepts for `kind` (bands, latency)."""
+    from phasemeter.output import ABANDONED_TITLES
+
+    cols = latency_columns() if kind == "latency" else band_columns()
+    return [k for k, _ in cols] + [k for k, _ in ABANDONED_TITLES]
+
+
+def _latency_table(df: pd.DataFrame, meta: dict, columns=None, wide=False) -> str:
+    every = latency_columns(df)
+    cols = choose_columns(every, LATENCY_DEFAULT, columns, wide)
+    groups = None if wide else {m: m for m in LATENCY_METRICS}
+    return format_table(df, cols, [LATENCY_NOTE, *_head_lines(meta)], fmt=_num, groups=groups,
+                        hidden=len(every) - len(cols), unit=" seconds", max_width=None if wide else 120)
 
 
 def _head_lines(meta: dict) -> list[str]:
@@ -63,17 +85,19 @@ def _json(df: pd.DataFrame, meta: dict, note: str, **extra) -> str:
                        "rows": json_records(df)}, indent=1, default=str)
 
 
-def render(df: pd.DataFrame, fmt: str, meta: dict) -> str:
-    """Text for `query bands` / `latency`; says which path (exact/rollup) answered."""
+def render(df: pd.DataFrame, fmt: str, meta: dict, columns: list[str] | None = None, wide: bool = False) -> str:
+    """Text for `query bands` / `latency`; says which path (exact/rollup) answered.
+    Tables show the default columns (120 characters), `columns` or all (`wide`)."""
     meta = _meta(meta)
     if fmt == "csv":
         return to_csv(df)
     if meta["kind"] == "latency":
-        return _json(df, meta, LATENCY_NOTE) if fmt == "json" else _latency_table(df, meta)
+        return _json(df, meta, LATENCY_NOTE) if fmt == "json" else _latency_table(df, meta, columns, wide)
     if fmt == "json":
         # legend: p1 -> "slow tail p1", the words per column
         return _json(df, meta, HEADER_NOTE, legend=LEGEND)
-    return to_table(df, [HEADER_NOTE, *_head_lines(meta)], prefill_label=prefill_label(meta["prefill"]))
+    return to_table(df, [HEADER_NOTE, *_head_lines(meta)], prefill_label=prefill_label(meta["prefill"]),
+                    columns=columns, wide=wide)
 
 
 def chart_notes(meta: dict) -> list[str]:

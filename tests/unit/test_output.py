@@ -66,7 +66,7 @@ def variant_frame(split_known=True):
 
 def test_table_names_the_prefill_variant_and_counts_abandoned():
     meta = {**META, "prefill": "engine", "abandoned": "exclude", "abandoned_split": True}
-    text = render_meta(variant_frame(), "table", meta)
+    text = render_meta(variant_frame(), "table", meta, wide=True)  # every column, one title each
     head = text.splitlines()
     assert "# prefill = engine: input_tokens / (ttft_s - queue_s)" in text and "EXCLUDED" in text
     titles = next(ln for ln in head if ln.startswith("time (UTC)"))
@@ -80,7 +80,7 @@ def test_table_names_the_prefill_variant_and_counts_abandoned():
 def test_rollup_split_is_unknown_not_zero():
     meta = {**META, "path": "rollup", "abandoned_split": False}
     df = variant_frame(split_known=False)
-    text = render_meta(df, "table", meta)
+    text = render_meta(df, "table", meta, wide=True)
     assert "not kept by the rollup" in text
     row = next(ln for ln in text.splitlines() if "32k+" in ln)
     assert row.split()[4:8] == ["3", "4", "-", "-"]
@@ -108,3 +108,74 @@ def test_num_and_json_records_treat_missing_as_unknown():
     df = pd.DataFrame({"t": [pd.Timestamp("2026-11-29")], "a": pd.array([pd.NA], dtype="Int64"),
                        "b": [np.int64(7)]})
     assert json_records(df) == [{"t": "2026-11-29T00:00:00Z", "a": None, "b": 7}]
+
+
+def realistic(n: int = 2000) -> pd.DataFrame:
+    """A cell as the demo gives it: long model names, five-digit throughputs."""
+    from phasemeter.analytics.core import BANDS_COLUMNS
+
+    df = variant_frame()
+    df["model"] = "meta-llama/Llama-3.1-70B-Instruct"
+    for phase, base in (("prefill", 48_123.4), ("decode", 71.25)):
+        df[f"{phase}_n"] = n
+        for k, q in enumerate(("p1", "p5", "p50", "p95", "p99")):
+            df[f"{phase}_{q}"] = base * (1 + k)
+    df["n"], df["abandoned"] = n * 12, 1234
+    return df[BANDS_COLUMNS]
+
+
+def test_default_table_fits_120_columns_and_says_how_to_see_the_rest():
+    for kind in ("bands", "latency"):
+        if kind == "bands":
+            text = render_meta(realistic(), "table", META)
+        else:
+            from phasemeter.analytics.core import LATENCY_COLUMNS
+
+            df = pd.DataFrame([{c: 0.1234 for c in LATENCY_COLUMNS}] * 3)
+            df = df.assign(t=pd.Timestamp("2026-11-29 10:00"), model="meta-llama/Llama-3.1-70B-Instruct",
+                           input_bucket="8k-32k", n=24_000, abandoned=12, ttft_n=24_000, tpot_n=24_000,
+                           queue_n=24_000)
+            text = render_meta(df, "table", {**META, "kind": "latency"})
+        table = [ln for ln in text.splitlines() if not ln.startswith("#")]
+        assert max(map(len, table)) <= 120, (kind, max(map(len, table)), "\n".join(table))
+        assert "--wide" in text and "--columns" in text
+    wide = render_meta(realistic(), "table", META, wide=True)
+    assert "prefill p99" in wide and "ab. in decode" in wide and "--wide" not in wide
+
+
+def test_default_table_groups_phases_and_keeps_the_slow_tail_first():
+    text = render_meta(realistic(), "table", META)
+    lines = text.splitlines()
+    titles = next(i for i, ln in enumerate(lines) if ln.startswith("time (UTC)"))
+    group = lines[titles - 1]
+    assert group.index("prefill tokens/s") < group.index("decode tokens/s")
+    assert lines[titles].count("slow p1") == 2 and lines[titles].count("median") == 2
+    assert lines[titles].index("slow p1") < lines[titles].index("slow p5") < lines[titles].index("median")
+    assert "2026-11-29 10:00 " in text  # whole minutes: no seconds column
+
+
+def test_columns_chooses_and_orders_and_unknown_names_are_refused():
+    import pytest
+
+    from phasemeter.analytics.present import table_columns
+    from phasemeter.output import check_columns
+    from phasemeter.timeparse import ArgError
+
+    text = render_meta(realistic(), "table", META, columns=["decode_p1", "prefill_p99"])
+    titles = next(ln for ln in text.splitlines() if ln.startswith("time (UTC)"))
+    assert titles.split()[:3] == ["time", "(UTC)", "model"] and titles.index("slow p1") < titles.index("p99")
+    check_columns(["decode_p1", "abandoned_decode"], table_columns("bands"))
+    with pytest.raises(ArgError, match=r"--columns: unknown column\(s\) 'decode_p2'.*decode_p1"):
+        check_columns(["decode_p2"], table_columns("bands"))
+    with pytest.raises(ArgError, match="ttft_p99"):
+        check_columns(["ttft_p95"], table_columns("latency"))
+
+
+def test_percentiles_from_too_few_samples_are_marked():
+    few = realistic(n=30)  # p1 of 30 is about the minimum; p5 needs 20
+    text = render_meta(few, "table", META, wide=True)
+    row = next(ln for ln in text.splitlines() if "32k+" in ln)
+    assert row.count("*") == 4  # prefill p1/p99, decode p1/p99
+    assert "fewer samples than the percentile needs" in text
+    plenty = render_meta(realistic(n=150), "table", META, wide=True)
+    assert "*" not in plenty.split("# ")[-1].split("\n", 1)[1]

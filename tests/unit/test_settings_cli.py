@@ -66,11 +66,14 @@ def test_auto_step_targets_a_few_hundred_points():
     (["query", "bands", "--from", "tuesday"], "--from 'tuesday'"),
     (["query", "bands", "--step", "7q"], "--step '7q'"),
     (["query", "bands", "--from", "-1h", "--to", "-2h"], "--to"),
+    (["query", "bands", "--columns", "decode_p2,prefill_p1"], "--columns: unknown column(s) 'decode_p2'"),
+    (["latency", "--columns", "ttft_p95"], "--columns: unknown column(s) 'ttft_p95'"),
 ])
 def test_cli_errors_name_the_flag_and_exit_2(argv, needle, capsys, tmp_path):
-    rc = main(argv + ["--data-dir", str(tmp_path)])
+    rc = main(argv + ["--data-dir", str(tmp_path / "data")])
     err = capsys.readouterr().err
     assert rc == 2 and needle in err
+    assert not (tmp_path / "data").exists()  # a refused command creates nothing
 
 
 def test_cli_bad_choice_is_argparse_error(capsys):
