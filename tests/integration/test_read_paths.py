@@ -1,0 +1,237 @@
+"""The read-path matrix: every read command, on every kind of data, gives the
+same answer with the store opened directly and through a running worker.
+
+Commands: `query bands` (exact, rollup, --abandoned exclude with --prefill
+engine, re-bucketed with --prefill uncached, a model filter, the default
+table), `latency` (exact, rollup), `chart` (PNG, SVG, HTML), `alerts check`,
+`alerts backtest`, `dlq inspect`, `inflight`. Data: a normal window, a
+sparse one (cells of one or two generations), a null-heavy one (no first
+token, output_tokens = 1, no queue, no cache) and an empty one.
+
+First a subprocess writes the store and runs every command with the store
+opened directly (chDB: a path opens in one process only). Then a worker is
+started on the same data dir, owning the store, and the test process runs
+the same commands, which now read through the worker's HTTP API. Exit codes
+and output must be equal; exact bands must equal numpy on the rows written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import WorkerProc
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+T0 = (time.time() // 86400 - 2) * 86400  # two days ago, midnight UTC
+H = 3600
+WINDOWS = {"normal": (0, 3 * H), "sparse": (4 * H, 5 * H), "nullheavy": (6 * H, 7 * H), "empty": (8 * H, 9 * H)}
+QS = {"p1": 1, "p5": 5, "p50": 50, "p95": 95, "p99": 99}
+
+
+def _iso(offset_s: float) -> str:
+    return datetime.fromtimestamp(T0 + offset_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rows_for(kind: str) -> list[dict]:
+    """The rows of one window, through the real derivation."""
+    from phasemeter.analytics.synth import synthetic_rows
+    from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
+    from phasemeter.stream_jobs.derive import process
+
+    lo, hi = WINDOWS[kind]
+    if kind == "normal":
+        return synthetic_rows(3000, T0 + lo, hi - lo, seed=1)
+    if kind == "sparse":
+        return synthetic_rows(40, T0 + lo, hi - lo, seed=2)
+    if kind == "empty":
+        return []
+    bucket, out = Bucketer(parse_edges("default")), []
+    for i in range(300):
+        event = {"schema_version": 1, "kind": "generation", "request_id": f"null-{i}", "model": "m-null",
+                 "t0": T0 + lo + i * 11.0, "e2e_s": 1.5, "input_tokens": 100 + 97 * i}
+        if i % 3 == 0:  # an error before the first token: no prefill, no decode
+            event.update(status="error", output_tokens=0)
+        elif i % 3 == 1:  # one output token: no decode phase
+            event.update(ttft_s=0.4, output_tokens=1)
+        else:  # no queue, no cache: their columns stay null
+            event.update(ttft_s=0.2 + (i % 7) / 10, output_tokens=40)
+        row = process(json.dumps(event).encode(), bucket, 1_000_000, now=T0 + 86_400)
+        assert isinstance(row, dict), row
+        out.append({**row, "src_topic": "t", "src_partition": 0, "src_offset": 100_000 + i})
+    return out
+
+
+def dead_letters() -> list[dict]:
+    from phasemeter.stream_jobs import reasons as R
+
+    return [{"ts": T0 + WINDOWS[k][0] + 60 + i, "reason": (R.MALFORMED_JSON, R.NEGATIVE)[i % 2],
+             "detail": f"case {i}", "payload": "{", "payload_size": 1, "src_topic": "t", "src_partition": 1,
+             "src_offset": 200_000 + 10 * j + i}
+            for j, k in enumerate(("normal", "nullheavy")) for i in range(3)]
+
+
+def commands(out_dir: Path) -> dict[str, list[str]]:
+    cmds = {}
+    for kind, (lo, hi) in WINDOWS.items():
+        w = ["--from", _iso(lo), "--to", _iso(hi)]
+        model = "m-null" if kind == "nullheavy" else "llama-4-maverick"
+        cmds |= {
+            f"{kind}/bands exact": ["query", "bands", *w, "--step", "10m", "--exact", "--format", "json"],
+            f"{kind}/bands rollup": ["query", "bands", *w, "--step", "10m", "--rollup", "--format", "json"],
+            f"{kind}/bands exclude engine": ["query", "bands", *w, "--step", "30m", "--exact", "--abandoned",
+                                             "exclude", "--prefill", "engine", "--format", "json"],
+            f"{kind}/bands rebucket uncached": ["query", "bands", *w, "--step", "1h", "--exact", "--buckets",
+                                                "0,1024,8192", "--prefill", "uncached", "--format", "json"],
+            f"{kind}/bands model": ["query", "bands", *w, "--step", "1h", "--rollup", "--model", model,
+                                    "--format", "json"],
+            f"{kind}/bands table": ["query", "bands", *w, "--step", "1h"],
+            f"{kind}/latency exact": ["latency", *w, "--step", "10m", "--exact", "--format", "json"],
+            f"{kind}/latency rollup": ["latency", *w, "--step", "10m", "--rollup", "--format", "json"],
+            f"{kind}/alerts check": ["alerts", "check", f"--at={_iso(hi)}", "--format", "json"],
+            f"{kind}/alerts backtest": ["alerts", "backtest", "--from", _iso(lo), "--to", _iso(hi),
+                                        "--every", "30m", "--format", "json"],
+            f"{kind}/dlq inspect": ["dlq", "inspect", *w, "--format", "json"],
+        }
+        for ext in ("png", "svg", "html"):
+            cmds[f"{kind}/chart {ext}"] = ["chart", *w, "--step", "30m", "--exact", "--out",
+                                           str(out_dir / f"{kind}.{ext}")]
+    cmds["inflight"] = ["inflight", "--format", "json"]
+    return cmds
+
+
+def run_all(cmds: dict[str, list[str]]) -> dict[str, dict]:
+    from phasemeter.cli import main
+
+    results = {}
+    for name, argv in cmds.items():
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = main(argv)
+            except SystemExit as exc:  # argparse
+                rc = exc.code
+        results[name] = {"rc": rc, "out": out.getvalue(), "err": err.getvalue()}
+    return results
+
+
+def direct_phase(result_path: str, out_dir: str) -> None:
+    """In a subprocess: write the store, then run every command on it directly."""
+    from phasemeter.settings import Settings
+    from phasemeter.store import connect
+    from phasemeter.migrate import migrate
+    from phasemeter.stream_jobs.sink import Sink
+
+    from phasemeter.remote import worker_url
+
+    settings = Settings.from_env()
+    assert worker_url(settings.data_path) is None  # no worker: commands open the store themselves
+    client = connect(settings)
+    migrate(client)
+    sink = Sink.over(client, settings.store_dsn)
+    for kind in WINDOWS:
+        rows = rows_for(kind)
+        if rows:
+            sink.write(rows, [])
+    sink.write([], dead_letters())
+    client.close()
+    Path(result_path).write_text(json.dumps(run_all(commands(Path(out_dir)))))
+
+
+def _normalise(name: str, out: str) -> str:
+    """What may differ between two runs of the same read: paths of chart files."""
+    return out.replace("/direct/", "/x/").replace("/worker/", "/x/")
+
+
+def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tmp_path, monkeypatch):
+    for d in ("direct", "worker"):
+        (tmp_path / d).mkdir()
+    env = {**pm_env, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1]),
+                                                     os.environ.get("PYTHONPATH", "")])}
+    script = ("import sys, test_read_paths as t; t.direct_phase(sys.argv[1], sys.argv[2])")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "direct.json"), str(tmp_path / "direct")],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    direct = json.loads((tmp_path / "direct.json").read_text())
+
+    w = WorkerProc(pm_env, tmp_path, int(pm_env["PHASEMETER_WEB_PORT"]))
+    w.start()
+    try:
+        for k, v in pm_env.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.delenv("CLICKHOUSE_URL", raising=False)
+        from phasemeter.remote import worker_url
+
+        assert worker_url(Path(pm_env["PHASEMETER_DATA_DIR"]))  # commands go through its HTTP API
+        via = run_all(commands(tmp_path / "worker"))
+    finally:
+        w.stop()
+
+    assert direct.keys() == via.keys()
+    for name in direct:
+        d, v = direct[name], via[name]
+        if name == "inflight":  # only a worker holds the join state
+            assert d["rc"] != 0 and "no worker answering" in d["err"], d
+            assert v["rc"] == 0 and json.loads(v["out"])["in_flight"] == [], v
+            continue
+        assert d["rc"] == v["rc"], (name, d, v)
+        assert _normalise(name, d["out"]) == _normalise(name, v["out"]), name
+        assert "Traceback" not in d["err"] + v["err"], (name, d["err"], v["err"])
+    _check_outcomes(direct, tmp_path)
+
+
+def _check_outcomes(results: dict, tmp_path: Path) -> None:
+    """What each cell must say, beyond direct == worker."""
+    ok = {n for n, r in results.items() if r["rc"] == 0}
+    for kind in ("normal", "sparse", "nullheavy"):
+        for cmd in ("bands exact", "bands rollup", "bands exclude engine", "bands rebucket uncached",
+                    "bands model", "bands table", "latency exact", "latency rollup", "alerts check",
+                    "alerts backtest", "dlq inspect", "chart png", "chart svg", "chart html"):
+            assert f"{kind}/{cmd}" in ok, (kind, cmd, results[f"{kind}/{cmd}"])
+        bands = json.loads(results[f"{kind}/bands exact"]["out"])
+        _equal_numpy(bands["rows"], rows_for(kind), 600)
+        rollup = json.loads(results[f"{kind}/bands rollup"]["out"])
+        assert [r["n"] for r in rollup["rows"]] == [r["n"] for r in bands["rows"]], kind
+    for ext, magic in (("png", b"\x89PNG"), ("svg", b"<?xml"), ("html", b"<!DOCTYPE html")):
+        assert (tmp_path / "direct" / f"normal.{ext}").read_bytes().startswith(magic), ext
+        assert (tmp_path / "worker" / f"normal.{ext}").read_bytes().startswith(magic), ext
+    # The empty window: an answer that says so, never a crash. A model filter
+    # there is not a typo to report (nothing exists to list): the same empty answer.
+    for cmd in ("bands exact", "bands rollup", "latency exact", "latency rollup"):
+        r = results[f"empty/{cmd}"]
+        assert r["rc"] == 0 and json.loads(r["out"])["rows"] == [], (cmd, r)
+    assert "(no generations in this window)" in results["empty/bands table"]["out"]
+    assert results["empty/bands model"]["rc"] == 0 and json.loads(results["empty/bands model"]["out"])["rows"] == []
+    nulls = json.loads(results["nullheavy/bands exact"]["out"])["rows"]
+    assert sum(r["decode_n"] for r in nulls) == 100 and all(r["prefill_n"] <= r["n"] for r in nulls)
+    dlq = json.loads(results["normal/dlq inspect"]["out"])
+    assert dlq["total"] == 3 and {r["reason"] for r in dlq["reasons"]} == {"malformed_json", "negative"}, dlq
+
+
+def _equal_numpy(got: list[dict], rows: list[dict], step_s: int) -> None:
+    cells: dict = {}
+    for r in rows:
+        key = (int(r["ts"] // step_s * step_s), r["model"], r["input_bucket"])
+        cells.setdefault(key, []).append(r)
+    assert len(got) == len(cells)
+    for rec in got:
+        t = int(datetime.strptime(rec["t"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp())
+        members = cells[(t, rec["model"], rec["input_bucket"])]
+        assert rec["n"] == len(members)
+        for phase, col in (("prefill", "prefill_tps"), ("decode", "decode_tps")):
+            vals = np.array([m[col] for m in members if m[col] is not None], dtype="float64")
+            assert rec[f"{phase}_n"] == len(vals)
+            for p, q in QS.items():
+                want = float(np.percentile(vals, q, method="linear")) if len(vals) else None
+                assert rec[f"{phase}_{p}"] == (pytest.approx(want, rel=1e-12) if want is not None else None), \
+                    (rec["model"], rec["input_bucket"], phase, p)
