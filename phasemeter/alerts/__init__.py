@@ -58,6 +58,14 @@ class Episode:
     ended: datetime | None     # first point after it that did not fire; None = still firing
     points: int                # evaluation points firing in a row
     worst_change: float        # the deepest drop seen during the episode
+    # Seconds of the firing period inside the baseline at the episode's end
+    # (its last point when still firing), and their share of the baseline.
+    baseline_overlap_s: float = 0.0
+    baseline_overlap_share: float = 0.0
+    # True when that share is enough to move the rule's percentile: over half
+    # of its level (p5: 2.5 % of the baseline) is incident data, so a
+    # "resolved" may only mean the baseline absorbed the incident.
+    absorbed: bool = False
 
     def duration_s(self, last: datetime) -> float:
         return ((self.ended or last) - self.started).total_seconds()
@@ -97,7 +105,24 @@ def backtest(runner, ruleset: RuleSet, start: datetime, end: datetime, every_s: 
                          f"at most {MAX_POINTS}: use a longer --every or a shorter range")
     points = [start + timedelta(seconds=i * every_s) for i in range(count)]
     series = [(at, check(runner, ruleset, at, models, buckets, bucket_labels)) for at in points]
-    return points, episodes(series)
+    rules = {r.name: r for r in ruleset.rules}
+    return points, [with_overlap(e, rules[e.rule], points[-1]) for e in episodes(series)]
+
+
+def with_overlap(ep: Episode, rule, last: datetime) -> Episode:
+    """How much of the episode's firing data its baseline held when it ended.
+
+    The firing data is [first firing window's start, end of the episode);
+    the baseline is the rule's spans for the window ending then."""
+    from dataclasses import replace
+
+    end = (ep.ended or last).timestamp()
+    lo, hi = ep.started.timestamp() - rule.window_s, end
+    spans = rule.baseline.spans(end - rule.window_s, end)
+    overlap = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in spans)
+    share = overlap / rule.baseline.nominal_s
+    return replace(ep, baseline_overlap_s=overlap, baseline_overlap_share=share,
+                   absorbed=share >= rule.percentile / 100 / 2)
 
 
 def demo_check(runner, settings, at: datetime | None = None) -> str:

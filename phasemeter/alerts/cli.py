@@ -107,7 +107,10 @@ def cmd_backtest(args, settings) -> int:
     rows = [{"rule": e.rule, "phase": e.phase, "model": e.model, "input_bucket": e.bucket,
              "started": e.started.isoformat(), "ended": e.ended.isoformat() if e.ended else None,
              "duration_s": e.duration_s(last), "points": e.points,
-             "worst_change_pct": round(100 * e.worst_change, 2)} for e in eps]
+             "worst_change_pct": round(100 * e.worst_change, 2),
+             "baseline_overlap_s": e.baseline_overlap_s,
+             "baseline_overlap_share": round(e.baseline_overlap_share, 4), "baseline_absorbed": e.absorbed}
+            for e in eps]
     if args.format == "json":
         print(json.dumps({"from": start.isoformat(), "to": end.isoformat(), "every_s": every_s,
                           "points": len(points), "episodes": rows}, indent=2))
@@ -122,6 +125,13 @@ def cmd_backtest(args, settings) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     if not body:
         print("(no rule would have fired)")
+    for e in eps:
+        if e.absorbed:
+            when = f"resolved at {_t(e.ended)}" if e.ended else f"still firing at {_t(last)}"
+            print(f"warning: {e.rule} {e.model} {e.bucket} {when} with {e.baseline_overlap_s / 60:.0f}m of its "
+                  f"firing period inside the baseline ({e.baseline_overlap_share:.0%} of it): the baseline "
+                  "absorbed the incident, so 'resolved' may only mean the comparison degraded; check "
+                  "`phasemeter query bands` over the period")
     return 0
 
 

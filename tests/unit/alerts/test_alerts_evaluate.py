@@ -168,3 +168,24 @@ def test_a_baseline_with_little_history_says_how_little():
 
     doc = as_dict([r for r in results if r.bucket == "32k+"][0])
     assert doc["baseline_covered_s"] == 2700 and doc["baseline_nominal_s"] == 86400 and doc["baseline_thin"]
+
+
+def test_an_episode_whose_baseline_absorbed_the_incident_is_marked():
+    from phasemeter.alerts import with_overlap
+    from phasemeter.alerts.rules import override
+
+    def at(i):
+        return AT + timedelta(minutes=15 * i)
+    ok = frame(row("m", "32k+", "baseline"), row("m", "32k+", "current"))
+    bad = frame(row("m", "32k+", "baseline"), row("m", "32k+", "current", prefill=400.0))
+    short = override(RULES, baseline={"kind": "previous", "duration": "30m"}).rules[0]
+    # 15 min window, 30 min baseline: fired at 1, resolved at 3. At 3 the
+    # baseline [at(3) - 45m, at(3) - 15m) = [at(0), at(2)) holds the firing
+    # data from at(0) (the first firing window's start): 30 min, all of it.
+    [ep] = episodes([(at(i), evaluate(short, f, at(i))) for i, f in enumerate([ok, bad, bad, ok])])
+    ep = with_overlap(ep, short, at(3))
+    assert ep.baseline_overlap_s == 1800 and ep.baseline_overlap_share == 1.0 and ep.absorbed
+    # The default 24h baseline holds the same 30 min: 2 % of it, under half of p5's 5 %.
+    [ep] = episodes([(at(i), evaluate(PREFILL, f, at(i))) for i, f in enumerate([ok, bad, bad, ok])])
+    ep = with_overlap(ep, PREFILL, at(3))
+    assert ep.baseline_overlap_s == 1800 and not ep.absorbed
