@@ -79,7 +79,8 @@ def read_target(dsn: str, database: str) -> dict:
 def _target_here(dsn: str, database: str) -> dict:
     import clickhouse_connect
 
-    sys.path.insert(0, str(ROOT))
+    # The installed package (`phasemeter.stream_jobs` exists only installed:
+    # the repository's phasemeter/ folder would shadow it).
     from phasemeter.stream_jobs.ledger import rollup_mismatches
 
     client = clickhouse_connect.get_client(dsn=dsn)
