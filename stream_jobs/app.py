@@ -89,7 +89,6 @@ def create_app(settings: Settings, client=None) -> faust.App:
     sink = (Sink.over(client, settings.store_dsn) if client is not None
             else Sink(lambda: open_store_for_worker(settings), settings.store_dsn))
     pipeline = Pipeline(settings, sink)
-    app.phasemeter_pipeline = pipeline  # for views, tests and the CLI
     # acks=False: the group's offsets are committed from durable positions
     # (handoff.Handoff), never from what Faust's batching acked.
     raw = app.topic(settings.topic, settings.joined_topic_name, key_type=bytes, value_type=bytes,
@@ -97,7 +96,6 @@ def create_app(settings: Settings, client=None) -> faust.App:
     ingest_handoff = handoff.Handoff(settings.stop_grace_s)
     dlq = app.topic(settings.dlq_topic, key_serializer="raw", value_serializer="raw")
     joiner = join_agent.install(app, settings, pipeline.bucket, _crash_guard)
-    app.phasemeter_join = joiner
 
     @app.on_partitions_assigned.connect
     async def _reload_offsets(app, assigned, **kwargs):  # noqa: ARG001

@@ -36,7 +36,6 @@ class Phase:
 
 _COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")
 _DURATIONS = ("ttft_s", "e2e_s", "queue_s")
-_EPOCHS = ("t0", "t_first", "t_end")
 
 
 def _check_number(name: str, value, now: float) -> Rejection | None:
