@@ -8,14 +8,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-import importlib
-
+from . import commands, dlq, inflight
+from .alerts import cli as alerts_cli
+from .analytics import cli as analytics_cli
 from .settings import Settings
 from .timeparse import ArgError
 
-# Modules that contribute subcommands (kept out of this file so features stay separate).
-EXTENSIONS: tuple[str, ...] = ("phasemeter.alerts.cli", "phasemeter.analytics.cli", "phasemeter.dlq",
-                              "phasemeter.inflight")
+# Feature modules that add their own subcommands, each with
+# register(sub, common, window_flags) setting `func=(args, settings) -> int`.
+# Listed by import, not by name, so a reader (or a tool) can follow every command.
+FEATURES = (alerts_cli, analytics_cli, dlq, inflight)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -32,9 +34,7 @@ def _window_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     p.add_argument("--bucket", action="append", default=[], help="only this input bucket (repeatable)")
     p.add_argument("--via", help="worker URL to ask (default: found from the data dir when it runs)")
-    from .analytics.cli import extend_window_flags
-
-    extend_window_flags(p)  # --exact/--rollup, --buckets, --latency
+    analytics_cli.extend_window_flags(p)  # --exact/--rollup, --buckets, --latency
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,48 +44,45 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("migrate", help="apply schema/NNNN_*.sql to the store")
     _common(p)
     p.add_argument("--status", action="store_true", help="list pending migrations, change nothing")
+    p.set_defaults(func=commands.cmd_migrate)
 
     p = sub.add_parser("worker", help="run the stream job (Faust)")
     _common(p)
     p.add_argument("--web-port", type=int, help="read-only HTTP port (env PHASEMETER_WEB_PORT)")
     p.add_argument("--loglevel", default="info", choices=["crit", "error", "warn", "info", "debug"])
+    p.set_defaults(func=commands.cmd_worker)
 
     q = sub.add_parser("query", help="query the store").add_subparsers(dest="what", required=True)
     p = q.add_parser("bands", help="percentile bands per model × input bucket × time step")
     _common(p)
     _window_flags(p)
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
-    from .analytics.cli import table_flags
-
-    table_flags(p)
+    analytics_cli.table_flags(p)
+    p.set_defaults(func=commands.cmd_query)
 
     p = sub.add_parser("chart", help="write the bands as a PNG, or a self-contained HTML file")
     _common(p)
     _window_flags(p)
     p.add_argument("--out", default="phasemeter-bands.png", help="output path: .png, .svg, or .html (interactive)")
+    p.set_defaults(func=commands.cmd_chart)
 
     p = sub.add_parser("kafka", help="the local single-node KRaft broker")
     _common(p)
     p.add_argument("action", choices=["fetch", "start", "stop", "status"])
     p.add_argument("--port", type=int, help="broker port (default: a free one)")
+    p.set_defaults(func=commands.cmd_kafka)
 
     p = sub.add_parser("config", help="show effective settings (secrets masked)")
     _common(p)
+    p.set_defaults(func=commands.cmd_config)
 
     p = sub.add_parser("demo", help="end-to-end demo: broker, worker, synthetic load, table, chart")
     _common(p)
     p.add_argument("--seconds", type=float, default=25.0, help="how long the synthetic gateway runs")
     p.add_argument("--rate", type=float, default=3000.0, help="generations per second")
     p.add_argument("--out-dir", default="demo-out", help="where the PNG and table go")
-    for name in EXTENSIONS:
-        # Each feature module adds its own subcommands: register(sub, common, window_flags)
-        # and sets `func=(args, settings) -> int` on its parsers.
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if not name.startswith(exc.name or "?"):
-                raise
-            continue
+    p.set_defaults(func=commands.cmd_demo)
+    for module in FEATURES:
         module.register(sub, _common, _window_flags)
     return parser
 
@@ -115,15 +112,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(_glue_relative_times(sys.argv[1:] if argv is None else argv))
     try:
         settings = settings_from(args)
-        if getattr(args, "func", None):
-            return args.func(args, settings) or 0
-        from . import commands
-        return getattr(commands, f"cmd_{args.command}")(args, settings) or 0
+        return args.func(args, settings) or 0
     except (ArgError, ValueError) as exc:
         print(f"phasemeter {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `phasemeter config | head`: the reader left; not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # known operational failures: short message, no traceback
         from .kafka_local import BrokerError
         from .store import StoreError
