@@ -469,7 +469,8 @@ def test_fetch_and_render_with_variant_flags(mixed, tmp_path):
     payload = json.loads(render(df, "json", meta))
     assert payload["prefill"] == "uncached" and payload["rows"][0]["prefill_variant"] == "uncached"
     assert sum(r["abandoned"] for r in payload["rows"]) > 0
-    assert "prefill (uncached) slow p1" in render(df, "table", meta)
+    assert "prefill (uncached) tokens/s" in render(df, "table", meta)  # the phase line over "slow p1"
+    assert "prefill (uncached) slow p1" in render(df, "table", meta, wide=True)
     text = write_chart(df, meta, tmp_path / "v.html").read_text()
     assert "prefill = uncached" in text and "excluded from (--abandoned exclude)" in text
 

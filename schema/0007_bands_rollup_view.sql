@@ -9,7 +9,8 @@
 -- sql/bands_exact.sql. Window covers whole minutes: minute >= start AND minute < end
 -- (the caller aligns start/end to minutes). step_s must be a multiple of 60.
 --
--- Per merged cell and percentile q (n = non-null samples, pos = q * (n - 1)):
+-- Per merged cell and percentile q (n = non-null samples, pos = q * (n - 1);
+-- phasemeter_rank_pct_v1, schema/0006, does the interpolation):
 -- * if the ranks floor(pos) and floor(pos)+1 are among the 16 lowest (or, for
 --   the fast side, the 16 highest) values kept per minute, the result is the
 --   EXACT numpy method="linear" percentile, computed from those values;
@@ -41,30 +42,10 @@ FROM
         arrayMap(i -> if(decode_n = 0, nan,
                  if(NOT isNaN(d_low[i]), d_low[i], if(NOT isNaN(d_high[i]), d_high[i], d_td[i]))),
                  range(1, 6)) AS dq,
-        arrayMap(q -> if(toUInt64(floor(q * (prefill_n - 1))) + 1 < length(p_lo) OR length(p_lo) = prefill_n,
-                         p_lo[toUInt64(floor(q * (prefill_n - 1))) + 1]
-                         + (q * (prefill_n - 1) - floor(q * (prefill_n - 1)))
-                           * (p_lo[least(toUInt64(floor(q * (prefill_n - 1))) + 2, length(p_lo))]
-                              - p_lo[toUInt64(floor(q * (prefill_n - 1))) + 1]),
-                         nan), [0.01, 0.05, 0.5, 0.95, 0.99]) AS p_low,
-        arrayMap(q -> if(toUInt64(floor(q * (prefill_n - 1))) + 1 < length(p_hi) OR length(p_hi) = prefill_n,
-                         -(p_hi[toUInt64(floor(q * (prefill_n - 1))) + 1]
-                           + (q * (prefill_n - 1) - floor(q * (prefill_n - 1)))
-                             * (p_hi[least(toUInt64(floor(q * (prefill_n - 1))) + 2, length(p_hi))]
-                                - p_hi[toUInt64(floor(q * (prefill_n - 1))) + 1])),
-                         nan), [0.99, 0.95, 0.5, 0.05, 0.01]) AS p_high,
-        arrayMap(q -> if(toUInt64(floor(q * (decode_n - 1))) + 1 < length(d_lo) OR length(d_lo) = decode_n,
-                         d_lo[toUInt64(floor(q * (decode_n - 1))) + 1]
-                         + (q * (decode_n - 1) - floor(q * (decode_n - 1)))
-                           * (d_lo[least(toUInt64(floor(q * (decode_n - 1))) + 2, length(d_lo))]
-                              - d_lo[toUInt64(floor(q * (decode_n - 1))) + 1]),
-                         nan), [0.01, 0.05, 0.5, 0.95, 0.99]) AS d_low,
-        arrayMap(q -> if(toUInt64(floor(q * (decode_n - 1))) + 1 < length(d_hi) OR length(d_hi) = decode_n,
-                         -(d_hi[toUInt64(floor(q * (decode_n - 1))) + 1]
-                           + (q * (decode_n - 1) - floor(q * (decode_n - 1)))
-                             * (d_hi[least(toUInt64(floor(q * (decode_n - 1))) + 2, length(d_hi))]
-                                - d_hi[toUInt64(floor(q * (decode_n - 1))) + 1])),
-                         nan), [0.99, 0.95, 0.5, 0.05, 0.01]) AS d_high
+        arrayMap(q -> phasemeter_rank_pct_v1(p_lo, prefill_n, q), [0.01, 0.05, 0.5, 0.95, 0.99]) AS p_low,
+        arrayMap(q -> -phasemeter_rank_pct_v1(p_hi, prefill_n, q), [0.99, 0.95, 0.5, 0.05, 0.01]) AS p_high,
+        arrayMap(q -> phasemeter_rank_pct_v1(d_lo, decode_n, q), [0.01, 0.05, 0.5, 0.95, 0.99]) AS d_low,
+        arrayMap(q -> -phasemeter_rank_pct_v1(d_hi, decode_n, q), [0.99, 0.95, 0.5, 0.05, 0.01]) AS d_high
     FROM
     (
         SELECT

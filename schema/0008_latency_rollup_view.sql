@@ -27,18 +27,8 @@ FROM
         arrayMap(i -> if(ttft_n = 0, nan, if(NOT isNaN(t_high[i]), t_high[i], t_td[i])), range(1, 4)) AS tq,
         arrayMap(i -> if(tpot_n = 0, nan, if(NOT isNaN(o_high[i]), o_high[i], o_td[i])), range(1, 4)) AS oq,
         arrayMap(i -> if(queue_n = 0, nan, q_td[i]), range(1, 4)) AS qq,
-        arrayMap(q -> if(toUInt64(floor(q * (ttft_n - 1))) + 1 < length(t_hi) OR length(t_hi) = ttft_n,
-                         -(t_hi[toUInt64(floor(q * (ttft_n - 1))) + 1]
-                           + (q * (ttft_n - 1) - floor(q * (ttft_n - 1)))
-                             * (t_hi[least(toUInt64(floor(q * (ttft_n - 1))) + 2, length(t_hi))]
-                                - t_hi[toUInt64(floor(q * (ttft_n - 1))) + 1])),
-                         nan), [0.5, 0.1, 0.01]) AS t_high,
-        arrayMap(q -> if(toUInt64(floor(q * (tpot_n - 1))) + 1 < length(o_hi) OR length(o_hi) = tpot_n,
-                         -(o_hi[toUInt64(floor(q * (tpot_n - 1))) + 1]
-                           + (q * (tpot_n - 1) - floor(q * (tpot_n - 1)))
-                             * (o_hi[least(toUInt64(floor(q * (tpot_n - 1))) + 2, length(o_hi))]
-                                - o_hi[toUInt64(floor(q * (tpot_n - 1))) + 1])),
-                         nan), [0.5, 0.1, 0.01]) AS o_high
+        arrayMap(q -> -phasemeter_rank_pct_v1(t_hi, ttft_n, q), [0.5, 0.1, 0.01]) AS t_high,
+        arrayMap(q -> -phasemeter_rank_pct_v1(o_hi, tpot_n, q), [0.5, 0.1, 0.01]) AS o_high
     FROM
     (
         SELECT
