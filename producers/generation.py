@@ -17,9 +17,14 @@ import os
 import random
 import time
 
-MAX_TOKENS = 10_000_000
-MAX_DURATION_S = 86_400.0
-STATUSES = frozenset(("ok", "error", "cancelled"))
+# The limits are the worker's (one contract, stream_jobs/contract.py, which
+# the JSON Schema files are tested against): an event the emitter accepts is
+# never dead-lettered for a limit. contract.py is pure: no worker imports.
+from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS
+from phasemeter.stream_jobs.contract import STATUSES as _STATUSES
+
+STATUSES = frozenset(_STATUSES)
+_MODEL, _RID, _FINISH, _REPLICA = (LABEL_FIELDS[k] for k in ("model", "request_id", "finish_reason", "replica"))
 EVENT_FIELDS = ("request_id", "model", "t0", "ttft_s", "e2e_s", "queue_s", "input_tokens",
                 "output_tokens", "cached_input_tokens", "status", "finish_reason", "replica")
 
@@ -41,17 +46,17 @@ def new_request_id() -> str:
 
 def check_request(model, input_tokens, cached_input_tokens, request_id, replica) -> None:
     """Programmer errors raise ValueError naming the argument; O(1) checks only."""
-    if not isinstance(model, str) or not 0 < len(model) <= 200:
-        raise ValueError("model must be a non-empty str of at most 200 characters")
+    if not isinstance(model, str) or not 0 < len(model) <= _MODEL:
+        raise ValueError(f"model must be a non-empty str of at most {_MODEL} characters")
     if input_tokens is None or not 0 <= input_tokens <= MAX_TOKENS:
         raise ValueError(f"input_tokens must be an int in [0, {MAX_TOKENS}], got {input_tokens!r}")
     if cached_input_tokens is not None and not 0 <= cached_input_tokens <= input_tokens:
         raise ValueError(f"cached_input_tokens must be in [0, input_tokens], got {cached_input_tokens!r}")
-    if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= 128):
-        raise ValueError("request_id must be a non-empty str of at most 128 characters")
+    if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= _RID):
+        raise ValueError(f"request_id must be a non-empty str of at most {_RID} characters")
     # Empty labels are refused here: the worker would dead-letter them (bad_value).
-    if replica is not None and (not isinstance(replica, str) or not 0 < len(replica) <= 200):
-        raise ValueError("replica must be a non-empty str of at most 200 characters")
+    if replica is not None and (not isinstance(replica, str) or not 0 < len(replica) <= _REPLICA):
+        raise ValueError(f"replica must be a non-empty str of at most {_REPLICA} characters")
 
 
 def check_outcome(output_tokens, status, finish_reason) -> None:
@@ -59,8 +64,8 @@ def check_outcome(output_tokens, status, finish_reason) -> None:
         raise ValueError(f"output_tokens must be an int in [0, {MAX_TOKENS}], got {output_tokens!r}")
     if status not in STATUSES:
         raise ValueError(f"status must be one of 'ok', 'error', 'cancelled', got {status!r}")
-    if finish_reason is not None and (not isinstance(finish_reason, str) or not 0 < len(finish_reason) <= 64):
-        raise ValueError("finish_reason must be a non-empty str of at most 64 characters")
+    if finish_reason is not None and (not isinstance(finish_reason, str) or not 0 < len(finish_reason) <= _FINISH):
+        raise ValueError(f"finish_reason must be a non-empty str of at most {_FINISH} characters")
 
 
 def check_duration(name: str, value) -> None:

@@ -20,19 +20,19 @@ from __future__ import annotations
 
 import time
 
-from .generation import (MAX_TOKENS, Generation, _dumps, check_duration,
+from .generation import (_RID, MAX_TOKENS, Generation, _dumps, check_duration,
                          check_outcome, check_request, new_request_id)
 
-# Epoch bounds for t0/t_first/t_end: the worker rejects t0 before 2000, and
-# an upper bound catches the classic unit bug of passing milliseconds.
-MIN_EPOCH_S, MAX_EPOCH_S = 946_684_800.0, 4_102_444_800.0  # 2000-01-01, 2100-01-01
+# Epoch bounds for t0/t_first/t_end (the contract's): the worker rejects t0
+# before 2000, and an upper bound catches the unit bug of passing milliseconds.
+from phasemeter.stream_jobs.contract import MAX_EPOCH_S, MIN_T0 as MIN_EPOCH_S  # noqa: E402
 
 
 def check_request_id(request_id) -> None:
     # Same rule and message as check_request, which stays free of calls
     # because the one-event hot path runs it on every generation.
-    if not isinstance(request_id, str) or not 0 < len(request_id) <= 128:
-        raise ValueError("request_id must be a non-empty str of at most 128 characters")
+    if not isinstance(request_id, str) or not 0 < len(request_id) <= _RID:
+        raise ValueError(f"request_id must be a non-empty str of at most {_RID} characters")
 
 
 def check_epoch(name: str, value) -> None:

@@ -1,7 +1,9 @@
-"""Limits and labels of the event contract, shared by both protocols
-(schema/event-v1.schema.json and event-v2.schema.json), and the Rejection
-every validator returns. A module of its own so derive.py (generations) and
-phase_events.py (phases) agree without importing each other."""
+"""Limits and labels of the event contract, shared by both protocols, and the
+Rejection every validator returns: the one source of these values. The worker
+(derive.py, phase_events.py) validates with them, the emitter
+(producers/generation.py, phases.py) checks its arguments with them, and a
+test holds schema/event-v1.schema.json and event-v2.schema.json to them.
+Pure and dependency-free, so the gateway install can import it."""
 
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ SCHEMA_VERSIONS = (1, 2)  # 2 adds the phase kinds; a v2 generation equals a v1 
 MAX_TOKENS = 10_000_000
 MAX_DURATION_S = 86_400.0
 MIN_T0 = 946_684_800.0  # 2000-01-01: anything earlier is a unit bug (ms? 0?)
+# The latest epoch a static check can state (the JSON Schema, the emitter):
+# 2100-01-01. The worker's own bound is tighter: now + 1 day.
+MAX_EPOCH_S = 4_102_444_800.0
 STATUSES = ("ok", "error", "cancelled")
 LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway": 200, "replica": 200}
 

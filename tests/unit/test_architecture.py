@@ -96,10 +96,17 @@ def test_no_import_cycles():
     assert cycles(edges) == []
 
 
-def test_the_emitter_is_a_leaf():
-    for name, deps in graph().items():
+# The contract: limits, labels and reason codes, pure and dependency-free.
+CONTRACT = {"phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.reasons"}
+
+
+def test_the_emitter_depends_only_on_itself_and_the_contract():
+    edges = graph()
+    for name, deps in edges.items():
         if name.startswith("phasemeter.producers"):
-            assert all(d.startswith("phasemeter.producers") for d in deps), (name, deps)
+            assert all(d.startswith("phasemeter.producers") or d in CONTRACT for d in deps), (name, deps)
+    for name in CONTRACT:  # and the contract on nothing of ours but itself
+        assert set(edges.get(name, ())) <= CONTRACT | {"phasemeter.stream_jobs"}, (name, edges.get(name))
 
 
 def test_pure_cores_do_no_io():

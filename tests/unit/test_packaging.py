@@ -13,8 +13,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
+    # Built from a copy without build/: setuptools reuses build/lib and keeps
+    # files deleted or renamed since (a renamed migration then ships twice).
+    import shutil
+
+    src = tmp_path_factory.mktemp("src") / "phasemeter"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns("build", ".venv", ".git", "*.egg-info", ".phasemeter",
+                                                             "demo-out", "__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(out)], check=True, capture_output=True)
     return next(out.glob("phasemeter-*.whl"))
 
