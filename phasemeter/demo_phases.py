@@ -11,14 +11,29 @@ demo's short expiry passes -- the tail a one-event design never sees.
 from __future__ import annotations
 
 import heapq
-import math
 import random
 import time
 from collections import Counter
 
-from .synthetic import MODELS
+from .synthetic import SyntheticGateway
 
 HANG_PREFILL, HANG_DECODE = 0.01, 0.01
+# Healthy requests end well inside the demo's short expiry: outputs are capped.
+MAX_OUTPUT = 150
+
+
+def shapes(seconds: float):
+    """(model, input_tokens, ttft_s, decode_s, output_tokens) from the one
+    traffic model (synthetic.SyntheticGateway), without its regression;
+    failed draws are skipped: this gateway's failures are its hangs."""
+    gw = SyntheticGateway(start=time.time(), span_s=seconds, regress_at=2.0, seed=3)
+    while True:
+        g = gw.make(0.0)
+        if g.ttft_s is None or g.output_tokens < 2:
+            continue
+        n_out = min(g.output_tokens, MAX_OUTPUT)
+        decode = (g.e2e_s - g.ttft_s) * (n_out - 1) / (g.output_tokens - 1)
+        yield g.model, g.input_tokens, g.ttft_s, decode, n_out
 
 
 def run_phase_load(bootstrap: str, settings, seconds: float, rate: float, say) -> Counter:
@@ -26,6 +41,7 @@ def run_phase_load(bootstrap: str, settings, seconds: float, rate: float, say) -
     from phasemeter.producers import Meter
 
     rng = random.Random(3)
+    draw = shapes(seconds)
     meter = Meter(bootstrap_servers=bootstrap, topic=settings.topic, gateway="demo-phases",
                   phase_events=True, queue_size=20_000, producer_config=settings.kafka_client_config())
     counts: Counter = Counter()
@@ -35,12 +51,8 @@ def run_phase_load(bootstrap: str, settings, seconds: float, rate: float, say) -
         now = time.monotonic()
         if now - began < seconds:
             for _ in range(int((now - began) * rate) - started):
-                model = rng.choice(MODELS)
-                n_in = int(math.exp(rng.uniform(math.log(40), math.log(60_000))))
-                ttft = n_in / (model.prefill_tps * rng.lognormvariate(0, 0.3)) + rng.uniform(0.02, 0.1)
-                n_out = rng.randint(2, 150)  # keeps every healthy request well inside the expiry
-                decode = (n_out - 1) / (model.decode_tps * rng.lognormvariate(0, 0.2))
-                rid = meter.start(model=model.name, input_tokens=n_in, t0=time.time())
+                model, n_in, ttft, decode, n_out = next(draw)
+                rid = meter.start(model=model, input_tokens=n_in, t0=time.time())
                 started += 1
                 fate = rng.random()
                 if fate < HANG_PREFILL:

@@ -26,6 +26,30 @@ MODELS = (
 )
 
 
+@dataclass(frozen=True)
+class Traffic:
+    """The one synthetic traffic model: its distributions, read by the
+    per-event gateway below, the vectorised frame of the benchmarks
+    (analytics/synth.py) and the demo's phase-event gateway (demo_phases.py)."""
+    input_min: int = 40                # log-uniform input_tokens: every default bucket gets traffic
+    input_max: int = 60_000
+    queue_median_s: float = 0.02       # log-normal queue time
+    queue_sigma: float = 0.8
+    prefill_sigma: float = 0.25        # replica-to-replica spread around a model's prefill_tps
+    regress_at: float = 0.65           # from this fraction of the window on, prefill regresses:
+    slowdown: float = 2.5              # long prompts' prefill this many times slower, queue longer
+    regress_min_input: int = 8192      # the regression hits prompts this long ...
+    slowdown_sigma: float = 0.35       # ... with a fatter slow tail
+    output_median: float = 180.0       # log-normal output_tokens
+    output_sigma: float = 0.9
+    decode_sigma: float = 0.15
+    fail_rate: float = 0.01            # failed before the first token
+    cancel_rate: float = 0.01
+
+
+TRAFFIC = Traffic()
+
+
 @dataclass
 class Generated:
     model: str
@@ -40,36 +64,38 @@ class Generated:
 
 
 class SyntheticGateway:
-    def __init__(self, start: float, span_s: float, regress_at: float = 0.65,
-                 slowdown: float = 2.5, seed: int = 7, models=MODELS):
+    def __init__(self, start: float, span_s: float, regress_at: float | None = None,
+                 slowdown: float | None = None, seed: int = 7, models=MODELS, traffic: Traffic = TRAFFIC):
         self.start, self.span_s = start, span_s
-        self.regress_at, self.slowdown = regress_at, slowdown
+        self.regress_at = traffic.regress_at if regress_at is None else regress_at
+        self.slowdown = traffic.slowdown if slowdown is None else slowdown
         self.rng = random.Random(seed)
         self.models = models
+        self.traffic = traffic
 
     def input_tokens(self) -> int:
-        # Log-uniform 40..60k: every default bucket (0-512 ... 32k+) gets traffic.
-        return int(math.exp(self.rng.uniform(math.log(40), math.log(60_000))))
+        tr = self.traffic
+        return int(math.exp(self.rng.uniform(math.log(tr.input_min), math.log(tr.input_max))))
 
     def make(self, progress: float) -> Generated:
         """One generation at `progress` (0..1) through the simulated window."""
-        rng = self.rng
+        rng, tr = self.rng, self.traffic
         model = rng.choice(self.models)
         n_in = self.input_tokens()
         t0 = self.start + progress * self.span_s + rng.uniform(0, 1.0)
-        queue = rng.lognormvariate(math.log(0.02), 0.8)
-        prefill_rate = model.prefill_tps * rng.lognormvariate(0, 0.25)
-        if progress >= self.regress_at and n_in >= 8192:
+        queue = rng.lognormvariate(math.log(tr.queue_median_s), tr.queue_sigma)
+        prefill_rate = model.prefill_tps * rng.lognormvariate(0, tr.prefill_sigma)
+        if progress >= self.regress_at and n_in >= tr.regress_min_input:
             # Long prompts now wait behind each other: slower and a fatter slow tail.
-            prefill_rate /= self.slowdown * rng.lognormvariate(0, 0.35)
+            prefill_rate /= self.slowdown * rng.lognormvariate(0, tr.slowdown_sigma)
             queue *= self.slowdown
         replica = f"{model.name}-{rng.randrange(3)}"
-        if rng.random() < 0.01:  # failed before the first token
+        if rng.random() < tr.fail_rate:  # failed before the first token
             return Generated(model.name, n_in, 0, t0, None, queue + rng.uniform(0.01, 0.5), queue,
                              "error", replica)
         ttft = queue + n_in / prefill_rate
-        n_out = max(1, int(rng.lognormvariate(math.log(180), 0.9)))
-        decode_rate = model.decode_tps * rng.lognormvariate(0, 0.15)
+        n_out = max(1, int(rng.lognormvariate(math.log(tr.output_median), tr.output_sigma)))
+        decode_rate = model.decode_tps * rng.lognormvariate(0, tr.decode_sigma)
         e2e = ttft + (n_out - 1) / decode_rate
-        status = "cancelled" if rng.random() < 0.01 else "ok"
+        status = "cancelled" if rng.random() < tr.cancel_rate else "ok"
         return Generated(model.name, n_in, n_out, t0, ttft, e2e, queue, status, replica)

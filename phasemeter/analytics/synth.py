@@ -15,7 +15,7 @@ import pandas as pd
 
 from phasemeter.stream_jobs.buckets import Bucketer, labels, parse_edges
 from phasemeter.stream_jobs.derive import ROW_COLUMNS, process
-from phasemeter.synthetic import MODELS, SyntheticGateway
+from phasemeter.synthetic import MODELS, TRAFFIC, SyntheticGateway
 
 
 def synthetic_rows(n: int, start: float, span_s: float, seed: int = 7, edges="default",
@@ -38,24 +38,24 @@ def synthetic_rows(n: int, start: float, span_s: float, seed: int = 7, edges="de
 def synthetic_frame(n: int, start: float, span_s: float, seed: int = 7, edges="default",
                     first_offset: int = 0) -> pd.DataFrame:
     """ROW_COLUMNS frame (ts as UTC datetime) ready for client.insert_df('generations', ...)."""
-    rng = np.random.default_rng(seed)
+    rng, tr = np.random.default_rng(seed), TRAFFIC  # the same model as SyntheticGateway, vectorised
     edges_t = parse_edges(edges)
     names = labels(edges_t)
     m = rng.integers(0, len(MODELS), n)
     prefill_med = np.array([p.prefill_tps for p in MODELS])[m]
     decode_med = np.array([p.decode_tps for p in MODELS])[m]
     progress = np.sort(rng.random(n))
-    n_in = np.exp(rng.uniform(np.log(40), np.log(60_000), n)).astype(np.int64)
-    queue = rng.lognormal(np.log(0.02), 0.8, n)
-    rate = prefill_med * rng.lognormal(0, 0.25, n)
-    slow = (progress >= 0.65) & (n_in >= 8192)
-    rate = np.where(slow, rate / (2.5 * rng.lognormal(0, 0.35, n)), rate)
-    queue = np.where(slow, queue * 2.5, queue)
+    n_in = np.exp(rng.uniform(np.log(tr.input_min), np.log(tr.input_max), n)).astype(np.int64)
+    queue = rng.lognormal(np.log(tr.queue_median_s), tr.queue_sigma, n)
+    rate = prefill_med * rng.lognormal(0, tr.prefill_sigma, n)
+    slow = (progress >= tr.regress_at) & (n_in >= tr.regress_min_input)
+    rate = np.where(slow, rate / (tr.slowdown * rng.lognormal(0, tr.slowdown_sigma, n)), rate)
+    queue = np.where(slow, queue * tr.slowdown, queue)
     ttft = queue + n_in / rate
-    n_out = np.maximum(1, rng.lognormal(np.log(180), 0.9, n).astype(np.int64))
-    decode_s = (n_out - 1) / (decode_med * rng.lognormal(0, 0.15, n))
-    failed = rng.random(n) < 0.01
-    status = np.where(failed, "error", np.where(rng.random(n) < 0.01, "cancelled", "ok"))
+    n_out = np.maximum(1, rng.lognormal(np.log(tr.output_median), tr.output_sigma, n).astype(np.int64))
+    decode_s = (n_out - 1) / (decode_med * rng.lognormal(0, tr.decode_sigma, n))
+    failed = rng.random(n) < tr.fail_rate
+    status = np.where(failed, "error", np.where(rng.random(n) < tr.cancel_rate, "cancelled", "ok"))
     n_out = np.where(failed, 0, n_out)
     has_dec = (n_out > 1) & ~failed & (decode_s > 0)
     ts_ms = np.round((start + progress * span_s) * 1000).astype(np.int64)
