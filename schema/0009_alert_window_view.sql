@@ -27,8 +27,11 @@ SELECT
     quantileExactInclusive(0.95)(queue_s) AS queue_p95,
     -- The queue's share of TTFT (over generations that report both): a queue
     -- that grows 4x but stays 2 % of TTFT is not why prefill got slow.
-    sumIf(queue_s, isNotNull(queue_s) AND isNotNull(ttft_s))
-        / nullIf(sumIf(ttft_s, isNotNull(queue_s) AND isNotNull(ttft_s)), 0) AS queue_share,
+    -- Summed as integer microseconds: a float sum depends on the order the
+    -- threads merge in, so the same data gave shares differing in the last
+    -- digits between two runs; an integer sum is exact in any order.
+    sumIf(toUInt64(round(queue_s * 1e6)), isNotNull(queue_s) AND isNotNull(ttft_s))
+        / nullIf(sumIf(toUInt64(round(ttft_s * 1e6)), isNotNull(queue_s) AND isNotNull(ttft_s)), 0) AS queue_share,
     -- Engine prefill (queue excluded) at the same level: did compute slow down?
     quantileExactInclusive({q:Float64})(engine_tps) AS engine_q,
     -- The span the data really covers: a "previous 24h" baseline with 40

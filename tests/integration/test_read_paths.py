@@ -51,7 +51,15 @@ def rows_for(kind: str) -> list[dict]:
 
     lo, hi = WINDOWS[kind]
     if kind == "normal":
-        return synthetic_rows(3000, T0 + lo, hi - lo, seed=1)
+        rows = synthetic_rows(3000, T0 + lo, hi - lo, seed=1)
+        for i, r in enumerate(rows):  # generations that never ended, as the join records them
+            if i % 40 == 7:
+                r.update(status="abandoned", finish_reason="expired_in_prefill", output_tokens=0, ttft_s=None,
+                         prefill_tps=None, prefill_tps_uncached=None, decode_s=None, decode_tps=None, tpot_s=None)
+            elif i % 40 == 8 and r["ttft_s"] is not None:
+                r.update(status="abandoned", finish_reason="expired_in_decode", output_tokens=0, decode_tps=None,
+                         tpot_s=None)
+        return rows
     if kind == "sparse":
         return synthetic_rows(40, T0 + lo, hi - lo, seed=2)
     if kind == "empty":
@@ -212,6 +220,10 @@ def _check_outcomes(results: dict, tmp_path: Path) -> None:
         assert r["rc"] == 0 and json.loads(r["out"])["rows"] == [], (cmd, r)
     assert "(no generations in this window)" in results["empty/bands table"]["out"]
     assert results["empty/bands model"]["rc"] == 0 and json.loads(results["empty/bands model"]["out"])["rows"] == []
+    normal = json.loads(results["normal/bands exact"]["out"])["rows"]
+    assert sum(r["abandoned"] for r in normal) == sum(1 for r in rows_for("normal") if r["status"] == "abandoned") > 100
+    excluded = json.loads(results["normal/bands exclude engine"]["out"])["rows"]
+    assert sum(r["n"] for r in excluded) == sum(r["n"] for r in normal) - sum(r["abandoned"] for r in normal)
     nulls = json.loads(results["nullheavy/bands exact"]["out"])["rows"]
     assert sum(r["decode_n"] for r in nulls) == 100 and all(r["prefill_n"] <= r["n"] for r in nulls)
     dlq = json.loads(results["normal/dlq inspect"]["out"])
