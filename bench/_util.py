@@ -79,7 +79,7 @@ def write_json(path: str | None, result: dict) -> None:
 def synthetic_events(n: int, seed: int = 7, start: float | None = None, span_s: float = 3600.0,
                      gateway: str = "bench") -> list[dict]:
     """`n` generation events, exactly the JSON shape of schema/event-v1.schema.json."""
-    from phasemeter.synthetic import SyntheticGateway
+    from phasemeter.demo.synthetic import SyntheticGateway
 
     start = time.time() - span_s - 60 if start is None else start
     gen = SyntheticGateway(start=start, span_s=span_s, seed=seed)

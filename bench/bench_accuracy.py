@@ -1,6 +1,6 @@
 """Accuracy of slow-tail percentiles: exact vs rollup vs Prometheus histograms.
 
-One synthetic data set (phasemeter.synthetic through the real derivation,
+One synthetic data set (phasemeter.demo.synthetic through the real derivation,
 stream_jobs.derive.process, and the real Sink into chDB, so the rollup is
 maintained by the materialized view as in production) is summarised three ways:
 
@@ -40,9 +40,9 @@ import numpy as np
 import pandas as pd
 
 from phasemeter.analytics import run_query
-from phasemeter.analytics.synth import synthetic_rows
-from phasemeter.migrate import migrate
-from phasemeter.runner import DirectRunner
+from phasemeter.demo.rows import synthetic_rows
+from phasemeter.store.migrate import migrate
+from phasemeter.query.runner import DirectRunner
 from phasemeter.stream_jobs.sink import Sink
 
 # vLLM v1 vllm:time_to_first_token_seconds buckets (vllm/v1/metrics/loggers.py).

@@ -125,7 +125,7 @@ def visible(runner, gateway: str) -> dict:
 def run(bootstrap: str, rates: list[float], seconds: float, timeout_s: float, batch_rows: int,
         batch_seconds: float, with_probe: bool = False) -> list[dict]:
     from phasemeter.kafka_local import ensure_topics
-    from phasemeter.runner import HttpRunner
+    from phasemeter.query.runner import HttpRunner
 
     topic = f"bench-fresh-{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, [topic, f"{topic}.dlq"], 4)

@@ -1,7 +1,7 @@
 """Band query latency: exact (raw rows) vs rollup (per-minute states).
 
 Fills a fresh chDB store with N synthetic generations spread over 30 days
-(vectorised look-alike of phasemeter.synthetic, inserted into `generations`
+(vectorised look-alike of phasemeter.demo.synthetic, inserted into `generations`
 so the materialized view maintains the rollup exactly as in production),
 then times `phasemeter.analytics.run_query` for a 30-day window at 1-minute
 steps and at the auto step, on both paths, and reports peak memory.
@@ -27,9 +27,9 @@ from pathlib import Path
 import clickhouse_connect
 
 from phasemeter.analytics import run_query
-from phasemeter.analytics.synth import synthetic_frame
-from phasemeter.migrate import migrate
-from phasemeter.runner import DirectRunner
+from phasemeter.demo.rows import synthetic_frame
+from phasemeter.store.migrate import migrate
+from phasemeter.query.runner import DirectRunner
 
 DAYS = 30
 CHUNK = 2_000_000

@@ -21,8 +21,8 @@ from pathlib import Path
 import clickhouse_connect
 import pandas as pd
 
-from phasemeter.analytics.synth import synthetic_rows
-from phasemeter.migrate import migrate
+from phasemeter.demo.rows import synthetic_rows
+from phasemeter.store.migrate import migrate
 from phasemeter.stream_jobs.buckets import labels
 from phasemeter.stream_jobs.sink import Sink
 

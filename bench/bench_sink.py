@@ -96,9 +96,9 @@ def bounded_write(sink, rows: list[dict], timeout_s: float = 120.0) -> None:
 
 
 def run(n: int, batch: int, path: Path) -> dict:
-    from phasemeter.migrate import migrate
+    from phasemeter.store.migrate import migrate
     from phasemeter.settings import Settings
-    from phasemeter.store import connect
+    from phasemeter.store.client import connect
 
     settings = Settings(clickhouse_url=f"chdb://{path}", database="bench_sink", data_dir=str(path))
     client = connect(settings)

@@ -4,7 +4,7 @@
                                  [--bootstrap H:P] [--json OUT]
 
 1. Pre-fills a topic with N generation events (one per message, event-v1 JSON
-   from phasemeter.synthetic) using a batching kafka-python producer.
+   from phasemeter.demo.synthetic) using a batching kafka-python producer.
 2. Drains it with (a) raw aiokafka `getmany`, (b) bench/bare_faust_app.py
    (plain `async for`, and `take_events` like the worker), (c) the real
    `phasemeter worker` into its own chDB store. Each reader has its own group.

@@ -300,7 +300,7 @@ class Cell:
 
     def drain(self, expected: int, stall_s: float = 90.0) -> bool:
         """Until the stores hold `expected` generations + dead letters and stay there."""
-        from phasemeter.runner import HttpRunner
+        from phasemeter.query.runner import HttpRunner
 
         last, since = -1, time.monotonic()
         while time.monotonic() - since < stall_s:

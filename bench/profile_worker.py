@@ -66,8 +66,8 @@ def make_pipeline(with_store: bool, tmp: Path):
 
     if not with_store:
         return Pipeline(Settings(topic="bench.profile"), StubSink()), None
-    from phasemeter.migrate import migrate
-    from phasemeter.store import connect
+    from phasemeter.store.migrate import migrate
+    from phasemeter.store.client import connect
 
     sys.path.insert(0, str(U.BENCH_DIR))
     from bench_sink import make_sink

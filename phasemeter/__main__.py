@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from phasemeter.cli.main import main
 
 sys.exit(main())

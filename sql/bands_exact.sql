@@ -1,5 +1,5 @@
 -- Percentile bands per model × input bucket × time step, both phases, exact
--- (the analytics exact path, and phasemeter.queries.bands with 'include'/'total').
+-- (the analytics exact path, and phasemeter.query.queries.bands with 'include'/'total').
 -- quantilesExactInclusive equals numpy.percentile(values, q, method="linear").
 -- For a throughput the slow tail is the LOW end: p1/p5.
 -- Nulls (no first token, output_tokens <= 1) are skipped, never counted as 0.

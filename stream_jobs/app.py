@@ -22,7 +22,7 @@ import time
 import faust
 
 from phasemeter.settings import Settings
-from phasemeter.store import connect
+from phasemeter.store.client import connect
 
 from . import handoff, join_agent, resume
 from .pipeline import Pipeline
@@ -49,7 +49,7 @@ def _broker_credentials(settings: Settings):
 
 def open_store_for_worker(settings: Settings):
     """Connect and refuse to write into an un-migrated store."""
-    from phasemeter.migrate import pending
+    from phasemeter.store.migrate import pending
 
     client = connect(settings)
     todo = pending(client)

@@ -19,7 +19,7 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from phasemeter.store import load_sql
+from phasemeter.store.client import load_sql
 
 from .sequence import TP
 

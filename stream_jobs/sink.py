@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from phasemeter.runner import DirectRunner
+from phasemeter.query.runner import DirectRunner
 from phasemeter.settings import redact
 
 from . import ledger

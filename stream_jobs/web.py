@@ -1,7 +1,7 @@
 """Read-only HTTP API on the worker's web port (127.0.0.1 by default).
 
 It exists because an embedded chDB store opens in one process only: while
-the worker owns it, CLI reads come here (phasemeter.runner.HttpRunner).
+the worker owns it, CLI reads come here (phasemeter.query.runner.HttpRunner).
 Only GET, only named queries shipped in `sql/`, every value bound
 server-side by ClickHouse.
 """
@@ -12,8 +12,8 @@ import asyncio
 
 from faust.web import View
 
-from phasemeter.runner import decode_params, frame_to_json
-from phasemeter.store import is_read_only, load_sql
+from phasemeter.query.runner import decode_params, frame_to_json
+from phasemeter.store.client import is_read_only, load_sql
 
 from . import metrics
 from .ready import is_ready

@@ -107,7 +107,7 @@ class WorkerProc:
 
     def stored_count(self) -> int:
         """Rows in the store, asked through the worker's read-only API."""
-        from phasemeter.runner import HttpRunner
+        from phasemeter.query.runner import HttpRunner
 
         df = HttpRunner(self.url).df("count_generations", {})
         return int(df["n"].iloc[0])

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from .evaluate import FIRING, Result, evaluate, order, table
-from .rules import RuleSet, load_rules, override
+from phasemeter.alerts.evaluate import FIRING, Result, evaluate, order, table
+from phasemeter.alerts.rules import RuleSet, load_rules, override
 
 __all__ = ["check", "backtest", "episodes", "demo_check", "load_rules", "override", "Result", "Episode"]
 MAX_POINTS = 2000

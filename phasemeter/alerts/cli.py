@@ -1,4 +1,4 @@
-"""`phasemeter alerts check|backtest`: registered by phasemeter.cli.
+"""`phasemeter alerts check|backtest`: registered by phasemeter.cli.main.
 
 Exit codes of `check` are the contract for cron/CI callers: 0 nothing firing,
 1 firing, 2 error (bad flag or rules file, store or worker unreachable,
@@ -13,9 +13,9 @@ from datetime import datetime, timezone
 
 from phasemeter.timeparse import parse_duration, parse_time, window
 
-from . import backtest, check
-from .evaluate import FIRING, as_dict, table
-from .rules import load_rules
+from phasemeter.alerts import backtest, check
+from phasemeter.alerts.evaluate import FIRING, as_dict, table
+from phasemeter.alerts.rules import load_rules
 
 
 def _flags(p, common) -> None:
@@ -63,14 +63,14 @@ def _guarded(run):
 
 
 def _runner(settings, args):
-    from phasemeter.runner import open_runner
+    from phasemeter.query.runner import open_runner
 
     return open_runner(settings, args.via)
 
 
 @_guarded
 def cmd_check(args, settings) -> int:
-    from .webhook import deliver, safe_url
+    from phasemeter.alerts.webhook import deliver, safe_url
 
     ruleset = load_rules(args.rules, _labels(settings))
     at = parse_time(args.at, "--at").astimezone(timezone.utc)

@@ -12,7 +12,7 @@ from datetime import datetime
 
 import pandas as pd
 
-from .rules import Rule
+from phasemeter.alerts.rules import Rule
 
 OK, FIRING, INSUFFICIENT = "ok", "firing", "insufficient data"
 OTHER = {"prefill": "decode", "decode": "prefill"}

@@ -16,7 +16,7 @@ import urllib.request
 from datetime import timezone
 from urllib.parse import urlsplit, urlunsplit
 
-from .evaluate import Result
+from phasemeter.alerts.evaluate import Result
 
 RECEIVER = "phasemeter"
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt for a still-firing alert

@@ -6,7 +6,7 @@
   `abandoned="include"|"exclude"`, `prefill="total"|"engine"|"uncached"`
   (variants.py); every frame counts the abandoned generations per row.
 * `render(df, fmt, meta)`, `write_chart(df, meta, out)`: text and charts
-  (`.html` -> phasemeter.charts_html, else PNG).
+  (`.html` -> phasemeter.render.html, else PNG).
 * `backfill(client, start, end)`: fill the per-minute rollup from raw rows.
 
 Attributes load lazily, so `phasemeter --help` does not import pandas.

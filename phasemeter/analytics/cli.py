@@ -1,7 +1,7 @@
 """CLI for analytics: flags the lead adds to the window flags, plus
 `phasemeter latency` and `phasemeter analytics backfill`.
 
-Wiring (phasemeter/cli.py, phasemeter/commands.py):
+Wiring (phasemeter/cli/main.py, phasemeter/cli/commands.py):
 * `_window_flags(p)` calls `extend_window_flags(p)`;
 * `fetch_bands(args, settings)` returns `phasemeter.analytics.fetch(args, settings)`
   as (df, meta) -- meta["step_s"] is the step;
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from .variants import ABANDONED_CHOICES, PREFILL_VARIANTS
+from phasemeter.analytics.variants import ABANDONED_CHOICES, PREFILL_VARIANTS
 
 
 def path_flags(p) -> None:
@@ -45,12 +45,12 @@ def extend_window_flags(p) -> None:
 
 
 def cmd_latency(args, settings) -> int:
-    from . import fetch, render, write_chart
+    from phasemeter.analytics import fetch, render, write_chart
 
     args.latency = True
-    from phasemeter.output import check_columns
+    from phasemeter.render.table import check_columns
 
-    from .present import table_columns
+    from phasemeter.analytics.present import table_columns
 
     check_columns(args.columns, table_columns("latency"))  # before any store is opened
     df, meta = fetch(args, settings)
@@ -63,11 +63,11 @@ def cmd_latency(args, settings) -> int:
 
 
 def cmd_backfill(args, settings) -> int:
-    from phasemeter.store import open_migrated_store
-    from phasemeter.remote import worker_url
+    from phasemeter.store.client import open_migrated_store
+    from phasemeter.query.remote import worker_url
     from phasemeter.timeparse import window
 
-    from . import backfill
+    from phasemeter.analytics import backfill
 
     if settings.is_embedded and worker_url(settings.data_path):
         raise RuntimeError("a worker owns the embedded store and its HTTP API is read-only: stop the worker, "

@@ -1,6 +1,6 @@
 """Percentile queries at scale: exact or rollup path, re-bucketing, latency.
 
-Every read is a named SQL file run by a Runner (`phasemeter.runner`) with
+Every read is a named SQL file run by a Runner (`phasemeter.query.runner`) with
 typed, server-side bound parameters:
 
 | shape                 | exact (raw rows)          | rollup (per-minute states) |
@@ -21,13 +21,13 @@ from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 
-from phasemeter.queries import BAND_COLUMNS, METHOD as EXACT_METHOD, order_bands
+from phasemeter.query.queries import BAND_COLUMNS, METHOD as EXACT_METHOD, order_bands
 from phasemeter.stream_jobs.buckets import labels as bucket_labels, parse_edges
 from phasemeter.timeparse import ArgError, auto_step, parse_duration, window
 
-from . import variants
-from .paths import PathChoice, choose_path
-from .variants import ABANDONED_COLUMNS, SPLIT_COLUMNS
+from phasemeter.analytics import variants
+from phasemeter.analytics.paths import PathChoice, choose_path
+from phasemeter.analytics.variants import ABANDONED_COLUMNS, SPLIT_COLUMNS
 
 LATENCY_PCTS = ("p50", "p90", "p99")
 LATENCY_METRICS = ("ttft", "tpot", "queue")
@@ -213,7 +213,7 @@ def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
     preflight(kind, step_s, force, edges is not None, abandoned, prefill)  # before opening any store
     own = runner is None
     if own:
-        from phasemeter.runner import open_runner
+        from phasemeter.query.runner import open_runner
 
         runner = open_runner(settings, getattr(args, "via", None))
     try:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from phasemeter.store import load_sql
+from phasemeter.store.client import load_sql
 
-from .core import _naive, align_minutes
+from phasemeter.analytics.core import _naive, align_minutes
 
 
 def rollup_rows(client, start: datetime, end: datetime) -> int:

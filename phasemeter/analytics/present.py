@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from phasemeter.output import (HEADER_NOTE, abandoned_columns, band_columns, choose_columns, format_table,
+from phasemeter.render.table import (HEADER_NOTE, abandoned_columns, band_columns, choose_columns, format_table,
                                json_records, num, to_csv, to_table)
-from phasemeter.queries import LEGEND
+from phasemeter.query.queries import LEGEND
 from phasemeter.timeparse import ArgError
 
-from .core import LATENCY_METRICS, LATENCY_PCTS
-from .variants import PREFILL_VARIANTS, header_lines, prefill_label
+from phasemeter.analytics.core import LATENCY_METRICS, LATENCY_PCTS
+from phasemeter.analytics.variants import PREFILL_VARIANTS, header_lines, prefill_label
 
 LATENCY_NOTE = "latency seconds; HIGH percentiles are the slow tail (p99 = the slowest 1%)"
 ABANDONED_LEGEND = {
@@ -58,7 +58,7 @@ def latency_columns(df: pd.DataFrame | None = None) -> list[tuple[str, str]]:
 
 def table_columns(kind: str) -> list[str]:
     """Every column name `--columns` accepts for `kind` (bands, latency)."""
-    from phasemeter.output import ABANDONED_TITLES
+    from phasemeter.render.table import ABANDONED_TITLES
 
     cols = latency_columns() if kind == "latency" else band_columns()
     return [k for k, _ in cols] + [k for k, _ in ABANDONED_TITLES]
@@ -118,14 +118,14 @@ def write_chart(df: pd.DataFrame, meta: dict, out: str | Path, title: str | None
     suffix = f" — {meta['path']} path, step {meta['step_s']}s"
     label = prefill_label(meta["prefill"])
     if out.suffix.lower() in (".html", ".htm"):
-        from phasemeter.charts_html import render_bands_html
+        from phasemeter.render.html import render_bands_html
 
         return render_bands_html(df, out, bucket_order=meta.get("bucket_order"),
                                  title=(title or _default_title(meta)) + suffix, notes=chart_notes(meta),
                                  prefill_label=label)
     if meta["kind"] == "latency":
         raise ArgError(f"--out {out}: latency charts are HTML only; use an .html path")
-    from phasemeter.charts import DEFAULT_TITLE, render_bands_png
+    from phasemeter.render.png import DEFAULT_TITLE, render_bands_png
 
     return render_bands_png(df, out, bucket_order=meta.get("bucket_order"), title=(title or DEFAULT_TITLE) + suffix,
                             notes=chart_notes(meta), prefill_label=label)

@@ -21,14 +21,14 @@ import pandas as pd
 import pytest
 
 from phasemeter.alerts import check, demo_check, load_rules
-from phasemeter.cli import main
-from phasemeter.migrate import migrate
-from phasemeter.runner import DirectRunner
+from phasemeter.cli.main import main
+from phasemeter.store.migrate import migrate
+from phasemeter.query.runner import DirectRunner
 from phasemeter.settings import Settings
-from phasemeter.store import connect
+from phasemeter.store.client import connect
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
 from phasemeter.stream_jobs.derive import ROW_COLUMNS, process
-from phasemeter.synthetic import SyntheticGateway
+from phasemeter.demo.synthetic import SyntheticGateway
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """Analytics against a real chDB store filled through migrate + Sink (no Kafka).
 
 One store per module; the rows come from the real derivation path
-(phasemeter.analytics.synth.synthetic_rows -> stream_jobs.derive.process).
+(phasemeter.demo.rows.synthetic_rows -> stream_jobs.derive.process).
 Expected percentiles are computed here with numpy from the stored raw rows.
 """
 
@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 
 from phasemeter.analytics import backfill, fetch, render, run_query, write_chart
-from phasemeter.analytics.synth import synthetic_rows
-from phasemeter.migrate import discover, migrate
-from phasemeter.runner import DirectRunner
+from phasemeter.demo.rows import synthetic_rows
+from phasemeter.store.migrate import discover, migrate
+from phasemeter.query.runner import DirectRunner
 from phasemeter.settings import Settings
 from phasemeter.stream_jobs.buckets import Bucketer, labels, parse_edges
 from phasemeter.stream_jobs.derive import process
@@ -438,7 +438,7 @@ def test_summary_counts_abandoned_by_phase(mixed):
 
 
 def test_demo_bands_equal_the_exact_path_defaults(mixed):
-    from phasemeter import queries
+    from phasemeter.query import queries
 
     runner, _ = mixed
     params = {"start": START, "end": MIX_END, "step_s": 900, "models": [], "buckets": []}

@@ -20,7 +20,7 @@ from corpus import POISON, as_bytes
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from phasemeter.producers import Meter
-from phasemeter.runner import HttpRunner
+from phasemeter.query.runner import HttpRunner
 from phasemeter.stream_jobs import reasons as R
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -132,7 +132,7 @@ def test_poison_corpus_and_duplicates_accounting_identity(worker, pm_env, capsys
     assert max(len(r["payload"]) for r in records) <= 4096 * 4 / 3 + 4  # size-capped (base64)
     assert len({r["reason"] for r in records}) >= 14 and len(POISON) >= 30
 
-    from phasemeter.cli import main
+    from phasemeter.cli.main import main
 
     capsys.readouterr()
     assert main(["dlq", "inspect", "--via", worker.url, "--format", "json"]) == 0

@@ -13,8 +13,8 @@ from pathlib import Path
 import clickhouse_connect
 import pytest
 
-from phasemeter.analytics.synth import synthetic_rows
-from phasemeter.migrate import migrate
+from phasemeter.demo.rows import synthetic_rows
+from phasemeter.store.migrate import migrate
 from phasemeter.stream_jobs.sink import Sink
 
 pytestmark = pytest.mark.integration
@@ -116,7 +116,7 @@ def _cli(client, kind: str, t_from: int, t_to: int, step_s: int):
     from datetime import datetime, timezone
 
     from phasemeter.analytics import run_query
-    from phasemeter.runner import DirectRunner
+    from phasemeter.query.runner import DirectRunner
 
     start, end = (datetime.fromtimestamp(t, timezone.utc) for t in (t_from, t_to))
     df, meta = run_query(DirectRunner(client), start, end, step_s, force="rollup", kind=kind)

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import clickhouse_connect
 import pytest
 
-from phasemeter import migrate as mig
+from phasemeter.store import migrate as mig
 from phasemeter.stream_jobs import ledger
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
 from phasemeter.stream_jobs.derive import ROW_COLUMNS, process

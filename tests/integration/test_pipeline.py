@@ -17,7 +17,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from phasemeter.producers import Meter
-from phasemeter.synthetic import SyntheticGateway
+from phasemeter.demo.synthetic import SyntheticGateway
 
 pytestmark = pytest.mark.integration
 

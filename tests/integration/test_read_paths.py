@@ -45,7 +45,7 @@ def _iso(offset_s: float) -> str:
 
 def rows_for(kind: str) -> list[dict]:
     """The rows of one window, through the real derivation."""
-    from phasemeter.analytics.synth import synthetic_rows
+    from phasemeter.demo.rows import synthetic_rows
     from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
     from phasemeter.stream_jobs.derive import process
 
@@ -119,7 +119,7 @@ def commands(out_dir: Path) -> dict[str, list[str]]:
 
 
 def run_all(cmds: dict[str, list[str]]) -> dict[str, dict]:
-    from phasemeter.cli import main
+    from phasemeter.cli.main import main
 
     results = {}
     for name, argv in cmds.items():
@@ -136,11 +136,11 @@ def run_all(cmds: dict[str, list[str]]) -> dict[str, dict]:
 def direct_phase(result_path: str, out_dir: str) -> None:
     """In a subprocess: write the store, then run every command on it directly."""
     from phasemeter.settings import Settings
-    from phasemeter.store import connect
-    from phasemeter.migrate import migrate
+    from phasemeter.store.client import connect
+    from phasemeter.store.migrate import migrate
     from phasemeter.stream_jobs.sink import Sink
 
-    from phasemeter.remote import worker_url
+    from phasemeter.query.remote import worker_url
 
     settings = Settings.from_env()
     assert worker_url(settings.data_path) is None  # no worker: commands open the store themselves
@@ -178,7 +178,7 @@ def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tm
         for k, v in pm_env.items():
             monkeypatch.setenv(k, v)
         monkeypatch.delenv("CLICKHOUSE_URL", raising=False)
-        from phasemeter.remote import worker_url
+        from phasemeter.query.remote import worker_url
 
         assert worker_url(Path(pm_env["PHASEMETER_DATA_DIR"]))  # commands go through its HTTP API
         via = run_all(commands(tmp_path / "worker"))

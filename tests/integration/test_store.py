@@ -3,7 +3,7 @@
 import clickhouse_connect
 import pytest
 
-from phasemeter import migrate as mig
+from phasemeter.store import migrate as mig
 from phasemeter.stream_jobs.derive import ROW_COLUMNS
 from phasemeter.stream_jobs.sink import DLQ_COLUMNS
 
@@ -63,7 +63,7 @@ def test_stores_migrated_with_whole_text_checksums_stay_valid(client):
 
 
 def test_filters_are_bound_not_spliced(tmp_path, capsys):
-    from phasemeter.cli import main
+    from phasemeter.cli.main import main
 
     base = ["--data-dir", str(tmp_path / "d"), "--database", "inj"]
     assert main(["migrate", *base]) == 0
@@ -83,7 +83,7 @@ def test_filters_are_bound_not_spliced(tmp_path, capsys):
 
 
 def test_migrate_sets_raw_retention_from_settings(tmp_path, capsys, monkeypatch):
-    from phasemeter.cli import main
+    from phasemeter.cli.main import main
 
     assert main(["migrate", "--data-dir", str(tmp_path / "d"), "--database", "ttl"]) == 0
     monkeypatch.setenv("PHASEMETER_RAW_TTL_DAYS", "7")

@@ -16,7 +16,7 @@ PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join", "phaseme
         "phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.buckets", "phasemeter.alerts.evaluate",
         "phasemeter.analytics.paths")
 IO = ("faust", "aiokafka", "kafka", "clickhouse_connect", "chdb", "urllib", "socket", "subprocess",
-      "phasemeter.store", "phasemeter.runner", "phasemeter.stream_jobs.sink", "phasemeter.stream_jobs.ledger")
+      "phasemeter.store.client", "phasemeter.query.runner", "phasemeter.stream_jobs.sink", "phasemeter.stream_jobs.ledger")
 
 
 def modules() -> dict[str, Path]:
@@ -92,7 +92,7 @@ def test_no_import_cycles():
     edges = graph()
     # The parser sees real imports, relative and inside functions alike.
     assert "phasemeter.stream_jobs.pipeline" in edges["phasemeter.stream_jobs.app"]
-    assert "phasemeter.store" in edges["phasemeter.runner"]  # imported inside open_runner()
+    assert "phasemeter.store.client" in edges["phasemeter.query.runner"]  # imported inside open_runner()
     assert cycles(edges) == []
 
 
@@ -122,9 +122,9 @@ def test_every_command_is_registered_explicitly():
     importlib table), so a reader can follow `phasemeter X` to its code."""
     import argparse
 
-    from phasemeter.cli import build_parser
+    from phasemeter.cli.main import build_parser
 
-    text = (ROOT / "phasemeter" / "cli.py").read_text()
+    text = (ROOT / "phasemeter" / "cli" / "main.py").read_text()
     assert "importlib" not in text and "getattr(commands" not in text
 
     def leaves(parser):
@@ -139,3 +139,44 @@ def test_every_command_is_registered_explicitly():
     assert {"migrate", "worker", "query bands", "chart", "demo", "alerts check", "latency", "inflight"} <= set(found)
     for name, parser in found.items():
         assert callable(parser.get_default("func")), name
+
+
+# The layers of docs/architecture.md, bottom first. A module belongs to the
+# layer of its longest matching prefix and imports only from its own layer
+# or those below (an empty package __init__ is no dependency).
+LAYERS = (
+    ("contract", ("phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.reasons",
+                  "phasemeter.stream_jobs.buckets", "phasemeter.settings", "phasemeter.timeparse")),
+    ("pure cores and emitter", ("phasemeter.producers", "phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join",
+                                "phasemeter.stream_jobs.sequence", "phasemeter.stream_jobs.phase_events",
+                                "phasemeter.alerts.evaluate", "phasemeter.alerts.rules", "phasemeter.analytics.paths",
+                                "phasemeter.analytics.variants")),
+    ("store", ("phasemeter.store", "phasemeter.kafka_local")),
+    ("worker, queries, rendering", ("phasemeter.stream_jobs", "phasemeter.query", "phasemeter.analytics",
+                                    "phasemeter.alerts", "phasemeter.render")),
+    ("cli and demo", ("phasemeter.cli", "phasemeter.demo", "phasemeter.alerts.cli", "phasemeter.analytics.cli",
+                      "phasemeter.__main__", "phasemeter")),
+)
+
+
+def layer_of(name: str) -> int:
+    best = (-1, -1)
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (name == p or name.startswith(p + ".")) and len(p) > best[1]:
+                best = (i, len(p))
+    assert best[0] >= 0, f"{name} is in no layer of docs/architecture.md"
+    return best[0]
+
+
+def test_no_module_imports_upward():
+    mods = modules()
+    empty = {n for n, p in mods.items() if p.name == "__init__.py" and not p.read_text().strip()}
+    up = [(m, LAYERS[layer_of(m)][0], d, LAYERS[layer_of(d)][0])
+          for m, deps in graph().items() for d in deps - empty if layer_of(d) > layer_of(m)]
+    assert up == [], "upward imports: " + "; ".join(f"{m} [{a}] -> {d} [{b}]" for m, a, d, b in up)
+
+
+def test_the_layer_test_can_fail():
+    assert layer_of("phasemeter.stream_jobs.derive") < layer_of("phasemeter.store.client") \
+        < layer_of("phasemeter.query.runner") < layer_of("phasemeter.cli.main")

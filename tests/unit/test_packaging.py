@@ -44,7 +44,7 @@ def test_installed_wheel_finds_migrations_and_queries_at_runtime(wheel, tmp_path
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                     str(wheel)], check=True, capture_output=True)
     # -S: no site-packages, so the editable checkout cannot be picked up by mistake.
-    code = ("import phasemeter, phasemeter.migrate as m, phasemeter.store as s; "
+    code = ("import phasemeter, phasemeter.store.migrate as m, phasemeter.store.client as s; "
             "print(phasemeter.__file__); print([x.version for x in m.discover()]); "
             "print('quantilesExactInclusive' in s.load_sql('bands_exact'))")
     out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(target)},

@@ -3,8 +3,8 @@
 import re
 from pathlib import Path
 
-from phasemeter.migrate import discover
-from phasemeter.store import is_read_only
+from phasemeter.store.migrate import discover
+from phasemeter.store.client import is_read_only
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITES = {"rollup_backfill", "set_raw_ttl", "set_rollup_ttl", "rollup_delete_cells"}  # run by CLI commands only, never by the web port

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from phasemeter.alerts.rules import RulesError, load_rules, override, parse_rules
-from phasemeter.cli import main
+from phasemeter.cli.main import main
 
 GOOD = """
 [[rule]]

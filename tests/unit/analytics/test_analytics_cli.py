@@ -9,8 +9,8 @@ import pandas as pd
 
 from phasemeter.analytics.cli import extend_window_flags, register
 from phasemeter.analytics.present import render
-from phasemeter.cli import _common, _window_flags, build_parser
-from phasemeter.queries import BAND_COLUMNS
+from phasemeter.cli.main import _common, _window_flags, build_parser
+from phasemeter.query.queries import BAND_COLUMNS
 
 
 def test_extend_window_flags():

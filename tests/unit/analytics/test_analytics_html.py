@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from phasemeter.analytics.core import LATENCY_COLUMNS
-from phasemeter.charts_html import render_bands_html
-from phasemeter.queries import BAND_COLUMNS
+from phasemeter.render.html import render_bands_html
+from phasemeter.query.queries import BAND_COLUMNS
 
 
 def frame(models=("llama-4-maverick", "qwen3-32b"), buckets=("0-512", "8k-32k"), steps=12, seed=1):

@@ -11,7 +11,7 @@ import pytest
 from phasemeter.analytics.core import BANDS_COLUMNS, LATENCY_COLUMNS, run_query
 from phasemeter.analytics.paths import choose_path
 from phasemeter.analytics.variants import exact_only, header_lines
-from phasemeter.cli import build_parser, main
+from phasemeter.cli.main import build_parser, main
 from phasemeter.timeparse import ArgError
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)

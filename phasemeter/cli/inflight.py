@@ -45,7 +45,7 @@ def merge(views: list[dict]) -> dict:
 
 
 def show(args, settings) -> int:
-    from .remote import worker_url
+    from phasemeter.query.remote import worker_url
 
     urls = args.via or [worker_url(settings.data_path) or f"http://{settings.web_host}:{settings.web_port}"]
     view = merge([fetch(u) for u in urls])

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from phasemeter import cli
+from phasemeter.cli import main as cli
 from phasemeter.settings import Settings
-from phasemeter.store import check_dsn, connect, open_migrated_store
+from phasemeter.store.client import check_dsn, connect, open_migrated_store
 from phasemeter.timeparse import ArgError
 
 

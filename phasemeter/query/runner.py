@@ -18,7 +18,7 @@ from datetime import datetime
 
 import pandas as pd
 
-from .store import load_sql
+from phasemeter.store.client import load_sql
 
 
 def encode_params(params: dict) -> str:
@@ -115,11 +115,11 @@ class HttpRunner:
 
 def open_runner(settings, via: str | None = None):
     """HttpRunner when a worker owns the embedded store (or --via), else DirectRunner."""
-    from .remote import worker_url
+    from phasemeter.query.remote import worker_url
 
     url = via or (worker_url(settings.data_path) if settings.is_embedded else None)
     if url:
         return HttpRunner(url)
-    from .store import open_migrated_store
+    from phasemeter.store.client import open_migrated_store
 
     return DirectRunner(open_migrated_store(settings))

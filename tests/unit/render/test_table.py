@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 
 from phasemeter.analytics.present import render as render_meta
-from phasemeter.output import to_table
-from phasemeter.queries import BAND_COLUMNS, METHOD, order_bands
+from phasemeter.render.table import to_table
+from phasemeter.query.queries import BAND_COLUMNS, METHOD, order_bands
 
 META = {"kind": "bands", "path": "exact", "reason": "short window", "method": METHOD, "step_s": 60,
         "start": "2026-11-29T09:00:00Z", "end": "2026-11-29T11:00:00Z"}
@@ -102,7 +102,7 @@ def test_json_and_csv_carry_variant_and_counts():
 
 
 def test_num_and_json_records_treat_missing_as_unknown():
-    from phasemeter.output import json_records, num
+    from phasemeter.render.table import json_records, num
 
     assert num(pd.NA) == "-" and num(None) == "-" and num(float("nan")) == "-"
     df = pd.DataFrame({"t": [pd.Timestamp("2026-11-29")], "a": pd.array([pd.NA], dtype="Int64"),
@@ -158,7 +158,7 @@ def test_columns_chooses_and_orders_and_unknown_names_are_refused():
     import pytest
 
     from phasemeter.analytics.present import table_columns
-    from phasemeter.output import check_columns
+    from phasemeter.render.table import check_columns
     from phasemeter.timeparse import ArgError
 
     text = render_meta(realistic(), "table", META, columns=["decode_p1", "prefill_p99"])

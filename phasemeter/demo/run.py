@@ -19,8 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .demo_phases import run_phase_load
-from .settings import Settings
+from phasemeter.demo.phases import run_phase_load
+from phasemeter.settings import Settings
 
 PHASE_RATE = 100.0  # live phase-protocol generations per second
 
@@ -105,7 +105,7 @@ class Stack:
 def run_load(bootstrap: str, settings: Settings, seconds: float, rate: float, worker_url: str):
     from phasemeter.producers import Meter
 
-    from .synthetic import SyntheticGateway
+    from phasemeter.demo.synthetic import SyntheticGateway
 
     span = 3600.0
     gen = SyntheticGateway(start=time.time() - span - 60, span_s=span)
@@ -146,7 +146,7 @@ def explore_hint(demo_dir: Path) -> str:
 
 
 def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> int:
-    from .kafka_local import LocalBroker, ensure_topics, free_port
+    from phasemeter.kafka_local import LocalBroker, ensure_topics, free_port
 
     demo_dir = settings.data_path / "demo"
     shutil.rmtree(demo_dir, ignore_errors=True)
@@ -216,11 +216,11 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> i
 def show_results(settings: Settings, url: str, out: Path) -> None:
     from phasemeter.stream_jobs.buckets import labels, parse_edges
 
-    from .charts import render_bands_png
-    from .output import to_csv, to_table
-    from .queries import bands, order_bands
-    from .runner import HttpRunner
-    from .timeparse import window
+    from phasemeter.render.png import render_bands_png
+    from phasemeter.render.table import to_csv, to_table
+    from phasemeter.query.queries import bands, order_bands
+    from phasemeter.query.runner import HttpRunner
+    from phasemeter.timeparse import window
 
     order = labels(parse_edges(settings.bucket_edges))
     runner = HttpRunner(url)  # the worker owns the embedded store: ask it
@@ -242,7 +242,7 @@ def show_results(settings: Settings, url: str, out: Path) -> None:
             + (live.to_string(index=False) if len(live) else "  none"))
     print(text)
     (out / "abandoned.txt").write_text(text + "\n")
-    from .alerts import demo_check
+    from phasemeter.alerts import demo_check
 
     _say("alerts check (per phase, routed to its runbook):")
     text = demo_check(runner, settings)

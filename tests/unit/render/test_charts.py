@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from phasemeter.charts import render_bands_png
+from phasemeter.render.png import render_bands_png
 
 BUCKETS = ["0-512", "512-2k", "2k-8k", "8k-32k", "32k+"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -96,7 +96,7 @@ def with_abandoned(df, split_known=True):
 
 
 def test_abandoned_panel_label_by_phase():
-    from phasemeter.charts import _abandoned_label
+    from phasemeter.render.png import _abandoned_label
 
     g = with_abandoned(synthetic_bands().iloc[:4])
     assert _abandoned_label(g, "prefill") == "\nabandoned 12 (8 before 1st token)"

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from hypothesis import given, settings, strategies as st
 
-from phasemeter.runner import frame_from_json, frame_to_json
+from phasemeter.query.runner import frame_from_json, frame_to_json
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64, min_value=-1e15, max_value=1e15)
 

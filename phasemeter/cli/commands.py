@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from .settings import Settings
-from .timeparse import ArgError
+from phasemeter.settings import Settings
+from phasemeter.timeparse import ArgError
 
 
 def cmd_config(args, settings: Settings) -> int:
@@ -16,8 +16,8 @@ def cmd_config(args, settings: Settings) -> int:
 
 
 def cmd_migrate(args, settings: Settings) -> int:
-    from .migrate import migrate, pending
-    from .store import connect
+    from phasemeter.store.migrate import migrate, pending
+    from phasemeter.store.client import connect
 
     client = connect(settings)
     if args.status:
@@ -29,7 +29,7 @@ def cmd_migrate(args, settings: Settings) -> int:
     done = migrate(client)
     for mig in done:
         print(f"applied {mig.version:04d}_{mig.name}")
-    from .store import load_sql
+    from phasemeter.store.client import load_sql
 
     for name, days, env in (("raw", settings.raw_ttl_days, "PHASEMETER_RAW_TTL_DAYS"),
                             ("rollup", settings.rollup_ttl_days, "PHASEMETER_ROLLUP_TTL_DAYS")):
@@ -48,10 +48,10 @@ def cmd_worker(args, settings: Settings) -> int:
 
     from phasemeter.stream_jobs.app import create_app
 
-    from .kafka_local import bootstrap_servers, ensure_topics
-    from .remote import clear_state, write_state
+    from phasemeter.kafka_local import bootstrap_servers, ensure_topics
+    from phasemeter.query.remote import clear_state, write_state
 
-    from .store import StoreError, open_migrated_store
+    from phasemeter.store.client import StoreError, open_migrated_store
 
     try:
         client = open_migrated_store(settings)
@@ -82,15 +82,15 @@ def cmd_worker(args, settings: Settings) -> int:
 def fetch_bands(args, settings: Settings):
     """(DataFrame, meta): bands or latency, exact or rollup (chosen from the window),
     from the worker's API when it owns the embedded store, else directly."""
-    from .analytics import fetch
+    from phasemeter.analytics import fetch
 
     return fetch(args, settings)
 
 
 def cmd_query(args, settings: Settings) -> int:
-    from .analytics import render
-    from .analytics.present import table_columns
-    from .output import check_columns
+    from phasemeter.analytics import render
+    from phasemeter.analytics.present import table_columns
+    from phasemeter.render.table import check_columns
 
     check_columns(args.columns, table_columns("bands"))  # before any store is opened
     df, meta = fetch_bands(args, settings)
@@ -99,7 +99,7 @@ def cmd_query(args, settings: Settings) -> int:
 
 
 def cmd_chart(args, settings: Settings) -> int:
-    from .analytics import write_chart
+    from phasemeter.analytics import write_chart
 
     df, meta = fetch_bands(args, settings)
     path = write_chart(df, meta, args.out)
@@ -108,7 +108,7 @@ def cmd_chart(args, settings: Settings) -> int:
 
 
 def cmd_kafka(args, settings: Settings) -> int:
-    from .kafka_local import LocalBroker, fetch_jars, running_broker
+    from phasemeter.kafka_local import LocalBroker, fetch_jars, running_broker
 
     kafka_dir = settings.data_path / "kafka"
     if args.action == "fetch":
@@ -137,6 +137,6 @@ def cmd_kafka(args, settings: Settings) -> int:
 
 
 def cmd_demo(args, settings: Settings) -> int:
-    from .demo import run_demo
+    from phasemeter.demo.run import run_demo
 
     return run_demo(settings, seconds=args.seconds, rate=args.rate, out_dir=args.out_dir)

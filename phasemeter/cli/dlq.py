@@ -21,8 +21,8 @@ def register(sub, common, window_flags) -> None:
 
 
 def inspect(args, settings) -> int:
-    from .runner import open_runner
-    from .timeparse import window
+    from phasemeter.query.runner import open_runner
+    from phasemeter.timeparse import window
 
     start, end = window(args.start, args.end)
     runner = open_runner(settings, args.via)

@@ -1,4 +1,4 @@
-"""Find the worker that owns the embedded store (see phasemeter.runner).
+"""Find the worker that owns the embedded store (see phasemeter.query.runner).
 
 chDB opens a path in one process only. The worker writes
 <data_dir>/worker.json (pid + web URL) while it runs; the CLI reads it and

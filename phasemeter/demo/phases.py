@@ -15,7 +15,7 @@ import random
 import time
 from collections import Counter
 
-from .synthetic import SyntheticGateway
+from phasemeter.demo.synthetic import SyntheticGateway
 
 HANG_PREFILL, HANG_DECODE = 0.01, 0.01
 # Healthy requests end well inside the demo's short expiry: outputs are capped.

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import commands, dlq, inflight
-from .alerts import cli as alerts_cli
-from .analytics import cli as analytics_cli
-from .settings import Settings
-from .timeparse import ArgError
+from phasemeter.cli import commands, dlq, inflight
+from phasemeter.alerts import cli as alerts_cli
+from phasemeter.analytics import cli as analytics_cli
+from phasemeter.settings import Settings
+from phasemeter.timeparse import ArgError
 
 # Feature modules that add their own subcommands, each with
 # register(sub, common, window_flags) setting `func=(args, settings) -> int`.
@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # known operational failures: short message, no traceback
-        from .kafka_local import BrokerError
-        from .store import StoreError
+        from phasemeter.kafka_local import BrokerError
+        from phasemeter.store.client import StoreError
         if isinstance(exc, (BrokerError, StoreError, RuntimeError)):
             print(f"phasemeter {args.command}: {exc}", file=sys.stderr)
             return 1

@@ -2,7 +2,7 @@
 
 One code path for both: only the DSN differs. A chDB path can be open in a
 single process, so the worker owns it and everything else goes through the
-worker's web port while it runs (see `phasemeter.remote`).
+worker's web port while it runs (see `phasemeter.query.remote`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from importlib import resources
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .settings import Settings, redact
-from .timeparse import ArgError
+from phasemeter.settings import Settings, redact
+from phasemeter.timeparse import ArgError
 
 _SQL_NAME = re.compile(r"^[a-z0-9_]+$")
 
@@ -114,7 +114,7 @@ def is_read_only(sql: str) -> bool:
 def open_migrated_store(settings: Settings):
     """The store a reader (or the worker) may use: it exists and is fully
     migrated. Creates nothing."""
-    from .migrate import pending
+    from phasemeter.store.migrate import pending
 
     client = connect(settings, create=False)
     todo = pending(client)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from .queries import METHOD, PERCENTILES, PHASES
+from phasemeter.query.queries import METHOD, PERCENTILES, PHASES
 
 HEADER_NOTE = ("throughput tokens/s; LOW percentiles are the slow tail "
                "(slow p1 = the slowest 1%), high ones the fast side")
@@ -77,7 +77,7 @@ def choose_columns(cols: list[tuple[str, str]], default: tuple[str, ...], column
 
 
 def check_columns(columns: list[str] | None, valid: list[str]) -> None:
-    from .timeparse import ArgError
+    from phasemeter.timeparse import ArgError
 
     unknown = [c for c in columns or [] if c not in valid]
     if unknown:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from phasemeter.stream_jobs.buckets import Bucketer, labels, parse_edges
 from phasemeter.stream_jobs.derive import ROW_COLUMNS, process
-from phasemeter.synthetic import MODELS, TRAFFIC, SyntheticGateway
+from phasemeter.demo.synthetic import MODELS, TRAFFIC, SyntheticGateway
 
 
 def synthetic_rows(n: int, start: float, span_s: float, seed: int = 7, edges="default",

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from phasemeter.cli import main
+from phasemeter.cli.main import main
 from phasemeter.settings import Settings, redact
 from phasemeter.timeparse import ArgError, auto_step, parse_duration, parse_time, window
 
