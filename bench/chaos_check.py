@@ -26,6 +26,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _partitions(consumer, topic, TopicPartition, deadline: float) -> list:
+    """The topic's partitions, waiting out a broker that is still coming back
+    (after a 60 s SIGSTOP its metadata briefly lists no brokers at all)."""
+    import time
+
+    from kafka.errors import KafkaError
+
+    while True:
+        try:
+            found = consumer.partitions_for_topic(topic)
+            if found:
+                return [TopicPartition(topic, p) for p in sorted(found)]
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False) and "MetadataEmptyBrokerList" not in type(exc).__name__:
+                raise
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no metadata for {topic}: the broker did not come back")
+        time.sleep(1.0)
+
+
 def read_source(bootstrap: str, topic: str, timeout_s: float = 120.0) -> dict:
     """-> {"expected": {request_id: [(partition, offset), ...]}, "records": n,
     "generation_records": n (records that each must end stored or dead-lettered)}"""
@@ -36,7 +56,7 @@ def read_source(bootstrap: str, topic: str, timeout_s: float = 120.0) -> dict:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
                              max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024)
     try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        parts = _partitions(consumer, topic, TopicPartition, time.monotonic() + 120)
         consumer.assign(parts)
         consumer.seek_to_beginning(*parts)
         end = consumer.end_offsets(parts)
