@@ -89,3 +89,30 @@ def test_an_error_in_the_batch_reaches_the_agent():
 
     with pytest.raises(RuntimeError, match="store said no"):
         asyncio.run(main())
+
+
+def test_commits_run_in_the_background_newest_wins_and_settle_waits_for_them():
+    class Consumer:  # records what Faust's consumer would be asked to commit
+        def __init__(self):
+            self.calls = []
+
+        async def _commit_offsets(self, offsets):
+            await asyncio.sleep(0.1)  # a broker round trip
+            self.calls.append({(tp.topic, tp.partition): o for tp, o in offsets.items()})
+
+    class App:
+        consumer = Consumer()
+
+    async def main():
+        h, app = Handoff(grace_s=5), App()
+        await h.commit(app, {("t", 0): 10})  # returns at once: not on the batch's path
+        await asyncio.sleep(0.02)  # that commit is now in flight
+        await h.commit(app, {("t", 0): 20, ("t", 1): 5})
+        await h.commit(app, {("t", 0): 30})
+        assert app.consumer.calls == []
+        assert await h.settle() is True  # a stop or a revoke waits for the commits
+        return app.consumer.calls
+
+    calls = asyncio.run(main())
+    # The in-flight one, then the rest coalesced: the newest position of each partition.
+    assert calls == [{("t", 0): 10}, {("t", 0): 30, ("t", 1): 5}]
