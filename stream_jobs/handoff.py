@@ -48,9 +48,10 @@ class Handoff:
     async def commit(self, app, positions: dict[TP, int]) -> None:
         """After `positions` are durable: commit them, off the batch's path.
 
-        One background task commits the newest positions (a commit costs a
-        round trip and a producer flush; measured, awaiting it per batch cost
-        7-14 % of the worker's throughput). `settle` waits for it, so a stop
+        One background task commits the newest positions: a commit costs a
+        round trip and a producer flush, which need not hold up the next
+        batch (BENCHMARKS.md section 9 has the runs; their scatter is larger
+        than the difference). `settle` waits for it, so a stop
         or a revoke hands over with everything durable committed. A failure
         is not fatal: the next batch commits again."""
         for tp, offset in positions.items():

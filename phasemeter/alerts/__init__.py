@@ -8,7 +8,7 @@ decode rules share one query, since it returns both phases).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from phasemeter.alerts.evaluate import FIRING, Result, evaluate, order, table
@@ -114,8 +114,6 @@ def with_overlap(ep: Episode, rule, last: datetime) -> Episode:
 
     The firing data is [first firing window's start, end of the episode);
     the baseline is the rule's spans for the window ending then."""
-    from dataclasses import replace
-
     end = (ep.ended or last).timestamp()
     lo, hi = ep.started.timestamp() - rule.window_s, end
     spans = rule.baseline.spans(end - rule.window_s, end)
