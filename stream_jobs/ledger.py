@@ -19,6 +19,7 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from phasemeter.store import rollup
 from phasemeter.store.client import load_sql
 
 from .sequence import TP
@@ -109,6 +110,5 @@ def repair_rollup(client, cells: set[Cell], attempts: int = 3) -> list[tuple]:
         lo, hi = min(t for _, _, t in targets), max(t for _, _, t in targets) + timedelta(minutes=1)
         # No block dedup here: an identical rebuild of this cell may already be
         # in the dedup window from an earlier repair whose states were deleted.
-        client.command(load_sql("rollup_backfill"), parameters={"start": lo, "end": hi},
-                       settings={"insert_deduplicate": 0})
+        rollup.backfill(client, lo, hi, settings={"insert_deduplicate": 0})
     raise RuntimeError(f"rollup still unequal to raw after {attempts} repairs: {bad[:5]}")
