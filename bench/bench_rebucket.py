@@ -5,7 +5,7 @@ same frames, and times all three on N rows (interleaved runs, medians).
 
     python bench/bench_rebucket.py 2000000
 
-Result (docs/analytics.md): same answers; 1.33x slower on the stored-bucket
+Result (docs/analytics.md): same answers; 1.04-1.07x slower on the stored-bucket
 path, so the two files stay.
 """
 

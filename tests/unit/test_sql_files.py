@@ -57,3 +57,28 @@ def test_summary_counts_abandoned_by_phase():
     text = (ROOT / "sql" / "summary.sql").read_text()
     for col in ("abandoned", "abandoned_prefill", "abandoned_decode", "not_ok", "last_ts"):
         assert f"AS {col}" in text, col
+
+
+def _code(name: str) -> list[str]:
+    return [ln.strip() for ln in (ROOT / "sql" / f"{name}.sql").read_text().splitlines()
+            if ln.strip() and not ln.strip().startswith("--")]
+
+
+def test_each_rebucketing_query_is_its_base_query_with_only_the_bucket_changed():
+    """The re-bucketing queries stay files of their own (one query with an
+    optional edges parameter was measured slower on the stored-bucket path,
+    docs/analytics.md). So nothing but the bucket may differ: a change to
+    the base query that is not made to its twin fails here."""
+    import difflib
+
+    label = ("arrayElement({labels:Array(String)}, arrayCount(e -> e <= input_tokens, "
+             "{edges:Array(UInt32)})) AS input_bucket,")
+    having = "HAVING empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)"
+    where = "AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket))"
+    for base, twin, inner in (("bands_exact", "bands_rebucket", "ts, model, {}, status, ttft_s, decode_tps,"),
+                              ("latency", "latency_rebucket", "SELECT ts, model, {}, status, ttft_s, tpot_s, queue_s,")):
+        changed = sorted(ln for ln in difflib.ndiff(_code(base), _code(twin)) if ln[:2] in ("- ", "+ "))
+        assert changed == sorted([
+            "- input_bucket,", "+ " + label,
+            "- " + inner.format("input_bucket"), "+ " + inner.format("input_tokens"),
+            "- " + where, "+ " + having]), (twin, changed)
