@@ -34,6 +34,12 @@ class Settings:
                         "Dead-letter topic: rejected events with a reason code.")
     phase_topic: str = _f("", "PHASEMETER_PHASE_TOPIC",
                           "Internal topic of valid phase events, keyed by request_id. Empty: <topic>.phases.")
+    otlp_topic: str = _f("", "PHASEMETER_OTLP_TOPIC",
+                         "Topic of OTLP trace exports the worker also reads (an OpenTelemetry Collector's kafka "
+                         "exporter, otlp_proto or otlp_json; docs/ingest/otlp.md). Empty: none.")
+    otlp_model: str = _f("", "PHASEMETER_OTLP_MODEL",
+                         "Model for OTLP spans that name none (vLLM's V1 engine sets no gen_ai.response.model). "
+                         "Empty: such spans are dead-lettered missing_field.")
     joined_topic: str = _f("", "PHASEMETER_JOINED_TOPIC",
                            "Internal topic of joined/abandoned generations from phase events. Empty: <topic>.joined.")
     abandon_after_s: float = _f(
@@ -107,9 +113,16 @@ class Settings:
         return self.joined_topic or f"{self.topic}.joined"
 
     @property
+    def ingest_topics(self) -> list[str]:
+        """The topics the ingest agent reads: gateways' events, the join's
+        output and, when set, OTLP trace exports."""
+        return [self.topic, self.joined_topic_name] + ([self.otlp_topic] if self.otlp_topic else [])
+
+    @property
     def topics(self) -> list[str]:
         """Every topic the worker reads or writes (created when missing)."""
-        return [self.topic, self.dlq_topic, self.phase_topic_name, self.joined_topic_name]
+        return [self.topic, self.dlq_topic, self.phase_topic_name, self.joined_topic_name] + (
+            [self.otlp_topic] if self.otlp_topic else [])
 
     @property
     def store_dsn(self) -> str:

@@ -91,7 +91,7 @@ def create_app(settings: Settings, client=None) -> faust.App:
     pipeline = Pipeline(settings, sink)
     # acks=False: the group's offsets are committed from durable positions
     # (handoff.Handoff), never from what Faust's batching acked.
-    raw = app.topic(settings.topic, settings.joined_topic_name, key_type=bytes, value_type=bytes,
+    raw = app.topic(*settings.ingest_topics, key_type=bytes, value_type=bytes,
                     key_serializer="raw", value_serializer="raw", acks=False)
     ingest_handoff = handoff.Handoff(settings.stop_grace_s)
     dlq = app.topic(settings.dlq_topic, key_serializer="raw", value_serializer="raw")

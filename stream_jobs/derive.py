@@ -15,7 +15,7 @@ from .buckets import Bucketer
 from .contract import LABEL_FIELDS, check_count, check_duration, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
-__all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_message",
+__all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_event", "process_message",
            "MAX_TOKENS", "MAX_DURATION_S", "MIN_T0", "SCHEMA_VERSIONS", "STATUSES", "LABEL_FIELDS"]
 REQUIRED = ("schema_version", "kind", "request_id", "model", "t0", "e2e_s", "input_tokens", "output_tokens")
 OPTIONAL = ("ttft_s", "queue_s", "cached_input_tokens", "status", "finish_reason", "gateway", "replica")
@@ -215,7 +215,8 @@ def process(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = No
     return derive(fields, bucket)
 
 
-def _one(event, bucket: Bucketer, now: float, internal: bool) -> dict | Phase | Rejection:
+def process_event(event, bucket: Bucketer, now: float, internal: bool = False) -> dict | Phase | Rejection:
+    """One parsed event (a dict from a message or an envelope) -> row, Phase or Rejection."""
     kind = event.get("kind") if isinstance(event, dict) else None
     if kind in PHASE_KINDS:
         fields = validate_phase(event, now)
@@ -252,7 +253,7 @@ def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | N
         return [event]
     now = time.time() if now is None else now
     if event.get("kind") != "batch":
-        return [_one(event, bucket, now, internal)]
+        return [process_event(event, bucket, now, internal)]
     version = event.get("schema_version")
     if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
         return [Rejection(R.UNKNOWN_VERSION, f"envelope schema_version={version!r}")]
@@ -263,7 +264,7 @@ def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | N
         return [Rejection(R.BAD_VALUE, f"envelope must hold 1..{max_batch} events and nothing else")]
     out: list[dict | Phase | Rejection] = []
     for i, item in enumerate(inner):
-        result = _one(item, bucket, now, internal)
+        result = process_event(item, bucket, now, internal)
         out.append(Rejection(result.reason, f"events[{i}]: {result.detail}") if isinstance(result, Rejection)
                    else result)
     return out

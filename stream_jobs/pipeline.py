@@ -24,6 +24,7 @@ from .ledger import Stored
 from .sequence import Sequencer
 from .derive import Phase, Rejection, process_message
 from .join import phase_partition
+from .otlp_in import process_otlp
 from .sink import Sink
 
 log = logging.getLogger("phasemeter.worker")
@@ -41,7 +42,8 @@ class Pipeline:
         self.settings = settings
         self.sink = sink
         self.bucket = Bucketer(parse_edges(settings.bucket_edges))
-        self.topics = (settings.topic, settings.joined_topic_name)
+        self.topics = tuple(settings.ingest_topics)
+        self.otlp_ignored = 0
         self.sequencer = Sequencer()
         # (topic, partition) -> highest offset the store holds rows or dead
         # letters of, read after (re)assignment: records at or below it may
@@ -78,7 +80,9 @@ class Pipeline:
         """A generation whose request_id is already stored (or earlier in this
         batch) is a duplicate delivery from the gateway: dead-letter it. On
         the joined topic it is the join re-publishing after a crash
-        (at-least-once by design, docs/phases.md): drop it and count it."""
+        (at-least-once by design, docs/phases.md): drop it and count it.
+        The OTLP topic is a source like the raw one: a span exported twice is
+        a duplicate."""
         kept = []
         for topic in self.topics:
             kept += self._drop_duplicates_of(topic, [r for r in rows if r["src_topic"] == topic], dead, now)
@@ -92,7 +96,7 @@ class Pipeline:
         seen = self.sink.existing_request_ids(topic, ids, min(ts) - 0.002, max(ts) + 0.002)
         kept = []
         for row in rows:
-            if row["request_id"] in seen and topic != self.settings.topic:
+            if row["request_id"] in seen and topic == self.settings.joined_topic_name:
                 self.rejoined += 1
             elif row["request_id"] in seen:
                 dead.append({"ts": now, "reason": R.DUPLICATE,
@@ -117,8 +121,13 @@ class Pipeline:
             msg = event.message
             source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
             try:
-                results = process_message(event.value, self.bucket, self.settings.max_message_bytes, now,
-                                          internal=msg.topic != self.settings.topic)
+                if msg.topic == self.settings.otlp_topic:
+                    results, ignored = process_otlp(event.value, self.bucket, self.settings.max_message_bytes, now,
+                                                   self.settings.otlp_model)
+                    self.otlp_ignored += ignored
+                else:
+                    results = process_message(event.value, self.bucket, self.settings.max_message_bytes, now,
+                                              internal=msg.topic != self.settings.topic)
             except Exception as exc:  # a bug must not turn one event into a stuck partition
                 log.exception("derivation failed at %s/%s", msg.partition, msg.offset)
                 results = [Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")]
@@ -157,6 +166,7 @@ class Pipeline:
             "consumed": self.consumed, "accepted": self.accepted, "rejected": self.rejected,
             "skipped_redelivered": self.skipped, "duplicates": self.duplicates,
             "phases_forwarded": self.forwarded, "rejoined_dropped": self.rejoined,
+            "otlp_spans_ignored": self.otlp_ignored,
             "store_retries": self.sink.retries, "writing_since": self.writing_since,
             **dict(self.counts),
             "uptime_s": round(time.time() - self.started, 1), "last_batch_at": self.last_batch_at,

@@ -20,7 +20,8 @@ DUPLICATE = "duplicate"              # request_id already stored: the gateway se
 ORPHAN_PHASE = "orphan_phase"        # first_token/end whose start never came within the grace period
 LATE_PHASE = "late_phase"            # a phase that arrived after its generation was declared abandoned
 INTERNAL = "internal_error"          # a bug of ours hit this event; kept, not lost, not looping
+MALFORMED_OTLP = "malformed_otlp"    # an OTLP topic message that is no ExportTraceServiceRequest
 
 ALL = (OVERSIZE, NOT_UTF8, MALFORMED_JSON, NOT_OBJECT, UNKNOWN_VERSION, BAD_KIND, MISSING_FIELD,
        UNKNOWN_FIELD, WRONG_TYPE, BAD_VALUE, NOT_FINITE, NEGATIVE, ABSURD, IMPOSSIBLE_ORDER,
-       INCONSISTENT, DUPLICATE, ORPHAN_PHASE, LATE_PHASE, INTERNAL)
+       INCONSISTENT, DUPLICATE, ORPHAN_PHASE, LATE_PHASE, INTERNAL, MALFORMED_OTLP)

@@ -1,0 +1,387 @@
+"""OTLP trace data -> phasemeter generation events (schema v1). Pure.
+
+One span per LLM request becomes one event. Two attribute families are read;
+where both name a field, the first name present in the tuples below wins,
+so a span carrying both gives one answer:
+  * vLLM's `llm_request` span (vllm/tracing SpanAttributes), whose names SGLang
+    also puts on its request root span: gen_ai.usage.prompt_tokens,
+    gen_ai.latency.time_to_first_token, gen_ai.latency.e2e, ...;
+  * GenAI semantic conventions (semantic-conventions-genai v0.1.0), the
+    `gen_ai.client.inference` span: gen_ai.operation.name, gen_ai.usage.input_tokens,
+    gen_ai.response.time_to_first_chunk, ...
+docs/ingest/otlp.md has the table. Every event returned passes the worker's
+validation (stream_jobs.derive.validate); anything the worker would
+dead-letter is rejected here instead, with the same reason codes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from phasemeter.stream_jobs import reasons as R
+from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, Rejection, check_count,
+                                             check_duration)
+
+__all__ = ["Mapped", "Span", "BadRequest", "UnsupportedMediaType", "map_request", "map_export", "map_span",
+           "PROTOBUF", "JSON", "LLM_OPERATIONS"]
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+
+# gen_ai.operation.name values that are one generation. embeddings,
+# execute_tool, invoke_agent, ... are other work: ignored, not rejected.
+LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+# A span without gen_ai.operation.name is a vLLM-family request when it has
+# this name or a latency attribute (SGLang names its span "Req <rid>").
+VLLM_SPAN_NAME = "llm_request"
+INPUT = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+OUTPUT = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
+CACHED = ("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cached_tokens")
+MODEL = ("gen_ai.request.model", "gen_ai.response.model")
+REQUEST_ID = ("gen_ai.request.id", "gen_ai.response.id")
+TTFT = ("gen_ai.latency.time_to_first_token", "gen_ai.response.time_to_first_chunk")
+E2E = "gen_ai.latency.e2e"
+QUEUE = "gen_ai.latency.time_in_queue"
+FINISH = "gen_ai.response.finish_reasons"
+REPLICA = ("service.instance.id", "host.name")
+
+
+class BadRequest(ValueError):
+    """The body is not an OTLP ExportTraceServiceRequest (HTTP 400)."""
+
+
+class UnsupportedMediaType(BadRequest):
+    """Neither OTLP encoding (HTTP 415)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """What the mapping reads of one span, the same from either encoding.
+    attrs holds only gen_ai.* attributes, resource only the replica labels."""
+    trace_id: str     # hex, "" when absent
+    span_id: str
+    name: str
+    start_ns: int     # 0 when absent or not an integer
+    end_ns: int
+    error: bool       # status code ERROR
+    attrs: dict
+    resource: dict
+
+
+@dataclass
+class Mapped:
+    events: list[dict] = field(default_factory=list)   # v1 generation events
+    rejected: list[tuple[str, str, str]] = field(default_factory=list)  # (span_id hex, reason, detail)
+    ignored: int = 0                                    # spans that are not LLM requests
+
+
+def map_request(body: bytes, content_type: str, *, default_model: str | None = None,
+                now: float | None = None) -> Mapped:
+    """One OTLP/HTTP request body. `content_type` may carry parameters
+    (`application/json; charset=utf-8`). BadRequest if it cannot be decoded,
+    UnsupportedMediaType (a BadRequest) for another content type.
+    `default_model` labels spans that carry no model name; `now` (default:
+    the clock) bounds span start times as the worker does, at now + 1 day."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if kind == PROTOBUF:
+        return _map(proto_spans(body), default_model, now)
+    if kind == JSON:
+        try:
+            req = json.loads(body)
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise BadRequest(f"body is not JSON: {str(exc)[:200]}") from None
+        return map_export(req, default_model=default_model, now=now)
+    raise UnsupportedMediaType(f"content type {kind!r}; expected {PROTOBUF} or {JSON}")
+
+
+def map_export(req: dict, *, default_model: str | None = None, now: float | None = None) -> Mapped:
+    """An ExportTraceServiceRequest in its OTLP-JSON form (camelCase keys,
+    64-bit integers as strings, trace and span ids in hex)."""
+    return _map(json_spans(req), default_model, now)
+
+
+def _map(spans, default_model: str | None, now: float | None) -> Mapped:
+    out = Mapped()
+    now = time.time() if now is None else now
+    for span in spans:
+        result = map_span(span, default_model, now)
+        if result is None:
+            out.ignored += 1
+        elif isinstance(result, Rejection):
+            out.rejected.append((span.span_id, result.reason, result.detail))
+        else:
+            out.events.append(result)
+    return out
+
+
+def is_llm_request(span: Span) -> bool:
+    op = span.attrs.get("gen_ai.operation.name")
+    if op is not None:
+        return type(op) is str and op in LLM_OPERATIONS
+    return span.name == VLLM_SPAN_NAME or E2E in span.attrs or TTFT[0] in span.attrs
+
+
+def map_span(span: Span, default_model: str | None = None, now: float | None = None) -> dict | Rejection | None:
+    """The event of one span, a Rejection, or None when it is no LLM request."""
+    if not is_llm_request(span):
+        return None
+    a = span.attrs
+    counts = {}
+    for field_name, names in (("input_tokens", INPUT), ("output_tokens", OUTPUT), ("cached_input_tokens", CACHED)):
+        name, value = _pick(a, names)
+        if value is None:
+            if field_name != "cached_input_tokens":
+                return Rejection(R.MISSING_FIELD, f"{field_name}: the span has none of {', '.join(names)}")
+            counts[field_name] = None
+            continue
+        if type(value) is float and value.is_integer():  # some SDKs send every number as a double
+            value = int(value)
+        bad = check_count(name, value)
+        if bad is not None:
+            return bad
+        counts[field_name] = value
+    if counts["cached_input_tokens"] is not None and counts["cached_input_tokens"] > counts["input_tokens"]:
+        return Rejection(R.INCONSISTENT, f"cached input tokens {counts['cached_input_tokens']} > "
+                                         f"input tokens {counts['input_tokens']}")
+    name, model = _pick(a, MODEL)
+    if model is None:
+        if default_model is None:
+            return Rejection(R.MISSING_FIELD, "model: the span has no gen_ai.request.model or "
+                                              "gen_ai.response.model and no default model is set")
+        name, model = "the default model", default_model
+    bad = _label(name, model, LABEL_FIELDS["model"])
+    if bad is not None:
+        return bad
+    name, rid = _pick(a, REQUEST_ID)
+    if rid is None:  # no id of its own: the span's is unique too
+        name, rid = "trace_id+span_id", span.trace_id + span.span_id
+        if not rid:
+            return Rejection(R.MISSING_FIELD, "request_id: no gen_ai.request.id / gen_ai.response.id "
+                                              "and no trace or span id")
+    bad = _label(name, rid, LABEL_FIELDS["request_id"])
+    if bad is not None:
+        return bad
+    timing = _timing(span, counts["output_tokens"], time.time() if now is None else now)
+    if isinstance(timing, Rejection):
+        return timing
+    return {"schema_version": 1, "kind": "generation", "request_id": rid, "model": model, **timing, **counts,
+            "status": "error" if span.error else "ok", "finish_reason": _finish_reason(a.get(FINISH)),
+            "gateway": None, "replica": _optional_label(span.resource, REPLICA, LABEL_FIELDS["replica"])}
+
+
+def _timing(span: Span, output_tokens: int, now: float) -> dict | Rejection:
+    start, end = span.start_ns, span.end_ns
+    if start <= 0:
+        return Rejection(R.MISSING_FIELD, "startTimeUnixNano is missing or not a positive integer")
+    t0 = start / 1e9
+    if not MIN_T0 <= t0 <= now + MAX_DURATION_S:
+        return Rejection(R.ABSURD, f"span start {t0} is not epoch seconds between 2000 and now + 1 day")
+    if end and end < start:
+        return Rejection(R.IMPOSSIBLE_ORDER, f"span ends {(start - end) / 1e9:g} s before it starts")
+    e2e = span.attrs.get(E2E)
+    e2e_name = E2E
+    if e2e is None:
+        if end <= 0:
+            return Rejection(R.MISSING_FIELD, f"e2e: no {E2E} and no endTimeUnixNano")
+        e2e, e2e_name = (end - start) / 1e9, "span end - start"
+    ttft_name, ttft = _pick(span.attrs, TTFT)
+    queue = span.attrs.get(QUEUE)
+    for name, value in ((e2e_name, e2e), (ttft_name, ttft), (QUEUE, queue)):
+        bad = None if value is None else check_duration(name, value)
+        if bad is not None:
+            return bad
+    if ttft is not None and ttft > e2e:
+        return Rejection(R.IMPOSSIBLE_ORDER, f"{ttft_name}={ttft} > {e2e_name}={e2e}")
+    if queue is not None and queue > (e2e if ttft is None else ttft):
+        return Rejection(R.IMPOSSIBLE_ORDER, f"{QUEUE}={queue} is after the first token / the end")
+    if ttft is None and output_tokens > 0:  # e.g. a non-streaming call: no prefill/decode split
+        return Rejection(R.MISSING_FIELD, f"time to first token: {output_tokens} output tokens but none of "
+                                          f"{', '.join(TTFT)}")
+    return {"t0": t0, "ttft_s": None if ttft is None else float(ttft), "e2e_s": float(e2e),
+            "queue_s": None if queue is None else float(queue)}
+
+
+def _pick(attrs: dict, names: tuple[str, ...]):
+    for name in names:
+        value = attrs.get(name)
+        if value is not None:
+            return name, value
+    return names[0], None
+
+
+def _label(name: str, value, limit: int) -> Rejection | None:
+    if type(value) is not str:
+        return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
+    if not 0 < len(value) <= limit:
+        return Rejection(R.BAD_VALUE, f"{name} must be 1..{limit} characters, got {len(value)}")
+    return None
+
+
+def _optional_label(attrs: dict, names: tuple[str, ...], limit: int) -> str | None:
+    """An optional label that does not fit the contract is left out, not fatal."""
+    value = _pick(attrs, names)[1]
+    return value if type(value) is str and 0 < len(value) <= limit else None
+
+
+def _finish_reason(value) -> str | None:
+    """The first of gen_ai.response.finish_reasons: a string array, or (SGLang)
+    that array JSON-encoded in one string."""
+    if type(value) is str and value.startswith("["):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return None
+    if type(value) is list:
+        value = value[0] if value else None
+    return value if type(value) is str and 0 < len(value) <= LABEL_FIELDS["finish_reason"] else None
+
+
+# -- decoding: both encodings to Span ------------------------------------------
+_RESOURCE_KEYS = frozenset(REPLICA)
+_STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
+
+
+def proto_spans(body: bytes):
+    """Spans of a protobuf ExportTraceServiceRequest. The protobuf runtime is
+    imported here, so the JSON path and the gateway install never need it."""
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    req = ExportTraceServiceRequest()
+    try:
+        req.ParseFromString(body)
+    except DecodeError as exc:
+        raise BadRequest(f"body is not a protobuf ExportTraceServiceRequest: {exc}") from None
+    spans = []
+    for rs in req.resource_spans:
+        resource = _proto_attrs(rs.resource.attributes, _RESOURCE_KEYS.__contains__)
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                spans.append(Span(s.trace_id.hex(), s.span_id.hex(), s.name, s.start_time_unix_nano,
+                                  s.end_time_unix_nano, s.status.code == _STATUS_ERROR,
+                                  _proto_attrs(s.attributes, _is_gen_ai), resource))
+    return spans
+
+
+def _is_gen_ai(key: str) -> bool:
+    return key.startswith("gen_ai.")
+
+
+_PROTO_SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value", "bytes_value"})
+
+
+def _proto_attrs(attributes, wanted) -> dict:
+    # The hot loop of the receiver: each field read of a upb message builds a
+    # Python object, so each is read once (bench/bench_otlp.py).
+    out = {}
+    for kv in attributes:
+        key = kv.key
+        if wanted(key):
+            v = kv.value
+            which = v.WhichOneof("value")
+            out[key] = getattr(v, which) if which in _PROTO_SCALARS else _proto_value(v)
+    return out
+
+
+def _proto_value(v):
+    which = v.WhichOneof("value")
+    if which == "array_value":
+        return [_proto_value(x) for x in v.array_value.values]
+    if which is None or which == "kvlist_value":  # no attribute read here is a map
+        return None
+    return getattr(v, which)
+
+
+def json_spans(req) -> list[Span]:
+    """Spans of an OTLP-JSON request. Containers of the wrong shape make the
+    request undecodable (BadRequest, naming where); odd attribute values are
+    left for the mapping to reject. snake_case keys are accepted too, as a
+    proto3 JSON parser does."""
+    spans = []
+    for i, rs in enumerate(_items(req, "resourceSpans", "resource_spans", "request")):
+        where = f"resourceSpans[{i}]"
+        res = rs.get("resource")
+        resource = _json_attrs(res if type(res) is dict else {}, _RESOURCE_KEYS.__contains__, where + ".resource")
+        for j, ss in enumerate(_items(rs, "scopeSpans", "scope_spans", where)):
+            for k, s in enumerate(_items(ss, "spans", "spans", f"{where}.scopeSpans[{j}]")):
+                here = f"{where}.scopeSpans[{j}].spans[{k}]"
+                status = s.get("status")
+                code = status.get("code") if type(status) is dict else None
+                name = s.get("name")
+                spans.append(Span(_hex(_get(s, "traceId", "trace_id")), _hex(_get(s, "spanId", "span_id")),
+                                  name if type(name) is str else "",
+                                  _nanos(_get(s, "startTimeUnixNano", "start_time_unix_nano")),
+                                  _nanos(_get(s, "endTimeUnixNano", "end_time_unix_nano")),
+                                  code in (_STATUS_ERROR, "STATUS_CODE_ERROR"),
+                                  _json_attrs(s, _is_gen_ai, here), resource))
+    return spans
+
+
+def _get(obj: dict, camel: str, snake: str):
+    value = obj.get(camel)
+    return obj.get(snake) if value is None else value
+
+
+def _items(obj, camel: str, snake: str, where: str) -> list[dict]:
+    if type(obj) is not dict:
+        raise BadRequest(f"{where} must be a JSON object")
+    items = _get(obj, camel, snake)
+    if items is None:
+        return []
+    if type(items) is not list or any(type(x) is not dict for x in items):
+        raise BadRequest(f"{where}.{camel} must be a list of objects")
+    return items
+
+
+def _json_attrs(obj: dict, wanted, where: str) -> dict:
+    out = {}
+    for kv in _items(obj, "attributes", "attributes", where):
+        key = kv.get("key")
+        if type(key) is str and wanted(key):
+            out[key] = _json_value(kv.get("value"))
+    return out
+
+
+_SCALARS = (("stringValue", "string_value"), ("boolValue", "bool_value"), ("bytesValue", "bytes_value"))
+
+
+def _json_value(v, depth: int = 0):
+    """An OTLP-JSON AnyValue. intValue is a string (int64) or a number;
+    doubleValue a number or "NaN"/"Infinity"; anything else reads as absent."""
+    if type(v) is not dict or depth > 8:
+        return None
+    raw = _get(v, "intValue", "int_value")
+    if raw is not None:
+        try:
+            return int(raw) if type(raw) in (int, str) else raw
+        except ValueError:
+            return raw  # "12.5", "abc": the mapping rejects it as wrong_type
+    raw = _get(v, "doubleValue", "double_value")
+    if raw is not None:
+        try:
+            return float(raw) if type(raw) in (int, float, str) else raw
+        except ValueError:
+            return raw
+    arr = _get(v, "arrayValue", "array_value")
+    if arr is not None:
+        values = arr.get("values") if type(arr) is dict else None
+        return [_json_value(x, depth + 1) for x in values] if type(values) is list else None
+    for camel, snake in _SCALARS:
+        raw = _get(v, camel, snake)
+        if raw is not None:
+            return raw
+    return None
+
+
+def _nanos(v) -> int:
+    if type(v) is int:
+        return v
+    if type(v) is str and v.isascii() and v.isdigit():  # isdigit alone takes "¹"
+        return int(v)
+    return 0
+
+
+def _hex(v) -> str:
+    return v.lower() if type(v) is str else ""
