@@ -19,8 +19,12 @@ kafka-jars: $(STAMP)
 demo: setup
 	$(BIN)/phasemeter demo
 
+# Two test processes, whole files each (module fixtures stay in one process):
+# most of the suite waits on brokers and workers, so two at a time roughly
+# halves the wall time; the reliability tests' busy loops then also compete
+# with another test, as a production worker competes with its neighbours.
 test: setup
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
