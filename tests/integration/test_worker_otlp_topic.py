@@ -4,7 +4,9 @@ otlp_json), beside the raw topic: LLM spans become rows equal to the span's
 values, non-LLM spans are counted and ignored, a span with contradictory
 timing and an undecodable message are dead-lettered with a reason code, and
 the partition keeps flowing. Messages are built with the real
-opentelemetry-proto package."""
+opentelemetry-proto package. The same test sends one span through
+`phasemeter otlp`'s receiver with the real SDK exporter: both ways in end
+as rows in the store."""
 
 from __future__ import annotations
 
@@ -19,6 +21,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource as SdkResource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from phasemeter.integrations.otlp_receiver import Receiver
+from phasemeter.producers import Meter
 
 pytestmark = pytest.mark.integration
 
@@ -75,6 +86,28 @@ def semconv_span(rid: str, ttft: float, start: float, end: float) -> dict:
         "gen_ai.usage.cache_read.input_tokens": 1024, "gen_ai.response.time_to_first_chunk": ttft}}
 
 
+def via_receiver(bootstrap: str, topic: str, attrs: dict, start: float, end: float) -> None:
+    """One span made by the real SDK, sent by its OTLP/HTTP exporter to
+    `phasemeter otlp`'s receiver, which publishes to the worker's raw topic."""
+    meter = Meter(bootstrap, topic=topic, flush_timeout_s=10)
+    rx = Receiver(meter, port=0, queue_size=100, max_body_bytes=1 << 20, log=lambda line: None).start()
+    try:
+        memory = InMemorySpanExporter()
+        provider = TracerProvider(resource=SdkResource.create({"service.instance.id": "vllm-7"}))
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        span = provider.get_tracer("vllm").start_span("llm_request", kind=SpanKind.SERVER, attributes=attrs,
+                                                       start_time=int(start * 1e9))
+        span.end(end_time=int(end * 1e9))
+        provider.shutdown()
+        exporter = OTLPSpanExporter(endpoint=rx.url, timeout=10)
+        assert exporter.export(memory.get_finished_spans()) == SpanExportResult.SUCCESS
+        exporter.shutdown()
+        assert meter.flush(15)
+    finally:
+        rx.stop()
+        meter.close()
+
+
 def test_collector_kafka_exporter_messages_become_rows_and_dead_letters(worker, pm_env):
     otlp_topic = f"otlp-{uuid.uuid4().hex[:8]}"
     worker.env["PHASEMETER_OTLP_TOPIC"] = otlp_topic
@@ -90,8 +123,11 @@ def test_collector_kafka_exporter_messages_become_rows_and_dead_letters(worker, 
         producer.send(otlp_topic, value)
     producer.flush()
     producer.close()
-    health = worker.wait_processed(7, timeout_s=90)
-    assert (health["accepted"], health["rejected"], health["otlp_spans_ignored"]) == (5, 2, 1), worker.diagnose()
+    # The other way in: the receiver, on the same worker's raw topic.
+    rx_span = {**vllm_span(9)["attrs"], "gen_ai.request.id": "via-receiver"}
+    via_receiver(pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"], rx_span, T0 + 30, T0 + 33)
+    health = worker.wait_processed(8, timeout_s=90)
+    assert (health["accepted"], health["rejected"], health["otlp_spans_ignored"]) == (6, 2, 1), worker.diagnose()
     worker.stop()
 
     client = clickhouse_connect.get_client(dsn=f"chdb://{pm_env['PHASEMETER_DATA_DIR']}/store")
@@ -103,7 +139,13 @@ def test_collector_kafka_exporter_messages_become_rows_and_dead_letters(worker, 
         dead = sorted(r[0] for r in client.query("SELECT reason FROM dead_letters").result_rows)
     finally:
         client.close()
-    assert set(rows) == {"vllm-0", "vllm-1", "vllm-2", "vllm-3", "chatcmpl-1"}
+    assert set(rows) == {"vllm-0", "vllm-1", "vllm-2", "vllm-3", "chatcmpl-1", "via-receiver"}
+    r = rows.pop("via-receiver")
+    assert (r[1], r[2], r[3], r[4], r[10]) == (rx_span["gen_ai.response.model"], round((T0 + 30) * 1000),
+                                               rx_span["gen_ai.usage.prompt_tokens"],
+                                               rx_span["gen_ai.usage.completion_tokens"], pm_env["PHASEMETER_TOPIC"])
+    assert (r[6], r[7], r[8]) == pytest.approx((rx_span["gen_ai.latency.time_to_first_token"],
+                                                rx_span["gen_ai.latency.e2e"], rx_span["gen_ai.latency.time_in_queue"]))
     for i, s in enumerate(vllm):
         a = s["attrs"]
         r = rows[f"vllm-{i}"]
