@@ -19,6 +19,10 @@ from pathlib import Path
 
 import pytest
 
+# Importing litellm fetches its model price list from GitHub unless told to
+# use the copy it ships: the tests stay offline and do not wait on the network.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 
 def wait_for(predicate, timeout_s: float, what: str, explain=None):
     """Poll until `predicate()` is truthy; return its value. On a timeout,
