@@ -20,12 +20,9 @@ Hooks can supply any of them. Status: ok; error when the app raises, answers
 5xx or the stream carries an error object; cancelled when the client leaves
 before the end. 4xx answers are not generations and are not recorded.
 
-Cost on the app's path (bench/bench_asgi.py): up to the first token each
-SSE event is JSON-parsed; after it a token event is only split off and
-kept in a ring of the last TAIL_EVENTS, which are read when the response
-ends (usage, finish reason and errors come last). Then one
-`Meter.record()` (a queue append). A failure of the middleware's own
-bookkeeping is counted in `stats()`, never raised into the app.
+Cost on the app's path (bench/bench_asgi.py): the SSE reading of sse.py,
+then one `Meter.record()` (a queue append). A failure of the middleware's
+own bookkeeping is counted in `stats()`, never raised into the app.
 """
 
 from __future__ import annotations
@@ -40,10 +37,12 @@ from typing import Any, Callable
 from phasemeter.producers.sender import Throttled
 from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_TOKENS
 
+# The response's SSE and JSON are read by sse.py; its limits are re-exported.
+from .sse import MAX_CAPTURE_BYTES, TAIL_EVENTS, SseObserver, _loads
+
 DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions")
 MAX_REQUEST_BYTES = 4 << 20   # request body kept (as references to its chunks) to find `model`
-MAX_CAPTURE_BYTES = 1 << 20   # non-SSE response copied for its `usage`; unfinished SSE event
-TAIL_EVENTS = 8  # SSE events kept to read at the end: finish chunk(s), usage chunk, error
+
 # A top-level key in a JSON text: the quote closing `model` cannot be escaped,
 # so inside a string this cannot match (short of a key that itself ends in
 # an escaped quote and "model"). One match is the model; else a full parse.
@@ -63,35 +62,28 @@ def _is_gone(exc: BaseException, from_send: bool = False) -> bool:
 Hook = Callable[["Exchange"], Any]
 
 
-class Exchange:
+class Exchange(SseObserver):
     """What the middleware saw of one request. Hooks receive it at the end:
     `scope`, `request` (the parsed JSON body, or None), `status_code`,
     `response_headers`, `usage` (the response's usage object, or None),
     `finish_reason`, `data_events` (SSE data events seen, [DONE] excluded:
     content chunks plus the few that carry none)."""
 
-    __slots__ = ("scope", "status_code", "response_headers", "usage", "finish_reason", "data_events",
-                 "upstream_error", "t0", "start", "t_first", "t_end", "gone_at", "done", "_body", "_size",
-                 "_request", "_sse", "_buf", "_resp", "_tail")
+    __slots__ = ("scope", "status_code", "response_headers", "t0", "start", "t_end", "gone_at", "done",
+                 "_body", "_size", "_request", "_resp")
 
     def __init__(self, scope: dict) -> None:
+        SseObserver.__init__(self)
         self.scope = scope
         self.t0, self.start = time.time(), time.monotonic()
         self.status_code: int | None = None
         self.response_headers: list = []
-        self.usage: dict | None = None
-        self.finish_reason: str | None = None
-        self.data_events = 0
-        self.upstream_error = False
-        self.t_first = self.t_end = self.gone_at = None
+        self.t_end = self.gone_at = None
         self.done = False  # the event is decided (recorded or skipped)
         self._body: list[bytes] | None = []
         self._size = 0
         self._request: Any = False  # False: not parsed yet
-        self._sse: bool | None = False
-        self._buf = b""
         self._resp: bytearray | None = None
-        self._tail: collections.deque = collections.deque(maxlen=TAIL_EVENTS)
 
     @property
     def request(self) -> dict | None:
@@ -170,101 +162,6 @@ class Exchange:
             if not self._sse:
                 self._resp = bytearray()
         return False
-
-    def _feed(self, chunk: bytes, now: float) -> None:
-        buf = self._buf + chunk if self._buf else chunk
-        if b"\r" in buf:  # SSE allows CRLF; a CR kept from the last chunk meets its LF here
-            buf = buf.replace(b"\r\n", b"\n")
-        events = buf.split(b"\n\n")
-        self._buf = events.pop()  # the unfinished event, if any
-        if len(self._buf) > MAX_CAPTURE_BYTES:  # no event boundary in sight: not SSE after all
-            self._buf, self._sse = b"", None
-        for event in events:
-            if self.t_first is None:  # the few events up to the first token: parsed
-                data = _data(event)
-                if data is None or data == b"[DONE]":
-                    continue
-                self.data_events += 1
-                obj = _loads(data)
-                self._inspect(obj)
-                if _has_content(obj):
-                    self.t_first = now
-            elif event.startswith(b"data:") or b"\ndata:" in event:
-                # After it, most events are one token each: kept unparsed, and
-                # only the last few, where usage, the finish reason and an
-                # error arrive, are read at the end (settle).
-                if event != b"data: [DONE]":
-                    self.data_events += 1
-                    self._tail.append(event)
-
-    def settle(self) -> None:
-        """Read the stream's last events; called once, before the event is built."""
-        for event in self._tail:
-            data = _data(event)
-            if data is not None and _may_matter(data):
-                self._inspect(_loads(data))
-        self._tail.clear()
-
-    def _inspect(self, obj) -> None:
-        if not isinstance(obj, dict):
-            return
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            self.usage = usage
-        if obj.get("error") is not None or obj.get("object") == "error":
-            self.upstream_error = True
-        choices = obj.get("choices")
-        if isinstance(choices, list):
-            for choice in choices:
-                if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
-                    self.finish_reason = choice["finish_reason"]
-
-
-def _data(event: bytes) -> bytes | None:
-    """The data of one SSE event (its data: lines joined), or None if it has none."""
-    if event.startswith(b"data:") and b"\n" not in event:
-        return event[6:] if event[5:6] == b" " else event[5:]
-    lines = [ln[6:] if ln[5:6] == b" " else ln[5:] for ln in event.split(b"\n") if ln.startswith(b"data:")]
-    return b"\n".join(lines) if lines else None  # None: a comment, or only event:/id:/retry: fields
-
-
-def _may_matter(data: bytes) -> bool:
-    """Could this event carry usage, a finish reason or an error? Substring
-    counts only: a JSON parse per token would cost more than the rest of
-    the middleware. Unusual spacing just means a parse, never a miss."""
-    for key in (b'"usage"', b'"finish_reason"'):
-        i = data.find(key)
-        while i >= 0:
-            i += len(key)
-            if not data.startswith((b":null", b": null"), i):
-                return True
-            i = data.find(key, i)
-    return b'"error"' in data
-
-
-_decode = json.JSONDecoder().decode  # json.loads minus its encoding sniffing: SSE and JSON here are UTF-8
-
-
-def _loads(data: bytes):
-    try:
-        return _decode(data.decode("utf-8"))
-    except ValueError:  # malformed JSON or UTF-8 (UnicodeDecodeError is a ValueError)
-        return None
-
-
-def _has_content(obj) -> bool:
-    choices = obj.get("choices") if isinstance(obj, dict) else None
-    if not isinstance(choices, list):
-        return False
-    for choice in choices:
-        if not isinstance(choice, dict):
-            continue
-        if choice.get("text"):  # /v1/completions
-            return True
-        delta = choice.get("delta")
-        if isinstance(delta, dict) and any(v for k, v in delta.items() if k != "role"):
-            return True
-    return False
 
 
 def _none() -> None:

@@ -17,13 +17,16 @@ and imports the real SDK, not this file.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import threading
 import time
 
 import openai
+
+# The per-call timing lives in openai_call.py; `Call` and `_iterate` are
+# re-exported (bench/bench_openai_wrapper.py drives `_iterate` directly).
+from .openai_call import Call, _aclose_hook, _aiterate, _close_hook, _iterate, _status
 
 log = logging.getLogger("phasemeter.integrations.openai")
 
@@ -131,173 +134,6 @@ class Instrumentation:
         # __exit__ / aclose(), which call self.close().
         stream.close = close_hook(call, stream.close)
         return stream
-
-
-class Call:
-    """One request being timed. `observe()` runs once per chunk: keep it lean.
-
-    Times are time.monotonic(); t0 (epoch) only places the event. The first
-    token is the first chunk carrying output (text, a tool call, a refusal or
-    reasoning), not the role-only opening chunk. The end is the last chunk's
-    arrival, or the moment of an error or `close()`.
-    """
-
-    __slots__ = ("inst", "chat", "kwargs", "hide_usage", "t0", "start", "t_first", "t_last",
-                 "model", "usage", "finish_reason", "n_out", "n_finished", "_once")
-
-    def __init__(self, inst: Instrumentation, chat: bool, kwargs: dict, hide_usage: bool) -> None:
-        self.inst, self.chat, self.kwargs, self.hide_usage = inst, chat, kwargs, hide_usage
-        self.t0 = time.time()
-        self.start = self.t_last = time.monotonic()
-        self.t_first = self.model = self.usage = self.finish_reason = None
-        self.n_out = self.n_finished = 0
-        self._once = [True]  # list.pop() is atomic: end() records exactly once, from any thread
-
-    def observe(self, chunk) -> bool:
-        """Note one chunk; True if it is the usage chunk we asked for (hidden)."""
-        now = self.t_last = time.monotonic()
-        try:
-            usage = chunk.usage
-            if usage is not None:
-                self.usage = usage
-            if self.model is None:
-                self.model = chunk.model
-            choices = chunk.choices  # None from some servers
-            if not choices:
-                return usage is not None and self.hide_usage
-            for choice in choices:
-                if choice.finish_reason is not None:
-                    self.finish_reason = choice.finish_reason
-                    self.n_finished += 1
-                if (_carries_output(choice.delta) if self.chat else choice.text):
-                    self.n_out += 1
-                    if self.t_first is None:
-                        self.t_first = now
-        except Exception:  # an odd chunk must not break the caller's loop
-            self.inst.count("internal_errors")
-        return False
-
-    def whole(self, response) -> None:
-        """A non-streaming response: the first token arrives with the last one."""
-        try:
-            self.t_last = self.t_first = time.monotonic()
-            self.model, self.usage = response.model, response.usage
-            choices = response.choices or ()
-            self.finish_reason = choices[0].finish_reason if choices else None
-        except Exception:
-            self.inst.count("internal_errors")
-        self.end("ok")
-
-    def drop(self) -> None:
-        if self._once:
-            self._once.clear()
-
-    def end(self, status: str, t_end: float | None = None) -> None:
-        """Record once. t_end None: the last chunk's time (a stream collected
-        unfinished: when the caller stopped is unknown, the last chunk is the
-        best lower bound)."""
-        try:
-            self._once.pop()
-        except IndexError:
-            return
-        try:
-            self._record(status, self.t_last if t_end is None else t_end)
-        except Exception:
-            self.inst.count("internal_errors")
-
-    def __del__(self) -> None:
-        # A stream dropped before its first read: no generator code ever ran.
-        if getattr(self, "_once", None):
-            self.end("cancelled")
-
-    def _record(self, status: str, t_end: float) -> None:
-        inst, usage = self.inst, self.usage
-        n = self.kwargs.get("n")
-        if status == "cancelled" and self.n_finished >= (n if isinstance(n, int) and n > 1 else 1):
-            status = "ok"  # every choice had finished; only the trailing usage chunk went unread
-        n_in = cached = None
-        if usage is not None:
-            n_in, n_out = usage.prompt_tokens, usage.completion_tokens
-            details = getattr(usage, "prompt_tokens_details", None)
-            cached = getattr(details, "cached_tokens", None) if details is not None else None
-        if not isinstance(n_in, int) or isinstance(n_in, bool):
-            n_in = inst.count_tokens(self.kwargs) if inst.count_tokens is not None else None
-            if not isinstance(n_in, int) or n_in < 0:
-                inst.count("skipped_no_usage")
-                return
-            inst.count("estimated_input_tokens")
-        if usage is None or not isinstance(n_out, int):
-            n_out = self.n_out
-            if n_out:
-                inst.count("estimated_output_tokens")
-        if not isinstance(cached, int) or not 0 <= cached <= n_in:
-            cached = None
-        e2e = t_end - self.start
-        ttft = None if self.t_first is None else min(self.t_first - self.start, e2e)
-        if ttft is None and n_out > 0:
-            inst.count("first_token_unseen")
-            ttft = e2e
-        model = self.model if isinstance(self.model, str) and self.model else self.kwargs.get("model")
-        model = str(model or "unknown")[:200]
-        reason = self.finish_reason if isinstance(self.finish_reason, str) and self.finish_reason else None
-        inst.meter.record(model=model, input_tokens=n_in, output_tokens=n_out, t0=self.t0, ttft_s=ttft,
-                          e2e_s=e2e, cached_input_tokens=cached, status=status,
-                          finish_reason=None if reason is None else reason[:64], replica=inst.replica)
-        inst.count("recorded")
-
-
-def _carries_output(delta) -> bool:
-    if delta is None:
-        return False
-    if delta.content or delta.tool_calls or delta.function_call or delta.refusal:
-        return True
-    # Reasoning models (vLLM, DeepSeek, ...) stream thoughts in an extra field
-    # first: those are output tokens too, and end the prefill.
-    extra = delta.model_extra
-    return bool(extra) and bool(extra.get("reasoning_content") or extra.get("reasoning"))
-
-
-# -- the streams -----------------------------------------------------------
-def _status(exc: BaseException) -> str:
-    return "cancelled" if isinstance(exc, (GeneratorExit, asyncio.CancelledError, KeyboardInterrupt)) else "error"
-
-
-def _iterate(call: Call, inner):
-    observe = call.observe
-    try:
-        for chunk in inner:
-            if not observe(chunk):
-                yield chunk
-    except BaseException as exc:  # GeneratorExit: closed or collected before the end
-        call.end(_status(exc), time.monotonic() if not isinstance(exc, GeneratorExit) else None)
-        raise
-    call.end("ok")
-
-
-async def _aiterate(call: Call, inner):
-    observe = call.observe
-    try:
-        async for chunk in inner:
-            if not observe(chunk):
-                yield chunk
-    except BaseException as exc:
-        call.end(_status(exc), time.monotonic() if not isinstance(exc, GeneratorExit) else None)
-        raise
-    call.end("ok")
-
-
-def _close_hook(call: Call, close):
-    def closed():
-        call.end("cancelled", time.monotonic())  # a no-op once the stream has ended
-        return close()
-    return closed
-
-
-def _aclose_hook(call: Call, close):
-    async def closed():
-        call.end("cancelled", time.monotonic())
-        return await close()
-    return closed
 
 
 # -- patching ----------------------------------------------------------------

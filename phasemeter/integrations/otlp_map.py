@@ -1,5 +1,7 @@
 """OTLP trace data -> phasemeter generation events (schema v1). Pure.
 
+The mapping rules; decoding either encoding into `Span` is otlp_decode's.
+
 One span per LLM request becomes one event. Two attribute families are read;
 where both name a field, the first name present in the tuples below wins,
 so a span carrying both gives one answer:
@@ -24,6 +26,10 @@ from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, Rejection, check_count,
                                              check_duration)
 
+# Decoding is otlp_decode's job; its names are re-exported here, where the
+# receiver, the worker's OTLP topic and the tests import them from.
+from .otlp_decode import REPLICA, BadRequest, Span, UnsupportedMediaType, json_spans, proto_spans
+
 __all__ = ["Mapped", "Span", "BadRequest", "UnsupportedMediaType", "map_request", "map_export", "map_span",
            "PROTOBUF", "JSON", "LLM_OPERATIONS"]
 
@@ -45,29 +51,6 @@ TTFT = ("gen_ai.latency.time_to_first_token", "gen_ai.response.time_to_first_chu
 E2E = "gen_ai.latency.e2e"
 QUEUE = "gen_ai.latency.time_in_queue"
 FINISH = "gen_ai.response.finish_reasons"
-REPLICA = ("service.instance.id", "host.name")
-
-
-class BadRequest(ValueError):
-    """The body is not an OTLP ExportTraceServiceRequest (HTTP 400)."""
-
-
-class UnsupportedMediaType(BadRequest):
-    """Neither OTLP encoding (HTTP 415)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Span:
-    """What the mapping reads of one span, the same from either encoding.
-    attrs holds only gen_ai.* attributes, resource only the replica labels."""
-    trace_id: str     # hex, "" when absent
-    span_id: str
-    name: str
-    start_ns: int     # 0 when absent or not an integer
-    end_ns: int
-    error: bool       # status code ERROR
-    attrs: dict
-    resource: dict
 
 
 @dataclass
@@ -236,152 +219,3 @@ def _finish_reason(value) -> str | None:
     if type(value) is list:
         value = value[0] if value else None
     return value if type(value) is str and 0 < len(value) <= LABEL_FIELDS["finish_reason"] else None
-
-
-# -- decoding: both encodings to Span ------------------------------------------
-_RESOURCE_KEYS = frozenset(REPLICA)
-_STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
-
-
-def proto_spans(body: bytes):
-    """Spans of a protobuf ExportTraceServiceRequest. The protobuf runtime is
-    imported here, so the JSON path and the gateway install never need it."""
-    from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    req = ExportTraceServiceRequest()
-    try:
-        req.ParseFromString(body)
-    except DecodeError as exc:
-        raise BadRequest(f"body is not a protobuf ExportTraceServiceRequest: {exc}") from None
-    spans = []
-    for rs in req.resource_spans:
-        resource = _proto_attrs(rs.resource.attributes, _RESOURCE_KEYS.__contains__)
-        for ss in rs.scope_spans:
-            for s in ss.spans:
-                spans.append(Span(s.trace_id.hex(), s.span_id.hex(), s.name, s.start_time_unix_nano,
-                                  s.end_time_unix_nano, s.status.code == _STATUS_ERROR,
-                                  _proto_attrs(s.attributes, _is_gen_ai), resource))
-    return spans
-
-
-def _is_gen_ai(key: str) -> bool:
-    return key.startswith("gen_ai.")
-
-
-_PROTO_SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value", "bytes_value"})
-
-
-def _proto_attrs(attributes, wanted) -> dict:
-    # The hot loop of the receiver: each field read of a upb message builds a
-    # Python object, so each is read once (bench/bench_otlp.py).
-    out = {}
-    for kv in attributes:
-        key = kv.key
-        if wanted(key):
-            v = kv.value
-            which = v.WhichOneof("value")
-            out[key] = getattr(v, which) if which in _PROTO_SCALARS else _proto_value(v)
-    return out
-
-
-def _proto_value(v):
-    which = v.WhichOneof("value")
-    if which == "array_value":
-        return [_proto_value(x) for x in v.array_value.values]
-    if which is None or which == "kvlist_value":  # no attribute read here is a map
-        return None
-    return getattr(v, which)
-
-
-def json_spans(req) -> list[Span]:
-    """Spans of an OTLP-JSON request. Containers of the wrong shape make the
-    request undecodable (BadRequest, naming where); odd attribute values are
-    left for the mapping to reject. snake_case keys are accepted too, as a
-    proto3 JSON parser does."""
-    spans = []
-    for i, rs in enumerate(_items(req, "resourceSpans", "resource_spans", "request")):
-        where = f"resourceSpans[{i}]"
-        res = rs.get("resource")
-        resource = _json_attrs(res if type(res) is dict else {}, _RESOURCE_KEYS.__contains__, where + ".resource")
-        for j, ss in enumerate(_items(rs, "scopeSpans", "scope_spans", where)):
-            for k, s in enumerate(_items(ss, "spans", "spans", f"{where}.scopeSpans[{j}]")):
-                here = f"{where}.scopeSpans[{j}].spans[{k}]"
-                status = s.get("status")
-                code = status.get("code") if type(status) is dict else None
-                name = s.get("name")
-                spans.append(Span(_hex(_get(s, "traceId", "trace_id")), _hex(_get(s, "spanId", "span_id")),
-                                  name if type(name) is str else "",
-                                  _nanos(_get(s, "startTimeUnixNano", "start_time_unix_nano")),
-                                  _nanos(_get(s, "endTimeUnixNano", "end_time_unix_nano")),
-                                  code in (_STATUS_ERROR, "STATUS_CODE_ERROR"),
-                                  _json_attrs(s, _is_gen_ai, here), resource))
-    return spans
-
-
-def _get(obj: dict, camel: str, snake: str):
-    value = obj.get(camel)
-    return obj.get(snake) if value is None else value
-
-
-def _items(obj, camel: str, snake: str, where: str) -> list[dict]:
-    if type(obj) is not dict:
-        raise BadRequest(f"{where} must be a JSON object")
-    items = _get(obj, camel, snake)
-    if items is None:
-        return []
-    if type(items) is not list or any(type(x) is not dict for x in items):
-        raise BadRequest(f"{where}.{camel} must be a list of objects")
-    return items
-
-
-def _json_attrs(obj: dict, wanted, where: str) -> dict:
-    out = {}
-    for kv in _items(obj, "attributes", "attributes", where):
-        key = kv.get("key")
-        if type(key) is str and wanted(key):
-            out[key] = _json_value(kv.get("value"))
-    return out
-
-
-_SCALARS = (("stringValue", "string_value"), ("boolValue", "bool_value"), ("bytesValue", "bytes_value"))
-
-
-def _json_value(v, depth: int = 0):
-    """An OTLP-JSON AnyValue. intValue is a string (int64) or a number;
-    doubleValue a number or "NaN"/"Infinity"; anything else reads as absent."""
-    if type(v) is not dict or depth > 8:
-        return None
-    raw = _get(v, "intValue", "int_value")
-    if raw is not None:
-        try:
-            return int(raw) if type(raw) in (int, str) else raw
-        except ValueError:
-            return raw  # "12.5", "abc": the mapping rejects it as wrong_type
-    raw = _get(v, "doubleValue", "double_value")
-    if raw is not None:
-        try:
-            return float(raw) if type(raw) in (int, float, str) else raw
-        except ValueError:
-            return raw
-    arr = _get(v, "arrayValue", "array_value")
-    if arr is not None:
-        values = arr.get("values") if type(arr) is dict else None
-        return [_json_value(x, depth + 1) for x in values] if type(values) is list else None
-    for camel, snake in _SCALARS:
-        raw = _get(v, camel, snake)
-        if raw is not None:
-            return raw
-    return None
-
-
-def _nanos(v) -> int:
-    if type(v) is int:
-        return v
-    if type(v) is str and v.isascii() and v.isdigit():  # isdigit alone takes "¹"
-        return int(v)
-    return 0
-
-
-def _hex(v) -> str:
-    return v.lower() if type(v) is str else ""

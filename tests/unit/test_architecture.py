@@ -14,7 +14,8 @@ FOLDERS = {"phasemeter": "phasemeter", "phasemeter.stream_jobs": "stream_jobs",
 # Pure cores: no store, no Kafka, no Faust, no web, no files.
 PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join", "phasemeter.stream_jobs.sequence",
         "phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.buckets", "phasemeter.alerts.evaluate",
-        "phasemeter.analytics.paths", "phasemeter.integrations.otlp_map", "phasemeter.stream_jobs.otlp_in")
+        "phasemeter.analytics.paths", "phasemeter.integrations.otlp_map", "phasemeter.integrations.otlp_decode",
+        "phasemeter.integrations.sse", "phasemeter.integrations.openai_call", "phasemeter.stream_jobs.otlp_in")
 IO = ("faust", "aiokafka", "kafka", "clickhouse_connect", "chdb", "urllib", "socket", "subprocess",
       "phasemeter.store.client", "phasemeter.query.runner", "phasemeter.stream_jobs.sink", "phasemeter.stream_jobs.ledger")
 
