@@ -19,11 +19,14 @@ Paths, each over the same bodies:
                one Kafka message per event, then envelopes of 100 (`--envelope-size`)
   http         the same through the HTTP server (envelopes of 100), from a client
                process on the other CPU
+  grpc         the same through the gRPC server (otlp_grpc, envelopes of 100), from a
+               grpcio client process on the other CPU; left out without grpcio
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -110,6 +113,17 @@ for body in bodies:
 """
 
 
+GRPC_CLIENT = r"""
+import os, sys, grpc
+os.sched_setaffinity(0, {int(sys.argv[2])})
+bodies = [open(p, "rb").read() for p in sys.argv[3:]]
+with grpc.insecure_channel(f"127.0.0.1:{sys.argv[1]}") as channel:
+    export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+    for body in bodies:
+        export(body, timeout=60)  # raises unless OK
+"""
+
+
 def run(bootstrap: str, bodies: list[bytes], n_spans: int, tmp: Path, client_cpu: int) -> list[list]:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -159,12 +173,29 @@ def run(bootstrap: str, bodies: list[bytes], n_spans: int, tmp: Path, client_cpu
     assert rx.mapped == len(events) and rx.meter.stats().sent == len(events) + 1
     rx.stop()
 
+    grpc_s = None
+    if importlib.util.find_spec("grpc") is not None:  # else grpcio is not installed: no gRPC row
+        from phasemeter.integrations.otlp_grpc import GrpcReceiver
+
+        rx = Receiver(new_meter(bootstrap, len(events), 100), port=0, queue_size=len(events) + 10,
+                      log=lambda line: None)
+        g = GrpcReceiver(rx, port=0, max_workers=4)
+        warm(rx.meter)
+        rx.start()
+        g.start()
+        cmd = [sys.executable, "-c", GRPC_CLIENT, str(g.port), str(client_cpu), *map(str, paths)]
+        grpc_s = timed(lambda: (subprocess.run(cmd, check=True, timeout=600), rx.meter.flush(120)))
+        assert rx.mapped == len(events) and rx.meter.stats().sent == len(events) + 1
+        rx.stop()
+
     rows = [["parse (protobuf only)", parse], ["map (parse + mapping)", map_s],
             ["record (Meter.record of the mapped events, one per message)", record_s[1]],
             ["map+publish (Receiver.handle, one event per message)", publish_s[1]],
             ["record (Meter.record of the mapped events, envelopes of 100)", record_s[100]],
             ["map+publish (Receiver.handle, envelopes of 100)", publish_s[100]],
             ["http (POST /v1/traces, envelopes of 100)", http_s]]
+    if grpc_s is not None:
+        rows.append(["grpc (TraceService/Export, envelopes of 100)", grpc_s])
     return [[name, total, round(total / s), U.ratio(parse, s)] for name, s in rows]
 
 

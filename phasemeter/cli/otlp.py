@@ -1,6 +1,8 @@
-"""`phasemeter otlp`: an OTLP/HTTP trace receiver that turns LLM request
-spans (vLLM, SGLang, OTel GenAI instrumentations) into generation events on
-the raw topic. docs/ingest/otlp.md says what is mapped, ignored and rejected.
+"""`phasemeter otlp`: an OTLP/HTTP (4318) and OTLP/gRPC (4317) trace receiver
+that turns LLM request spans (vLLM, SGLang, OTel GenAI instrumentations) into
+generation events on the raw topic. docs/ingest/otlp.md says what is mapped,
+ignored and rejected. gRPC is served when grpcio is installed (the
+`otlp-grpc` extra), unless `--grpc-port 0`.
 
 Runs until SIGINT or SIGTERM, then stops listening and flushes the emitter.
 """
@@ -11,21 +13,30 @@ import signal
 import threading
 
 
+GRPC_PORT = 4317  # OTLP/gRPC's (otlp_grpc.DEFAULT_PORT, not imported: it would load grpc for --help)
+GRPC_EXTRA = "pip install 'phasemeter[otlp-grpc]'"
+
+
 def register(sub, common, window_flags) -> None:  # noqa: ARG001 (the extension signature)
     from phasemeter.integrations.otlp_receiver import DEFAULT_MAX_BODY
 
-    p = sub.add_parser("otlp", help="receive OTLP/HTTP traces (vLLM --otlp-traces-endpoint) into the raw topic")
+    p = sub.add_parser("otlp", help="receive OTLP traces, HTTP and gRPC (vLLM --otlp-traces-endpoint), "
+                                    "into the raw topic")
     common(p)
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; 0.0.0.0 for all)")
-    p.add_argument("--port", type=int, default=4318, help="port (default 4318, OTLP/HTTP's)")
+    p.add_argument("--port", type=int, default=4318, help="OTLP/HTTP port (default 4318)")
+    p.add_argument("--grpc-port", type=int, default=None,
+                   help=f"OTLP/gRPC port; 0 turns gRPC off (default {GRPC_PORT} when grpcio is installed, "
+                        "else off; asking for a port without grpcio is an error)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY,
-                   help=f"larger request bodies are refused with 413, also after gzip (default {DEFAULT_MAX_BODY})")
+                   help="larger requests are refused (HTTP 413, gRPC RESOURCE_EXHAUSTED), also after gzip "
+                        f"(default {DEFAULT_MAX_BODY})")
     p.add_argument("--model", help="model label for spans that carry none (vLLM's V1 engine sends no model name)")
     p.add_argument("--gateway", help="gateway label put on every event (default: none)")
     p.add_argument("--envelope-size", type=int, default=100,
                    help="events per Kafka message (1..2000; default 100: Kafka's per-message cost dominates)")
     p.add_argument("--queue-size", type=int, default=10_000,
-                   help="emitter queue bound; a request that does not fit is answered 503 (retry)")
+                   help="emitter queue bound; a request that does not fit is answered 503 / UNAVAILABLE (retry)")
     p.add_argument("--report-every", type=int, default=100, help="print counts every N requests (and at exit)")
     p.set_defaults(func=run)
 
@@ -33,6 +44,8 @@ def register(sub, common, window_flags) -> None:  # noqa: ARG001 (the extension 
 def _check(args) -> None:
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port} is not a port number")
+    if args.grpc_port is not None and not 0 <= args.grpc_port <= 65535:
+        raise ValueError(f"--grpc-port {args.grpc_port} is not a port number")
     for flag, value in (("--max-body-bytes", args.max_body_bytes), ("--queue-size", args.queue_size),
                         ("--report-every", args.report_every)):
         if value < 1:
@@ -44,6 +57,20 @@ def _check(args) -> None:
             raise ValueError(f"{flag} must be 1..200 characters")
 
 
+def _grpc_port(args) -> tuple[int, str]:
+    """The gRPC port to serve (0: none) and, when none, why. ValueError (exit 2)
+    when a port was asked for and grpcio is missing."""
+    import importlib.util
+
+    if args.grpc_port == 0:
+        return 0, "off (--grpc-port 0)"
+    if importlib.util.find_spec("grpc") is None:
+        if args.grpc_port is not None:
+            raise ValueError(f"--grpc-port {args.grpc_port} needs grpcio: {GRPC_EXTRA} (or --grpc-port 0)")
+        return 0, f"off (grpcio is not installed: {GRPC_EXTRA})"
+    return (GRPC_PORT if args.grpc_port is None else args.grpc_port), ""
+
+
 def run(args, settings) -> int:
     from kafka.errors import KafkaError
 
@@ -52,6 +79,7 @@ def run(args, settings) -> int:
     from phasemeter.producers import Meter
 
     _check(args)
+    grpc_port, grpc_off = _grpc_port(args)
     bootstrap = bootstrap_servers(settings)
     # Envelopes carry no Kafka key; that is safe here: each is whole generations,
     # and the worker finds duplicates by request_id in the store, not by partition.
@@ -64,16 +92,32 @@ def run(args, settings) -> int:
     except OSError as exc:
         meter.close(0)
         raise RuntimeError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    grpc_rx = None
+    if grpc_port:
+        from phasemeter.integrations.otlp_grpc import GrpcReceiver
+
+        try:  # stopped by rx.stop() from here on
+            grpc_rx = GrpcReceiver(rx, host=args.host, port=grpc_port)
+        except OSError as exc:
+            rx.server.server_close()
+            meter.close(0)
+            raise RuntimeError(f"OTLP/gRPC: {exc}; --grpc-port 0 turns gRPC off") from None
     try:  # as the worker does: a cluster without auto-creation would fail every send
         ensure_topics(bootstrap, [settings.topic], settings.topic_partitions, settings.kafka_client_config())
     except KafkaError as exc:
         rx.server.server_close()
+        if grpc_rx is not None:
+            grpc_rx.stop(0)
         meter.close(0)
         raise RuntimeError(f"Kafka at {bootstrap}: {exc}") from None
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     rx.start()
-    print(f"phasemeter otlp: listening on {rx.url} -> Kafka {bootstrap}, topic {settings.topic}", flush=True)
+    if grpc_rx is not None:
+        grpc_rx.start()
+    grpc_line = f"OTLP/gRPC on {grpc_rx.address}" if grpc_rx is not None else f"OTLP/gRPC {grpc_off}"
+    print(f"phasemeter otlp: listening for OTLP/HTTP on {rx.url}, {grpc_line} -> Kafka {bootstrap}, "
+          f"topic {settings.topic}", flush=True)
     try:
         while not stop.wait(0.5):
             pass

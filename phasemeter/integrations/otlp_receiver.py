@@ -6,6 +6,9 @@ encoding, `partial_success` naming the spans it could not map (never a 500
 for bad spans), 400/413/415 for bodies it cannot take, and 503 with
 Retry-After when the emitter's queue is full, so exporters retry instead of
 losing the batch. Standard library only, besides the OTLP protobuf classes.
+
+The Receiver also keeps the counts and the Meter for the OTLP/gRPC server
+(otlp_grpc), which it stops with itself, so one counts line covers both.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class Receiver:
         self.requests = self.refused = self.mapped = self.ignored = self.in_flight = 0
         self.closing = False
         self.rejected: collections.Counter = collections.Counter()
+        self._stoppers: list = []  # other servers in front of this Meter (otlp_grpc), stopped with it
         self.server = http.server.ThreadingHTTPServer((host, port), _Handler)
         self.server.daemon_threads = True
         self.server.receiver = self
@@ -58,16 +62,24 @@ class Receiver:
         self._thread.start()
         return self
 
+    def on_stop(self, stop) -> None:
+        """`stop(grace_s)` is called by stop(), after no new request is taken
+        and before the Meter is flushed: the gRPC server's."""
+        self._stoppers.append(stop)
+
     def stop(self, flush_timeout_s: float = 10.0) -> None:
         """Stop taking requests, let those in hand finish, then flush and
         close the Meter. A request arriving meanwhile on a kept-alive
-        connection gets 503, so its exporter retries rather than losing it."""
+        connection gets 503 (gRPC: UNAVAILABLE), so its exporter retries
+        rather than losing it."""
         with self.lock:
             self.closing = True
         if self._thread is not None:
             self.server.shutdown()
             self._thread.join()
         self.server.server_close()
+        for stop in self._stoppers:
+            stop(flush_timeout_s)
         with self.lock:
             self.lock.wait_for(lambda: not self.in_flight, timeout=flush_timeout_s)
         self.meter.close(flush_timeout_s)
@@ -125,6 +137,16 @@ class Receiver:
                     f"{sum(self.rejected.values())} rejected{f' ({reasons})' if reasons else ''}, "
                     f"{self.ignored} ignored; emitter: {s.sent} sent, {s.dropped} dropped, "
                     f"{s.failed} failed, {s.queued} queued")
+
+
+def export_response(rejected: list[tuple[str, str, str]]) -> bytes:
+    """The protobuf ExportTraceServiceResponse: empty, or a partial success."""
+    if not rejected:
+        return b""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTracePartialSuccess,
+                                                                          ExportTraceServiceResponse)
+    return ExportTraceServiceResponse(partial_success=ExportTracePartialSuccess(
+        rejected_spans=len(rejected), error_message=partial_success_message(rejected))).SerializeToString()
 
 
 def partial_success_message(rejected: list[tuple[str, str, str]]) -> str:
@@ -225,16 +247,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     @staticmethod
     def _response(ctype: str, rejected: list) -> bytes:
+        if ctype != JSON:
+            return export_response(rejected)
         if not rejected:
-            return b"{}" if ctype == JSON else b""
-        message = partial_success_message(rejected)
-        if ctype == JSON:  # proto3 JSON: int64 as a string
-            return json.dumps({"partialSuccess": {"rejectedSpans": str(len(rejected)),
-                                                  "errorMessage": message}}).encode()
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTracePartialSuccess,
-                                                                              ExportTraceServiceResponse)
-        return ExportTraceServiceResponse(partial_success=ExportTracePartialSuccess(
-            rejected_spans=len(rejected), error_message=message)).SerializeToString()
+            return b"{}"
+        return json.dumps({"partialSuccess": {"rejectedSpans": str(len(rejected)),  # proto3 JSON: int64 as a string
+                                              "errorMessage": partial_success_message(rejected)}}).encode()
 
     def _content_type(self) -> str:
         return (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()

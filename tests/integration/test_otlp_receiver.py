@@ -201,7 +201,7 @@ def test_the_command_serves_until_sigterm_then_flushes(kafka_bootstrap, tmp_path
     topic, port = f"otlp-cli-{uuid.uuid4().hex[:10]}", free_port()
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PHASEMETER_TOPIC": topic,
            "PHASEMETER_DATA_DIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "phasemeter", "otlp", "--port", str(port), "--model", "llama-v1",
+    proc = subprocess.Popen([sys.executable, "-m", "phasemeter", "otlp", "--port", str(port), "--grpc-port", "0", "--model", "llama-v1",
                              "--report-every", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     try:
