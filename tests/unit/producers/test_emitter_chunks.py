@@ -11,6 +11,7 @@ import types
 
 import pytest
 from test_emitter import FakeProducer, meters  # noqa: F401 (a fixture)
+from test_emitter_phases import check_phase
 
 from phasemeter.producers import Generation
 from phasemeter.producers import generation as generation_mod
@@ -124,6 +125,8 @@ def test_phase_end_carries_the_fields(meters, monkeypatch):
     assert (end["chunks"], end["gaps_over"], end["gap_threshold_s"]) == (2, 1, 0.25)
     assert end["max_gap_s"] == pytest.approx(0.4)
     assert not {"chunks", "gaps_over"} & (set(start) | set(first))
+    for ev in (start, first, end):
+        check_phase(ev)  # the hand-written table of docs/phases.md
     accepted(meter, fake)
 
 
@@ -137,6 +140,7 @@ def test_phase_generation_first_chunk_sends_first_token(meters, monkeypatch):
     assert kinds[:2] == [("start", None), ("first_token", pytest.approx(0.2))]
     end = json.loads(fake.records[-1][2])
     assert end["output_tokens_estimated"] is True and end["chunks"] == 1
+    check_phase(end)
 
 
 def test_end_low_level_estimated(meters):
