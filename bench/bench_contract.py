@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from phasemeter.stream_jobs import contract as C  # noqa: E402
 from phasemeter.stream_jobs import reasons as R  # noqa: E402
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges  # noqa: E402
-from phasemeter.stream_jobs.derive import Rejection, derive, process  # noqa: E402
+from phasemeter.stream_jobs.derive import NO_EXTRAS, Rejection, derive, process  # noqa: E402
 
 BUCKET = Bucketer(parse_edges("default"))
 
@@ -73,7 +73,7 @@ def candidate():
             return Rejection(R.MALFORMED_JSON, str(exc))
         # Only the cross-field rules JSON types cannot state (the per-field
         # ones msgspec already checked), then the same derivation.
-        out = {f: getattr(ev, f) for f in fields}
+        out = {**NO_EXTRAS, **{f: getattr(ev, f) for f in fields}}  # v1 here: no chunk data
         ttft, e2e, queue = out["ttft_s"], out["e2e_s"], out["queue_s"]
         if out["t0"] > time.time() + C.MAX_DURATION_S:
             return Rejection(R.ABSURD, "t0 in the future")

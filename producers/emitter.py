@@ -18,11 +18,14 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from .generation import Generation, check_duration, check_outcome, check_request
+from .generation import (Generation, check_duration, check_estimated, check_outcome, check_request,
+                         check_threshold)
+from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S
 from .phases import PhaseGeneration, end_item, first_token_item, start_item
 from .sender import Sender
 
 log = logging.getLogger("phasemeter.emitter")
+_ESTIMATED = (None, None, None, None, True)  # the v2 fields of a record(output_tokens_estimated=True)
 
 # The sender thread has time to spare, so durability wins over latency:
 # acks=all (kafka-python's idempotent default) and effectively endless retries,
@@ -119,12 +122,15 @@ class Meter:
     interpreter exit, bounded by `flush_timeout_s`; after it, events are
     dropped and counted. With `envelope_size > 1`, envelopes have no key, so
     the phases of one request may land on different partitions.
+    `stall_threshold_s` (default 0.5 s): a gap between consecutive chunks
+    longer than this counts in `gaps_over` (Generation.chunk, docs/metrics.md).
     """
 
     def __init__(self, bootstrap_servers: str, topic: str = "phasemeter.generations", *,
                  gateway: str | None = None, queue_size: int = 10_000, flush_timeout_s: float = 5.0,
                  producer_config: dict | None = None, producer_factory=None,
-                 envelope_size: int = 1, phase_events: bool = False) -> None:
+                 envelope_size: int = 1, phase_events: bool = False,
+                 stall_threshold_s: float = DEFAULT_STALL_THRESHOLD_S) -> None:
         if not isinstance(topic, str) or not topic:
             raise ValueError("topic must be a non-empty str")
         if gateway is not None and (not isinstance(gateway, str) or not 0 < len(gateway) <= 200):
@@ -135,6 +141,7 @@ class Meter:
             raise ValueError(f"envelope_size must be an int in 1..2000, got {envelope_size!r}")
         if not isinstance(phase_events, bool):
             raise ValueError(f"phase_events must be a bool, got {phase_events!r}")
+        self._stall_s = check_threshold(stall_threshold_s)  # read by Generation.chunk()
         # The class, not the flag: generation() then pays one attribute read.
         self._gen_cls = PhaseGeneration if phase_events else Generation
         if not flush_timeout_s >= 0:
@@ -166,12 +173,18 @@ class Meter:
                cached_input_tokens: int | None = None, status: str = "ok",
                finish_reason: str | None = None, request_id: str | None = None,
                replica: str | None = None, t_first: float | None = None, t_end: float | None = None,
-               t_scheduled: float | None = None) -> None:
+               t_scheduled: float | None = None, output_tokens_estimated: bool = False) -> None:
         """Emit a generation timed elsewhere. Give durations (ttft_s, e2e_s,
         queue_s) or epoch timestamps (t_first, t_end, t_scheduled) -- not both;
-        durations from a monotonic clock are preferable (immune to NTP steps)."""
+        durations from a monotonic clock are preferable (immune to NTP steps).
+        `output_tokens_estimated=True`: output_tokens was counted by the
+        caller (chunks), not reported by the server; sent as schema_version 2."""
         check_request(model, input_tokens, cached_input_tokens, request_id, replica)
         check_outcome(output_tokens, status, finish_reason)
+        v2 = None  # the common event: v1, exactly as before
+        if output_tokens_estimated is not False:
+            check_estimated(output_tokens_estimated)
+            v2 = _ESTIMATED
         if t_end is not None or t_first is not None or t_scheduled is not None:
             if e2e_s is not None or ttft_s is not None or queue_s is not None:
                 raise ValueError("give durations (ttft_s/e2e_s/queue_s) or timestamps "
@@ -191,7 +204,7 @@ class Meter:
         check_duration(names[2], queue_s)
         # EVENT_FIELDS order; request_id None is filled in by the sender thread.
         self._put((request_id, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
-                   cached_input_tokens, status, finish_reason, replica))
+                   cached_input_tokens, status, finish_reason, replica, v2))
 
     # -- phase events from separate callbacks (docs/phases.md) ----------------
     # Durations (s since t0, from time.monotonic() differences) are preferred
@@ -215,10 +228,11 @@ class Meter:
 
     def end(self, request_id: str, *, output_tokens: int, e2e_s: float | None = None,
             t_end: float | None = None, status: str = "ok", finish_reason: str | None = None,
-            queue_s: float | None = None, cached_input_tokens: int | None = None) -> None:
+            queue_s: float | None = None, cached_input_tokens: int | None = None,
+            output_tokens_estimated: bool = False) -> None:
         """Send `end`: exactly one of e2e_s (s since t0) or t_end (epoch s)."""
         self._put(end_item(request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s,
-                           cached_input_tokens))
+                           cached_input_tokens, output_tokens_estimated))
 
     def _put(self, item: tuple) -> None:
         ch = self._ch

@@ -20,13 +20,17 @@ import time
 # The limits are the worker's (one contract, stream_jobs/contract.py, which
 # the JSON Schema files are tested against): an event the emitter accepts is
 # never dead-lettered for a limit. contract.py is pure: no worker imports.
-from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS
+from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, V2_OPTIONAL
 from phasemeter.stream_jobs.contract import STATUSES as _STATUSES
 
 STATUSES = frozenset(_STATUSES)
 _MODEL, _RID, _FINISH, _REPLICA = (LABEL_FIELDS[k] for k in ("model", "request_id", "finish_reason", "replica"))
 EVENT_FIELDS = ("request_id", "model", "t0", "ttft_s", "e2e_s", "queue_s", "input_tokens",
-                "output_tokens", "cached_input_tokens", "status", "finish_reason", "replica")
+                "output_tokens", "cached_input_tokens", "status", "finish_reason", "replica", "v2")
+# The last element, "v2", is None for the common event (encoded as v1, as
+# before), else the tuple of the contract's optional v2 fields in V2_OPTIONAL
+# order (chunks, max_gap_s, gaps_over, gap_threshold_s, output_tokens_estimated);
+# an event carrying it is encoded as schema_version 2.
 
 # uuid.uuid4() reads os.urandom, a syscall that releases the GIL; on a busy
 # process, getting the GIL back can take milliseconds. A private PRNG seeded
@@ -68,6 +72,17 @@ def check_outcome(output_tokens, status, finish_reason) -> None:
         raise ValueError(f"finish_reason must be a non-empty str of at most {_FINISH} characters")
 
 
+def check_estimated(value) -> None:
+    if value.__class__ is not bool:
+        raise ValueError(f"output_tokens_estimated must be a bool, got {value!r}")
+
+
+def check_threshold(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_DURATION_S:
+        raise ValueError(f"stall_threshold_s must be seconds in (0, {MAX_DURATION_S:g}], got {value!r}")
+    return float(value)
+
+
 def check_duration(name: str, value) -> None:
     if value is not None and not 0 <= value <= MAX_DURATION_S:
         raise ValueError(f"{name} must give a duration in [0, {MAX_DURATION_S:g}] s, got {value!r}")
@@ -91,10 +106,22 @@ class Generation:
 
     With phase events on, `Meter.generation()` returns the subclass
     `PhaseGeneration` (phases.py) instead, so this class stays as cheap.
+
+    Streaming callers may call `chunk(n)` (alias `token(n)`) once per chunk
+    of n tokens; the event then carries chunks, max_gap_s, gaps_over and
+    gap_threshold_s (schema_version 2, docs/metrics.md). State is O(1): a
+    count, the last chunk's time, the largest gap, the gaps over the Meter's
+    `stall_threshold_s` and a token sum (`counted_tokens`). The gap before
+    the first chunk is measured from `first_token()` when that was called;
+    otherwise the first chunk IS the first token (it calls `first_token()`)
+    and has no gap before it. A generation that never calls chunk() pays one
+    attribute store and one test.
     """
 
     __slots__ = ("_meter", "_model", "_input", "_cached", "_rid", "_replica",
-                 "t0", "_start", "_t_sched", "_t_first", "_done")
+                 "t0", "_start", "_t_sched", "_t_first", "_done",
+                 # set by chunk() only; _chunks is 0 until then
+                 "_chunks", "_last", "_max_gap", "_over", "_tokens")
 
     def __init__(self, meter, model: str, input_tokens: int, request_id: str | None = None,
                  replica: str | None = None, cached_input_tokens: int | None = None) -> None:
@@ -106,6 +133,7 @@ class Generation:
         self._start = time.monotonic()
         self._t_sched = self._t_first = None
         self._done = False
+        self._chunks = 0
 
     @property
     def request_id(self) -> str:
@@ -121,13 +149,62 @@ class Generation:
         if self._t_first is None and not self._done:
             self._t_first = time.monotonic()
 
-    def finish(self, output_tokens: int, status: str = "ok", finish_reason: str | None = None) -> None:
+    def chunk(self, n: int = 1) -> None:
+        """One streamed chunk holding n tokens (0 allowed: a role or empty delta)."""
+        if n.__class__ is not int or n < 0:
+            raise ValueError(f"chunk(n): n must be an int >= 0, got {n!r}")
+        if self._done:
+            return
+        now = time.monotonic()
+        count = self._chunks
+        if count:
+            prev = self._last
+        else:
+            self._tokens = self._over = 0
+            self._max_gap = None
+            prev = self._t_first
+            if prev is None:
+                # The first chunk is the first token: no gap before it, and
+                # the next gap is measured from the first token's own reading.
+                self.first_token()
+                now = self._t_first
+        if prev is not None:
+            gap = now - prev
+            if self._max_gap is None or gap > self._max_gap:
+                self._max_gap = gap
+            if gap > self._meter._stall_s:
+                self._over += 1
+        self._last = now
+        self._chunks = count + 1
+        self._tokens += n
+
+    token = chunk  # for callers that think in tokens: g.token() per token
+
+    @property
+    def counted_tokens(self) -> int:
+        """Tokens passed to chunk() so far: an estimate of output_tokens when
+        the server reports no usage (then finish(..., output_tokens_estimated=True))."""
+        return self._tokens if self._chunks else 0
+
+    def finish(self, output_tokens: int, status: str = "ok", finish_reason: str | None = None,
+               output_tokens_estimated: bool = False) -> None:
         if self._done:
             raise RuntimeError("finish() was already called for this generation")
         check_outcome(output_tokens, status, finish_reason)
-        self._emit(output_tokens, status, finish_reason)
+        if output_tokens_estimated is not False:
+            check_estimated(output_tokens_estimated)
+        self._emit(output_tokens, status, finish_reason, output_tokens_estimated)
 
-    def _emit(self, output_tokens: int, status: str, finish_reason: str | None) -> None:
+    def _v2(self, estimated: bool) -> tuple | None:
+        """The optional v2 fields, or None (the event stays v1) without any."""
+        count = self._chunks
+        if not count:
+            return (None, None, None, None, True) if estimated else None
+        # Counts are clamped to the contract's limit (gaps_over <= chunks holds).
+        return (min(count, MAX_TOKENS), self._max_gap, min(self._over, MAX_TOKENS), self._meter._stall_s,
+                True if estimated else None)
+
+    def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False) -> None:
         end = time.monotonic()
         self._done = True
         start, t_first, t_sched = self._start, self._t_first, self._t_sched
@@ -137,6 +214,7 @@ class Generation:
             end - start,
             None if t_sched is None else t_sched - start,
             self._input, output_tokens, self._cached, status, finish_reason, self._replica,
+            self._v2(estimated) if self._chunks or estimated else None,
         ))
 
     def __enter__(self) -> Generation:
@@ -158,16 +236,21 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=F
 
 
 def encode(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
-    """Event tuple -> (key, value) exactly as schema/event-v1.schema.json says."""
+    """Event tuple -> (key, value) exactly as schema/event-v1.schema.json says,
+    or event-v2's `generation` when it carries optional v2 fields (only the
+    known ones are written: an absent field is unknown, never null)."""
     (rid, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
-     cached, status, finish_reason, replica) = item
+     cached, status, finish_reason, replica, v2) = item
     if rid is None:  # record() without an id: generated here, off the caller's path
         rid = new_request_id()
-    value = _dumps({
+    ev = {
         "schema_version": 1, "kind": "generation", "request_id": rid, "model": model,
         "t0": t0, "ttft_s": ttft_s, "e2e_s": e2e_s, "queue_s": queue_s,
         "input_tokens": input_tokens, "output_tokens": output_tokens,
         "cached_input_tokens": cached, "status": status, "finish_reason": finish_reason,
         "gateway": gateway, "replica": replica,
-    })
-    return rid.encode("utf-8"), value.encode("utf-8")
+    }
+    if v2 is not None:
+        ev["schema_version"] = 2
+        ev.update((name, value) for name, value in zip(V2_OPTIONAL, v2) if value is not None)
+    return rid.encode("utf-8"), _dumps(ev).encode("utf-8")

@@ -10,7 +10,10 @@ without touching the one-event path:
     ("start", request_id, model, t0, input_tokens, cached_input_tokens, queue_s, replica)
     ("first_token", request_id, ttft_s, t_first, queue_s, cached_input_tokens)
     ("end", request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s, cached_input_tokens,
-     ttft_s)
+     ttft_s, v2)
+
+where v2 is None or the optional v2 fields (Generation._v2: chunk data,
+output_tokens_estimated), written when known.
 
 Encoding omits every optional field that is unknown (None) -- never null --
 except `status`, which the emitter always knows and always sends.
@@ -20,8 +23,8 @@ from __future__ import annotations
 
 import time
 
-from .generation import (_RID, MAX_TOKENS, Generation, _dumps, check_duration,
-                         check_outcome, check_request, new_request_id)
+from .generation import (_RID, MAX_TOKENS, V2_OPTIONAL, Generation, _dumps, check_duration,
+                         check_estimated, check_outcome, check_request, new_request_id)
 
 # Epoch bounds for t0/t_first/t_end (the contract's): the worker rejects t0
 # before 2000, and an upper bound catches the unit bug of passing milliseconds.
@@ -90,15 +93,16 @@ def first_token_item(request_id, ttft_s, t_first, queue_s, cached_input_tokens) 
 
 
 def end_item(request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s,
-             cached_input_tokens) -> tuple:
+             cached_input_tokens, output_tokens_estimated=False) -> tuple:
     check_request_id(request_id)
     check_count("output_tokens", output_tokens)
     check_outcome(output_tokens, status, finish_reason)
     one_of("e2e_s", e2e_s, "t_end", t_end)
     check_seconds("queue_s", queue_s)
     check_count("cached_input_tokens", cached_input_tokens)
+    check_estimated(output_tokens_estimated)
     return ("end", request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s,
-            cached_input_tokens, None)
+            cached_input_tokens, None, (None, None, None, None, True) if output_tokens_estimated else None)
 
 
 # -- context manager -------------------------------------------------------------
@@ -125,6 +129,7 @@ class PhaseGeneration(Generation):
         self._start = time.monotonic()
         self._t_sched = self._t_first = None
         self._done = self._q_sent = False
+        self._chunks = 0
         meter._put(("start", self._rid, model, self.t0, input_tokens, cached_input_tokens, None, replica))
 
     def first_token(self) -> None:
@@ -135,14 +140,15 @@ class PhaseGeneration(Generation):
             self._q_sent = queue_s is not None
             self._meter._put(("first_token", self._rid, t - self._start, None, queue_s, None))
 
-    def _emit(self, output_tokens: int, status: str, finish_reason: str | None) -> None:
+    def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False) -> None:
         end = time.monotonic()
         self._done = True
         t_sched = self._t_sched
         queue_s = None if t_sched is None or self._q_sent else t_sched - self._start
         t_first = self._t_first
         self._meter._put(("end", self._rid, output_tokens, end - self._start, None, status,
-                          finish_reason, queue_s, None, None if t_first is None else t_first - self._start))
+                          finish_reason, queue_s, None, None if t_first is None else t_first - self._start,
+                          self._v2(estimated) if self._chunks or estimated else None))
 
 
 # -- encoder (sender thread) --------------------------------------------------------
@@ -161,10 +167,12 @@ def encode_phase(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
         opt = (("ttft_s", ttft_s), ("t_first", t_first), ("queue_s", queue_s),
                ("cached_input_tokens", cached))
     elif kind == "end":
-        _, _, output_tokens, e2e_s, t_end, status, finish_reason, queue_s, cached, ttft_s = item
+        _, _, output_tokens, e2e_s, t_end, status, finish_reason, queue_s, cached, ttft_s, v2 = item
         ev["output_tokens"] = output_tokens
         opt = (("e2e_s", e2e_s), ("t_end", t_end), ("status", status), ("finish_reason", finish_reason),
                ("queue_s", queue_s), ("cached_input_tokens", cached), ("ttft_s", ttft_s))
+        if v2 is not None:
+            opt += tuple(zip(V2_OPTIONAL, v2))
     else:
         raise ValueError(f"unknown phase kind {kind!r}")
     for name, value in opt:

@@ -169,9 +169,9 @@ class Sender:
         Kafka's per-message cost dominates a small event; an envelope of 100
         lets one worker take several times more generations per second. No
         key: envelopes mix request_ids, so they spread over partitions.
-        An envelope holding any phase event is schema_version 2 (only v2
-        may carry phases); one of generation events only stays v1, so
-        existing workers keep reading it.
+        An envelope holding any phase event, or a generation with v2 fields
+        (chunk data, an estimated count), is schema_version 2; one of plain
+        generation events only stays v1, so existing workers keep reading it.
         """
         items, size, settle, gateway = list(batch), self._envelope_size, self._ch.settle, self._gateway
         for start in range(0, len(items), size):
@@ -181,6 +181,7 @@ class Sender:
                 try:
                     if len(item) == _GEN_LEN:
                         values.append(encode(item, gateway)[1])
+                        v2 = v2 or item[-1] is not None  # a generation with v2 fields
                     else:
                         values.append(encode_phase(item, gateway)[1])
                         v2 = True

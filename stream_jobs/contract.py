@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from . import reasons as R
 
-SCHEMA_VERSIONS = (1, 2)  # 2 adds the phase kinds; a v2 generation equals a v1 one
+SCHEMA_VERSIONS = (1, 2)  # 2 adds the phase kinds and the optional fields below
 MAX_TOKENS = 10_000_000
 MAX_DURATION_S = 86_400.0
 MIN_T0 = 946_684_800.0  # 2000-01-01: anything earlier is a unit bug (ms? 0?)
@@ -21,6 +21,16 @@ MIN_T0 = 946_684_800.0  # 2000-01-01: anything earlier is a unit bug (ms? 0?)
 MAX_EPOCH_S = 4_102_444_800.0
 STATUSES = ("ok", "error", "cancelled")
 LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway": 200, "replica": 200}
+
+# Optional fields of a v2 `generation` and a v2 `end` phase only (a v1 event
+# carrying one is an unknown_field, as before). Stall data comes from the
+# emitter's per-chunk calls: the chunk count, the largest gap between
+# consecutive chunks, how many gaps exceeded gap_threshold_s (so the worker
+# knows what "over" meant). output_tokens_estimated: output_tokens was
+# counted by the gateway (chunks), not reported by the server's usage.
+STALL_FIELDS = ("chunks", "max_gap_s", "gaps_over", "gap_threshold_s")
+V2_OPTIONAL = STALL_FIELDS + ("output_tokens_estimated",)
+DEFAULT_STALL_THRESHOLD_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -59,3 +69,54 @@ def check_duration(name: str, value, max_s: float | None = MAX_DURATION_S) -> Re
     if bad is None and max_s is not None and value > max_s:
         bad = Rejection(R.ABSURD, f"{name}={value} s is longer than a day")
     return bad
+
+
+def check_gap(name: str, value) -> Rejection | None:
+    """A gap or threshold in seconds: a difference of two monotonic readings
+    (not a time since t0), so a negative one is `negative`, not an ordering."""
+    bad = check_number(name, value)
+    if bad is None and value < 0:
+        bad = Rejection(R.NEGATIVE, f"{name}={value} < 0")
+    if bad is None and value > MAX_DURATION_S:
+        bad = Rejection(R.ABSURD, f"{name}={value} s is longer than a day")
+    return bad
+
+
+def check_v2_optional(event: dict, out: dict) -> Rejection | None:
+    """Type/range check of the V2_OPTIONAL fields present (null = absent) and
+    their consistency with each other; normalised values go into `out`
+    (all five keys: None when absent, output_tokens_estimated False). The
+    check against e2e_s is `check_gap_within`, run once e2e_s is known."""
+    for name in V2_OPTIONAL:
+        value = event.get(name)
+        if value is None:
+            out[name] = False if name == "output_tokens_estimated" else None
+            continue
+        if name == "output_tokens_estimated":
+            if type(value) is not bool:
+                return Rejection(R.WRONG_TYPE, f"{name} must be a boolean, got {type(value).__name__}")
+        elif name in ("chunks", "gaps_over"):
+            bad = check_count(name, value)
+            if bad is not None:
+                return bad
+        else:
+            bad = check_gap(name, value)
+            if bad is not None:
+                return bad
+            value = float(value)
+        out[name] = value
+    chunks, gaps_over = out["chunks"], out["gaps_over"]
+    if chunks is None and (gaps_over is not None or out["max_gap_s"] is not None):
+        return Rejection(R.INCONSISTENT, "max_gap_s/gaps_over need chunks (the count they were measured over)")
+    if gaps_over is not None and out["gap_threshold_s"] is None:
+        return Rejection(R.INCONSISTENT, "gaps_over needs gap_threshold_s (what 'over' meant)")
+    if gaps_over is not None and gaps_over > chunks:
+        return Rejection(R.INCONSISTENT, f"gaps_over={gaps_over} > chunks={chunks}")
+    return None
+
+
+def check_gap_within(max_gap_s: float | None, e2e_s: float | None) -> Rejection | None:
+    """A gap between chunks lies inside the generation."""
+    if max_gap_s is not None and e2e_s is not None and max_gap_s > e2e_s:
+        return Rejection(R.INCONSISTENT, f"max_gap_s={max_gap_s} > e2e_s={e2e_s}")
+    return None

@@ -13,13 +13,19 @@ import time
 from . import reasons as R
 from .buckets import Bucketer
 from .contract import LABEL_FIELDS, check_count, check_duration, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
+from .contract import V2_OPTIONAL, check_gap_within, check_v2_optional
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
 __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_event", "process_message",
            "MAX_TOKENS", "MAX_DURATION_S", "MIN_T0", "SCHEMA_VERSIONS", "STATUSES", "LABEL_FIELDS"]
 REQUIRED = ("schema_version", "kind", "request_id", "model", "t0", "e2e_s", "input_tokens", "output_tokens")
 OPTIONAL = ("ttft_s", "queue_s", "cached_input_tokens", "status", "finish_reason", "gateway", "replica")
-KNOWN = frozenset(REQUIRED + OPTIONAL)
+KNOWN = frozenset(REQUIRED + OPTIONAL)  # a v1 generation: exactly as strict as before v2's extras
+KNOWN_V2 = KNOWN | frozenset(V2_OPTIONAL)
+# What an event without the v2 extras normalises them to (no chunk data, an
+# output count from the server).
+NO_EXTRAS = {"chunks": None, "max_gap_s": None, "gaps_over": None, "gap_threshold_s": None,
+             "output_tokens_estimated": False}
 COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")
 DURATIONS = ("ttft_s", "e2e_s", "queue_s")
 
@@ -30,6 +36,7 @@ ROW_COLUMNS = (
     "input_tokens", "output_tokens", "cached_input_tokens",
     "queue_s", "ttft_s", "decode_s", "e2e_s",
     "prefill_tps", "prefill_tps_uncached", "decode_tps", "tpot_s",
+    "max_gap_s", "stalled", "chunks", "gap_threshold_s", "output_tokens_estimated",  # schema/0010, 0011
     "schema_version", "src_topic", "src_partition", "src_offset",
 )
 
@@ -70,7 +77,9 @@ def _fast(event, now: float) -> dict | None:
     path. Only accepts what `validate` accepts and returns the same fields
     (a test checks both on the whole poison corpus and on random events);
     the full path alone builds rejections. The profile showed validation as
-    the top cost of the worker's per-generation time."""
+    the top cost of the worker's per-generation time. An event carrying any
+    v2 extra (chunks, ...) takes the full path: only emitters that time
+    chunks send them, and the common event stays one pass."""
     if (type(event) is not dict or not KNOWN.issuperset(event) or type(event.get("schema_version")) is not int
             or event["schema_version"] not in SCHEMA_VERSIONS or event.get("kind") != "generation"):
         return None
@@ -92,7 +101,7 @@ def _fast(event, now: float) -> dict | None:
             "replica": replica or "", "status": status, "input_tokens": n_in, "output_tokens": n_out,
             "cached_input_tokens": cached, "t0": float(t0), "ttft_s": None if ttft is None else float(ttft),
             "e2e_s": float(e2e), "queue_s": None if queue is None else float(queue),
-            "schema_version": event["schema_version"]}
+            "schema_version": event["schema_version"], **NO_EXTRAS}
 
 
 def validate(event: dict, now: float | None = None) -> dict | Rejection:
@@ -113,9 +122,11 @@ def _validate_full(event: dict, now: float) -> dict | Rejection:
     if event.get("kind") != "generation":
         return Rejection(R.BAD_KIND, f"kind={str(event.get('kind'))[:40]!r}; expected 'generation', "
                                      f"'batch' or (v2) one of {PHASE_KINDS}")
-    unknown = sorted(set(event) - KNOWN)
+    unknown = sorted(set(event) - (KNOWN_V2 if version == 2 else KNOWN))
     if unknown:
-        return Rejection(R.UNKNOWN_FIELD, f"fields not in the contract: {', '.join(unknown)[:200]}")
+        extra = " (v2 only)" if version == 1 and set(unknown) <= KNOWN_V2 else ""
+        return Rejection(R.UNKNOWN_FIELD, f"fields not in the v{version} contract{extra}: "
+                                          f"{', '.join(unknown)[:200]}")
     out: dict = {"schema_version": version}
     for name, limit in LABEL_FIELDS.items():
         value = event.get(name)
@@ -167,7 +178,8 @@ def _validate_full(event: dict, now: float) -> dict | Rejection:
     cached = out["cached_input_tokens"]
     if cached is not None and cached > out["input_tokens"]:
         return Rejection(R.INCONSISTENT, f"cached_input_tokens={cached} > input_tokens")
-    return out
+    bad = check_v2_optional(event, out) or check_gap_within(out["max_gap_s"], e2e)
+    return bad if bad is not None else out
 
 
 def _rate(count: float, seconds: float | None) -> float | None:
@@ -200,6 +212,9 @@ def derive(fields: dict, bucket: Bucketer) -> dict:
         "prefill_tps_uncached": uncached,
         "decode_tps": decode_tps,
         "tpot_s": decode_s / (n_out - 1) if has_decode else None,
+        # null without chunk data: "no stall" is only said of a measured stream
+        "stalled": None if fields["gaps_over"] is None else int(fields["gaps_over"] > 0),
+        "output_tokens_estimated": int(fields["output_tokens_estimated"]),
         "schema_version": fields.get("schema_version", 1),
     }
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import zlib
 
 from . import reasons as R
-from .contract import MAX_DURATION_S
+from .contract import MAX_DURATION_S, V2_OPTIONAL
 
 Output = tuple[str, dict]
 ENVELOPE_MAX = 500  # records per internal message (well under the 1 MB message limit)
@@ -68,9 +68,13 @@ def _generation(rid: str, ph: dict, **outcome) -> dict:
 
 def joined_event(rid: str, ph: dict) -> dict:
     end, t0 = ph["end"], ph["start"]["t0"]
+    # The end's optional v2 fields (chunk data, estimated count) ride along
+    # only when it had them: a joined generation without them stays on the
+    # ingest's fast path. Only the end knows them: they describe the stream.
+    extras = {k: end[k] for k in V2_OPTIONAL if k in end}
     return _generation(rid, ph, e2e_s=end["e2e_s"] if "e2e_s" in end else end["t_end"] - t0,
                        output_tokens=end["output_tokens"], status=end.get("status", "ok"),
-                       finish_reason=end.get("finish_reason"))
+                       finish_reason=end.get("finish_reason"), **extras)
 
 
 def abandoned_event(rid: str, ph: dict, clock: float) -> dict:

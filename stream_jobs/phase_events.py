@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import reasons as R
-from .contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, STATUSES, Rejection, check_count,
-                       check_duration, check_number)
+from .contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, STATUSES, V2_OPTIONAL, Rejection, check_count,
+                       check_duration, check_gap_within, check_number, check_v2_optional)
 
 PHASE_KINDS = ("start", "first_token", "end")
 PHASE_VERSION = 2
@@ -22,8 +22,8 @@ _COMMON = ("schema_version", "kind", "request_id")
 SPEC = {
     "start": (("model", "t0", "input_tokens"), ("cached_input_tokens", "queue_s", "gateway", "replica"), ()),
     "first_token": ((), ("queue_s", "cached_input_tokens"), ("ttft_s", "t_first")),
-    "end": (("output_tokens",), ("status", "finish_reason", "queue_s", "cached_input_tokens", "ttft_s", "t_first"),
-            ("e2e_s", "t_end")),
+    "end": (("output_tokens",), ("status", "finish_reason", "queue_s", "cached_input_tokens", "ttft_s", "t_first")
+            + V2_OPTIONAL, ("e2e_s", "t_end")),
 }
 
 
@@ -76,6 +76,8 @@ def validate_phase(event: dict, now: float) -> dict | Rejection:
         elif name == "status":
             if value not in STATUSES:
                 return Rejection(R.BAD_VALUE, f"status={str(value)[:40]!r}; expected one of {STATUSES}")
+        elif name in V2_OPTIONAL:
+            continue  # checked together below (they constrain each other)
         else:
             bad = _check_number(name, value, now)
             if bad is not None:
@@ -88,6 +90,13 @@ def validate_phase(event: dict, now: float) -> dict | Rejection:
                          f"{kind} needs exactly one of {' or '.join(either)}")
     if kind == "end" and "ttft_s" in out and "t_first" in out:
         return Rejection(R.INCONSISTENT, "end may repeat ttft_s or t_first, not both")
+    if kind == "end":
+        extras: dict = {}
+        bad = check_v2_optional(event, extras) or check_gap_within(extras["max_gap_s"], out.get("e2e_s"))
+        if bad is not None:
+            return bad
+        # nulls dropped as for every phase field; False is carried (it was said)
+        out.update((k, v) for k, v in extras.items() if event.get(k) is not None)
     cached = out.get("cached_input_tokens")
     if kind == "start" and cached is not None and cached > out["input_tokens"]:
         return Rejection(R.INCONSISTENT, f"cached_input_tokens={cached} > input_tokens")

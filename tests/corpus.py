@@ -84,6 +84,23 @@ POISON = [
     ("scheduled after first token", event(queue_s=1.0), R.IMPOSSIBLE_ORDER),
     ("tokens without first token", event(ttft_s=None, output_tokens=5), R.INCONSISTENT),
     ("cached above input", event(cached_input_tokens=1001), R.INCONSISTENT),
+    # the optional v2 fields (chunk data, estimated count): v2 generation and end only
+    ("v1 with chunk data", event(chunks=3, max_gap_s=0.2), R.UNKNOWN_FIELD),
+    ("v1 with estimated count", event(output_tokens_estimated=True), R.UNKNOWN_FIELD),
+    ("start with chunk data", phase("start", chunks=3), R.UNKNOWN_FIELD),
+    ("chunks negative", event(schema_version=2, chunks=-1), R.NEGATIVE),
+    ("chunks float", phase("end", chunks=2.5), R.WRONG_TYPE),
+    ("max_gap_s string", event(schema_version=2, chunks=3, max_gap_s="0.4"), R.WRONG_TYPE),
+    ("max_gap_s negative", phase("end", chunks=3, max_gap_s=-0.1), R.NEGATIVE),
+    ("max_gap_s over a day", event(schema_version=2, chunks=3, max_gap_s=90_000.0), R.ABSURD),
+    ("gap threshold negative", event(schema_version=2, chunks=3, gaps_over=0, gap_threshold_s=-0.5),
+     R.NEGATIVE),
+    ("estimated not a bool", event(schema_version=2, output_tokens_estimated=1), R.WRONG_TYPE),
+    ("gaps_over without threshold", event(schema_version=2, chunks=3, gaps_over=1), R.INCONSISTENT),
+    ("max_gap_s without chunks", phase("end", max_gap_s=0.3), R.INCONSISTENT),
+    ("gaps_over above chunks", event(schema_version=2, chunks=2, gaps_over=3, gap_threshold_s=0.5),
+     R.INCONSISTENT),
+    ("max_gap_s longer than e2e", phase("end", chunks=3, max_gap_s=3.0), R.INCONSISTENT),
 ]
 
 

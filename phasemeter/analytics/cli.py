@@ -37,11 +37,15 @@ def path_flags(p) -> None:
 
 def extend_window_flags(p) -> None:
     """New flags for `query bands` and `chart` (called from cli._window_flags):
-    --exact/--rollup, --buckets, --abandoned include|exclude, --prefill total|engine|uncached, --latency."""
+    --exact/--rollup, --buckets, --abandoned include|exclude, --prefill total|engine|uncached, --latency, --stalls."""
     path_flags(p)
     p.add_argument("--latency", action="store_true",
                    help="latency view instead of throughput: ttft_s / tpot_s / queue_s p50, p90, p99 "
                         "(high = slow tail)")
+    p.add_argument("--stalls", action="store_true",
+                   help="decode-stall view instead of throughput: per cell, generations with chunk data, "
+                        "p50/p99/max of max_gap_s (largest gap between streamed chunks) and the stalled share. "
+                        "Raw rows only: chooses the exact path; refused with --rollup (the rollup has no gap data)")
 
 
 def cmd_latency(args, settings) -> int:

@@ -9,6 +9,7 @@ typed, server-side bound parameters:
 | ... re-bucketed       | bands_rebucket.sql        | -- (needs raw input_tokens)|
 | latency p50/p90/p99   | latency.sql               | latency_rollup.sql         |
 | ... re-bucketed       | latency_rebucket.sql      | --                         |
+| decode stalls         | bands_stalls.sql          | -- (no gap data: refused)  |
 
 The exact files also take {abandoned:String} and (bands) {prefill:String}
 (variants.py); every frame ends with the abandoned counts of its cells.
@@ -36,6 +37,11 @@ LATENCY_COLUMNS = ["t", "model", "input_bucket", "n"] + [
 # Throughput frames: BAND_COLUMNS (as queries.bands, the demo's), then the
 # abandoned counts and the prefill variant the prefill_* columns hold.
 BANDS_COLUMNS = list(BAND_COLUMNS) + list(ABANDONED_COLUMNS) + ["prefill_variant"]
+# `query bands --stalls`: chunk data per cell (max_gap_s of each generation).
+STALL_COLUMNS = ["t", "model", "input_bucket", "n", "chunk_n", "gap_n", "gap_p50", "gap_p99", "gap_max",
+                 "stalled_n", "stalled_share", "estimated_n"] + list(ABANDONED_COLUMNS)
+STALLS_EXACT_ONLY = {"--stalls": "the rollup (generations_minute) has no gap data: max_gap_s and stalled "
+                                 "are raw-row columns"}
 
 ROLLUP_METHOD = ("rollup: per-minute states (schema/0003_rollup_minute.sql) merged per step; a percentile whose "
                  "ranks lie among the 16 lowest/highest values kept per minute is exact (numpy linear), "
@@ -43,6 +49,8 @@ ROLLUP_METHOD = ("rollup: per-minute states (schema/0003_rollup_minute.sql) merg
                  "[from, to); for throughput the slow tail is the LOW percentile (p1/p5)")
 LATENCY_EXACT_METHOD = ('exact: quantilesExactInclusive == numpy.percentile(method="linear"); for latency '
                         "(ttft_s, tpot_s, queue_s) the slow tail is the HIGH percentile (p90/p99)")
+STALLS_METHOD = ('exact: quantilesExactInclusive == numpy.percentile(method="linear") over each generation\'s '
+                 "max_gap_s (rows with chunk data only); for a gap the slow tail is the HIGH end (p99, max)")
 LATENCY_ROLLUP_METHOD = ("rollup: per-minute states; ttft/tpot exact (numpy linear) when the ranks lie among the "
                          "16 highest values kept per minute, else quantilesTDigest; queue_s quantilesTDigest; "
                          "for latency the slow tail is the HIGH percentile (p90/p99)")
@@ -50,14 +58,18 @@ LATENCY_ROLLUP_METHOD = ("rollup: per-minute states; ttft/tpot exact (numpy line
 _SQL = {("bands", "exact", False): "bands_exact", ("bands", "exact", True): "bands_rebucket",
         ("bands", "rollup", False): "bands_rollup",
         ("latency", "exact", False): "latency", ("latency", "exact", True): "latency_rebucket",
-        ("latency", "rollup", False): "latency_rollup"}
+        ("latency", "rollup", False): "latency_rollup", ("stalls", "exact", False): "bands_stalls"}
 
 
 def columns_for(kind: str) -> list[str]:
+    if kind == "stalls":
+        return list(STALL_COLUMNS)
     return list(BANDS_COLUMNS) if kind == "bands" else list(LATENCY_COLUMNS)
 
 
 def method_for(kind: str, path: str) -> str:
+    if kind == "stalls":
+        return STALLS_METHOD
     if kind == "bands":
         return EXACT_METHOD if path == "exact" else ROLLUP_METHOD
     return LATENCY_EXACT_METHOD if path == "exact" else LATENCY_ROLLUP_METHOD
@@ -89,7 +101,7 @@ def _dtype(col: str) -> str:
         return "object"
     if col in SPLIT_COLUMNS:
         return "Int64"  # unknown (NULL) on the rollup path, never 0
-    return "int64" if col in ("n", "abandoned") or col.endswith("_n") else "float64"
+    return "int64" if col in ("n", "abandoned") or col.endswith("_n") else "float64"  # stalled_share: NaN = none
 
 
 def _tidy(df: pd.DataFrame, kind: str) -> pd.DataFrame:
@@ -105,13 +117,21 @@ def _tidy(df: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 def preflight(kind: str, step_s: int, force: str | None, rebucket: bool, abandoned: str, prefill: str) -> None:
     """Flag errors that need no store: bad values, and --rollup with what it cannot answer."""
-    if kind not in ("bands", "latency"):
-        raise ValueError(f"kind={kind!r}: expected 'bands' or 'latency'")
+    if kind not in ("bands", "latency", "stalls"):
+        raise ValueError(f"kind={kind!r}: expected 'bands', 'latency' or 'stalls'")
     variants.check(kind, abandoned, prefill)
+    if kind == "stalls" and rebucket:
+        raise ArgError("--stalls with --buckets is not supported (the stall query reads the stored bucket); "
+                       "drop --buckets")
     if step_s < 1:
         raise ArgError(f"--step: must be at least 1s, got {step_s}")
     if force == "rollup":
-        choose_path(0, step_s, force=force, rebucket=rebucket, exact_only=variants.exact_only(abandoned, prefill))
+        choose_path(0, step_s, force=force, rebucket=rebucket, exact_only=_exact_only(kind, abandoned, prefill))
+
+
+def _exact_only(kind: str, abandoned: str, prefill: str) -> dict[str, str]:
+    """What the rollup cannot answer: the variants, and --stalls always."""
+    return {**variants.exact_only(abandoned, prefill), **(STALLS_EXACT_ONLY if kind == "stalls" else {})}
 
 
 def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, buckets=None, *,
@@ -141,7 +161,7 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
 
     choice: PathChoice = choose_path((end - start).total_seconds(), step_s, force=force,
                                      rebucket=rebucket, estimate_rows=estimate,
-                                     exact_only=variants.exact_only(abandoned, prefill))
+                                     exact_only=_exact_only(kind, abandoned, prefill))
     q_start, q_end = (align_minutes(start, end) if choice.path == "rollup" else (start, end))
     params = {"start": _naive(q_start), "end": _naive(q_end), "step_s": step_s, **filters}
     if rebucket:
@@ -196,6 +216,15 @@ def step_from(arg: str | None, start: datetime, end: datetime) -> int:
     return int(step)
 
 
+def kind_of(args) -> str:
+    """bands (throughput), latency (--latency) or stalls (--stalls); not both views at once."""
+    latency, stalls = getattr(args, "latency", False), getattr(args, "stalls", False)
+    if latency and stalls:
+        raise ArgError("--stalls and the latency view (--latency, `phasemeter latency`) are different views; "
+                       "choose one")
+    return "stalls" if stalls else ("latency" if latency else "bands")
+
+
 def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
     """What `phasemeter query bands` / `chart` / `latency` call: args from argparse.
 
@@ -206,7 +235,7 @@ def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
     start, end = window(args.start, args.end)
     step_s = step_from(getattr(args, "step", "auto"), start, end)
     force = "exact" if getattr(args, "exact", False) else ("rollup" if getattr(args, "rollup", False) else None)
-    kind = "latency" if getattr(args, "latency", False) else "bands"
+    kind = kind_of(args)
     edges = getattr(args, "buckets", None) or None
     abandoned = getattr(args, "abandoned", None) or "include"
     prefill = getattr(args, "prefill", None) or "total"

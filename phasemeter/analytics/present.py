@@ -18,10 +18,21 @@ from phasemeter.render.table import (HEADER_NOTE, abandoned_columns, band_column
 from phasemeter.query.queries import LEGEND
 from phasemeter.timeparse import ArgError
 
-from phasemeter.analytics.core import LATENCY_METRICS, LATENCY_PCTS
+from phasemeter.analytics.core import LATENCY_METRICS, LATENCY_PCTS, STALL_COLUMNS
 from phasemeter.analytics.variants import PREFILL_VARIANTS, header_lines, prefill_label
 
 LATENCY_NOTE = "latency seconds; HIGH percentiles are the slow tail (p99 = the slowest 1%)"
+STALLS_NOTE = ("decode stalls: gap = each generation's largest gap between streamed chunks (max_gap_s, seconds); "
+               "HIGH percentiles are the slow tail; stalled share = generations with a gap over their "
+               "threshold / generations with a stall verdict; rows without chunk data are left out of them")
+STALLS_LEGEND = {
+    "chunk_n": "generations in the cell with chunk data (the emitter's chunk() calls)",
+    "gap_n": "of those, with a measured gap (two or more timed points)",
+    "gap_p50": "median of max_gap_s", "gap_p99": "p99 of max_gap_s (slow tail)", "gap_max": "largest max_gap_s",
+    "stalled_n": "generations with at least one gap over gap_threshold_s",
+    "stalled_share": "stalled_n / generations with a stall verdict; null: none",
+    "estimated_n": "generations whose output_tokens was counted by the gateway, not reported by the server",
+}
 ABANDONED_LEGEND = {
     "abandoned": "generations in the cell that never ended (status=abandoned)",
     "abandoned_prefill": "of those, abandoned before the first token (no prefill/ttft value); null: unknown "
@@ -56,10 +67,25 @@ def latency_columns(df: pd.DataFrame | None = None) -> list[tuple[str, str]]:
     return cols
 
 
+STALLS_TITLES = {"chunk_n": "chunk n", "gap_n": "gap n", "gap_p50": "gap p50", "gap_p99": "gap slow p99",
+                 "gap_max": "gap max", "stalled_n": "stalled", "stalled_share": "stalled share",
+                 "estimated_n": "est. count"}
+STALLS_DEFAULT = ("t", "model", "input_bucket", "n", "chunk_n", "gap_p50", "gap_p99", "gap_max", "stalled_n",
+                  "stalled_share", "abandoned")
+
+
+def stall_columns(df: pd.DataFrame | None = None) -> list[tuple[str, str]]:
+    cols = [("t", "time (UTC)"), ("model", "model"), ("input_bucket", "bucket"), ("n", "n")]
+    cols += [(k, STALLS_TITLES[k]) for k in STALL_COLUMNS if k in STALLS_TITLES]
+    return cols + (abandoned_columns(df) if df is not None else [])
+
+
 def table_columns(kind: str) -> list[str]:
-    """Every column name `--columns` accepts for `kind` (bands, latency)."""
+    """Every column name `--columns` accepts for `kind` (bands, latency, stalls)."""
     from phasemeter.render.table import ABANDONED_TITLES
 
+    if kind == "stalls":
+        return [k for k, _ in stall_columns()] + [k for k, _ in ABANDONED_TITLES]
     cols = latency_columns() if kind == "latency" else band_columns()
     return [k for k, _ in cols] + [k for k, _ in ABANDONED_TITLES]
 
@@ -70,6 +96,13 @@ def _latency_table(df: pd.DataFrame, meta: dict, columns=None, wide=False) -> st
     groups = None if wide else {m: m for m in LATENCY_METRICS}
     return format_table(df, cols, [LATENCY_NOTE, *_head_lines(meta)], fmt=_num, groups=groups,
                         hidden=len(every) - len(cols), unit=" seconds", max_width=None if wide else 120)
+
+
+def _stalls_table(df: pd.DataFrame, meta: dict, columns=None, wide=False) -> str:
+    every = stall_columns(df)
+    cols = choose_columns(every, STALLS_DEFAULT, columns, wide)
+    return format_table(df, cols, [STALLS_NOTE, *_head_lines(meta)], fmt=_num, hidden=len(every) - len(cols),
+                        max_width=None if wide else 120)
 
 
 def _head_lines(meta: dict) -> list[str]:
@@ -93,6 +126,9 @@ def render(df: pd.DataFrame, fmt: str, meta: dict, columns: list[str] | None = N
         return to_csv(df)
     if meta["kind"] == "latency":
         return _json(df, meta, LATENCY_NOTE) if fmt == "json" else _latency_table(df, meta, columns, wide)
+    if meta["kind"] == "stalls":
+        return (_json(df, meta, STALLS_NOTE, legend=STALLS_LEGEND) if fmt == "json"
+                else _stalls_table(df, meta, columns, wide))
     if fmt == "json":
         # legend: p1 -> "slow tail p1", the words per column
         return _json(df, meta, HEADER_NOTE, legend=LEGEND)
@@ -112,6 +148,9 @@ def chart_notes(meta: dict) -> list[str]:
 def write_chart(df: pd.DataFrame, meta: dict, out: str | Path, title: str | None = None) -> Path:
     """`.html` -> self-contained interactive HTML; `.png` or `.svg` -> matplotlib."""
     meta = _meta(meta)
+    if meta["kind"] == "stalls":
+        raise ArgError("--stalls is a table view (query bands --stalls); charts show throughput or latency: "
+                       "drop --stalls")
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm", ".png", ".svg"):
         raise ArgError(f"--out {out}: the file must end in .png, .svg or .html")

@@ -36,6 +36,9 @@ def check(kind: str, abandoned: str, prefill: str) -> None:
     if kind == "latency" and prefill != "total":
         raise ArgError(f"--prefill {prefill} applies to throughput bands; the latency view "
                        "(--latency, `phasemeter latency`) has no prefill throughput: drop --prefill")
+    if kind == "stalls" and prefill != "total":
+        raise ArgError(f"--prefill {prefill} applies to throughput bands; the stall view (--stalls) "
+                       "has no prefill throughput: drop --prefill")
 
 
 def exact_only(abandoned: str, prefill: str) -> dict[str, str]:

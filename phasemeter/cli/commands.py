@@ -92,7 +92,8 @@ def cmd_query(args, settings: Settings) -> int:
     from phasemeter.analytics.present import table_columns
     from phasemeter.render.table import check_columns
 
-    check_columns(args.columns, table_columns("bands"))  # before any store is opened
+    kind = "stalls" if getattr(args, "stalls", False) else "bands"
+    check_columns(args.columns, table_columns(kind))  # before any store is opened
     df, meta = fetch_bands(args, settings)
     sys.stdout.write(render(df, args.format, meta, args.columns, args.wide) + "\n")
     return 0

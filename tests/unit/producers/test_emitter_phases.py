@@ -24,7 +24,7 @@ from phasemeter.producers import sender as sender_mod
 
 
 # -- the contract of docs/phases.md, by hand ---------------------------------------
-NUM, INT, STR = "number", "integer", "string"
+NUM, INT, STR, BOOL = "number", "integer", "string", "boolean"
 # kind -> (required, optional, exactly one of)
 CONTRACT = {
     "start": ({"model": STR, "t0": NUM, "input_tokens": INT},
@@ -32,7 +32,10 @@ CONTRACT = {
     "first_token": ({}, {"queue_s": NUM, "cached_input_tokens": INT}, ("ttft_s", "t_first")),
     "end": ({"output_tokens": INT},
             {"status": STR, "finish_reason": STR, "queue_s": NUM, "cached_input_tokens": INT,
-             "ttft_s": NUM, "t_first": NUM},  # the end may repeat the first-token time
+             "ttft_s": NUM, "t_first": NUM,  # the end may repeat the first-token time
+             # chunk data and an estimated count (v2 optional fields, docs/metrics.md)
+             "chunks": INT, "max_gap_s": NUM, "gaps_over": INT, "gap_threshold_s": NUM,
+             "output_tokens_estimated": BOOL},
             ("e2e_s", "t_end")),
 }
 ALT_TYPES = {"ttft_s": NUM, "t_first": NUM, "e2e_s": NUM, "t_end": NUM}
@@ -40,8 +43,8 @@ LABEL_MAX = {"request_id": 128, "model": 200, "gateway": 200, "replica": 200, "f
 
 
 def _is(value, t):
-    if isinstance(value, bool):
-        return False
+    if isinstance(value, bool) or t == BOOL:
+        return isinstance(value, bool) and t == BOOL
     return isinstance(value, int) if t == INT else isinstance(value, (int, float)) if t == NUM \
         else isinstance(value, str)
 

@@ -14,7 +14,8 @@ from phasemeter.producers import generation, phases
 from phasemeter.stream_jobs import contract as C
 
 ROOT = Path(__file__).resolve().parents[3]
-COUNTS = {"input_tokens", "output_tokens", "cached_input_tokens", "count", "count_or_null"}
+COUNTS = {"input_tokens", "output_tokens", "cached_input_tokens", "count", "count_or_null", "chunks", "gaps_over"}
+GAPS = {"gap", "max_gap_s", "gap_threshold_s"}  # differences of monotonic readings, not times since t0
 DURATIONS = {"ttft_s", "e2e_s", "queue_s", "duration", "duration_or_null"}
 EPOCHS = {"t0", "epoch", "t_first", "t_end"}
 
@@ -46,8 +47,10 @@ def test_schema_limits_are_the_contracts(path):
             assert rule["maxLength"] == C.LABEL_FIELDS[name], (path, name)
         elif name in COUNTS:
             assert (rule["minimum"], rule["maximum"]) == (0, C.MAX_TOKENS), (path, name)
-        elif name in DURATIONS:
+        elif name in DURATIONS or name in GAPS:
             assert (rule["minimum"], rule["maximum"]) == (0, C.MAX_DURATION_S), (path, name)
+        elif name == "output_tokens_estimated":
+            assert rule["type"] == ["boolean", "null"], path
         elif name in EPOCHS and "minimum" in rule:
             assert (rule["minimum"], rule["maximum"]) == (C.MIN_T0, C.MAX_EPOCH_S), (path, name)
         elif name == "status":
@@ -68,3 +71,15 @@ def test_the_emitter_checks_with_the_same_limits():
     generation.check_request("m" * limit, 1, None, None, None)
     with pytest.raises(ValueError, match=f"at most {limit}"):
         generation.check_request("m" * (limit + 1), 1, None, None, None)
+
+
+def test_the_optional_v2_fields_are_v2_only():
+    """The contract's V2_OPTIONAL are properties of the v2 generation and end
+    (and of nothing else); the v1 file does not know them."""
+    v1 = json.loads((ROOT / "schema" / "event-v1.schema.json").read_text())
+    v2 = json.loads((ROOT / "schema" / "event-v2.schema.json").read_text())
+    assert not set(C.V2_OPTIONAL) & set(v1["properties"])
+    for kind in ("generation", "end", "start", "first_token"):
+        has = set(C.V2_OPTIONAL) & set(v2["$defs"][kind]["properties"])
+        assert has == (set(C.V2_OPTIONAL) if kind in ("generation", "end") else set()), kind
+    assert set(C.STALL_FIELDS) < set(C.V2_OPTIONAL)

@@ -28,7 +28,7 @@ from corpus import NOW_REF, POISON, as_bytes
 
 from phasemeter.producers import Meter
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
-from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0
+from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, V2_OPTIONAL
 from phasemeter.stream_jobs.derive import Phase, Rejection, process_message
 from phasemeter.stream_jobs.phase_events import SPEC, validate_phase
 
@@ -44,7 +44,7 @@ EPOCH_MAX = 4_102_444_800  # 2100-01-01: the schema's static bound (the worker's
 ANNOTATIONS = {"$schema", "$id", "title", "description", "default", "$comment", "$defs"}
 ASSERTIONS = {"$ref", "type", "const", "enum", "minimum", "maximum", "minLength", "maxLength",
               "required", "properties", "additionalProperties", "items", "minItems", "maxItems",
-              "oneOf", "if", "then"}
+              "oneOf", "if", "then", "allOf", "not"}
 
 
 def _is_type(value, t: str) -> bool:
@@ -140,6 +140,10 @@ def schema_errors(schema: dict, value, root: dict | None = None, at: str = "$") 
             errs.append(f"{at}: matches {n} of oneOf, not exactly 1")
     if "if" in schema and not schema_errors(schema["if"], value, root, at) and "then" in schema:
         errs += schema_errors(schema["then"], value, root, at)
+    for sub in schema.get("allOf", ()):
+        errs += schema_errors(sub, value, root, at)
+    if "not" in schema and not schema_errors(schema["not"], value, root, at):
+        errs.append(f"{at}: matches a schema it must not")
     return errs
 
 
@@ -158,10 +162,10 @@ def worker_ok(value, now: float = NOW) -> bool:
 # -- the interpreter and the schema file ----------------------------------------
 def _subschemas(node: dict):
     yield node
-    for key in ("if", "then", "items", "additionalProperties"):
+    for key in ("if", "then", "items", "additionalProperties", "not"):
         if isinstance(node.get(key), dict):
             yield from _subschemas(node[key])
-    for sub in node.get("oneOf", []):
+    for sub in node.get("oneOf", []) + node.get("allOf", []):
         yield from _subschemas(sub)
     for group in ("properties", "$defs"):
         for sub in node.get(group, {}).values():
@@ -193,6 +197,9 @@ def test_schema_uses_only_interpreted_keywords():
     ({"if": {"properties": {"a": {"minimum": 1}}}, "then": {"required": ["b"]}}, [{"a": 0}, {"a": 1, "b": 0}],
      [{"a": 1}]),
     ({"$ref": "#/$defs/x", "$defs": {"x": {"type": "string"}}}, ["s"], [1]),
+    ({"allOf": [{"type": "integer"}, {"minimum": 2}]}, [2, 3], [1, 2.5]),
+    ({"not": {}}, [], [0, None, "x", {}]),
+    ({"not": {"type": "string"}}, [1, None], ["x"]),
 ])
 def test_interpreter_accepts_and_rejects(schema, good, bad):
     for value in good:
@@ -250,7 +257,9 @@ def test_generation_equals_v1():
     v1 = json.loads((ROOT / "schema" / "event-v1.schema.json").read_text())
     gen = SCHEMA["$defs"]["generation"]
     assert v1["properties"]["schema_version"] == {"const": 1}
-    assert set(gen["properties"]) == set(v1["properties"])
+    # v2's generation adds exactly the contract's optional v2 fields ...
+    assert set(gen["properties"]) == set(v1["properties"]) | set(V2_OPTIONAL)
+    assert not set(V2_OPTIONAL) & set(v1["properties"]) and not set(V2_OPTIONAL) & set(gen["required"])
     assert gen["required"] == v1["required"]
     for name in v1["properties"]:
         rule = _flat(gen["properties"][name])
@@ -319,6 +328,16 @@ VALID = {
     "generation without first token": _gen(ttft_s=None, output_tokens=0, status="error"),
     "generation no ttft key, no output": _drop(_gen(output_tokens=0, status="cancelled"), "ttft_s"),
     "generation one token": _gen(output_tokens=1, ttft_s=2.5),
+    # the optional v2 fields
+    "end chunk data": _end(chunks=100, max_gap_s=1.0, gaps_over=1, gap_threshold_s=0.5,
+                           output_tokens_estimated=False),
+    "end estimated count": _end(output_tokens_estimated=True),
+    "generation v2 chunk data": _gen(schema_version=2, chunks=100, max_gap_s=0.8, gaps_over=2, gap_threshold_s=0.5),
+    "generation v2 one chunk, estimated": _gen(schema_version=2, output_tokens=1, ttft_s=2.5, chunks=1, gaps_over=0,
+                                               gap_threshold_s=0.5, output_tokens_estimated=True),
+    "generation v2 chunk fields null": _gen(schema_version=2, chunks=None, max_gap_s=None, gaps_over=None,
+                                            gap_threshold_s=None, output_tokens_estimated=None),
+    "generation v2 max gap equals e2e": _gen(schema_version=2, chunks=2, max_gap_s=2.5),
     "batch v2 mixing kinds": {"schema_version": 2, "kind": "batch",
                               "events": [_start(), _first(), _end(), _gen(), _gen(schema_version=2)]},
     "batch v2 of one": {"schema_version": 2, "kind": "batch", "events": [_end(t_end=NOW, e2e_s=None)]},
@@ -363,6 +382,8 @@ VALIDATOR_ONLY = {
     "cached above input": "cached_input_tokens <= input_tokens compares two fields",
     "t_end before t_first": "ttft_s <= e2e_s compares two fields",
     "scheduled after first token": "queue_s <= ttft_s compares two fields",
+    "gaps_over above chunks": "gaps_over <= chunks compares two fields",
+    "max_gap_s longer than e2e": "max_gap_s <= e2e_s compares two fields",
 }
 # Not JSON texts at all (RFC 8259 has no NaN/Infinity), so no schema applies.
 NOT_JSON = {"not utf8", "malformed", "empty bytes", "NaN ttft", "Infinity e2e"}
@@ -496,6 +517,10 @@ def known_gap(ev) -> str | None:
     if _num(ev.get("cached_input_tokens")) and _num(ev.get("input_tokens")) \
             and ev["cached_input_tokens"] > ev["input_tokens"]:
         return "cached_input_tokens > input_tokens"
+    if _num(ev.get("gaps_over")) and _num(ev.get("chunks")) and ev["gaps_over"] > ev["chunks"]:
+        return "gaps_over > chunks"
+    if _num(ev.get("max_gap_s")) and _num(ev.get("e2e_s")) and ev["max_gap_s"] > ev["e2e_s"]:
+        return "max_gap_s > e2e_s"
     if ev.get("kind") == "generation":
         ttft, e2e, queue = ev.get("ttft_s"), ev.get("e2e_s"), ev.get("queue_s")
         if _num(ttft) and _num(e2e) and e2e < ttft:
@@ -542,6 +567,35 @@ def test_random_mutations_agree_apart_from_known_gaps():
         assert known_gap(ev), (ev, worker_results(ev))
         gaps += 1
     assert accepted > 150 and agree > 5000, (accepted, agree, gaps)
+
+
+V2_POOL = [..., None, -1, 0, 1, 2, 3, 150, 0.25, 0.5, 2.0, 3.0, 90_000.0, True, False, "x", [], 1, 2]
+
+
+def test_random_mutations_of_the_v2_fields_agree_apart_from_known_gaps():
+    """The same two-way check over the optional v2 fields, on v1 and v2 bases."""
+    r = random.Random(13)
+    bases = [VALID[k] for k in ("end chunk data", "end e2e_s", "generation v2 chunk data", "generation v1 minimal",
+                                "generation v2 one chunk, estimated", "generation v2")]
+    names = list(V2_OPTIONAL) + ["schema_version", "e2e_s"]
+    agree = accepted = 0
+    for _ in range(3000):
+        ev = dict(r.choice(bases))
+        for name in r.sample(names, r.randint(1, 3)):
+            value = r.choice(V2_POOL)
+            if value is ...:
+                ev.pop(name, None)
+            else:
+                ev[name] = value
+        s_ok, w_ok = schema_ok(ev), worker_ok(ev)
+        accepted += w_ok
+        if s_ok == w_ok:
+            agree += 1
+            continue
+        assert s_ok and not w_ok, (ev, schema_errors(SCHEMA, ev))
+        integral = any(isinstance(ev.get(n), float) and ev[n].is_integer() for n in ("chunks", "gaps_over"))
+        assert integral or known_gap(ev), (ev, worker_results(ev))
+    assert accepted > 300 and agree > 2500, (accepted, agree)
 
 
 def test_random_mutations_inside_envelopes():
