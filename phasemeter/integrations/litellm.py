@@ -132,10 +132,13 @@ class PhasemeterLogger(CustomLogger):
                 self._inc("skipped_no_usage")
                 return
             self._inc("estimated_input_tokens")
+        estimated = False
         if failed or n_out is None:
             n_out = 0
         elif kwargs.get("stream") and not self._asked_usage(kwargs):
+            # LiteLLM's own tokenizer count, not the server's: the row says so
             self._inc("estimated_usage")
+            estimated = n_out > 0
         if n_out > 0 and ttft is None:
             ttft = e2e
         details = _field(usage, "prompt_tokens_details") if usage is not None else None
@@ -153,7 +156,8 @@ class PhasemeterLogger(CustomLogger):
         self.meter.record(model=self._model(kwargs, slo, response)[:200], input_tokens=n_in, output_tokens=n_out,
                           t0=t0, ttft_s=ttft, e2e_s=e2e, cached_input_tokens=cached, status=status,
                           finish_reason=reason[:64] if isinstance(reason, str) and reason else None,
-                          replica=replica[:200] if isinstance(replica, str) else None)
+                          replica=replica[:200] if isinstance(replica, str) else None,
+                          output_tokens_estimated=estimated)
         self._inc("recorded")
 
     @staticmethod

@@ -108,10 +108,12 @@ class Call:
                 inst.count("skipped_no_usage")
                 return
             inst.count("estimated_input_tokens")
+        estimated = False
         if usage is None or not isinstance(n_out, int):
             n_out = self.n_out
-            if n_out:
+            if n_out:  # counted chunks, not the server's count: the row says so
                 inst.count("estimated_output_tokens")
+                estimated = True
         if not isinstance(cached, int) or not 0 <= cached <= n_in:
             cached = None
         e2e = t_end - self.start
@@ -124,7 +126,8 @@ class Call:
         reason = self.finish_reason if isinstance(self.finish_reason, str) and self.finish_reason else None
         inst.meter.record(model=model, input_tokens=n_in, output_tokens=n_out, t0=self.t0, ttft_s=ttft,
                           e2e_s=e2e, cached_input_tokens=cached, status=status,
-                          finish_reason=None if reason is None else reason[:64], replica=inst.replica)
+                          finish_reason=None if reason is None else reason[:64], replica=inst.replica,
+                          output_tokens_estimated=estimated)
         inst.count("recorded")
 
 
