@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from phasemeter.alerts.rules import Rule
+
+if TYPE_CHECKING:  # only in annotations: `phasemeter --help` imports this module and must not load pandas
+    import pandas as pd
 
 OK, FIRING, INSUFFICIENT = "ok", "firing", "insufficient data"
 OTHER = {"prefill": "decode", "decode": "prefill"}

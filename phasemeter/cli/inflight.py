@@ -9,8 +9,6 @@ counts add up and the oldest age is the max. The same numbers are on
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 
 
 def register(sub, common, window_flags) -> None:  # noqa: ARG001 (the extension signature)
@@ -23,6 +21,11 @@ def register(sub, common, window_flags) -> None:  # noqa: ARG001 (the extension 
 
 
 def fetch(url: str) -> dict:
+    # Deferred: urllib.request pulls http.client, email and ssl (~40 ms), and
+    # this module is imported to build the parser of every `phasemeter` command.
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(f"{url.rstrip('/')}/inflight", timeout=5) as resp:
             return json.loads(resp.read())

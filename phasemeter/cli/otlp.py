@@ -18,7 +18,7 @@ GRPC_EXTRA = "pip install 'phasemeter[otlp-grpc]'"
 
 
 def register(sub, common, window_flags) -> None:  # noqa: ARG001 (the extension signature)
-    from phasemeter.integrations.otlp_receiver import DEFAULT_MAX_BODY
+    from phasemeter.integrations.otlp_map import DEFAULT_MAX_BODY  # pure and light: no http.server
 
     p = sub.add_parser("otlp", help="receive OTLP traces, HTTP and gRPC (vLLM --otlp-traces-endpoint), "
                                     "into the raw topic")

@@ -33,6 +33,10 @@ from .otlp_decode import REPLICA, BadRequest, Span, UnsupportedMediaType, json_s
 __all__ = ["Mapped", "Span", "BadRequest", "UnsupportedMediaType", "map_request", "map_export", "map_span",
            "PROTOBUF", "JSON", "LLM_OPERATIONS"]
 
+# The largest OTLP request body taken (the receiver's --max-body-bytes default);
+# here, not in the receiver, so `phasemeter --help` can show it without
+# loading http.server.
+DEFAULT_MAX_BODY = 4 * 1024 * 1024
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 

@@ -21,10 +21,9 @@ import zlib
 
 from phasemeter.stream_jobs import reasons as R
 
-from .otlp_map import JSON, PROTOBUF, BadRequest, Mapped, map_request
+from .otlp_map import DEFAULT_MAX_BODY, JSON, PROTOBUF, BadRequest, Mapped, map_request
 
 PATH = "/v1/traces"
-DEFAULT_MAX_BODY = 4 * 1024 * 1024
 # google.rpc.Code of each refusal, for the Status body OTLP asks for.
 _GRPC_CODE = {400: 3, 404: 5, 405: 12, 411: 3, 413: 8, 415: 3, 500: 13, 503: 14}
 

@@ -1,0 +1,163 @@
+"""CLI start-up: whole-process wall time of short `phasemeter` commands.
+
+Each command is a fresh process (what a user or a cron job pays), run from a
+temp dir; the commands are interleaved round-robin and the median of --runs
+is reported beside `python -c pass` measured in the same run, so the noise of
+a shared machine hits the reference and the commands alike. CPU time
+(user + sys of the child) is reported too: on a loaded machine wall time is
+mostly waiting for a core, and CPU time is what an idle one would show.
+
+Bytecode: an installed package has its .pyc files, so by default the children
+get a private bytecode cache (PYTHONPYCACHEPREFIX under the temp dir, filled
+by the warm-up run). With --no-bytecode-cache every run compiles phasemeter's
+sources again (PYTHONDONTWRITEBYTECODE=1, as some CI and sandbox shells set).
+
+* `phasemeter --help`, `phasemeter config`: no store, no heavy imports.
+* `phasemeter query bands --from -1m` on an empty (migrated) store and on a
+  small filled one (rows 50 min .. 5 min ago, so the 1-minute window is empty:
+  the query's fixed cost), and `--from -1h` on the small one (rows found).
+* floor: a bare script importing pandas and opening the same chDB store with
+  clickhouse-connect for one `SELECT 1` -- what any embedded query pays.
+
+    python bench/bench_cli_startup.py              # 10 runs each
+    python bench/bench_cli_startup.py --runs 20 --rows 5000 --json out.json
+    python bench/bench_cli_startup.py --no-bytecode-cache
+
+With --keep the folder is reused and the small store filled only once (its
+rows then age out of the `-1h` window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _util as U  # noqa: E402
+
+PY = sys.executable
+CLI = str(Path(PY).parent / "phasemeter")
+
+# Runs in a child process: the chDB path is then released when it exits
+# (one process may hold an embedded store), before the CLI opens it.
+_FILL = """
+import sys, time
+import clickhouse_connect
+from phasemeter.demo.rows import synthetic_frame
+client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
+client.database = "phasemeter"
+if not client.command("SELECT count() FROM generations"):  # a --keep folder is filled once
+    client.insert_df("generations", synthetic_frame(int(sys.argv[2]), time.time() - 50 * 60, 45 * 60, seed=3))
+print(client.query("SELECT count() FROM generations").result_rows[0][0])
+client.close()
+"""
+
+
+def make_stores(root: Path, rows: int, env: dict) -> dict[str, Path]:
+    stores = {"empty": root / "empty", "small": root / "small"}
+    for path in stores.values():
+        subprocess.run([CLI, "migrate", "--data-dir", str(path)], check=True, cwd=root, env=env,
+                       stdout=subprocess.DEVNULL)
+    out = subprocess.run([PY, "-c", _FILL, str(stores["small"] / "store"), str(rows)], check=True, cwd=root,
+                         env=env, capture_output=True, text=True).stdout.split()
+    print(f"small store: {out[-1]} rows", file=sys.stderr)
+    return stores
+
+
+_FLOOR = """
+import sys
+import pandas, clickhouse_connect
+client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
+client.query_df("SELECT 1")
+client.close()
+"""
+
+
+def commands(stores: dict[str, Path]) -> list[tuple[str, list[str]]]:
+    q = [CLI, "query", "bands"]
+    return [
+        ("python -c pass (reference)", [PY, "-c", "pass"]),
+        ("floor: import pandas + open chDB store + SELECT 1", [PY, "-c", _FLOOR, str(stores["small"] / "store")]),
+        ("phasemeter --help", [CLI, "--help"]),
+        ("phasemeter config", [CLI, "config"]),
+        ("query bands --from -1m, empty store", q + ["--data-dir", str(stores["empty"]), "--from", "-1m"]),
+        ("query bands --from -1m, small store", q + ["--data-dir", str(stores["small"]), "--from", "-1m"]),
+        ("query bands --from -1h, small store (rows)", q + ["--data-dir", str(stores["small"]), "--from", "-1h"]),
+    ]
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def child_env(root: Path, bytecode_cache: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PHASEMETER_", "CLICKHOUSE_", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"))}
+    if bytecode_cache:
+        env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def measure(cmds: list[tuple[str, list[str]]], runs: int, cwd: Path, env: dict) -> dict[str, dict[str, list[float]]]:
+    times = {label: {"wall": [], "cpu": []} for label, _ in cmds}
+    for label, argv in cmds:  # one unmeasured warm-up each (page cache, .pyc files)
+        subprocess.run(argv, check=True, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
+    for _ in range(runs):
+        for label, argv in cmds:
+            c, t = _cpu(), time.perf_counter()
+            subprocess.run(argv, check=True, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
+            times[label]["wall"].append(time.perf_counter() - t)
+            times[label]["cpu"].append(_cpu() - c)
+    return times
+
+
+def render(times: dict[str, dict[str, list[float]]], runs: int, bytecode_cache: bool) -> str:
+    med = {label: {k: statistics.median(v) for k, v in ts.items()} for label, ts in times.items()}
+    ref = next(iter(med.values()))
+    rows = [[label, m["wall"], min(times[label]["wall"]), m["wall"] - ref["wall"], m["cpu"], m["cpu"] - ref["cpu"]]
+            for label, m in med.items()]
+    load = os.getloadavg()[0]
+    pyc = "bytecode cached" if bytecode_cache else "no bytecode cache (sources compiled every run)"
+    return (f"{runs} runs each, interleaved; seconds for the whole process; {pyc}; load average {load:.1f} "
+            f"on {os.cpu_count()} CPUs\n\n"
+            + U.md_table(["command", "wall median", "wall min", "wall − ref", "CPU median", "CPU − ref"], rows))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--rows", type=int, default=2000, help="rows in the small store")
+    ap.add_argument("--keep", help="folder for the stores, kept (default: a temp dir, deleted)")
+    ap.add_argument("--json", help="also write the raw times here")
+    ap.add_argument("--no-bytecode-cache", action="store_true",
+                    help="compile phasemeter's sources in every run (PYTHONDONTWRITEBYTECODE=1)")
+    args = ap.parse_args()
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="pm-bench-cli-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        cache = not args.no_bytecode_cache
+        env = child_env(root, cache)
+        stores = make_stores(root, args.rows, env)
+        times = measure(commands(stores), args.runs, root, env)
+        print(render(times, args.runs, cache))
+        U.write_json(args.json, {"machine": U.machine_info(), "runs": args.runs, "rows": args.rows,
+                                 "bytecode_cache": cache, "times": times})
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""`phasemeter --help`, `phasemeter config` and building the parser import no
+heavy dependency (issue #16): those load only in the commands that use them.
+
+No timing here (a shared 2-core machine is too noisy for that; see
+bench/bench_cli_startup.py): each case runs in a fresh interpreter and the
+test asserts which modules it imported. On a failure the message names the
+line that first imported each heavy package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+# The worker's, the store's and the charts' dependencies, plus the optional
+# ingest SDKs (google = protobuf and grpc, for OTLP).
+HEAVY = ("pandas", "numpy", "pyarrow", "chdb", "clickhouse_connect", "matplotlib", "faust", "aiokafka",
+         "kafka", "opentelemetry", "google", "grpc", "openai", "litellm")
+
+# Runs in the child: records who first asked for each heavy package, then
+# runs `main(argv)` (or only builds the parser) with its output captured.
+PROBE = r"""
+import contextlib, io, json, sys, traceback
+heavy, argv = set(sys.argv[1].split(",")), json.loads(sys.argv[2])
+first = {}
+
+
+class Spy:  # first on sys.meta_path: sees every import, finds nothing itself
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top in heavy and top not in first:
+            stack = [f for f in traceback.extract_stack()[:-1] if "importlib" not in f.filename
+                     and not f.filename.startswith("<")]
+            first[top] = " <- ".join(f"{f.filename}:{f.lineno}" for f in reversed(stack[-4:]))
+        return None
+
+
+sys.meta_path.insert(0, Spy)
+out, code = io.StringIO(), None
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+    if argv[0] == "import":
+        __import__(argv[1])
+    else:
+        from phasemeter.cli.main import build_parser, main
+        if argv == ["build_parser"]:
+            build_parser()
+        else:
+            try:
+                code = main(argv)
+            except SystemExit as exc:
+                code = exc.code
+loaded = sorted({m.partition(".")[0] for m in sys.modules} & heavy)
+print(json.dumps({"code": code, "out": out.getvalue(), "heavy": loaded, "first": first}))
+"""
+
+
+def _env(tmp_path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PHASEMETER_", "CLICKHOUSE_", "KAFKA_"))}
+    return {**env, "PHASEMETER_DATA_DIR": str(tmp_path / "data")}
+
+
+def probe(argv: list[str], tmp_path) -> dict:
+    proc = subprocess.run([sys.executable, "-c", PROBE, ",".join(HEAVY), json.dumps(argv)], cwd=tmp_path,
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def explain(result: dict) -> str:
+    return "heavy imports: " + "; ".join(f"{m} first from {result['first'].get(m, '?')}" for m in result["heavy"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["build_parser"],
+    ["--help"],
+    ["config"],
+    # every parser is built for any command; a feature's own --help must not load more
+    ["query", "bands", "--help"], ["alerts", "check", "--help"], ["dlq", "inspect", "--help"],
+    ["emit", "--help"], ["otlp", "--help"], ["worker", "--help"],
+], ids=" ".join)
+def test_light_commands_import_no_heavy_dependency(argv, tmp_path):
+    result = probe(argv, tmp_path)
+    assert result["heavy"] == [], explain(result)
+    if argv != ["build_parser"]:
+        assert result["code"] == 0, result["out"]
+    if argv == ["config"]:
+        assert "PHASEMETER_DATA_DIR" in result["out"] and str(tmp_path / "data") in result["out"]
+    elif argv[-1] == "--help":
+        assert "usage: phasemeter" in result["out"]
+
+
+def test_the_installed_entry_point_imports_no_heavy_dependency(tmp_path):
+    """`python -m phasemeter --help` as a user runs it: package __init__ and
+    __main__ included, every import listed by the interpreter itself."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "phasemeter", "--help"], cwd=tmp_path,
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "usage: phasemeter" in proc.stdout, proc.stderr[-2000:]
+    names = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "phasemeter.cli.main" in names  # the listing is real
+    assert sorted({n.partition(".")[0] for n in names} & set(HEAVY)) == []
+
+
+def test_the_probe_sees_a_heavy_import(tmp_path):
+    """The check can fail: a module that needs pandas is reported, with the line."""
+    result = probe(["import", "phasemeter.render.table"], tmp_path)
+    assert "pandas" in result["heavy"]
+    assert "phasemeter/render/table.py" in result["first"]["pandas"]
