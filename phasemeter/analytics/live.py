@@ -94,5 +94,6 @@ def bands(runner, query, edges: str, now: datetime | None = None) -> tuple[int, 
         return 400, {"error": str(bad), "param": bad.param}
     doc = json.loads(render(df, "json", meta))
     present = runner.df("models_in_window", {"start": _naive(req["start"]), "end": _naive(req["end"])})
-    doc.update(bucket_order=meta["bucket_order"], models_in_window=[str(m) for m in present["model"]])
+    models = present["model"] if "model" in present.columns else []  # an empty answer has no columns
+    doc.update(bucket_order=meta["bucket_order"], models_in_window=[str(m) for m in models])
     return 200, doc

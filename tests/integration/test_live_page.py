@@ -114,6 +114,12 @@ def test_api_bands_equals_query_bands(live, monkeypatch, step, path):
     assert doc["bucket_order"][0] == "0-512"
 
 
+def test_api_bands_of_an_empty_window(live):
+    """What a refresh asks when nothing new arrived: the steps since the last one."""
+    status, doc, _ = get(live[0], "/api/bands", **{"from": "-1m"}, step="15s", path="exact")
+    assert status == 200 and doc["rows"] == [] and doc["models_in_window"] == [], doc
+
+
 def test_api_bands_filters_and_relative_window(live, monkeypatch):
     w, env = live
     model = "qwen3-32b"
