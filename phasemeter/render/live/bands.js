@@ -124,5 +124,61 @@ var PMBands = (function () {
     return out;
   }
 
-  return {spec: spec, panel: panel, tip: tip, cells: cells, fmt: fmt, esc: esc, ms: ms, SPECS: SPECS, W: W, ML: ML};
+  /* The grid, as in the PNG: one row per model × phase, one column per input
+     bucket (bucketOrder first: the edges' order). Returns its panels. */
+  function grid(el, cellMap, bucketOrder, sp, prefillLabel) {
+    var keys = Object.keys(cellMap), models = [], seen = [], order = bucketOrder || [], panels = [];
+    keys.forEach(function (k) {
+      var p = k.split("\u0000");
+      if (models.indexOf(p[0]) < 0) models.push(p[0]);
+      if (seen.indexOf(p[1]) < 0) seen.push(p[1]);
+    });
+    models.sort();
+    var buckets = order.filter(function (b) { return seen.indexOf(b) >= 0; })
+      .concat(seen.filter(function (b) { return order.indexOf(b) < 0; }));
+    if (!keys.length) { el.innerHTML = "<p>(no generations in this window)</p>"; return panels; }
+    var t = document.createElement("table");
+    t.className = "grid";
+    t.innerHTML = "<tr><th></th>" + buckets.map(function (b) { return "<th>" + esc(b) + "</th>"; }).join("") + "</tr>";
+    models.forEach(function (m) {
+      sp.phases.forEach(function (ph) {
+        var label = ph[0] === "prefill" && prefillLabel ? prefillLabel : ph[0], tr = t.insertRow();
+        tr.innerHTML = "<th>" + esc(m) + "<br>" + esc(label) + "</th>";
+        buckets.forEach(function (b) {
+          var td = tr.insertCell();
+          panels.push({td: td, key: m + "\u0000" + b, phase: ph[0], unit: ph[1].replace("prefill", label),
+            title: m + " · " + label + " · " + b});
+          td.dataset.cell = panels.length - 1;
+        });
+      });
+    });
+    el.innerHTML = "";
+    el.appendChild(t);
+    return panels;
+  }
+
+  function draw(panels, cellMap, sp, tlo, thi, step) {
+    panels.forEach(function (p) {
+      var rows = cellMap[p.key] || [];
+      p.td.innerHTML = rows.length ? panel(rows, p.phase, p.unit, sp, tlo, thi, step, p.title) : "";
+    });
+  }
+
+  /* One listener for the whole grid: the step under the pointer. ctx() gives
+     {panels, cells, spec, lo, hi} as they are now (the live page changes them). */
+  function hover(el, tipEl, ctx) {
+    el.addEventListener("mousemove", function (e) {
+      var td = e.target.closest && e.target.closest("td[data-cell]"), c = ctx();
+      var svg = td && td.querySelector("svg");
+      if (!svg || !c) { tipEl.style.display = "none"; return; }
+      var p = c.panels[td.dataset.cell];
+      tipEl.textContent = tip(c.cells[p.key] || [], p.phase, c.spec, c.lo, c.hi,
+        e.clientX - svg.getBoundingClientRect().left, p.title);
+      tipEl.style.display = "block"; tipEl.style.left = (e.clientX + 12) + "px"; tipEl.style.top = (e.clientY + 12) + "px";
+    });
+    el.addEventListener("mouseleave", function () { tipEl.style.display = "none"; });
+  }
+
+  return {spec: spec, panel: panel, tip: tip, cells: cells, grid: grid, draw: draw, hover: hover,
+    fmt: fmt, esc: esc, ms: ms, SPECS: SPECS};
 })();

@@ -99,33 +99,9 @@
     el.value = chosen;
   }
 
-  // The grid's shape: one row per model × phase, one column per input bucket
-  // (the bucket order of the edges), as in the PNG and HTML charts.
+  // The grid's shape changes only with the set of cells; bands.js builds it.
   function build() {
-    var sp = B.SPECS.throughput, keys = Object.keys(data.cells), models = [], buckets = [];
-    keys.forEach(function (k) { var m = k.split("\u0000")[0]; if (models.indexOf(m) < 0) models.push(m); });
-    models.sort();
-    (data.doc.bucket_order || []).forEach(function (b) {
-      if (keys.some(function (k) { return k.split("\u0000")[1] === b; })) buckets.push(b);
-    });
-    panels = [];
-    if (!keys.length) { $("grid").innerHTML = "<p>(no generations in this window)</p>"; return; }
-    var t = document.createElement("table");
-    t.className = "grid";
-    t.innerHTML = "<tr><th></th>" + buckets.map(function (b) { return "<th>" + B.esc(b) + "</th>"; }).join("") + "</tr>";
-    models.forEach(function (m) {
-      sp.phases.forEach(function (ph) {
-        var tr = t.insertRow();
-        tr.innerHTML = "<th>" + B.esc(m) + "<br>" + ph[0] + "</th>";
-        buckets.forEach(function (b) {
-          var td = tr.insertCell();
-          panels.push({td: td, key: m + "\u0000" + b, phase: ph[0], unit: ph[1], title: m + " · " + ph[0] + " · " + b});
-          td.dataset.cell = panels.length - 1;
-        });
-      });
-    });
-    $("grid").innerHTML = "";
-    $("grid").appendChild(t);
+    panels = B.grid($("grid"), data.cells, data.doc.bucket_order, B.SPECS.throughput);
   }
 
   function range() {
@@ -135,11 +111,8 @@
   }
 
   function draw() {
-    var r = range(), sp = B.SPECS.throughput;
-    panels.forEach(function (p) {
-      var rows = data.cells[p.key] || [];
-      p.td.innerHTML = rows.length ? B.panel(rows, p.phase, p.unit, sp, r[0], r[1], data.doc.step_s, p.title) : "";
-    });
+    var r = range();
+    B.draw(panels, data.cells, B.SPECS.throughput, r[0], r[1], data.doc.step_s);
     if (!drawnOnce && panels.length) {  // time to first chart, shown to whoever measures it
       drawnOnce = true;
       document.documentElement.dataset.firstChartMs = String(Math.round(performance.now()));
@@ -213,16 +186,11 @@
   document.addEventListener("visibilitychange", function () {
     if (document.visibilityState === "visible") tick(); else $("status").textContent = "paused (tab hidden)";
   });
-  $("grid").addEventListener("mousemove", function (e) {
-    var td = e.target.closest && e.target.closest("td[data-cell]"), tipEl = $("tip");
-    if (!td || !data) { tipEl.style.display = "none"; return; }
-    var p = panels[td.dataset.cell], svg = td.querySelector("svg"), r = range();
-    if (!svg) return;
-    tipEl.textContent = B.tip(data.cells[p.key] || [], p.phase, B.SPECS.throughput, r[0], r[1],
-      e.clientX - svg.getBoundingClientRect().left, p.title);
-    tipEl.style.display = "block"; tipEl.style.left = (e.clientX + 12) + "px"; tipEl.style.top = (e.clientY + 12) + "px";
+  B.hover($("grid"), $("tip"), function () {
+    if (!data) return null;
+    var r = range();
+    return {panels: panels, cells: data.cells, spec: B.SPECS.throughput, lo: r[0], hi: r[1]};
   });
-  $("grid").addEventListener("mouseleave", function () { $("tip").style.display = "none"; });
   window.addEventListener("error", function (e) { showError(e.message); });
 
   syncControls();
