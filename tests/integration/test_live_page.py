@@ -38,8 +38,9 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def write_store() -> None:
-    """In a subprocess: migrate and write the known rows."""
+def write_store(t0: float) -> None:
+    """In a subprocess: migrate and write the known rows (t0 from the test
+    process: this one may have started in another minute)."""
     from phasemeter.demo.rows import synthetic_rows
     from phasemeter.settings import Settings
     from phasemeter.store.client import connect
@@ -49,7 +50,7 @@ def write_store() -> None:
     settings = Settings.from_env()
     client = connect(settings)
     migrate(client)
-    Sink.over(client, settings.store_dsn).write(synthetic_rows(N, T0, SPAN_S, seed=3), [])
+    Sink.over(client, settings.store_dsn).write(synthetic_rows(N, t0, SPAN_S, seed=3), [])
     client.close()
 
 
@@ -66,7 +67,7 @@ def live(kafka_bootstrap, tmp_path_factory):
                                          os.environ.get("PYTHONPATH", "")])}
     env.pop("CLICKHOUSE_URL", None)
     t = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", "import test_live_page as t; t.write_store()"], env=env,
+    done = subprocess.run([sys.executable, "-c", f"import test_live_page as t; t.write_store({T0!r})"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     t_store = time.monotonic() - t
@@ -205,6 +206,11 @@ def test_browser_shows_the_grid_and_follows_a_filter(live, tmp_path):
     try:
         chrome.open(w.url + "/")
         first_ms = int(chrome.wait("document.documentElement.dataset.firstChartMs", 30))
+        # The boxes above the grid fill in as their answers come: measure the grid once they have.
+        boxes = chrome.wait("""(() => { const t = ['health', 'inflight', 'alerts'].map(
+            id => document.querySelector('#' + id + ' .body').innerText);
+            return t.every(x => x !== '…') && t; })()""")
+        assert "consumed" in boxes[0] and "nothing in flight" in boxes[1] and "insufficient data" in boxes[2], boxes
         grid = chrome.eval("""(() => {
             const heads = [...document.querySelectorAll('.grid tr:first-child th')].map(t => t.textContent);
             const rows = [...document.querySelectorAll('.grid tr th:first-child')].slice(1).map(t => t.innerText);

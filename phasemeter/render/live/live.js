@@ -106,8 +106,7 @@
 
   function range() {
     if (span()) return [Date.now() - span(), Date.now()];
-    var lo = B.ms(data.doc.start), hi = B.ms(data.doc.end);
-    return [lo, hi];
+    return [B.ms(data.doc.start), live() ? Date.now() : B.ms(data.doc.end)];  // custom "to now" grows
   }
 
   function draw() {
