@@ -16,10 +16,12 @@ from phasemeter.query.runner import decode_params, frame_to_json
 from phasemeter.store.client import is_read_only, load_sql
 
 from . import metrics
+from .live_views import register_live_views
 from .ready import is_ready
 
 
 def register_views(app, settings, pipeline, sink, joiner) -> None:
+    register_live_views(app, settings, sink)  # GET /: the live page (issue 17)
 
     @app.page("/health")
     class Health(View):

@@ -140,4 +140,4 @@ def cmd_kafka(args, settings: Settings) -> int:
 def cmd_demo(args, settings: Settings) -> int:
     from phasemeter.demo.run import run_demo
 
-    return run_demo(settings, seconds=args.seconds, rate=args.rate, out_dir=args.out_dir)
+    return run_demo(settings, seconds=args.seconds, rate=args.rate, out_dir=args.out_dir, keep=args.keep)

@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=25.0, help="how long the synthetic gateway runs")
     p.add_argument("--rate", type=float, default=3000.0, help="generations per second")
     p.add_argument("--out-dir", default="demo-out", help="where the PNG and table go")
+    p.add_argument("--keep", action="store_true",
+                   help="leave the broker and the worker running afterwards, print the live page's URL "
+                        "and the commands for the demo's store; Ctrl-C stops them")
     p.set_defaults(func=commands.cmd_demo)
     for module in FEATURES:
         module.register(sub, _common, _window_flags)

@@ -145,7 +145,7 @@ def explore_hint(demo_dir: Path) -> str:
             "(inside the repo, use .venv/bin/phasemeter, or activate .venv first)")
 
 
-def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> int:
+def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str, keep: bool = False) -> int:
     from phasemeter.kafka_local import LocalBroker, ensure_topics, free_port
 
     demo_dir = settings.data_path / "demo"
@@ -202,8 +202,18 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str) -> i
              f"{h.get('accepted', 0) - ended} of them abandoned")
         show_results(settings, url, out)
         _say(f"done in {time.monotonic() - t_start:.0f}s")
-        print(explore_hint(demo_dir), flush=True)
-        return 0
+        if not keep:
+            print(explore_hint(demo_dir) + "\n(`phasemeter demo --keep` leaves it running, with the live page)",
+                  flush=True)
+            return 0
+        from phasemeter.demo.keep import hold, keep_hint
+
+        print(keep_hint(url, demo_dir), flush=True)
+        try:
+            hold(stack.worker)
+        except KeyboardInterrupt:  # the way out of --keep: not a failure
+            _say("Ctrl-C: stopping")
+            return 0
     except KeyboardInterrupt:
         _say("interrupted")
         return 130

@@ -34,6 +34,8 @@ def test_wheel_contains_schema_sql_and_broker_files(wheel):
     assert {f"phasemeter/sql/{n}" for n in shipped_sql} <= names
     assert {"phasemeter/kafka/pom.xml", "phasemeter/kafka/server.properties",
             "phasemeter/producers/emitter.py", "phasemeter/stream_jobs/app.py"} <= names
+    # the live page's files, served by the worker from the installed package
+    assert {f"phasemeter/render/live/{p.name}" for p in (ROOT / "phasemeter/render/live").iterdir()} <= names
     # No generic top-level import names: everything lives under phasemeter/.
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"phasemeter"}
@@ -46,13 +48,14 @@ def test_installed_wheel_finds_migrations_and_queries_at_runtime(wheel, tmp_path
     # -S: no site-packages, so the editable checkout cannot be picked up by mistake.
     code = ("import phasemeter, phasemeter.store.migrate as m, phasemeter.store.client as s; "
             "print(phasemeter.__file__); print([x.version for x in m.discover()]); "
-            "print('quantilesExactInclusive' in s.load_sql('bands_exact'))")
+            "print('quantilesExactInclusive' in s.load_sql('bands_exact')); "
+            "import phasemeter.render.assets as a; print(b'PMBands' in a.asset('bands.js'))")
     out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(target)},
                          cwd=tmp_path, capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0].startswith(str(target))
     versions = [int(v) for v in out[1].strip("[]").split(",")]
     assert versions[:2] == [1, 2] and versions == sorted(versions)
-    assert out[2] == "True"
+    assert out[2] == "True" and out[3] == "True"
 
 
 def test_gateway_install_is_light():

@@ -1,0 +1,84 @@
+"""The live page on the worker's web port: `/`, its files, and its two data
+endpoints. Read-only like the rest of the port (web.py).
+
+`/api/bands` runs phasemeter.analytics.live.bands, i.e. the CLI's own
+`query bands` code over the worker's store, so the page shows what
+`phasemeter query bands --format json` prints. `/api/alerts` evaluates the
+rules at now with phasemeter.alerts.check, as `alerts check` does.
+In flight and health come from the existing /inflight and /health.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+
+from faust.web import View
+
+from phasemeter.render.assets import ASSETS, asset
+
+
+def _runner_or_503(view, sink):
+    try:
+        return sink.runner, None  # shares the sink's lock: one statement at a time
+    except RuntimeError as exc:  # store down or locked: say so, don't hang
+        return None, view.json({"error": f"store unavailable: {exc}"}, status=503)
+
+
+def register_live_views(app, settings, sink) -> None:
+    # The page never changes while a worker runs; a short cache still lets a
+    # reinstall show up on the next reload.
+    cache = {"Cache-Control": "max-age=60"}
+
+    @app.page("/")
+    class Index(View):
+        async def get(self, request):
+            return self.text(asset("index.html").decode(), content_type="text/html", headers=cache)
+
+    @app.page("/live/{name}")
+    class Asset(View):
+        async def get(self, request, name):
+            if name not in ASSETS:
+                return self.json({"error": f"no such file: {name}"}, status=404)
+            # text(): aiohttp adds "; charset=utf-8" itself and refuses it in content_type
+            return self.text(asset(name).decode(), content_type=ASSETS[name], headers=cache)
+
+    @app.page("/api/bands")
+    class Bands(View):
+        async def get(self, request):
+            from phasemeter.analytics.live import bands
+
+            runner, refusal = _runner_or_503(self, sink)
+            if refusal:
+                return refusal
+            loop = asyncio.get_running_loop()
+            try:
+                status, doc = await loop.run_in_executor(None, bands, runner, request.query, settings.bucket_edges)
+            except Exception as exc:  # a failed query must not take the worker down
+                return self.json({"error": f"query failed: {str(exc)[:400]}"}, status=500)
+            return self.json(doc, status=status)
+
+    @app.page("/api/alerts")
+    class Alerts(View):
+        async def get(self, request):
+            from phasemeter.alerts import check
+            from phasemeter.alerts.evaluate import FIRING, as_dict
+            from phasemeter.alerts.rules import load_rules
+            from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+            runner, refusal = _runner_or_503(self, sink)
+            if refusal:
+                return refusal
+            order = labels(parse_edges(settings.bucket_edges))
+            ruleset = load_rules(None, order)  # the shipped rules, as `alerts check` without --rules
+            at = datetime.now(timezone.utc)
+            loop = asyncio.get_running_loop()
+            try:
+                results = await loop.run_in_executor(None, check, runner, ruleset, at, (), (), order)
+            except Exception as exc:
+                return self.json({"error": f"alerts failed: {str(exc)[:400]}"}, status=500)
+            # Firing first, then the rules' own order (check's), so a glance finds them.
+            results.sort(key=lambda r: r.state != FIRING)
+            return self.json({"at": at.isoformat(), "firing": sum(r.state == FIRING for r in results),
+                              "results": [as_dict(r) | {"runbook_url": ruleset.runbook_url(r.rule)}
+                                          for r in results]})
