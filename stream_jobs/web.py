@@ -20,13 +20,37 @@ from .live_views import register_live_views
 from .ready import is_ready
 
 
+def consumer_lag(app, pipeline) -> dict:
+    """Records on the broker this worker has not taken into a batch yet, per
+    ingest partition it owns: the fetcher's last high-water mark minus the
+    next offset its sequencer admits. None while it owns nothing it has a position for (starting,
+    rebalancing); a partition it has not fetched yet is left out, not 0."""
+    try:
+        consumer = app.consumer
+        owned = consumer.assignment()
+    except Exception:  # not started yet: no consumer, no assignment
+        return {"lag": None, "lag_by_partition": {}}
+    per = {}
+    for tp in owned:
+        pos = pipeline.sequencer.next.get((tp.topic, tp.partition))
+        if tp.topic not in pipeline.topics or pos is None:
+            continue
+        try:
+            high = consumer.highwater(tp)
+        except Exception:
+            continue
+        if isinstance(high, int) and high >= 0:
+            per[f"{tp.topic}/{tp.partition}"] = max(0, high - pos)
+    return {"lag": sum(per.values()) if per else None, "lag_by_partition": per}
+
+
 def register_views(app, settings, pipeline, sink, joiner) -> None:
     register_live_views(app, settings, sink)  # GET /: the live page (issue 17)
 
     @app.page("/health")
     class Health(View):
         async def get(self, request):
-            return self.json(pipeline.health() | {"ready": is_ready(app)})
+            return self.json(pipeline.health() | consumer_lag(app, pipeline) | {"ready": is_ready(app)})
 
     @app.page("/inflight")
     class Inflight(View):

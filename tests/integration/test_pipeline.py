@@ -169,6 +169,8 @@ def test_envelopes_store_every_generation_once(worker, pm_env):
     health = worker.wait_processed(5000)
     assert health["accepted"] == 5000 and health["rejected"] == 0
     assert health["consumed"] <= 60  # ~50 messages, not 5000
+    # Everything taken: no lag on any partition it owns (and it does know them)
+    assert health["lag"] == 0 and health["lag_by_partition"], health
     worker.stop()
     stored = stored_rows(pm_env)
     assert sorted(r["request_id"] for r in stored) == sorted(sent)

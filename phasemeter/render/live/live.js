@@ -126,7 +126,7 @@
       var paused = h.paused_reason ? '<span class="red">paused: ' + B.esc(h.paused_reason) + "</span>" : '<span class="ok">' + B.esc(h.status) + "</span>";
       $("health").querySelector(".body").innerHTML = "<table>" + [
         ["status", paused], ["consumed", h.consumed], ["stored", h.accepted], ["dead-lettered", h.rejected],
-        ["store retries", h.store_retries], ["lag", "not reported by the worker"],
+        ["store retries", h.store_retries], ["lag", h.lag == null ? "not known yet" : h.lag + " records"],
         ["uptime", Math.round(h.uptime_s) + " s"]].map(function (c) { return row([c[0], String(c[1])]); }).join("") + "</table>";
     });
   }
