@@ -79,9 +79,14 @@ var PMBands = (function () {
     var pw = W - ML - MR, ph = H - MT - MB, span = Math.max(thi - tlo, 1);
     var sx = function (t) { return ML + (t - tlo) / span * pw; };
     var sy = function (v) { return MT + ph - Math.min(v / ymax, 1) * ph; };
+    var nText = "n=" + n.toLocaleString("en-US");
+    // A long title (model · phase · bucket) would run under the n label: squeeze
+    // it into the room left (about 6.6 px a character at 11 px bold, 5.8 for n).
+    var room = pw - nText.length * 5.8 - 8;
+    var fit = title.length * 6.6 > room ? ' textLength="' + room.toFixed(0) + '" lengthAdjust="spacingAndGlyphs"' : "";
     var o = ['<svg class="panel" width="' + W + '" height="' + H + '" viewBox="0 0 ' + W + " " + H + '" role="img">',
-      '<text x="' + ML + '" y="14" class="pt">' + esc(title) + "</text>",
-      '<text x="' + (W - MR) + '" y="14" class="pn" text-anchor="end">n=' + n.toLocaleString("en-US") + "</text>",
+      '<text x="' + ML + '" y="14" class="pt"' + fit + ">" + esc(title) + "</text>",
+      '<text x="' + (W - MR) + '" y="14" class="pn" text-anchor="end">' + nText + "</text>",
       '<line x1="' + ML + '" y1="' + (MT + ph) + '" x2="' + (W - MR) + '" y2="' + (MT + ph) + '" class="ax"/>',
       '<line x1="' + ML + '" y1="' + MT + '" x2="' + ML + '" y2="' + (MT + ph) + '" class="ax"/>'];
     var ab = abandoned(rows, phase);
