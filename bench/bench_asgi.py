@@ -29,32 +29,16 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from phasemeter.integrations.asgi import PhasemeterMiddleware
-from phasemeter.producers import Meter
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _util as U  # noqa: E402
 
-class NullProducer:
-    def __init__(self, **kwargs):
-        self.n = 0
-
-    def send(self, topic, key=None, value=None):
-        self.n += 1
-        return self
-
-    def add_callback(self, f):
-        f(None)
-        return self
-
-    def add_errback(self, f):
-        return self
-
-    def flush(self, timeout=None):
-        pass
-
-    def close(self, timeout=None):
-        pass
+from phasemeter.integrations.asgi import PhasemeterMiddleware  # noqa: E402
+from phasemeter.producers import Meter  # noqa: E402
 
 
 def sse(obj) -> bytes:
@@ -153,7 +137,7 @@ def main(argv=None) -> None:
     ap.add_argument("--chunks", type=int, default=2000, help="content chunks in the per-chunk stream")
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
-    meter = Meter("unused:9092", topic="bench", producer_factory=NullProducer, queue_size=1_000_000)
+    meter = Meter("unused:9092", topic="bench", producer_factory=U.NullProducer, queue_size=1_000_000)
     loop = asyncio.new_event_loop()
     n, r = args.requests, args.rounds
     small, big = body_parts(request_body(200)), body_parts(request_body(256 * 1024))

@@ -38,6 +38,9 @@ import openai
 from phasemeter.integrations import openai as pm_openai
 from phasemeter.producers import Meter
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _util as U  # noqa: E402
+
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 # The test suite's scripted server, in a process of its own so that its
 # thread does not compete with the measured client for the GIL.
@@ -52,27 +55,6 @@ with LLMServer() as srv:
 """
 
 MSG = [{"role": "user", "content": "hi"}]
-
-
-class NullProducer:
-    def __call__(self, **kwargs):
-        return self
-
-    def send(self, topic, key=None, value=None):
-        return self
-
-    def add_callback(self, f):
-        f(None)
-        return self
-
-    def add_errback(self, f):
-        return self
-
-    def flush(self, timeout=None):
-        pass
-
-    def close(self, timeout=None):
-        pass
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -169,7 +151,7 @@ def per_request(plain, measured, n: int, stream: bool) -> dict:
 
 def run(n_chunks: int = 2000, streams: int = 10, requests: int = 300, bootstrap: str | None = None) -> dict:
     meter = Meter(bootstrap or "null:0", topic="bench-openai-wrapper",
-                  producer_factory=None if bootstrap else NullProducer())
+                  producer_factory=None if bootstrap else U.NullProducer)
     result, recorded = {}, 0
     gc.collect()
     gc.freeze()  # a full collection mid-sample would land on one side only
