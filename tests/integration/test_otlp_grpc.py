@@ -11,8 +11,6 @@ from __future__ import annotations
 import gzip
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -24,7 +22,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanKind
-from test_otlp_receiver import GENAI, VLLM, sdk_spans, topic_messages
+from test_otlp_receiver import GENAI, VLLM, otlp_command, sdk_spans, topic_messages
 
 from phasemeter.cli.main import main
 from phasemeter.integrations.otlp_grpc import RETRY_INFO_1S, RETRY_INFO_KEY, GrpcReceiver
@@ -170,17 +168,8 @@ def test_the_command_serves_both_ports_until_sigterm(kafka_bootstrap, tmp_path):
     topic, port, grpc_port = f"otlp-cli-{uuid.uuid4().hex[:10]}", free_port(), free_port()
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PHASEMETER_TOPIC": topic,
            "PHASEMETER_DATA_DIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "phasemeter", "otlp", "--port", str(port), "--grpc-port",
-                             str(grpc_port), "--model", "llama-v1"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, "receiver did not start"
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", grpc_port)) == 0:
-                    break
-            time.sleep(0.1)
+    with otlp_command(["--port", str(port), "--grpc-port", str(grpc_port), "--model", "llama-v1"],
+                      env, grpc_port) as proc:
         t0 = time.time_ns() - 60 * 10**9
         attrs = {k: v for k, v in VLLM.items() if k != "gen_ai.response.model"}  # vLLM V1: no model
         exp = OTLPSpanExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True, timeout=10)
@@ -189,10 +178,6 @@ def test_the_command_serves_both_ports_until_sigterm(kafka_bootstrap, tmp_path):
         exp.shutdown()
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, out
     assert (f"listening for OTLP/HTTP on http://127.0.0.1:{port}/v1/traces, OTLP/gRPC on 127.0.0.1:{grpc_port}"
             in out), out

@@ -6,6 +6,7 @@ kafka-python. Expected values are the ones set on the spans.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -195,15 +196,12 @@ def test_bodies_it_cannot_take(rx):
     assert rx.refused == 8 and rx.requests == 1 and topic_events(rx) == []
 
 
-def test_the_command_serves_until_sigterm_then_flushes(kafka_bootstrap, tmp_path):
-    """`phasemeter otlp` as users run it: vLLM V1's span has no model, --model
-    names it; SIGTERM stops it with exit 0 after the event is on the topic."""
-    topic, port = f"otlp-cli-{uuid.uuid4().hex[:10]}", free_port()
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PHASEMETER_TOPIC": topic,
-           "PHASEMETER_DATA_DIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "phasemeter", "otlp", "--port", str(port), "--grpc-port", "0", "--model", "llama-v1",
-                             "--report-every", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+@contextlib.contextmanager
+def otlp_command(args: list[str], env: dict, port: int):
+    """`phasemeter otlp ARGS` as users run it, yielded once `port` accepts
+    connections; killed on the way out if the test did not stop it."""
+    proc = subprocess.Popen([sys.executable, "-m", "phasemeter", "otlp", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -212,6 +210,21 @@ def test_the_command_serves_until_sigterm_then_flushes(kafka_bootstrap, tmp_path
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.1)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_command_serves_until_sigterm_then_flushes(kafka_bootstrap, tmp_path):
+    """`phasemeter otlp` as users run it: vLLM V1's span has no model, --model
+    names it; SIGTERM stops it with exit 0 after the event is on the topic."""
+    topic, port = f"otlp-cli-{uuid.uuid4().hex[:10]}", free_port()
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PHASEMETER_TOPIC": topic,
+           "PHASEMETER_DATA_DIR": str(tmp_path)}
+    with otlp_command(["--port", str(port), "--grpc-port", "0", "--model", "llama-v1", "--report-every", "1"],
+                      env, port) as proc:
         t0 = time.time_ns() - 60 * 10**9
         attrs = [{"key": k, "value": {"intValue": str(v)} if type(v) is int else {"doubleValue": v}
                   if type(v) is float else {"stringValue": v}}
@@ -223,10 +236,6 @@ def test_the_command_serves_until_sigterm_then_flushes(kafka_bootstrap, tmp_path
         assert (status, body) == (200, b"{}")
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, out
     last = out.strip().splitlines()[-1]
     assert "1 requests (0 refused); spans: 1 mapped, 0 rejected, 0 ignored; emitter: 1 sent, 0 dropped" in last, out
