@@ -23,18 +23,18 @@ from .ready import is_ready
 def consumer_lag(app, pipeline) -> dict:
     """Records on the broker this worker has not taken into a batch yet, per
     ingest partition it owns: the fetcher's last high-water mark minus the
-    next offset its sequencer admits. None while it owns nothing it has a position for (starting,
-    rebalancing); a partition it has not fetched yet is left out, not 0."""
+    next offset its sequencer admits. None while it owns nothing it has a
+    position for (starting, rebalancing); a partition it has not fetched yet
+    is left out, not 0."""
     try:
         consumer = app.consumer
         owned = consumer.assignment()
     except Exception:  # not started yet: no consumer, no assignment
         return {"lag": None, "lag_by_partition": {}}
+    mine = {(tp.topic, tp.partition): tp for tp in owned if tp.topic in pipeline.topics}
     per = {}
-    for tp in owned:
-        pos = pipeline.sequencer.next.get((tp.topic, tp.partition))
-        if tp.topic not in pipeline.topics or pos is None:
-            continue
+    for key, pos in pipeline.sequencer.position(mine).items():
+        tp = mine[key]
         try:
             high = consumer.highwater(tp)
         except Exception:

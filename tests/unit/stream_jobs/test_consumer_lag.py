@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import namedtuple
 from types import SimpleNamespace
 
+from phasemeter.stream_jobs.sequence import Sequencer
 from phasemeter.stream_jobs.web import consumer_lag
 
 TP = namedtuple("TP", "topic partition")
@@ -25,7 +26,9 @@ class Consumer:
 
 
 def pipeline(next_offsets):
-    return SimpleNamespace(topics=("raw", "raw.joined"), sequencer=SimpleNamespace(next=next_offsets))
+    sequencer = Sequencer()
+    sequencer.load(next_offsets)
+    return SimpleNamespace(topics=("raw", "raw.joined"), sequencer=sequencer)
 
 
 def test_lag_is_high_water_minus_next_offset_on_owned_ingest_partitions():
