@@ -8,15 +8,14 @@ Each path labels its events with its own gateway, so each is counted apart."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import clickhouse_connect
 import httpx
 import openai
 import pytest
-import uvicorn
 from llm_server import LLMServer, Script
+from test_asgi_uvicorn import serve
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.responses import StreamingResponse
@@ -25,22 +24,9 @@ from starlette.routing import Route
 from phasemeter.cli.main import main
 from phasemeter.integrations.asgi import PhasemeterMiddleware
 from phasemeter.integrations.openai import instrument
-from phasemeter.kafka_local import free_port
 from phasemeter.producers import Meter
 
 pytestmark = pytest.mark.integration
-
-
-def serve(app) -> tuple[uvicorn.Server, str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off", http="h11", loop="asyncio"))
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    return server, f"http://127.0.0.1:{port}"
 
 
 def gateway_app(engine_url: str):
@@ -72,16 +58,13 @@ def test_sdk_gateway_litellm_and_ndjson_all_reach_the_store(worker, pm_env, tmp_
                     Script(ttft_s=0.03, gap_s=0.005, chunks=4, model="served-b", prompt_tokens=90),
                     Script(ttft_s=0.03, chunks=2, model="served-b", prompt_tokens=90))
         gateway = PhasemeterMiddleware(gateway_app(engine.base_url), meters["asgi"])
-        server, url = serve(gateway)
-        try:
+        with serve(gateway) as url:
             client = openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
             inst = instrument(client, meters["sdk"])
             for _ in range(3):  # SDK -> gateway -> engine: both measure each call
                 text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
                     model="a", messages=msgs, stream=True))
                 assert text == "t0 t1 t2 t3 t4 t5 "
-        finally:
-            server.should_exit = True
         litellm.callbacks = [PhasemeterLogger(meters["litellm"])]
         try:
             list(litellm.completion(model="openai/b", api_base=engine.base_url, api_key="k", messages=msgs,
