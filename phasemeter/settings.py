@@ -40,6 +40,9 @@ class Settings:
     otlp_model: str = _f("", "PHASEMETER_OTLP_MODEL",
                          "Model for OTLP spans that name none (vLLM's V1 engine sets no gen_ai.response.model). "
                          "Empty: such spans are dead-lettered missing_field.")
+    slos: str = _f("", "PHASEMETER_SLOS",
+                   "SLO file (docs/slo.md) the worker counts per minute from its start, and `phasemeter slo` / "
+                   "`alerts` read by default. Empty: no SLO (none is declared by default).")
     joined_topic: str = _f("", "PHASEMETER_JOINED_TOPIC",
                            "Internal topic of joined/abandoned generations from phase events. Empty: <topic>.joined.")
     abandon_after_s: float = _f(

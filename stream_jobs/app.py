@@ -59,6 +59,25 @@ def open_store_for_worker(settings: Settings):
     return client
 
 
+def declared_slos(settings: Settings):
+    """The worker's SLO file, checked against its buckets: a bad file stops
+    the start with the key at fault (never a worker retrying forever)."""
+    from phasemeter.alerts.slo_rules import load_slos
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    return load_slos(settings.slos or None, labels(parse_edges(settings.bucket_edges)))
+
+
+def _with_slos(client, sloset):
+    """Register the declared SLOs before the sink writes a row (store/slo_defs.py)."""
+    from phasemeter.store.slo_defs import register
+
+    added, retired = register(client, sloset)
+    if added or retired:
+        log.info("SLOs counted per minute from now: %s; retired: %d", ", ".join(added) or "-", len(retired))
+    return client
+
+
 def create_app(settings: Settings, client=None) -> faust.App:
     """Build the worker. `client` is an already-open store client (optional)."""
     from phasemeter.kafka_local import bootstrap_servers
@@ -86,8 +105,9 @@ def create_app(settings: Settings, client=None) -> faust.App:
         web_enabled=True,
     )
     resume.deliver_everything(app)
-    sink = (Sink.over(client, settings.store_dsn) if client is not None
-            else Sink(lambda: open_store_for_worker(settings), settings.store_dsn))
+    sloset = declared_slos(settings)
+    sink = (Sink.over(_with_slos(client, sloset), settings.store_dsn) if client is not None
+            else Sink(lambda: _with_slos(open_store_for_worker(settings), sloset), settings.store_dsn))
     pipeline = Pipeline(settings, sink)
     # acks=False: the group's offsets are committed from durable positions
     # (handoff.Handoff), never from what Faust's batching acked.

@@ -7,7 +7,8 @@ the store client directly (tuples, no DataFrames: it runs every batch).
   the store, so each row and dead letter is written once.
 * `existing_request_ids`: duplicate deliveries from a gateway.
 * `rollup_mismatches` / `repair_rollup`: cells where the rollup view missed
-  (or doubled) a crashed insert's block, rebuilt from raw.
+  (or doubled) a crashed insert's block, rebuilt from raw; the same for the
+  declared SLOs' per-minute counts (`slo_mismatches` / `repair_slo`).
 
 SQL lives in sql/*.sql with every value bound server-side.
 """
@@ -26,6 +27,7 @@ from .sequence import TP
 
 Cell = tuple[str, str, datetime]  # model, input_bucket, minute (UTC)
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+SLO_VIEW = "slo_minute_mv"
 
 
 def _rows(client, name: str, params: dict) -> list[tuple]:
@@ -112,3 +114,35 @@ def repair_rollup(client, cells: set[Cell], attempts: int = 3) -> list[tuple]:
         # in the dedup window from an earlier repair whose states were deleted.
         rollup.backfill(client, lo, hi, settings={"insert_deduplicate": 0})
     raise RuntimeError(f"rollup still unequal to raw after {attempts} repairs: {bad[:5]}")
+
+
+def slo_mismatches(client, start: datetime, end: datetime, cells: set[Cell] = frozenset()) -> list[tuple]:
+    """[(slo_id, model, bucket, minute, raw_n, counted_n)] where the SLO counts != raw."""
+    params = {"start": start, "end": end, "cells": [(m, b, _naive(t)) for m, b, t in sorted(cells)]}
+    sql = rollup.wrapped(client, "slo_mismatches", SLO_VIEW)
+    return [(int(i), m, b, _utc(t), int(r), int(n))
+            for i, m, b, t, r, n in client.query(sql, parameters=params).result_rows]
+
+
+def repair_slo(client, cells: set[Cell], attempts: int = 3) -> list[tuple]:
+    """As repair_rollup, for slo_minute: delete the unequal cells' counts and
+    rebuild them from raw with the view's own SELECT."""
+    if not cells:
+        return []
+    start = min(t for _, _, t in cells)
+    end = max(t for _, _, t in cells) + timedelta(minutes=1)
+    found: list[tuple] = []
+    for _ in range(attempts):
+        bad = slo_mismatches(client, start, end, cells)
+        if not bad:
+            return found
+        found += bad
+        client.command(load_sql("slo_delete_cells"), parameters={"cells": [(i, m, b, _naive(t)) for i, m, b, t, _, _ in bad]},
+                       settings={"lightweight_deletes_sync": 2})
+        rebuild = [(m, b, _naive(t)) for _, m, b, t, _, _ in bad]
+        lo = min(t for _, _, t in rebuild)
+        client.command(rollup.wrapped(client, "slo_backfill", SLO_VIEW),
+                       parameters={"start": lo, "end": max(t for _, _, t in rebuild) + timedelta(minutes=1),
+                                   "cells": rebuild},
+                       settings={"insert_deduplicate": 0})
+    raise RuntimeError(f"SLO counts still unequal to raw after {attempts} repairs: {bad[:5]}")

@@ -163,4 +163,6 @@ class Sink:
                              topic, ids, lo, hi)
 
     def repair_rollup(self, cells: set) -> list[tuple]:
-        return self.retrying("repairing the rollup", self._locked, ledger.repair_rollup, cells)
+        """Both per-minute views of the cells: the bands rollup and the SLO counts."""
+        found = self.retrying("repairing the rollup", self._locked, ledger.repair_rollup, cells)
+        return found + self.retrying("repairing the SLO counts", self._locked, ledger.repair_slo, cells)

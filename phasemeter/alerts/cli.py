@@ -25,6 +25,8 @@ def _flags(p, common) -> None:
     p.add_argument("--bucket", action="append", default=[], help="only this input bucket (repeatable)")
     p.add_argument("--via", help="worker URL to ask (default: found from the data dir when it runs)")
     p.add_argument("--format", default="table", choices=["table", "json"])
+    p.add_argument("--slos", help="SLO file whose burn-rate rules are evaluated too (default: PHASEMETER_SLOS; "
+                                  "none declared: per-phase rules only)")
 
 
 def register(sub, common, window_flags) -> None:
@@ -62,6 +64,12 @@ def _guarded(run):
     return handler
 
 
+def _slos(settings, args):
+    from phasemeter.alerts.slo_rules import load_slos
+
+    return load_slos(args.slos or settings.slos or None, _labels(settings))
+
+
 def _runner(settings, args):
     from phasemeter.query.runner import open_runner
 
@@ -72,37 +80,58 @@ def _runner(settings, args):
 def cmd_check(args, settings) -> int:
     from phasemeter.alerts.webhook import deliver, safe_url
 
+    from phasemeter.alerts import slo_alerts
+
     ruleset = load_rules(args.rules, _labels(settings))
+    sloset = _slos(settings, args)
     at = parse_time(args.at, "--at").astimezone(timezone.utc)
     runner = _runner(settings, args)
     try:
         results = check(runner, ruleset, at, args.model, args.bucket, _labels(settings))
+        burns = slo_alerts.check(runner, sloset, at, args.model)
     finally:
         runner.close()
     firing = [r for r in results if r.state == FIRING]
+    burning = [r for r in burns if r.firing]
     if args.format == "json":
-        print(json.dumps({"at": at.isoformat(), "firing": len(firing),
-                          "results": [as_dict(r) for r in results]}, indent=2))
+        doc = {"at": at.isoformat(), "firing": len(firing) + len(burning),
+               "results": [as_dict(r) for r in results]}
+        if sloset.slos:
+            doc["burn_rate"] = [slo_alerts.as_dict(r, sloset) for r in burns]
+        print(json.dumps(doc, indent=2))
     else:
         print(f"# alerts at {at:%Y-%m-%d %H:%M:%S} UTC; throughput slow tail (low percentile); "
               f"{len(firing)} firing")
         print(table(results))
-    if args.webhook and firing:
-        sent = deliver(args.webhook, firing, ruleset.runbook_url, args.external_url)
+        if sloset.slos:
+            print(f"\n# SLO burn-rate alerts (multi-window); {len(burning)} firing")
+            print(slo_alerts.table(burns, sloset))
+    if args.webhook and (firing or burning):
+        extra = [slo_alerts.webhook_alert(r, sloset, args.external_url) for r in burning]
+        sent = deliver(args.webhook, firing, ruleset.runbook_url, args.external_url, extra)
         print(f"webhook: delivered {sent} message(s) to {safe_url(args.webhook)}", file=sys.stderr)
-    return 1 if firing else 0
+    return 1 if firing or burning else 0
 
 
 @_guarded
 def cmd_backtest(args, settings) -> int:
+    from phasemeter.alerts import slo_alerts
+
     ruleset = load_rules(args.rules, _labels(settings))
+    sloset = _slos(settings, args)
     start, end = window(args.start, args.end)
     every_s = parse_duration(args.every, "--every")
     runner = _runner(settings, args)
     try:
         points, eps = backtest(runner, ruleset, start, end, every_s, args.model, args.bucket, _labels(settings))
+        _, burn_eps = slo_alerts.backtest(runner, sloset, start, end, every_s, args.model)
     finally:
         runner.close()
+    burn_rows = [{"slo": e.slo, "rule": e.rule, "severity": e.severity, "model": e.model, "phase": e.phase,
+                  "runbook": sloset.runbook_url(e.phase) if e.phase != "none" else None,
+                  "started": e.started.isoformat(), "ended": e.ended.isoformat() if e.ended else None,
+                  "duration_s": ((e.ended or points[-1]) - e.started).total_seconds(), "points": e.points,
+                  "worst_burn": e.worst_burn} for e in burn_eps]
     last = points[-1]
     rows = [{"rule": e.rule, "phase": e.phase, "model": e.model, "input_bucket": e.bucket,
              "started": e.started.isoformat(), "ended": e.ended.isoformat() if e.ended else None,
@@ -112,8 +141,11 @@ def cmd_backtest(args, settings) -> int:
              "baseline_overlap_share": round(e.baseline_overlap_share, 4), "baseline_absorbed": e.absorbed}
             for e in eps]
     if args.format == "json":
-        print(json.dumps({"from": start.isoformat(), "to": end.isoformat(), "every_s": every_s,
-                          "points": len(points), "episodes": rows}, indent=2))
+        doc = {"from": start.isoformat(), "to": end.isoformat(), "every_s": every_s,
+               "points": len(points), "episodes": rows}
+        if sloset.slos:
+            doc["burn_rate_episodes"] = burn_rows
+        print(json.dumps(doc, indent=2))
         return 0
     print(f"# backtest {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC every {args.every}: "
           f"{len(points)} evaluation points, {len(eps)} firing episode(s)")
@@ -132,7 +164,22 @@ def cmd_backtest(args, settings) -> int:
                   f"firing period inside the baseline ({e.baseline_overlap_share:.0%} of it): the baseline "
                   "absorbed the incident, so 'resolved' may only mean the comparison degraded; check "
                   "`phasemeter query bands` over the period")
+    if sloset.slos:
+        _burn_episodes(burn_rows)
     return 0
+
+
+def _burn_episodes(rows: list[dict]) -> None:
+    print(f"\n# SLO burn-rate episodes: {len(rows)}")
+    head = ["slo", "rule", "model", "burns", "fired at (UTC)", "resolved at", "duration", "worst burn"]
+    body = [[r["slo"], f"{r['rule']} ({r['severity']})", r["model"], r["phase"], r["started"][:16].replace("T", " "),
+             r["ended"][:16].replace("T", " ") if r["ended"] else "still firing", f"{r['duration_s'] / 60:.0f}m",
+             f"{r['worst_burn']:.1f}×"] for r in rows]
+    widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
+    for line in [head] + body:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
+    if not body:
+        print("(no burn-rate rule would have fired)")
 
 
 def _t(at: datetime) -> str:

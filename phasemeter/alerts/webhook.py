@@ -62,14 +62,16 @@ def _common(dicts: list[dict]) -> dict:
     return {k: v for k, v in first.items() if all(d.get(k) == v for d in dicts[1:])}
 
 
-def payloads(firing: list[Result], runbook_url, external_url: str = "") -> list[dict]:
-    """One Alertmanager v4 message per alertname; `runbook_url(rule) -> str`."""
-    groups: dict[str, list[Result]] = {}
+def payloads(firing: list[Result], runbook_url, external_url: str = "", extra: list[dict] = ()) -> list[dict]:
+    """One Alertmanager v4 message per alertname; `runbook_url(rule) -> str`.
+    `extra`: alerts already in Alertmanager's shape (the SLO burn-rate alerts)."""
+    groups: dict[str, list[dict]] = {}
     for r in firing:
-        groups.setdefault(r.rule.alertname, []).append(r)
+        groups.setdefault(r.rule.alertname, []).append(alert_of(r, runbook_url(r.rule), external_url))
+    for alert in extra:
+        groups.setdefault(alert["labels"]["alertname"], []).append(alert)
     out = []
-    for name, results in groups.items():
-        alerts = [alert_of(r, runbook_url(r.rule), external_url) for r in results]
+    for name, alerts in groups.items():
         out.append({
             "version": "4",
             "groupKey": f'{{}}:{{alertname="{name}"}}',
@@ -114,9 +116,16 @@ def post(url: str, payload: dict, timeout_s: float = 10.0) -> int:
         raise WebhookError(f"webhook {safe_url(url)} unreachable: {reason}") from None
 
 
-def deliver(url: str, firing: list[Result], runbook_url, external_url: str = "") -> int:
+def fingerprinted(labels: dict, annotations: dict, at, generator_url: str) -> dict:
+    """An alert in Alertmanager's shape from its labels (the SLO burn-rate alerts)."""
+    return {"status": "firing", "labels": labels, "annotations": annotations, "startsAt": _utc(at),
+            "endsAt": ZERO_TIME, "generatorURL": generator_url,
+            "fingerprint": hashlib.sha256(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16]}
+
+
+def deliver(url: str, firing: list[Result], runbook_url, external_url: str = "", extra: list[dict] = ()) -> int:
     """POST every group; returns how many messages were delivered."""
-    messages = payloads(firing, runbook_url, external_url)
+    messages = payloads(firing, runbook_url, external_url, extra)
     for message in messages:
         post(url, message)
     return len(messages)

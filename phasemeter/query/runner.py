@@ -53,9 +53,18 @@ def frame_to_json(df: pd.DataFrame) -> dict:
         if kind.startswith("datetime64"):
             columns.append([None if pd.isna(t) else pd.Timestamp(t).isoformat() for t in values])
         else:
-            columns.append([None if _is_null(v) else (v.item() if hasattr(v, "item") else v)
-                            for v in values.to_numpy(dtype=object)])
+            columns.append([_plain(v) for v in values.to_numpy(dtype=object)])
     return {"columns": list(df.columns), "dtypes": dtypes, "rows": [list(r) for r in zip(*columns)]}
+
+
+def _plain(v):
+    """One cell as JSON: numpy scalars as Python numbers, arrays (the SLO
+    `counts`) as lists, nulls as None."""
+    if hasattr(v, "tolist") and getattr(v, "ndim", 0):
+        return v.tolist()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return None if _is_null(v) else (v.item() if hasattr(v, "item") else v)
 
 
 def _is_null(v) -> bool:

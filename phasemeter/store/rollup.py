@@ -16,24 +16,30 @@ from datetime import datetime
 from phasemeter.store.client import StoreError, load_sql
 
 VIEW = "generations_minute_mv"
-_MARKER = "(/* generations_minute_mv */)"
 
 
-def view_select(client) -> str:
-    """The SELECT of the rollup's materialized view, as the store holds it."""
+def view_select(client, view: str = VIEW) -> str:
+    """The SELECT of a materialized view, as the store holds it."""
     rows = client.query(
         "SELECT as_select FROM system.tables WHERE database = currentDatabase() AND name = {name:String}",
-        parameters={"name": VIEW}).result_rows
+        parameters={"name": view}).result_rows
     if not rows or not rows[0][0]:
-        raise StoreError(f"the store has no {VIEW}: run `phasemeter migrate`")
+        raise StoreError(f"the store has no {view}: run `phasemeter migrate`")
     return rows[0][0]
 
 
+def wrapped(client, sql_name: str, view: str = VIEW) -> str:
+    """sql/<sql_name>.sql with the view's own SELECT in place of its marker
+    `(/* <view> */)`: the backfills and the SLO repair (sql/slo_*.sql)."""
+    marker = f"(/* {view} */)"
+    wrapper = load_sql(sql_name)
+    if wrapper.count(marker) != 1:
+        raise AssertionError(f"sql/{sql_name}.sql must hold {marker} exactly once")
+    return wrapper.replace(marker, f"({view_select(client, view)})")
+
+
 def backfill_sql(client) -> str:
-    wrapper = load_sql("rollup_backfill")
-    if wrapper.count(_MARKER) != 1:
-        raise AssertionError(f"sql/rollup_backfill.sql must hold {_MARKER} exactly once")
-    return wrapper.replace(_MARKER, f"({view_select(client)})")
+    return wrapped(client, "rollup_backfill")
 
 
 def backfill(client, start: datetime, end: datetime, settings: dict | None = None) -> None:

@@ -1,0 +1,116 @@
+"""SLO attainment per model × input bucket × step (`phasemeter slo`, the
+live page's attainment row, /api/slo): counts from sql/slo_exact.sql or
+sql/slo_rollup.sql, arithmetic from alerts/burn.py.
+
+Which path: the per-minute counts (slo_minute) exist only for SLOs the
+worker declared, from the first whole minute after it registered them, and
+only for their declared thresholds. So the rollup answers a window when the
+SLO is declared, registered before the window and the step is whole
+minutes; then the usual choice applies (long window or many rows). Ad-hoc
+thresholds (`--objective`) and earlier windows take the exact path, which
+gives the same counts (tested equal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from phasemeter.alerts import burn
+from phasemeter.alerts.slo_rules import SLO_COUNTS, Slo, parse_objectives
+from phasemeter.timeparse import ArgError
+
+from phasemeter.analytics.core import _naive, _utc, align_minutes, check_filters
+from phasemeter.analytics.paths import choose_path
+
+WINDOW_STEP_S = 86_400  # "one row for the whole window": counted per day, then summed (counts add)
+METHOD = ("exact counts: a generation meets the SLO when it meets every objective (latency <= limit, "
+          "throughput >= limit); failed generations (error, abandoned) are misses unless count_failed = false; "
+          "attainment = met / n, burn rate = (1 - attainment) / (1 - target), budget_left = 1 - burn rate")
+
+
+def with_objectives(slo: Slo, overrides: list[str]) -> Slo:
+    """`--objective ttft_s=1.5` (repeatable): ad-hoc thresholds on top of the SLO's."""
+    table = dict(slo.objectives)
+    for text in overrides:
+        metric, sep, value = text.partition("=")
+        if not sep:
+            raise ArgError(f"--objective {text!r}: expected METRIC=LIMIT, e.g. ttft_s=1.5")
+        try:
+            table[metric.strip()] = float(value)
+        except ValueError:
+            raise ArgError(f"--objective {text!r}: {value!r} is not a number") from None
+    try:
+        return replace(slo, objectives=parse_objectives(table, "--objective"))
+    except ValueError as exc:
+        raise ArgError(str(exc)) from None
+
+
+def _registered(runner) -> dict[int, datetime]:
+    from phasemeter.store.slo_defs import covered_from
+
+    df = runner.df("slo_registered", {})
+    out = {}
+    for slo_id, at in zip(df["slo_id"], df["registered_at"]):
+        at = at.to_pydatetime() if hasattr(at, "to_pydatetime") else at
+        out[int(slo_id)] = covered_from(_utc(at))
+    return out
+
+
+def exact_reason(slo: Slo, declared: bool, covered: datetime | None, start: datetime) -> dict[str, str]:
+    """Why the rollup cannot answer (empty: it can)."""
+    if not declared:
+        return {"--objective": "ad-hoc thresholds have no per-minute counts"}
+    if covered is None:
+        return {f"SLO {slo.name!r}": "it is not counted per minute (the worker was not started with it: "
+                                     "PHASEMETER_SLOS)"}
+    if covered > start:
+        return {f"SLO {slo.name!r}": f"it is counted per minute from {covered:%Y-%m-%d %H:%M} UTC, after --from"}
+    return {}
+
+
+def attainment(runner, slo: Slo, start: datetime, end: datetime, step_s: int | None, models=(), buckets=(),
+               bucket_labels=(), force: str | None = None, declared: bool = True, by: str = "cell"):
+    """Rows of counts and derived values, and meta. step_s None: one row per
+    cell for the whole window. by: cell (model × bucket) or model."""
+    start, end = _utc(start), _utc(end)
+    if end <= start:
+        raise ArgError("--to must be after --from")
+    check_filters(list(models), list(buckets), list(bucket_labels))
+    q_step = WINDOW_STEP_S if step_s is None else int(step_s)
+    covered = _registered(runner).get(slo.slo_id) if declared else None
+    lo, _ = align_minutes(start, end)
+    exact_only = exact_reason(slo, declared, covered, lo)
+
+    def estimate() -> int:
+        df = runner.df("estimate_rows", {"start": _naive(start), "end": _naive(end),
+                                         "models": list(models), "buckets": list(buckets)})
+        return int(df["n"].iloc[0]) if len(df) else 0
+
+    choice = choose_path((end - start).total_seconds(), q_step, force=force, estimate_rows=estimate,
+                         exact_only=exact_only)
+    q_start, q_end = align_minutes(start, end) if choice.path == "rollup" else (start, end)
+    params = {"start": _naive(q_start), "end": _naive(q_end), "step_s": q_step, "models": list(models),
+              "buckets": list(buckets)}
+    if choice.path == "rollup":
+        df = runner.df("slo_rollup", {**params, "slo_id": slo.slo_id})
+    else:
+        df = runner.df("slo_exact", {**params, **slo.params()})
+    cells: dict[tuple, dict] = {}
+    for t, model, bucket, counts in zip(df["t"], df["model"], df["input_bucket"], df["counts"]):
+        t = q_start if step_s is None else _utc(t.to_pydatetime() if hasattr(t, "to_pydatetime") else t)
+        key = (t, model, bucket if by == "cell" else "all")
+        cells[key] = burn.add(cells.get(key, {}), burn.unpack(counts))
+    rank = {b: i for i, b in enumerate(bucket_labels)}
+    rows = []
+    for (t, model, bucket), c in sorted(cells.items(), key=lambda kv: (kv[0][1], rank.get(kv[0][2], -1), kv[0][0])):
+        t_end = q_end if step_s is None else min(q_end, datetime.fromtimestamp(t.timestamp() + q_step, timezone.utc))
+        span = (t_end - max(t, q_start)).total_seconds()
+        rows.append({"t": t, "model": model, "input_bucket": bucket, **c, **burn.row(slo, c, span)})
+    meta = {"slo": slo.name, "objectives": slo.describe(), "target": slo.target, "slo_id": slo.slo_id,
+            "path": choice.path, "reason": choice.reason, "method": METHOD,
+            "step_s": None if step_s is None else int(step_s), "by": by,
+            "start": q_start.isoformat().replace("+00:00", "Z"), "end": q_end.isoformat().replace("+00:00", "Z"),
+            "counted_per_minute_from": None if covered is None else covered.isoformat().replace("+00:00", "Z"),
+            "count_failed": slo.count_failed, "counts": list(SLO_COUNTS)}
+    return rows, meta

@@ -1,0 +1,53 @@
+"""The declared SLOs in the store: what the per-minute SLO view counts.
+
+The worker calls `register` at start with its SLO file (PHASEMETER_SLOS),
+before it writes any row: SLOs new to the store are inserted (the view
+counts every row inserted from then on), SLOs no longer declared are
+retired. Rows of data, not DDL. `registered` tells the query layer since
+when each SLO is counted, so the rollup path only answers windows it fully
+covers (docs/slo.md).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from phasemeter.alerts.slo_rules import OBJECTIVES, SloSet
+from phasemeter.store.client import load_sql
+
+COLUMNS = ["slo_id", "name", "models", "buckets"] + [c for _, _, c in OBJECTIVES.values()] + ["count_failed"]
+# Counted from the first whole minute after registration, plus one minute for
+# gateway clocks running ahead of the store's (a row stamped after the
+# registration but inserted before it would be missing from its minute).
+SKEW = timedelta(minutes=1)
+
+
+def registered(client) -> dict[int, datetime]:
+    """slo_id -> the first minute its per-minute counts are complete from (UTC)."""
+    out = {}
+    for slo_id, _name, at in client.query(load_sql("slo_registered")).result_rows:
+        at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+        out[int(slo_id)] = covered_from(at)
+    return out
+
+
+def covered_from(registered_at: datetime) -> datetime:
+    start = registered_at.replace(second=0, microsecond=0)
+    if start < registered_at:
+        start += timedelta(minutes=1)
+    return start + SKEW
+
+
+def register(client, sloset: SloSet) -> tuple[list[str], list[int]]:
+    """Make the store count exactly `sloset`'s SLOs. Returns (names added, ids retired)."""
+    have = {int(r[0]) for r in client.query(load_sql("slo_registered")).result_rows}
+    want = {s.slo_id: s for s in sloset.slos}  # two SLOs judging alike share one series
+    new = [s for i, s in want.items() if i not in have]
+    if new:
+        rows = [[s.slo_id, s.name, list(s.models), list(s.buckets)]
+                + [s.limit(m) for m in OBJECTIVES] + [int(s.count_failed)] for s in new]
+        client.insert("slo_definitions", rows, column_names=COLUMNS)
+    stale = sorted(have - set(want))
+    if stale:
+        client.command(load_sql("slo_retire"), parameters={"ids": stale}, settings={"lightweight_deletes_sync": 2})
+    return [s.name for s in new], stale
