@@ -104,6 +104,8 @@ def attainment(runner, slo: Slo, start: datetime, end: datetime, step_s: int | N
     rank = {b: i for i, b in enumerate(bucket_labels)}
     rows = []
     for (t, model, bucket), c in sorted(cells.items(), key=lambda kv: (kv[0][1], rank.get(kv[0][2], -1), kv[0][0])):
+        if not c["n"]:  # in scope, but every generation left out (failed, count_failed = false)
+            continue
         t_end = q_end if step_s is None else min(q_end, datetime.fromtimestamp(t.timestamp() + q_step, timezone.utc))
         span = (t_end - max(t, q_start)).total_seconds()
         rows.append({"t": t, "model": model, "input_bucket": bucket, **c, **burn.row(slo, c, span)})

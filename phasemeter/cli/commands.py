@@ -53,6 +53,9 @@ def cmd_worker(args, settings: Settings) -> int:
 
     from phasemeter.store.client import StoreError, open_migrated_store
 
+    from phasemeter.stream_jobs.app import declared_slos
+
+    declared_slos(settings)  # a bad SLO file stops here, before any store is opened
     try:
         client = open_migrated_store(settings)
     except StoreError as exc:

@@ -38,15 +38,18 @@ def covered_from(registered_at: datetime) -> datetime:
     return start + SKEW
 
 
-def register(client, sloset: SloSet) -> tuple[list[str], list[int]]:
-    """Make the store count exactly `sloset`'s SLOs. Returns (names added, ids retired)."""
+def register(client, sloset: SloSet, at: datetime | None = None) -> tuple[list[str], list[int]]:
+    """Make the store count exactly `sloset`'s SLOs. Returns (names added, ids retired).
+    `at`: when counting starts (default: the store's now). Only pass an earlier
+    time for a store whose rows were all written after it (a fresh store filled
+    from history with the SLO already declared, as a test or an import does)."""
     have = {int(r[0]) for r in client.query(load_sql("slo_registered")).result_rows}
     want = {s.slo_id: s for s in sloset.slos}  # two SLOs judging alike share one series
     new = [s for i, s in want.items() if i not in have]
     if new:
         rows = [[s.slo_id, s.name, list(s.models), list(s.buckets)]
-                + [s.limit(m) for m in OBJECTIVES] + [int(s.count_failed)] for s in new]
-        client.insert("slo_definitions", rows, column_names=COLUMNS)
+                + [s.limit(m) for m in OBJECTIVES] + [int(s.count_failed)] + ([at] if at else []) for s in new]
+        client.insert("slo_definitions", rows, column_names=COLUMNS + (["registered_at"] if at else []))
     stale = sorted(have - set(want))
     if stale:
         client.command(load_sql("slo_retire"), parameters={"ids": stale}, settings={"lightweight_deletes_sync": 2})
