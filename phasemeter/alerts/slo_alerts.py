@@ -34,7 +34,7 @@ def check(runner, sloset: SloSet, at: datetime, models=()) -> list[BurnResult]:
         df = runner.df("slo_windows", {"at": _naive(at), "windows_s": windows, "models": list(models),
                                        **slo.params()})
         rings: dict[str, dict[int, dict]] = {}
-        for model, ring, counts in zip(df["model"], df["ring"], df["counts"]):
+        for model, ring, counts in (zip(df["model"], df["ring"], df["counts"]) if len(df) else ()):
             rings.setdefault(model, {})[int(ring)] = burn.unpack(counts)
         for model in sorted(rings):
             wins = burn.windows_from_rings(rings[model], windows)

@@ -51,7 +51,7 @@ def _registered(runner) -> dict[int, datetime]:
 
     df = runner.df("slo_registered", {})
     out = {}
-    for slo_id, at in zip(df["slo_id"], df["registered_at"]):
+    for slo_id, at in (zip(df["slo_id"], df["registered_at"]) if len(df) else ()):
         at = at.to_pydatetime() if hasattr(at, "to_pydatetime") else at
         out[int(slo_id)] = covered_from(_utc(at))
     return out
@@ -97,7 +97,8 @@ def attainment(runner, slo: Slo, start: datetime, end: datetime, step_s: int | N
     else:
         df = runner.df("slo_exact", {**params, **slo.params()})
     cells: dict[tuple, dict] = {}
-    for t, model, bucket, counts in zip(df["t"], df["model"], df["input_bucket"], df["counts"]):
+    # An empty answer may come without columns.
+    for t, model, bucket, counts in (zip(df["t"], df["model"], df["input_bucket"], df["counts"]) if len(df) else ()):
         t = q_start if step_s is None else _utc(t.to_pydatetime() if hasattr(t, "to_pydatetime") else t)
         key = (t, model, bucket if by == "cell" else "all")
         cells[key] = burn.add(cells.get(key, {}), burn.unpack(counts))

@@ -3,8 +3,10 @@ same answer with the store opened directly and through a running worker.
 
 Commands: `query bands` (exact, rollup, --abandoned exclude with --prefill
 engine, re-bucketed with --prefill uncached, a model filter, the default
-table), `latency` (exact, rollup), `chart` (PNG, SVG, HTML), `alerts check`,
-`alerts backtest`, `dlq inspect`, `inflight`. Data: a normal window, a
+table), `latency` (exact, rollup), `chart` (PNG, SVG, HTML), `alerts check`
+and `alerts backtest` (per-phase rules and the SLOs' burn-rate rules), `slo`
+(exact, per-minute counts, whole window, by model as a table, an ad-hoc
+objective), `dlq inspect`, `inflight`. Data: a normal window, a
 sparse one (cells of one or two generations), a null-heavy one (no first
 token, output_tokens = 1, no queue, no cache) and an empty one.
 
@@ -37,6 +39,25 @@ T0 = (time.time() // 86400 - 2) * 86400  # two days ago, midnight UTC
 H = 3600
 WINDOWS = {"normal": (0, 3 * H), "sparse": (4 * H, 5 * H), "nullheavy": (6 * H, 7 * H), "empty": (8 * H, 9 * H)}
 QS = {"p1": 1, "p5": 5, "p50": 50, "p95": 95, "p99": 99}
+# Declared SLOs (PHASEMETER_SLOS): one over everything, one scoped to long
+# prompts of one model that leaves failures out. Targets of 0.8 and lower:
+# a burn of 6× would need over 100 % misses, so no
+# burn-rate alert fires here (`alerts check` exits 0 on this data; the
+# firing cases are tests/integration/test_slo.py's).
+SLO_FILE = """
+[[slo]]
+name = "chat"
+objectives = { ttft_s = 2.0, decode_tps = 40.0 }
+target = 0.8
+
+[[slo]]
+name = "long"
+models = ["llama-4-maverick"]
+buckets = ["8k-32k", "32k+"]
+objectives = { prefill_tps = 2000.0, tpot_s = 0.05, e2e_s = 30.0 }
+target = 0.5
+count_failed = false
+"""
 
 
 def _iso(offset_s: float) -> str:
@@ -110,6 +131,11 @@ def commands(out_dir: Path) -> dict[str, list[str]]:
             f"{kind}/alerts backtest": ["alerts", "backtest", "--from", _iso(lo), "--to", _iso(hi),
                                         "--every", "30m", "--format", "json"],
             f"{kind}/dlq inspect": ["dlq", "inspect", *w, "--format", "json"],
+            f"{kind}/slo exact": ["slo", *w, "--step", "10m", "--exact", "--format", "json"],
+            f"{kind}/slo rollup": ["slo", *w, "--step", "10m", "--rollup", "--format", "json"],
+            f"{kind}/slo window": ["slo", *w, "--format", "json"],
+            f"{kind}/slo table": ["slo", *w, "--by", "model"],
+            f"{kind}/slo objective": ["slo", *w, "--slo", "chat", "--objective", "ttft_s=0.5", "--format", "csv"],
         }
         for ext in ("png", "svg", "html"):
             cmds[f"{kind}/chart {ext}"] = ["chart", *w, "--step", "30m", "--exact", "--out",
@@ -146,6 +172,12 @@ def direct_phase(result_path: str, out_dir: str) -> None:
     assert worker_url(settings.data_path) is None  # no worker: commands open the store themselves
     client = connect(settings)
     migrate(client)
+    from phasemeter.stream_jobs.app import declared_slos
+    from phasemeter.store.slo_defs import register
+
+    # Declared a day before the history, as a worker running with the file
+    # would have: the per-minute counts cover every window.
+    register(client, declared_slos(settings), at=datetime.fromtimestamp(T0 - 86400, timezone.utc))
     sink = Sink.over(client, settings.store_dsn)
     for kind in WINDOWS:
         rows = rows_for(kind)
@@ -164,6 +196,8 @@ def _normalise(name: str, out: str) -> str:
 def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tmp_path, monkeypatch):
     for d in ("direct", "worker"):
         (tmp_path / d).mkdir()
+    (tmp_path / "slos.toml").write_text(SLO_FILE)
+    pm_env = {**pm_env, "PHASEMETER_SLOS": str(tmp_path / "slos.toml")}
     env = {**pm_env, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1]),
                                                      os.environ.get("PYTHONPATH", "")])}
     script = ("import sys, test_read_paths as t; t.direct_phase(sys.argv[1], sys.argv[2])")
@@ -204,7 +238,8 @@ def _check_outcomes(results: dict, tmp_path: Path) -> None:
     for kind in ("normal", "sparse", "nullheavy"):
         for cmd in ("bands exact", "bands rollup", "bands exclude engine", "bands rebucket uncached",
                     "bands model", "bands table", "latency exact", "latency rollup", "alerts check",
-                    "alerts backtest", "dlq inspect", "chart png", "chart svg", "chart html"):
+                    "alerts backtest", "dlq inspect", "chart png", "chart svg", "chart html", "slo exact",
+                    "slo rollup", "slo window", "slo table", "slo objective"):
             assert f"{kind}/{cmd}" in ok, (kind, cmd, results[f"{kind}/{cmd}"])
         bands = json.loads(results[f"{kind}/bands exact"]["out"])
         _equal_numpy(bands["rows"], rows_for(kind), 600)
@@ -226,6 +261,7 @@ def _check_outcomes(results: dict, tmp_path: Path) -> None:
     assert sum(r["n"] for r in excluded) == sum(r["n"] for r in normal) - sum(r["abandoned"] for r in normal)
     nulls = json.loads(results["nullheavy/bands exact"]["out"])["rows"]
     assert sum(r["decode_n"] for r in nulls) == 100 and all(r["prefill_n"] <= r["n"] for r in nulls)
+    _check_slos(results)
     dlq = json.loads(results["normal/dlq inspect"]["out"])
     assert dlq["total"] == 3 and {r["reason"] for r in dlq["reasons"]} == {"malformed_json", "negative"}, dlq
 
@@ -247,3 +283,51 @@ def _equal_numpy(got: list[dict], rows: list[dict], step_s: int) -> None:
                 want = float(np.percentile(vals, q, method="linear")) if len(vals) else None
                 assert rec[f"{phase}_{p}"] == (pytest.approx(want, rel=1e-12) if want is not None else None), \
                     (rec["model"], rec["input_bucket"], phase, p)
+
+
+def _slo_expected(rows: list[dict], slo, step_s: int | None, lo: float) -> dict:
+    """Counts per cell by the definition of docs/slo.md, in plain Python."""
+    out: dict = {}
+    for r in rows:
+        if (slo.models and r["model"] not in slo.models) or (slo.buckets and r["input_bucket"] not in slo.buckets):
+            continue
+        failed = r["status"] in ("error", "abandoned")
+        if failed and not slo.count_failed:
+            continue
+        limits = dict(slo.objectives)
+        miss = [int(limits.get(m) is not None and r[m] is not None
+                    and (r[m] > limits[m] if m in ("ttft_s", "tpot_s", "e2e_s") else r[m] < limits[m]))
+                for m in ("ttft_s", "prefill_tps", "tpot_s", "decode_tps", "e2e_s")]
+        t = lo if step_s is None else r["ts"] // step_s * step_s
+        key = (int(t), r["model"], r["input_bucket"])
+        flags = [1, int(not failed and not any(miss)), int(failed)] + miss
+        out[key] = [a + b for a, b in zip(out.get(key, [0] * 8), flags)]
+    return {k: v for k, v in out.items() if v[0]}
+
+
+def _check_slos(results: dict) -> None:
+    from phasemeter.alerts.slo_rules import SLO_COUNTS, parse_slos
+    import tomllib
+
+    slos = parse_slos(tomllib.loads(SLO_FILE)).slos
+    for kind in ("normal", "sparse", "nullheavy"):
+        lo = T0 + WINDOWS[kind][0]
+        exact = json.loads(results[f"{kind}/slo exact"]["out"])["slos"]
+        rollup = json.loads(results[f"{kind}/slo rollup"]["out"])["slos"]
+        whole = json.loads(results[f"{kind}/slo window"]["out"])["slos"]
+        for slo, e, r, w in zip(slos, exact, rollup, whole):
+            assert (e["meta"]["path"], r["meta"]["path"]) == ("exact", "rollup")
+            got = {(int(datetime.fromisoformat(x["t"]).timestamp()), x["model"], x["input_bucket"]):
+                   [x[c] for c in SLO_COUNTS] for x in e["rows"]}
+            assert got == _slo_expected(rows_for(kind), slo, 600, lo), (kind, slo.name)
+            assert [[x[c] for c in SLO_COUNTS] for x in r["rows"]] == list(got.values()), (kind, slo.name)
+            totals = _slo_expected(rows_for(kind), slo, None, lo)
+            assert {(x["model"], x["input_bucket"]): [x[c] for c in SLO_COUNTS] for x in w["rows"]} == \
+                {(m, b): v for (_, m, b), v in totals.items()}, (kind, slo.name)
+    assert sum(x["n"] for x in json.loads(results["normal/slo window"]["out"])["slos"][0]["rows"]) == 3000
+    assert "(no generations in scope in this window)" in results["empty/slo table"]["out"]
+    for cmd in ("slo exact", "slo rollup", "slo window"):
+        assert all(s["rows"] == [] for s in json.loads(results[f"empty/{cmd}"]["out"])["slos"]), cmd
+    adhoc = results["normal/slo objective"]["out"].splitlines()
+    assert adhoc[0].startswith("slo,model,input_bucket,n,attainment") and len(adhoc) > 5
+    assert "burn_rate" in json.loads(results["normal/alerts check"]["out"])

@@ -7,7 +7,8 @@ from phasemeter.store.migrate import discover
 from phasemeter.store.client import is_read_only
 
 ROOT = Path(__file__).resolve().parents[2]
-WRITES = {"rollup_backfill", "set_raw_ttl", "set_rollup_ttl", "rollup_delete_cells"}  # run by CLI commands only, never by the web port
+WRITES = {"rollup_backfill", "set_raw_ttl", "set_rollup_ttl", "rollup_delete_cells",
+          "slo_backfill", "slo_delete_cells", "slo_retire"}  # run by CLI commands only, never by the web port
 
 
 def test_named_queries_use_typed_parameters_only():
@@ -82,3 +83,30 @@ def test_each_rebucketing_query_is_its_base_query_with_only_the_bucket_changed()
             "- input_bucket,", "+ " + label,
             "- " + inner.format("input_bucket"), "+ " + inner.format("input_tokens"),
             "- " + where, "+ " + having]), (twin, changed)
+
+
+def _judge_call(text: str) -> str:
+    """The argument list of the SLO judge in a SQL text, whitespace-free."""
+    code = "\n".join(ln for ln in text.splitlines() if not ln.strip().startswith("--"))
+    m = re.search(r"phasemeter_slo_judge_v1\((.*?)\)\)", re.sub(r"\s+", "", code))
+    assert m, "no judge call"
+    return m.group(1)
+
+
+def test_every_slo_count_uses_the_one_judge_with_the_same_arguments():
+    """What "met" means is schema/0012; the view and the exact queries pass it
+    the same row columns in the same order, the queries the same bound limits."""
+    from phasemeter.alerts.slo_rules import OBJECTIVES, SLO_COUNTS
+
+    exact = _judge_call((ROOT / "sql" / "slo_exact.sql").read_text())
+    assert _judge_call((ROOT / "sql" / "slo_windows.sql").read_text()) == exact
+    [view] = (ROOT / "schema").glob("*_slo_minute.sql")
+    in_view = _judge_call(view.read_text())
+    row_cols = "status,ttft_s,prefill_tps,tpot_s,decode_tps,e2e_s"
+    limits = [c for _, _, c in OBJECTIVES.values()] + ["count_failed"]
+    assert exact.startswith(row_cols + ",") and in_view.startswith(",".join(f"g.{c}" for c in row_cols.split(",")))
+    assert re.findall(r"\{(\w+):", exact) == limits
+    assert in_view.split(",")[6:] == [f"d.{c}" for c in limits]
+    [fn] = (ROOT / "schema").glob("*_slo_judge_function.sql")
+    flags = re.search(r"if\(status IN.*?\[toUInt8\(0\)(.*?)\]", fn.read_text(), re.S).group(1)
+    assert flags.count(",") + 1 == len(SLO_COUNTS)  # one flag per named count
