@@ -67,7 +67,9 @@ class Cell:
     def new_worker(self, name: str) -> U.Worker:
         w = U.Worker(self.broker.bootstrap, self.topic, self.workdir / name, batch_seconds=0.5,
                      extra_env={"PHASEMETER_SESSION_TIMEOUT_S": "6", "PHASEMETER_DATABASE": "chaos",
-                                "PHASEMETER_GROUP_ID": f"grp-{self.tag}-{os.getpid()}"}, python=self.python)
+                                "PHASEMETER_GROUP_ID": f"grp-{self.tag}-{os.getpid()}",
+                                # An SLO declared, so its per-minute counts face the same crashes.
+                                "PHASEMETER_SLOS": "example"}, python=self.python)
         w.migrate()
         return w
 
@@ -350,6 +352,8 @@ def report_failure(cell: str, v: dict, command: str) -> str:
              f"drained {v['drained']}, emitter {v['emitter']}",
              f"  missing offsets per partition: {v['missing_offsets']}",
              f"  duplicated ids: {v['duplicated_ids']}", f"  rollup cells: {v['rollup_mismatch_cells']}",
+             f"  SLO count mismatches {v.get('slo_mismatches')} of {v.get('slo_declared')} declared SLO(s): "
+             f"{v.get('slo_mismatch_cells')}",
              f"  notes: {v['notes']}", f"  rerun: {command}"]
     for name, h in v["health"].items():
         lines.append(f"  /health {name}: {json.dumps(h)}")

@@ -101,7 +101,7 @@ def _target_here(dsn: str, database: str) -> dict:
 
     # The installed package (`phasemeter.stream_jobs` exists only installed:
     # the repository's phasemeter/ folder would shadow it).
-    from phasemeter.stream_jobs.ledger import rollup_mismatches
+    from phasemeter.stream_jobs.ledger import rollup_mismatches, slo_mismatches
 
     client = clickhouse_connect.get_client(dsn=dsn)
     client.database = database
@@ -110,13 +110,17 @@ def _target_here(dsn: str, database: str) -> dict:
         dead = client.query("SELECT reason, src_topic, src_partition, src_offset FROM dead_letters").result_rows
         lo, hi = datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc)
         bad = rollup_mismatches(client, lo, hi)
+        slo_bad = slo_mismatches(client, lo, hi)
+        slo_n = client.query("SELECT count() FROM slo_definitions").result_rows[0][0]
         raw_n = client.query("SELECT count() FROM generations").result_rows[0][0]
         rollup_n = client.query("SELECT sum(n) FROM generations_minute").result_rows[0][0] or 0
     finally:
         client.close()
     return {"ids": {r: int(n) for r, n in ids}, "dead": [list(d) for d in dead], "raw_n": int(raw_n),
             "rollup_n": int(rollup_n),
-            "rollup_mismatches": [[m, b, t.isoformat(), r, n] for m, b, t, r, n in bad]}
+            "rollup_mismatches": [[m, b, t.isoformat(), r, n] for m, b, t, r, n in bad],
+            "slo_declared": int(slo_n),
+            "slo_mismatches": [[i, m, b, t.isoformat(), r, n] for i, m, b, t, r, n in slo_bad]}
 
 
 def damage(dsn: str, database: str) -> dict:
@@ -161,10 +165,12 @@ def compare(source: dict, targets: list[dict], protocol: str) -> dict:
     stored: Counter = Counter()
     dead: list = []
     mismatches: list = []
+    slo_mismatches: list = []
     for t in targets:
         stored.update(t["ids"])
         dead += t["dead"]
         mismatches += t["rollup_mismatches"]
+        slo_mismatches += t.get("slo_mismatches", [])
     expected = source["expected"]
     lost = sorted(set(expected) - set(stored))
     duplicated = sorted(r for r, n in stored.items() if n > 1)
@@ -179,11 +185,13 @@ def compare(source: dict, targets: list[dict], protocol: str) -> dict:
     # `duplicate` dead letter. Phase events: the join absorbs such copies.
     produced = source["generation_records"] if protocol == "single" else len(expected)
     accounted = stored_rows + len(dead)
-    ok = not (lost or duplicated or unexpected or mismatches) and accounted == produced
+    ok = not (lost or duplicated or unexpected or mismatches or slo_mismatches) and accounted == produced
     return {"ok": ok, "produced": produced, "distinct": len(expected), "stored": stored_rows,
             "dead": len(dead), "dead_reasons": dict(reasons), "lost": len(lost), "duplicated": len(duplicated),
             "unexpected": len(unexpected), "rollup_mismatches": len(mismatches),
             "rollup_mismatch_cells": mismatches[:10], "duplicated_ids": duplicated[:10],
+            "slo_mismatches": len(slo_mismatches), "slo_mismatch_cells": slo_mismatches[:10],
+            "slo_declared": sum(t.get("slo_declared", 0) for t in targets),
             "missing_offsets": {p: _ranges(o)[:20] for p, o in sorted(missing.items())},
             "raw_n": sum(t["raw_n"] for t in targets), "rollup_n": sum(t["rollup_n"] for t in targets)}
 

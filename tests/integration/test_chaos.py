@@ -35,6 +35,7 @@ def run_cell(broker, tmp_path, fault: str, protocol: str, events: int, kills: in
     assert v["ok"], chaos.report_failure(f"{fault}:1:{protocol}", v, chaos.rerun_command(
         fault, 1, protocol, seed, events, kills))
     assert v["injected"] >= kills // 2, f"only {v['injected']} of {kills} faults injected (seed {seed})"
+    assert v["slo_declared"] >= 1, v  # the SLO counts were checked against raw, not vacuously
     return v
 
 
@@ -59,3 +60,4 @@ def test_negative_control_the_checker_reports_a_deleted_and_a_duplicated_row(kaf
     assert (verdict["lost"], verdict["duplicated"]) == (1, 1), verdict
     assert verdict["duplicated_ids"] == [damaged["duplicated"]]
     assert verdict["rollup_mismatches"] >= 1 and verdict["missing_offsets"], verdict
+    assert verdict["slo_mismatches"] >= 1, verdict  # the SLO counts of the damaged cells disagree too
