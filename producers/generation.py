@@ -20,7 +20,8 @@ import time
 # The limits are the worker's (one contract, stream_jobs/contract.py, which
 # the JSON Schema files are tested against): an event the emitter accepts is
 # never dead-lettered for a limit. contract.py is pure: no worker imports.
-from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, V2_OPTIONAL
+from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, V2_OPTIONAL,
+                                             check_gap_within, check_v2_optional)
 from phasemeter.stream_jobs.contract import STATUSES as _STATUSES
 
 STATUSES = frozenset(_STATUSES)
@@ -81,6 +82,22 @@ def check_threshold(value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_DURATION_S:
         raise ValueError(f"stall_threshold_s must be seconds in (0, {MAX_DURATION_S:g}], got {value!r}")
     return float(value)
+
+
+def check_stalls(chunks, max_gap_s, gaps_over, gap_threshold_s, e2e_s) -> tuple:
+    """record()'s chunk stats, held to the worker's own rules (contract.py:
+    types, ranges, gaps_over <= chunks, max_gap_s <= e2e_s, ...), so an
+    accepted event is never dead-lettered for them. The four checked fields
+    in V2_OPTIONAL order. Only called when one of them is given: the common
+    record() pays nothing."""
+    given = {"chunks": chunks, "max_gap_s": max_gap_s, "gaps_over": gaps_over,
+             "gap_threshold_s": gap_threshold_s}
+    out: dict = {}
+    bad = check_v2_optional(given, out) or check_gap_within(out["max_gap_s"], e2e_s)
+    if bad is not None:
+        # The contract's detail names the field, which is also the argument's name.
+        raise ValueError(f"record(): {bad.detail}")
+    return out["chunks"], out["max_gap_s"], out["gaps_over"], out["gap_threshold_s"]
 
 
 def check_duration(name: str, value) -> None:
