@@ -10,12 +10,20 @@ Cost (bench/bench_asgi.py): up to the first token each SSE event is
 JSON-parsed; after it a token event is only split off and kept in a ring of
 the last TAIL_EVENTS, which `settle()` reads when the response ends (usage,
 finish reason and errors come last).
+
+Decode stalls (docs/metrics.md) are timed over the same kind of event the
+first token is: a data event carrying content. The first token is timed
+chunk one; each later event is timed when it leaves the ring (or at
+`settle()`), where a few substring tests tell a token event from one that
+may carry none (finish, usage, an empty delta), and only those are parsed.
 """
 
 from __future__ import annotations
 
 import collections
 import json
+
+from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S
 
 MAX_CAPTURE_BYTES = 1 << 20   # non-SSE response copied for its `usage`; unfinished SSE event
 TAIL_EVENTS = 8  # SSE events kept to read at the end: finish chunk(s), usage chunk, error
@@ -28,9 +36,10 @@ class SseObserver:
     response announces text/event-stream, True for SSE, and None when a
     stream so announced turns out not to be SSE (then no guessing)."""
 
-    __slots__ = ("usage", "finish_reason", "data_events", "upstream_error", "t_first", "_sse", "_buf", "_tail")
+    __slots__ = ("usage", "finish_reason", "data_events", "upstream_error", "t_first", "_sse", "_buf", "_tail",
+                 "chunks", "gap_max", "gaps_over", "stall_s", "_t_chunk")
 
-    def __init__(self) -> None:
+    def __init__(self, stall_s: float = DEFAULT_STALL_THRESHOLD_S) -> None:
         self.usage: dict | None = None
         self.finish_reason: str | None = None
         self.data_events = 0
@@ -38,7 +47,14 @@ class SseObserver:
         self.t_first: float | None = None
         self._sse: bool | None = False
         self._buf = b""
-        self._tail: collections.deque = collections.deque(maxlen=TAIL_EVENTS)
+        # (event, arrival) pairs; evicted by hand (no maxlen), to be timed as they leave.
+        self._tail: collections.deque = collections.deque()
+        # The chunk hook's O(1) state: content events timed so far, the largest
+        # gap between consecutive ones, how many gaps exceeded stall_s.
+        self.chunks = self.gaps_over = 0
+        self.gap_max = 0.0
+        self.stall_s = stall_s
+        self._t_chunk = 0.0
 
     def _feed(self, chunk: bytes, now: float) -> None:
         buf = self._buf + chunk if self._buf else chunk
@@ -58,21 +74,49 @@ class SseObserver:
                 self._inspect(obj)
                 if _has_content(obj):
                     self.t_first = now
+                    self._chunk(now)
             elif event.startswith(b"data:") or b"\ndata:" in event:
                 # After it, most events are one token each: kept unparsed, and
                 # only the last few, where usage, the finish reason and an
                 # error arrive, are read at the end (settle).
                 if event != b"data: [DONE]":
                     self.data_events += 1
-                    self._tail.append(event)
+                    tail = self._tail
+                    if len(tail) == TAIL_EVENTS:
+                        self._time(*tail.popleft(), False)
+                    tail.append((event, now))
 
     def settle(self) -> None:
         """Read the stream's last events; called once, before the event is built."""
-        for event in self._tail:
-            data = _data(event)
-            if data is not None and _may_matter(data):
-                self._inspect(_loads(data))
+        for event, at in self._tail:
+            self._time(event, at, True)
         self._tail.clear()
+
+    def _time(self, event: bytes, at: float, inspect: bool) -> None:
+        """One data event after the first token, in arrival order: timed as a
+        chunk if it carries content. `inspect`: also read it for usage, the
+        finish reason and an error (the tail; a mid-stream event never was)."""
+        data = _data(event)
+        if data is None:
+            return
+        matters = _may_matter(data)
+        if matters or _may_be_empty(data):
+            obj = _loads(data)
+            if matters and inspect:
+                self._inspect(obj)
+            if not _has_content(obj):
+                return
+        self._chunk(at)
+
+    def _chunk(self, at: float) -> None:
+        if self.chunks:
+            gap = at - self._t_chunk
+            if gap > self.gap_max:
+                self.gap_max = gap
+            if gap > self.stall_s:
+                self.gaps_over += 1
+        self._t_chunk = at
+        self.chunks += 1
 
     def _inspect(self, obj) -> None:
         """One parsed SSE event, or a whole non-SSE response body (asgi.py):
@@ -111,6 +155,19 @@ def _may_matter(data: bytes) -> bool:
                 return True
             i = data.find(key, i)
     return b'"error"' in data
+
+
+# What an event carrying no token shows: an empty object, string or list, or
+# a null content (finish chunks, usage chunks, empty deltas). One of these in
+# a token event (`{}` in its text, say) only costs a parse, never a miss.
+_EMPTY_MARKS = (b"{}", b'""', b"[]", b'"content":null', b'"content": null')
+
+
+def _may_be_empty(data: bytes) -> bool:
+    for mark in _EMPTY_MARKS:
+        if mark in data:
+            return True
+    return False
 
 
 _decode = json.JSONDecoder().decode  # json.loads minus its encoding sniffing: SSE and JSON here are UTF-8
