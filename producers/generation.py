@@ -138,7 +138,7 @@ class Generation:
     __slots__ = ("_meter", "_model", "_input", "_cached", "_rid", "_replica",
                  "t0", "_start", "_t_sched", "_t_first", "_done",
                  # set by chunk() only; _chunks is 0 until then
-                 "_chunks", "_last", "_max_gap", "_over", "_tokens")
+                 "_chunks", "_last", "_max_gap", "_over", "_tokens", "_stall")
 
     def __init__(self, meter, model: str, input_tokens: int, request_id: str | None = None,
                  replica: str | None = None, cached_input_tokens: int | None = None) -> None:
@@ -174,26 +174,34 @@ class Generation:
             return
         now = time.monotonic()
         count = self._chunks
-        if count:
-            prev = self._last
-        else:
-            self._tokens = self._over = 0
-            self._max_gap = None
-            prev = self._t_first
-            if prev is None:
-                # The first chunk is the first token: no gap before it, and
-                # the next gap is measured from the first token's own reading.
-                self.first_token()
-                now = self._t_first
-        if prev is not None:
-            gap = now - prev
-            if self._max_gap is None or gap > self._max_gap:
+        if count:  # the per-chunk path: locals and slots only (bench/bench_chunk_hook.py)
+            gap = now - self._last
+            if gap > self._max_gap:
                 self._max_gap = gap
-            if gap > self._meter._stall_s:
+            if gap > self._stall:
                 self._over += 1
+        else:
+            now = self._first_chunk(now)
         self._last = now
         self._chunks = count + 1
         self._tokens += n
+
+    def _first_chunk(self, now: float) -> float:
+        """Set up the chunk state; the time the next gap is measured from."""
+        self._tokens = self._over = 0
+        self._max_gap = -1.0  # no gap yet: sent as absent, never 0
+        self._stall = self._meter._stall_s  # copied once: one slot read per chunk after this
+        prev = self._t_first
+        if prev is None:
+            # The first chunk is the first token: no gap before it, and
+            # the next gap is measured from the first token's own reading.
+            self.first_token()
+            return self._t_first
+        gap = now - prev
+        self._max_gap = gap
+        if gap > self._stall:
+            self._over = 1
+        return now
 
     token = chunk  # for callers that think in tokens: g.token() per token
 
@@ -218,7 +226,8 @@ class Generation:
         if not count:
             return (None, None, None, None, True) if estimated else None
         # Counts are clamped to the contract's limit (gaps_over <= chunks holds).
-        return (min(count, MAX_TOKENS), self._max_gap, min(self._over, MAX_TOKENS), self._meter._stall_s,
+        gap = self._max_gap
+        return (min(count, MAX_TOKENS), None if gap < 0 else gap, min(self._over, MAX_TOKENS), self._stall,
                 True if estimated else None)
 
     def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False) -> None:
