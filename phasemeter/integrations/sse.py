@@ -11,11 +11,13 @@ JSON-parsed; after it a token event is only split off and kept in a ring of
 the last TAIL_EVENTS, which `settle()` reads when the response ends (usage,
 finish reason and errors come last).
 
-Decode stalls (docs/metrics.md) are timed over the same kind of event the
-first token is: a data event carrying content. The first token is timed
-chunk one; each later event is timed when it leaves the ring (or at
-`settle()`), where a few substring tests tell a token event from one that
-may carry none (finish, usage, an empty delta), and only those are parsed.
+Decode stalls (docs/metrics.md) are timed over data events, as the first
+token is: the first token is chunk one; each later event is timed, with its
+arrival time, as it leaves the ring, unread (any test of its bytes costs
+about what a JSON parse does: bench/bench_asgi.py). `settle()` parses the
+ring from its end back to the last event carrying content, so the trailing
+events that carry none (finish, usage) are not chunks; a content-less event
+before that one is counted (docs/ingest/asgi.md, Limits).
 """
 
 from __future__ import annotations
@@ -82,31 +84,26 @@ class SseObserver:
                 if event != b"data: [DONE]":
                     self.data_events += 1
                     tail = self._tail
-                    if len(tail) == TAIL_EVENTS:
-                        self._time(*tail.popleft(), False)
+                    if len(tail) == TAIL_EVENTS:  # leaves the ring: a mid-stream event, a chunk
+                        self._chunk(tail.popleft()[1])
                     tail.append((event, now))
 
     def settle(self) -> None:
         """Read the stream's last events; called once, before the event is built."""
-        for event, at in self._tail:
-            self._time(event, at, True)
-        self._tail.clear()
-
-    def _time(self, event: bytes, at: float, inspect: bool) -> None:
-        """One data event after the first token, in arrival order: timed as a
-        chunk if it carries content. `inspect`: also read it for usage, the
-        finish reason and an error (the tail; a mid-stream event never was)."""
-        data = _data(event)
-        if data is None:
-            return
-        matters = _may_matter(data)
-        if matters or _may_be_empty(data):
-            obj = _loads(data)
-            if matters and inspect:
-                self._inspect(obj)
-            if not _has_content(obj):
-                return
-        self._chunk(at)
+        tail, parsed, last = self._tail, {}, -1
+        for i in range(len(tail) - 1, -1, -1):  # back to the last event carrying content
+            data = _data(tail[i][0])
+            parsed[i] = obj = None if data is None else _loads(data)
+            if _has_content(obj):
+                last = i
+                break
+        for i, (event, at) in enumerate(tail):  # in arrival order: the last usage / finish reason wins
+            data = _data(event)
+            if data is not None and _may_matter(data):
+                self._inspect(parsed[i] if i in parsed else _loads(data))
+            if i <= last:
+                self._chunk(at)
+        tail.clear()
 
     def _chunk(self, at: float) -> None:
         if self.chunks:
@@ -155,19 +152,6 @@ def _may_matter(data: bytes) -> bool:
                 return True
             i = data.find(key, i)
     return b'"error"' in data
-
-
-# What an event carrying no token shows: an empty object, string or list, or
-# a null content (finish chunks, usage chunks, empty deltas). One of these in
-# a token event (`{}` in its text, say) only costs a parse, never a miss.
-_EMPTY_MARKS = (b"{}", b'""', b"[]", b'"content":null', b'"content": null')
-
-
-def _may_be_empty(data: bytes) -> bool:
-    for mark in _EMPTY_MARKS:
-        if mark in data:
-            return True
-    return False
 
 
 _decode = json.JSONDecoder().decode  # json.loads minus its encoding sniffing: SSE and JSON here are UTF-8

@@ -72,29 +72,32 @@ def test_events_split_across_body_chunks_count_once(meter, split):
         assert (ev["max_gap_s"], ev["gaps_over"]) == (0.0, 0)
 
 
-def test_events_without_content_are_not_chunks_and_content_that_looks_empty_is(meter):
-    # After the first token: empty content, a null content, an empty delta,
-    # a `choices: []` and a comment carry no token. "{}", "[]" and '""' in
-    # the text of a token event (and a tool-call delta) do.
-    odd = [chunk(""), {"choices": [{"index": 0, "delta": {"content": None}}]}, chunk(), {"choices": []}]
-    looks_empty = [chunk("{}"), chunk("[]"), chunk('say ""'),
-                   {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}]}]
-    body = [sse(chunk("", role="assistant")), sse(chunk("Hi"))] + [sse(o) for o in odd] + [b": keep-alive\n\n"] + \
-        [sse(o) for o in looks_empty] + [sse(chunk(f"t{i}")) for i in range(2 * TAIL_EVENTS)] + \
-        [sse(o) for o in odd] + [sse(chunk(finish="stop")), sse(USAGE), sse(b"[DONE]")]
+@pytest.mark.parametrize("n", [2, 3 * TAIL_EVENTS])  # the whole stream in the ring, or most of it gone through
+def test_trailing_events_without_content_are_not_chunks(meter, n):
+    # After the last token: an empty content, a null content (Python's spaced
+    # JSON), the finish chunk, a comment, the usage chunk, [DONE].
+    null = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": None}}]}).encode() + b"\n\n"
+    body = [sse(chunk("", role="assistant"))] + [sse(chunk(f"t{i}")) for i in range(n)] + \
+        [sse(chunk("")), null, sse(chunk(finish="stop")), b": keep-alive\n\n", sse(USAGE), sse(b"[DONE]")]
     run(PhasemeterMiddleware(streaming_app(body), meter), Client())
     (ev,) = meter.events()
-    assert ev["chunks"] == 1 + len(looks_empty) + 2 * TAIL_EVENTS
+    assert ev["chunks"] == n and ev["finish_reason"] == "stop" and ev["output_tokens"] == 3
 
 
-def test_spaced_json_is_read_the_same(meter):
-    # Python's json.dumps default separators: "content": null, "delta": {}
-    def spaced(obj) -> bytes:
-        return b"data: " + json.dumps(obj, separators=(", ", ": ")).encode() + b"\n\n"
-    body = [spaced(chunk("Hi"))] + [spaced({"choices": [{"index": 0, "delta": {"content": None}}]})] * 12 + \
-        [spaced(chunk("x"))] * 12 + [spaced(chunk(finish="stop")), spaced(USAGE), b"data: [DONE]\n\n"]
+def test_tool_call_deltas_are_chunks(meter):
+    call = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}]}
+    body = [sse(chunk("", role="assistant"))] + [sse(call)] * 12 + [sse(chunk(finish="tool_calls")), sse(USAGE)]
     run(PhasemeterMiddleware(streaming_app(body), meter), Client())
-    assert meter.events()[0]["chunks"] == 13
+    assert meter.events()[0]["chunks"] == 12
+
+
+def test_an_event_without_content_before_the_last_token_is_counted(meter):
+    """The documented limit (docs/ingest/asgi.md): events after the first token
+    are not read one by one (that would cost a JSON parse each), so an empty
+    delta between two tokens counts as a chunk; trailing ones do not."""
+    body = [sse(chunk("Hi")), sse(chunk("")), sse(chunk("x")), sse(chunk(finish="stop")), sse(USAGE)]
+    run(PhasemeterMiddleware(streaming_app(body), meter), Client())
+    assert meter.events()[0]["chunks"] == 3
 
 
 def test_a_json_response_or_a_stream_without_content_carries_no_chunk_fields(meter):
