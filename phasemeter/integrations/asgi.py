@@ -13,8 +13,8 @@ and SSE is parsed incrementally beside the stream, never by holding it back.
                  first non-empty body chunk
     end          the last body chunk (more_body false), or the disconnect
 
-Decode stalls: for SSE, every content-carrying data event (the kind the
-first token is) is one timed chunk, and the event carries `chunks`,
+Decode stalls: for SSE, the data events from the first token to the last
+one carrying content are the timed chunks (sse.py), and the event carries `chunks`,
 `max_gap_s`, `gaps_over` and `gap_threshold_s` (the Meter's
 `stall_threshold_s`), schema v2. A JSON response, or a stream without one
 content event, carries none: nothing was timed per chunk.
@@ -74,7 +74,7 @@ class Exchange(SseObserver):
     `response_headers`, `usage` (the response's usage object, or None),
     `finish_reason`, `data_events` (SSE data events seen, [DONE] excluded:
     content chunks plus the few that carry none), `chunks` / `gaps_over` /
-    `gap_max` (the content events timed, final once the response ended)."""
+    `gap_max` (the chunks timed, final once the response ended)."""
 
     __slots__ = ("scope", "status_code", "response_headers", "t0", "start", "t_end", "gone_at", "done",
                  "_body", "_size", "_request", "_resp")
