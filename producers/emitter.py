@@ -19,7 +19,7 @@ import weakref
 from dataclasses import dataclass
 
 from .generation import (Generation, check_duration, check_estimated, check_outcome, check_request,
-                         check_threshold)
+                         check_stalls, check_threshold)
 from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S
 from .phases import PhaseGeneration, end_item, first_token_item, start_item
 from .sender import Sender
@@ -158,6 +158,12 @@ class Meter:
         self._atexit_hook = lambda: (m := ref()) is not None and m.close()
         atexit.register(self._atexit_hook)
 
+    @property
+    def stall_threshold_s(self) -> float:
+        """The gap (s) over which a chunk gap counts in `gaps_over`; integrations
+        that time chunks themselves count against it and send it along."""
+        return self._stall_s
+
     # -- hot path ------------------------------------------------------------
     def generation(self, model: str, input_tokens: int, *, request_id: str | None = None,
                    replica: str | None = None, cached_input_tokens: int | None = None,
@@ -173,18 +179,29 @@ class Meter:
                cached_input_tokens: int | None = None, status: str = "ok",
                finish_reason: str | None = None, request_id: str | None = None,
                replica: str | None = None, t_first: float | None = None, t_end: float | None = None,
-               t_scheduled: float | None = None, output_tokens_estimated: bool = False) -> None:
+               t_scheduled: float | None = None, output_tokens_estimated: bool = False,
+               chunks: int | None = None, max_gap_s: float | None = None, gaps_over: int | None = None,
+               gap_threshold_s: float | None = None) -> None:
         """Emit a generation timed elsewhere. Give durations (ttft_s, e2e_s,
         queue_s) or epoch timestamps (t_first, t_end, t_scheduled) -- not both;
         durations from a monotonic clock are preferable (immune to NTP steps).
         `output_tokens_estimated=True`: output_tokens was counted by the
-        caller (chunks), not reported by the server; sent as schema_version 2."""
+        caller (chunks), not reported by the server; sent as schema_version 2.
+
+        Decode stalls timed by the caller (docs/metrics.md): `chunks` timed,
+        the largest gap between consecutive ones `max_gap_s`, and `gaps_over`,
+        how many gaps exceeded `gap_threshold_s` (None: this Meter's
+        `stall_threshold_s`, sent whenever gaps_over is). Checked by the
+        worker's rules (gaps_over <= chunks, max_gap_s <= e2e_s, ...); the
+        event is then schema_version 2. Leave them None when nothing was
+        timed per chunk: absent is "unknown", 0 would claim a smooth stream."""
         check_request(model, input_tokens, cached_input_tokens, request_id, replica)
         check_outcome(output_tokens, status, finish_reason)
         v2 = None  # the common event: v1, exactly as before
         if output_tokens_estimated is not False:
             check_estimated(output_tokens_estimated)
             v2 = _ESTIMATED
+        stalls = chunks is not None or max_gap_s is not None or gaps_over is not None or gap_threshold_s is not None
         if t_end is not None or t_first is not None or t_scheduled is not None:
             if e2e_s is not None or ttft_s is not None or queue_s is not None:
                 raise ValueError("give durations (ttft_s/e2e_s/queue_s) or timestamps "
@@ -202,6 +219,11 @@ class Meter:
         check_duration(names[0], e2e_s)
         check_duration(names[1], ttft_s)
         check_duration(names[2], queue_s)
+        if stalls:  # checked once e2e_s is known (a gap lies inside the generation)
+            if gap_threshold_s is None and gaps_over is not None:
+                gap_threshold_s = self._stall_s
+            v2 = check_stalls(chunks, max_gap_s, gaps_over, gap_threshold_s, e2e_s) + (
+                True if output_tokens_estimated else None,)
         # EVENT_FIELDS order; request_id None is filled in by the sender thread.
         self._put((request_id, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
                    cached_input_tokens, status, finish_reason, replica, v2))

@@ -20,7 +20,8 @@ import time
 # The limits are the worker's (one contract, stream_jobs/contract.py, which
 # the JSON Schema files are tested against): an event the emitter accepts is
 # never dead-lettered for a limit. contract.py is pure: no worker imports.
-from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, V2_OPTIONAL
+from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, V2_OPTIONAL,
+                                             check_gap_within, check_v2_optional)
 from phasemeter.stream_jobs.contract import STATUSES as _STATUSES
 
 STATUSES = frozenset(_STATUSES)
@@ -83,6 +84,22 @@ def check_threshold(value) -> float:
     return float(value)
 
 
+def check_stalls(chunks, max_gap_s, gaps_over, gap_threshold_s, e2e_s) -> tuple:
+    """record()'s chunk stats, held to the worker's own rules (contract.py:
+    types, ranges, gaps_over <= chunks, max_gap_s <= e2e_s, ...), so an
+    accepted event is never dead-lettered for them. The four checked fields
+    in V2_OPTIONAL order. Only called when one of them is given: the common
+    record() pays nothing."""
+    given = {"chunks": chunks, "max_gap_s": max_gap_s, "gaps_over": gaps_over,
+             "gap_threshold_s": gap_threshold_s}
+    out: dict = {}
+    bad = check_v2_optional(given, out) or check_gap_within(out["max_gap_s"], e2e_s)
+    if bad is not None:
+        # The contract's detail names the field, which is also the argument's name.
+        raise ValueError(f"record(): {bad.detail}")
+    return out["chunks"], out["max_gap_s"], out["gaps_over"], out["gap_threshold_s"]
+
+
 def check_duration(name: str, value) -> None:
     if value is not None and not 0 <= value <= MAX_DURATION_S:
         raise ValueError(f"{name} must give a duration in [0, {MAX_DURATION_S:g}] s, got {value!r}")
@@ -121,7 +138,7 @@ class Generation:
     __slots__ = ("_meter", "_model", "_input", "_cached", "_rid", "_replica",
                  "t0", "_start", "_t_sched", "_t_first", "_done",
                  # set by chunk() only; _chunks is 0 until then
-                 "_chunks", "_last", "_max_gap", "_over", "_tokens")
+                 "_chunks", "_last", "_max_gap", "_over", "_tokens", "_stall")
 
     def __init__(self, meter, model: str, input_tokens: int, request_id: str | None = None,
                  replica: str | None = None, cached_input_tokens: int | None = None) -> None:
@@ -157,26 +174,34 @@ class Generation:
             return
         now = time.monotonic()
         count = self._chunks
-        if count:
-            prev = self._last
-        else:
-            self._tokens = self._over = 0
-            self._max_gap = None
-            prev = self._t_first
-            if prev is None:
-                # The first chunk is the first token: no gap before it, and
-                # the next gap is measured from the first token's own reading.
-                self.first_token()
-                now = self._t_first
-        if prev is not None:
-            gap = now - prev
-            if self._max_gap is None or gap > self._max_gap:
+        if count:  # the per-chunk path: locals and slots only (bench/bench_chunk_hook.py)
+            gap = now - self._last
+            if gap > self._max_gap:
                 self._max_gap = gap
-            if gap > self._meter._stall_s:
+            if gap > self._stall:
                 self._over += 1
+        else:
+            now = self._first_chunk(now)
         self._last = now
         self._chunks = count + 1
         self._tokens += n
+
+    def _first_chunk(self, now: float) -> float:
+        """Set up the chunk state; the time the next gap is measured from."""
+        self._tokens = self._over = 0
+        self._max_gap = -1.0  # no gap yet: sent as absent, never 0
+        self._stall = self._meter._stall_s  # copied once: one slot read per chunk after this
+        prev = self._t_first
+        if prev is None:
+            # The first chunk is the first token: no gap before it, and
+            # the next gap is measured from the first token's own reading.
+            self.first_token()
+            return self._t_first
+        gap = now - prev
+        self._max_gap = gap
+        if gap > self._stall:
+            self._over = 1
+        return now
 
     token = chunk  # for callers that think in tokens: g.token() per token
 
@@ -201,7 +226,8 @@ class Generation:
         if not count:
             return (None, None, None, None, True) if estimated else None
         # Counts are clamped to the contract's limit (gaps_over <= chunks holds).
-        return (min(count, MAX_TOKENS), self._max_gap, min(self._over, MAX_TOKENS), self._meter._stall_s,
+        gap = self._max_gap
+        return (min(count, MAX_TOKENS), None if gap < 0 else gap, min(self._over, MAX_TOKENS), self._stall,
                 True if estimated else None)
 
     def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False) -> None:

@@ -46,6 +46,11 @@ class Script:
     status: int = 200            # non-200: a JSON error body, after ttft_s
     finish_reason: str = "stop"
     finish_chunk: bool = True    # OpenAI's own style: finish_reason in an empty-delta chunk of its own
+    stalls: dict = field(default_factory=dict)  # {i: s}: content chunk i comes s later (and all after it)
+
+    def delay(self, i: int) -> float:
+        """When content chunk i is due, in seconds after the request was read."""
+        return self.ttft_s + i * self.gap_s + sum(s for j, s in self.stalls.items() if j <= i)
 
 
 @dataclass
@@ -139,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif body.get("stream"):
                 self._stream(s, served, chat, model, body)
             else:
-                self._sleep_until(t_request + s.ttft_s + s.gap_s * max(0, s.chunks - 1))
+                self._sleep_until(t_request + s.delay(max(0, s.chunks - 1)))
                 self._json(200, self._whole(s, chat, model))
         except OSError:  # the client went away (a cancel, from here), or a scripted drop
             self.close_connection = True
@@ -202,7 +207,7 @@ class _Handler(BaseHTTPRequestHandler):
         if s.null_choices:
             self._event({**base, "choices": None}, served)
         for i in range(s.chunks):
-            self._sleep_until(served.t_request + s.ttft_s + i * s.gap_s)
+            self._sleep_until(served.t_request + s.delay(i))
             if s.error_after is not None and i == s.error_after:
                 self._event({"error": {"message": "scripted mid-stream failure", "type": "server_error"}})
                 self.wfile.write(b"0\r\n\r\n")

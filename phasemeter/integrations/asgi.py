@@ -13,6 +13,12 @@ and SSE is parsed incrementally beside the stream, never by holding it back.
                  first non-empty body chunk
     end          the last body chunk (more_body false), or the disconnect
 
+Decode stalls: for SSE, the data events from the first token to the last
+one carrying content are the timed chunks (sse.py), and the event carries `chunks`,
+`max_gap_s`, `gaps_over` and `gap_threshold_s` (the Meter's
+`stall_threshold_s`), schema v2. A JSON response, or a stream without one
+content event, carries none: nothing was timed per chunk.
+
 Model from the request's `model`; input, cached and output tokens from the
 response's `usage` (for streams: the final usage chunk, which OpenAI-style
 servers send when the request asks `stream_options: {"include_usage": true}`).
@@ -35,7 +41,7 @@ import time
 from typing import Any, Callable
 
 from phasemeter.producers.sender import Throttled
-from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_TOKENS
+from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S, LABEL_FIELDS, MAX_TOKENS
 
 # The response's SSE and JSON are read by sse.py; its limits are re-exported.
 from .sse import MAX_CAPTURE_BYTES, TAIL_EVENTS, SseObserver, _loads
@@ -67,13 +73,14 @@ class Exchange(SseObserver):
     `scope`, `request` (the parsed JSON body, or None), `status_code`,
     `response_headers`, `usage` (the response's usage object, or None),
     `finish_reason`, `data_events` (SSE data events seen, [DONE] excluded:
-    content chunks plus the few that carry none)."""
+    content chunks plus the few that carry none), `chunks` / `gaps_over` /
+    `gap_max` (the chunks timed, final once the response ended)."""
 
     __slots__ = ("scope", "status_code", "response_headers", "t0", "start", "t_end", "gone_at", "done",
                  "_body", "_size", "_request", "_resp")
 
-    def __init__(self, scope: dict) -> None:
-        SseObserver.__init__(self)
+    def __init__(self, scope: dict, stall_s: float = DEFAULT_STALL_THRESHOLD_S) -> None:
+        SseObserver.__init__(self, stall_s)
         self.scope = scope
         self.t0, self.start = time.time(), time.monotonic()
         self.status_code: int | None = None
@@ -204,6 +211,8 @@ class PhasemeterMiddleware:
         self.app, self.meter, self._paths, self._hooks = app, meter, frozenset(paths), hooks
         self._recorded, self._errors, self._skipped = 0, 0, collections.Counter()
         self._warn = Throttled()
+        # What a gap between content events must exceed to count in gaps_over.
+        self._stall_s = getattr(meter, "stall_threshold_s", DEFAULT_STALL_THRESHOLD_S)
 
     def stats(self) -> dict:
         return {"recorded": self._recorded, "errors": self._errors, "skipped": dict(self._skipped)}
@@ -212,7 +221,7 @@ class PhasemeterMiddleware:
         if scope.get("type") != "http" or scope.get("method") != "POST" or scope.get("path") not in self._paths:
             await self.app(scope, receive, send)
             return
-        ex = Exchange(scope)
+        ex = Exchange(scope, self._stall_s)
 
         async def tapped_receive():
             message = await receive()
@@ -300,10 +309,16 @@ class PhasemeterMiddleware:
         details = usage.get("prompt_tokens_details")
         cached = _count(self._hook("cached_input_tokens", ex,
                                    lambda: details.get("cached_tokens") if isinstance(details, dict) else None))
+        e2e = t_end - ex.start
+        # Chunk stats only from an SSE stream that had content (None: absent, not "smooth").
+        count = ex.chunks if ex._sse and ttft is not None else 0
         self.meter.record(model=model, input_tokens=n_in, output_tokens=n_out, t0=ex.t0, ttft_s=ttft,
-                          e2e_s=t_end - ex.start,
+                          e2e_s=e2e,
                           cached_input_tokens=cached if cached is not None and cached <= n_in else None,
                           status=status, finish_reason=_label(ex.finish_reason, "finish_reason"),
                           request_id=_label(self._hook("request_id", ex, _none), "request_id"),
-                          replica=_label(self._hook("replica", ex, _none), "replica"))
+                          replica=_label(self._hook("replica", ex, _none), "replica"),
+                          chunks=count or None, max_gap_s=min(ex.gap_max, e2e) if count > 1 else None,
+                          gaps_over=ex.gaps_over if count else None,
+                          gap_threshold_s=ex.stall_s if count else None)
         self._recorded += 1

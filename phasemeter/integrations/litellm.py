@@ -10,6 +10,14 @@ streamed chunk; for a non-streaming call LiteLLM sets it to the end) and
 `end_time`. They are wall-clock datetimes, so unlike our own wrappers the
 durations here could be skewed by an NTP step during a call.
 
+No decode-stall fields (chunks, max_gap_s, gaps_over): the per-call success
+and failure hooks used here hand over those three stamps and no time per
+chunk, so no gap between chunks is measured and the events go without them
+(unknown, not "smooth"). LiteLLM's per-chunk logging hooks are not used:
+whether their timing follows the stream or LiteLLM's own logging is untested.
+For stall data, time the stream with the OpenAI wrapper or the ASGI
+middleware (docs/ingest/openai.md, asgi.md).
+
 This module is `phasemeter.integrations.litellm`; `import litellm` is
 absolute and imports the real package, not this file.
 """

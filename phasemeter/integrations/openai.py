@@ -24,6 +24,8 @@ import time
 
 import openai
 
+from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S
+
 # The per-call timing lives in openai_call.py; `Call` and `_iterate` are
 # re-exported (bench/bench_openai_wrapper.py drives `_iterate` directly).
 from .openai_call import Call, _aclose_hook, _aiterate, _close_hook, _iterate, _status
@@ -45,6 +47,8 @@ class Instrumentation:
                  replica: str | None = None) -> None:
         self.client, self.meter, self.count_tokens = client, meter, count_tokens
         self.include_usage, self.replica = include_usage, replica
+        # What a gap between output chunks must exceed to count in gaps_over.
+        self.stall_s = getattr(meter, "stall_threshold_s", DEFAULT_STALL_THRESHOLD_S)
         self._stats = dict.fromkeys(STATS, 0)
         self._lock = threading.Lock()
         self._patched: list = []

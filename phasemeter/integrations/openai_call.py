@@ -20,10 +20,17 @@ class Call:
     token is the first chunk carrying output (text, a tool call, a refusal or
     reasoning), not the role-only opening chunk. The end is the last chunk's
     arrival, or the moment of an error or `close()`.
+
+    Decode stalls, timed as `Generation.chunk()` times them (docs/metrics.md):
+    each chunk carrying output is one timed chunk (however many choices it
+    holds), the first one being the first token; `gap_max` and `over` are the
+    largest gap between consecutive ones and how many exceeded the Meter's
+    stall threshold. O(1) state; sent only for a stream that delivered output.
     """
 
     __slots__ = ("inst", "chat", "kwargs", "hide_usage", "t0", "start", "t_first", "t_last",
-                 "model", "usage", "finish_reason", "n_out", "n_finished", "_once")
+                 "model", "usage", "finish_reason", "n_out", "n_finished", "_once",
+                 "chunks", "t_chunk", "gap_max", "over")
 
     def __init__(self, inst, chat: bool, kwargs: dict, hide_usage: bool) -> None:
         # inst: the openai.Instrumentation (counters, meter, count_tokens),
@@ -32,7 +39,8 @@ class Call:
         self.t0 = time.time()
         self.start = self.t_last = time.monotonic()
         self.t_first = self.model = self.usage = self.finish_reason = None
-        self.n_out = self.n_finished = 0
+        self.n_out = self.n_finished = self.chunks = self.over = 0
+        self.gap_max = 0.0
         self._once = [True]  # list.pop() is atomic: end() records exactly once, from any thread
 
     def observe(self, chunk) -> bool:
@@ -47,14 +55,25 @@ class Call:
             choices = chunk.choices  # None from some servers
             if not choices:
                 return usage is not None and self.hide_usage
+            out = False
             for choice in choices:
                 if choice.finish_reason is not None:
                     self.finish_reason = choice.finish_reason
                     self.n_finished += 1
                 if (_carries_output(choice.delta) if self.chat else choice.text):
                     self.n_out += 1
-                    if self.t_first is None:
-                        self.t_first = now
+                    out = True
+            if out:  # the chunk hook: one timed chunk, whatever its choices
+                if self.t_first is None:
+                    self.t_first = now  # the first token: no gap before it
+                else:
+                    gap = now - self.t_chunk
+                    if gap > self.gap_max:
+                        self.gap_max = gap
+                    if gap > self.inst.stall_s:
+                        self.over += 1
+                self.t_chunk = now
+                self.chunks += 1
         except Exception:  # an odd chunk must not break the caller's loop
             self.inst.count("internal_errors")
         return False
@@ -124,10 +143,16 @@ class Call:
         model = self.model if isinstance(self.model, str) and self.model else self.kwargs.get("model")
         model = str(model or "unknown")[:200]
         reason = self.finish_reason if isinstance(self.finish_reason, str) and self.finish_reason else None
+        # Chunk stats only from a stream's output chunks (whole() times none):
+        # absent means "not timed per chunk", never "a smooth stream".
+        count = self.chunks
         inst.meter.record(model=model, input_tokens=n_in, output_tokens=n_out, t0=self.t0, ttft_s=ttft,
                           e2e_s=e2e, cached_input_tokens=cached, status=status,
                           finish_reason=None if reason is None else reason[:64], replica=inst.replica,
-                          output_tokens_estimated=estimated)
+                          output_tokens_estimated=estimated,
+                          chunks=count or None, max_gap_s=min(self.gap_max, e2e) if count > 1 else None,
+                          gaps_over=self.over if count else None,
+                          gap_threshold_s=inst.stall_s if count else None)
         inst.count("recorded")
 
 

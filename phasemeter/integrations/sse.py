@@ -10,12 +10,22 @@ Cost (bench/bench_asgi.py): up to the first token each SSE event is
 JSON-parsed; after it a token event is only split off and kept in a ring of
 the last TAIL_EVENTS, which `settle()` reads when the response ends (usage,
 finish reason and errors come last).
+
+Decode stalls (docs/metrics.md) are timed over data events, as the first
+token is: the first token is chunk one; each later event is timed, with its
+arrival time, as it leaves the ring, unread (any test of its bytes costs
+about what a JSON parse does: bench/bench_asgi.py). `settle()` parses the
+ring from its end back to the last event carrying content, so the trailing
+events that carry none (finish, usage) are not chunks; a content-less event
+before that one is counted (docs/ingest/asgi.md, Limits).
 """
 
 from __future__ import annotations
 
 import collections
 import json
+
+from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S
 
 MAX_CAPTURE_BYTES = 1 << 20   # non-SSE response copied for its `usage`; unfinished SSE event
 TAIL_EVENTS = 8  # SSE events kept to read at the end: finish chunk(s), usage chunk, error
@@ -28,9 +38,10 @@ class SseObserver:
     response announces text/event-stream, True for SSE, and None when a
     stream so announced turns out not to be SSE (then no guessing)."""
 
-    __slots__ = ("usage", "finish_reason", "data_events", "upstream_error", "t_first", "_sse", "_buf", "_tail")
+    __slots__ = ("usage", "finish_reason", "data_events", "upstream_error", "t_first", "_sse", "_buf", "_tail",
+                 "chunks", "gap_max", "gaps_over", "stall_s", "_t_chunk")
 
-    def __init__(self) -> None:
+    def __init__(self, stall_s: float = DEFAULT_STALL_THRESHOLD_S) -> None:
         self.usage: dict | None = None
         self.finish_reason: str | None = None
         self.data_events = 0
@@ -38,7 +49,14 @@ class SseObserver:
         self.t_first: float | None = None
         self._sse: bool | None = False
         self._buf = b""
-        self._tail: collections.deque = collections.deque(maxlen=TAIL_EVENTS)
+        # (event, arrival) pairs; evicted by hand (no maxlen), to be timed as they leave.
+        self._tail: collections.deque = collections.deque()
+        # The chunk hook's O(1) state: content events timed so far, the largest
+        # gap between consecutive ones, how many gaps exceeded stall_s.
+        self.chunks = self.gaps_over = 0
+        self.gap_max = 0.0
+        self.stall_s = stall_s
+        self._t_chunk = 0.0
 
     def _feed(self, chunk: bytes, now: float) -> None:
         buf = self._buf + chunk if self._buf else chunk
@@ -58,21 +76,44 @@ class SseObserver:
                 self._inspect(obj)
                 if _has_content(obj):
                     self.t_first = now
+                    self._chunk(now)
             elif event.startswith(b"data:") or b"\ndata:" in event:
                 # After it, most events are one token each: kept unparsed, and
                 # only the last few, where usage, the finish reason and an
                 # error arrive, are read at the end (settle).
                 if event != b"data: [DONE]":
                     self.data_events += 1
-                    self._tail.append(event)
+                    tail = self._tail
+                    if len(tail) == TAIL_EVENTS:  # leaves the ring: a mid-stream event, a chunk
+                        self._chunk(tail.popleft()[1])
+                    tail.append((event, now))
 
     def settle(self) -> None:
         """Read the stream's last events; called once, before the event is built."""
-        for event in self._tail:
+        tail, parsed, last = self._tail, {}, -1
+        for i in range(len(tail) - 1, -1, -1):  # back to the last event carrying content
+            data = _data(tail[i][0])
+            parsed[i] = obj = None if data is None else _loads(data)
+            if _has_content(obj):
+                last = i
+                break
+        for i, (event, at) in enumerate(tail):  # in arrival order: the last usage / finish reason wins
             data = _data(event)
             if data is not None and _may_matter(data):
-                self._inspect(_loads(data))
-        self._tail.clear()
+                self._inspect(parsed[i] if i in parsed else _loads(data))
+            if i <= last:
+                self._chunk(at)
+        tail.clear()
+
+    def _chunk(self, at: float) -> None:
+        if self.chunks:
+            gap = at - self._t_chunk
+            if gap > self.gap_max:
+                self.gap_max = gap
+            if gap > self.stall_s:
+                self.gaps_over += 1
+        self._t_chunk = at
+        self.chunks += 1
 
     def _inspect(self, obj) -> None:
         """One parsed SSE event, or a whole non-SSE response body (asgi.py):

@@ -28,7 +28,7 @@ def bench():
 
 @pytest.mark.parametrize("name", ["bench_worker", "bench_join", "bench_sink", "bench_freshness", "profile_worker",
                                   "bench_otlp", "bench_asgi", "bench_openai_wrapper", "bench_cli_startup",
-                                  "run_all", "bare_faust_app"])
+                                  "run_all", "bare_faust_app", "bench_chunk_hook"])
 def test_imports_and_has_main(bench, name):
     mod = bench(name)
     assert callable(mod.main)
@@ -161,3 +161,12 @@ def test_run_all_keeps_notes_per_stage(bench, tmp_path):
     section = {"key": "join", "title": "J", "note": "", "runs": []}
     text = ra.markdown({"nproc": 2}, [section], 1.0, [], {"join": ra.kept_notes(out, "join")})
     assert "join findings" in text and "profile findings" not in text
+
+
+def test_chunk_hook_bench_tiny(bench):
+    hook = bench("bench_chunk_hook")
+    r = hook.run(40, 20, 2)
+    for kind in ("reference", "chunked", "floor", "record", "record_stalls"):
+        assert r[kind]["n"] == 40 and 0 < r[kind]["p50"] <= r[kind]["p99"] <= r[kind]["max"]
+    assert r["chunks"] == 20 and r["meter"]["dropped"] == 0 and r["meter"]["failed"] == 0
+    assert "g.chunk(1)" in hook.render(r) and "per generation over the reference" in hook.render(r)
