@@ -146,4 +146,13 @@ def demo_check(runner, settings, at: datetime | None = None) -> str:
     fired = sum(r.state == FIRING for r in results)
     head = (f"alerts at {at:%Y-%m-%d %H:%M:%S} UTC (window 15m, baseline: previous 30m; "
             f"{fired} firing)")
-    return head + "\n" + table(results)
+    text = head + "\n" + table(results)
+    if settings.slos:  # the demo's SLOs: their burn-rate rules at the same time
+        from phasemeter.alerts import slo_alerts
+        from phasemeter.alerts.slo_rules import load_slos
+
+        sloset = load_slos(settings.slos, labels(parse_edges(settings.bucket_edges)))
+        burns = slo_alerts.check(runner, sloset, at)
+        text += (f"\nSLO burn-rate alerts at the same time ({sum(r.firing for r in burns)} firing):\n"
+                 + slo_alerts.table(burns, sloset))
+    return text

@@ -25,6 +25,9 @@ from phasemeter.settings import Settings
 PHASE_RATE = 100.0  # live phase-protocol generations per second
 
 
+DEMO_SLOS = Path(__file__).with_name("slos.toml")
+
+
 def _say(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -71,7 +74,7 @@ class Stack:
                 "PHASEMETER_TOPIC": s.topic, "PHASEMETER_DLQ_TOPIC": s.dlq_topic,
                 "PHASEMETER_WEB_PORT": str(s.web_port), "PHASEMETER_DATABASE": s.database,
                 "PHASEMETER_ABANDON_AFTER_S": str(s.abandon_after_s),
-                "PHASEMETER_EXPIRY_TICK_S": str(s.expiry_tick_s)}
+                "PHASEMETER_EXPIRY_TICK_S": str(s.expiry_tick_s), "PHASEMETER_SLOS": s.slos}
 
     def start_worker(self, bootstrap: str, log_path: Path) -> str:
         cmd = [sys.executable, "-m", "phasemeter", "worker", "--loglevel", "warn"]
@@ -117,7 +120,8 @@ def run_load(bootstrap: str, settings: Settings, seconds: float, rate: float, wo
     for i in range(total):
         g = gen.make(i / total)
         meter.record(model=g.model, input_tokens=g.input_tokens, output_tokens=g.output_tokens, t0=g.t0,
-                     ttft_s=g.ttft_s, e2e_s=g.e2e_s, queue_s=g.queue_s, status=g.status, replica=g.replica)
+                     ttft_s=g.ttft_s, e2e_s=g.e2e_s, queue_s=g.queue_s, status=g.status, replica=g.replica,
+                     chunks=g.chunks, max_gap_s=g.max_gap_s, gaps_over=g.gaps_over)
         # Pace to `rate` without sleeping per event (a gateway has its own pacing).
         ahead = (i + 1) / rate - (time.monotonic() - began)
         if ahead > 0.01:
@@ -153,7 +157,7 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str, keep
     demo_dir.mkdir(parents=True)
     # A short expiry so the demo's hung requests become `abandoned` while you watch.
     settings = settings.replace(data_dir=str(demo_dir), clickhouse_url="", web_port=free_port(),
-                                abandon_after_s=15.0, expiry_tick_s=1.0)
+                                abandon_after_s=15.0, expiry_tick_s=1.0, slos=str(DEMO_SLOS))
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     stack = Stack(settings)
@@ -258,3 +262,30 @@ def show_results(settings: Settings, url: str, out: Path) -> None:
     text = demo_check(runner, settings)
     print(text)
     (out / "alerts.txt").write_text(text + "\n")
+    show_slos(settings, runner, out, order)
+
+
+def show_slos(settings: Settings, runner, out: Path, order: list[str]) -> None:
+    """The demo's SLOs per model and 15 min: attainment drops when prefill
+    regresses, the misses are ttft's; and the stalling model's stall share."""
+    from phasemeter.alerts.slo_rules import load_slos
+    from phasemeter.analytics.core import run_query
+    from phasemeter.analytics.present import render
+    from phasemeter.analytics.slo import attainment
+    from phasemeter.render.slo_table import render_many
+    from phasemeter.timeparse import window
+
+    sloset = load_slos(settings.slos, order)
+    start, end = window("-65m", "now")
+    results = [(slo, *attainment(runner, slo, start, end, 900, bucket_labels=order, by="model"))
+               for slo in sloset.slos]
+    _say("SLO attainment per model and 15 min (phasemeter slo --by model --step 15m):")
+    text = render_many(results, "table")
+    print(text)
+    (out / "slo.txt").write_text(text + "\n")
+    df, meta = run_query(runner, start, end, 86_400, kind="stalls", default_edges=settings.bucket_edges)
+    _say("decode stalls, whole window (phasemeter query bands --stalls):")
+    text = render(df, "table", meta, ["model", "input_bucket", "chunk_n", "gap_p50", "gap_p99", "gap_max",
+                                      "stalled_share"])
+    print(text)
+    (out / "stalls.txt").write_text(text + "\n")

@@ -4,6 +4,9 @@ Used by the demo and the benchmarks. Simulated time sweeps a window (default
 the last hour) while the load runs, so a short run fills a whole chart. From
 `regress_at` (fraction of the window) on, prefill of long prompts (>= 8k
 tokens) gets slower while decode stays flat: the case phasemeter exists for.
+Each streamed generation also carries its chunk timing (one token per
+chunk); one model stalls now and then (a gap of about a second, as when a
+request is preempted), which its per-request tpot hides.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ class Traffic:
     decode_sigma: float = 0.15
     fail_rate: float = 0.01            # failed before the first token
     cancel_rate: float = 0.01
+    gap_jitter: tuple[float, float] = (1.5, 3.0)  # largest chunk gap / mean gap, when nothing stalls
+    stall_model: str = "qwen3-32b"     # this model's streams stall now and then ...
+    stall_rate: float = 0.04           # ... this share of them ...
+    stall_s: tuple[float, float] = (0.6, 2.5)  # ... for this long (added to decode)
 
 
 TRAFFIC = Traffic()
@@ -61,6 +68,9 @@ class Generated:
     queue_s: float | None
     status: str
     replica: str
+    chunks: int | None = None          # chunk timing (None: nothing streamed)
+    max_gap_s: float | None = None
+    gaps_over: int | None = None       # gaps over 0.5 s (the emitter's default threshold)
 
 
 class SyntheticGateway:
@@ -70,6 +80,9 @@ class SyntheticGateway:
         self.regress_at = traffic.regress_at if regress_at is None else regress_at
         self.slowdown = traffic.slowdown if slowdown is None else slowdown
         self.rng = random.Random(seed)
+        # Chunk timing draws from its own stream, so the rest of the traffic is
+        # the same as before stalls existed (tests and benchmarks keep their rows).
+        self.chunk_rng = random.Random(seed + 1)
         self.models = models
         self.traffic = traffic
 
@@ -98,4 +111,11 @@ class SyntheticGateway:
         decode_rate = model.decode_tps * rng.lognormvariate(0, tr.decode_sigma)
         e2e = ttft + (n_out - 1) / decode_rate
         status = "cancelled" if rng.random() < tr.cancel_rate else "ok"
-        return Generated(model.name, n_in, n_out, t0, ttft, e2e, queue, status, replica)
+        if n_out < 2:
+            return Generated(model.name, n_in, n_out, t0, ttft, e2e, queue, status, replica)
+        crng = self.chunk_rng
+        max_gap, over = crng.uniform(*tr.gap_jitter) / decode_rate, 0
+        if model.name == tr.stall_model and crng.random() < tr.stall_rate:
+            max_gap, over = crng.uniform(*tr.stall_s), 1
+            e2e += max_gap
+        return Generated(model.name, n_in, n_out, t0, ttft, e2e, queue, status, replica, n_out, max_gap, over)
