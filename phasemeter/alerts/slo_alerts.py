@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 
 from phasemeter.alerts import burn
 from phasemeter.alerts.burn import FIRING, BurnResult
+from phasemeter.alerts.rules import _human
 from phasemeter.alerts.slo_rules import SloSet
 
 MAX_POINTS = 2000
@@ -112,7 +113,9 @@ def table(results: list[BurnResult], sloset: SloSet) -> str:
     for r in results:
         if r.firing:
             lines.append(f"FIRING {r.rule.severity} {r.slo.name}/{r.rule.name} {r.model}: burn "
-                         f"{r.burn_long:.1f}× over {r.rule.describe()} (SLO {r.slo.describe()}); budget burnt by "
+                         f"{r.burn_long:.1f}× over {_human(r.rule.long_s)} and {r.burn_short:.1f}× over "
+                         f"{_human(r.rule.short_s)} (fires at {r.rule.factor:g}× over both; SLO {r.slo.describe()}); "
+                         "budget burnt by "
                          f"{r.phase}" + (f" ({r.objective})" if r.objective else "") + f": {r.evidence()}; "
                          f"runbook: {sloset.runbook_url(r.phase) if r.phase != 'none' else '-'}")
     return "\n".join(lines)
