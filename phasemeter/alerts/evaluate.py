@@ -17,6 +17,10 @@ if TYPE_CHECKING:  # only in annotations: `phasemeter --help` imports this modul
     import pandas as pd
 
 OK, FIRING, INSUFFICIENT = "ok", "firing", "insufficient data"
+# Each metric's (sample count, value) columns in its frame: alert_window for
+# the throughputs, stall_window for the stall family.
+COLUMNS = {"prefill_tps": ("prefill_n", "prefill_q"), "decode_tps": ("decode_n", "decode_q"),
+           "max_gap_s": ("gap_n", "gap_q"), "stalled_share": ("verdict_n", "stalled_share")}
 OTHER = {"prefill": "decode", "decode": "prefill"}
 # For decode: queue_s p95 must at least grow this much to be called "rose".
 QUEUE_RISE = 1.5
@@ -106,13 +110,17 @@ def evaluate(rule: Rule, frame: pd.DataFrame, at: datetime, buckets: tuple[str, 
     if frame is None or frame.empty:
         return out
     phase, other = rule.phase, OTHER[rule.phase]
+    n_col, v_col = COLUMNS[rule.metric]
     pairs = sorted(set(zip(frame["model"], frame["input_bucket"])))
     for model, bucket in pairs:
         if not rule.covers(bucket) or (buckets and bucket not in buckets):
             continue
         cur, base = _side(frame, model, bucket, "current"), _side(frame, model, bucket, "baseline")
-        n_cur, n_base = int(cur.get(f"{phase}_n", 0) or 0), int(base.get(f"{phase}_n", 0) or 0)
-        v_cur, v_base = _num(cur.get(f"{phase}_q")), _num(base.get(f"{phase}_q"))
+        n_cur, n_base = int(cur.get(n_col, 0) or 0), int(base.get(n_col, 0) or 0)
+        v_cur, v_base = _num(cur.get(v_col)), _num(base.get(v_col))
+        if rule.rises:
+            out.append(_rise(rule, model, bucket, at, n_cur, n_base, v_cur, v_base, base))
+            continue
         ratio = _ratio(v_cur, v_base)
         other_ratio = _ratio(_num(cur.get(f"{other}_q")), _num(base.get(f"{other}_q")))
         other_change = None if other_ratio is None else other_ratio - 1
@@ -133,6 +141,37 @@ def evaluate(rule: Rule, frame: pd.DataFrame, at: datetime, buckets: tuple[str, 
                           None if ratio is None else ratio - 1, other_change, queue_ratio, evidence,
                           shares, engine_change, None if covered is None else covered / 1000))
     return out
+
+
+def _rise(rule: Rule, model: str, bucket: str, at: datetime, n_cur: int, n_base: int, v_cur: float | None,
+          v_base: float | None, base: dict) -> Result:
+    """The stall family: fires when the current value is at least the rule's
+    floor and over baseline × (1 + threshold); a clean baseline (0 stalled)
+    makes any current value over the floor a rise."""
+    if n_cur < rule.min_current or n_base < rule.min_baseline or v_cur is None or v_base is None:
+        state = INSUFFICIENT
+    elif v_cur >= rule.floor and v_cur > v_base * (1 + rule.threshold):
+        state = FIRING
+    else:
+        state = OK
+    change = v_cur / v_base - 1 if v_cur is not None and v_base else None
+    evidence = diagnose_stalls(rule, v_cur, v_base) if state == FIRING else ""
+    covered = _num(base.get("covered_ms"))
+    return Result(rule, model, bucket, at, state, v_cur, v_base, n_cur, n_base, change, None, None, evidence,
+                  baseline_covered_s=None if covered is None else covered / 1000)
+
+
+def stall_value(metric: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1%}" if metric == "stalled_share" else f"{v:.2f}s"
+
+
+def diagnose_stalls(rule: Rule, v_cur: float | None, v_base: float | None) -> str:
+    """Streams stopping mid-answer: preemption or KV-cache pressure first."""
+    what = "stalled share" if rule.metric == "stalled_share" else f"p{rule.percentile:g} largest chunk gap"
+    return (f"decode stalls: {what} {stall_value(rule.metric, v_base)} → {stall_value(rule.metric, v_cur)} "
+            "→ preemption / KV-cache pressure (decode runbook, section A)")
 
 
 def order(results: list[Result], bucket_labels: list[str], rule_names: list[str]) -> list[Result]:
@@ -158,14 +197,16 @@ def as_dict(r: Result) -> dict:
             "threshold_pct": round(100 * r.rule.threshold, 2)}
 
 
-def _fmt(v: float | None) -> str:
+def _fmt(v: float | None, metric: str = "") -> str:
+    if metric in COLUMNS and metric not in ("prefill_tps", "decode_tps"):
+        return stall_value(metric, v)
     return "-" if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}")
 
 
 def table(results: list[Result]) -> str:
     """Aligned text; firing rows are followed by phase, runbook and evidence."""
     head = ["rule", "model", "bucket", "current", "baseline", "change", "n cur", "n base", "state"]
-    rows = [[r.rule.name, r.model, r.bucket, _fmt(r.current), _fmt(r.baseline),
+    rows = [[r.rule.name, r.model, r.bucket, _fmt(r.current, r.rule.metric), _fmt(r.baseline, r.rule.metric),
              "-" if r.change is None else f"{r.change:+.1%}", str(r.n_current), str(r.n_baseline),
              r.state.upper() if r.firing else r.state] for r in results]
     widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
@@ -175,7 +216,10 @@ def table(results: list[Result]) -> str:
     if not rows:
         lines.append("(no generations in the evaluated windows)")
     for r in results:
-        if r.firing:
+        if r.firing and r.rule.rises:
+            lines.append(f"FIRING {r.rule.alertname} [{r.rule.phase}] {r.model} {r.bucket}: {r.evidence} vs "
+                         f"{r.rule.baseline.describe()} ({coverage(r)}); runbook: {r.rule.runbook}")
+        elif r.firing:
             lines.append(f"FIRING {r.rule.alertname} [{r.rule.phase}] {r.model} {r.bucket}: "
                          f"p{r.rule.percentile:g} {r.rule.metric} {r.change:+.0%} vs {r.rule.baseline.describe()}"
                          f" ({coverage(r)}); {r.evidence}; runbook: {r.rule.runbook}")

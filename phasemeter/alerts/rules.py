@@ -15,12 +15,20 @@ from pathlib import Path
 
 from phasemeter.timeparse import ArgError, parse_duration
 
-PHASE_METRICS = {"prefill": ("prefill_tps",), "decode": ("decode_tps",)}
+PHASE_METRICS = {"prefill": ("prefill_tps",), "decode": ("decode_tps", "max_gap_s", "stalled_share")}
 ALERT_NAMES = {"prefill": "PhasemeterPrefillSlowTail", "decode": "PhasemeterDecodeSlowTail"}
+# The stall family (docs/alerts.md): a decode stall shows as a RISE, of the
+# largest gap between chunks (a high percentile of max_gap_s) or of the share
+# of stalled streams; below `floor` a rise is not worth a page (0 -> 0.3 %
+# doubles, and means nothing). Default floors per metric:
+RISES = {"max_gap_s": 0.5, "stalled_share": 0.02}
+STALL_ALERT = "PhasemeterDecodeStalls"
+# KV-cache pressure and preemption: what stalls a running stream.
+STALL_RUNBOOK = "docs/runbooks/decode.md#a-kv-cache-pressure--batch-too-large"
 DAY_S = 86_400.0
 TOP_KEYS = {"rule", "runbook_base_url"}
 RULE_KEYS = {"name", "phase", "metric", "percentile", "buckets", "window", "baseline", "threshold",
-             "min_samples", "severity", "runbook"}
+             "min_samples", "severity", "runbook", "floor"}
 BASELINE_KEYS = {"previous": {"kind", "duration"}, "same_hour": {"kind", "days", "duration"}}
 
 
@@ -66,12 +74,18 @@ class Rule:
     min_baseline: int
     severity: str
     runbook: str
+    floor: float | None = None  # rising metrics only: the least current value that may fire
     # The TOML table as written, so overrides re-validate the same way (not part of equality).
     raw: tuple = field(default=(), compare=False, repr=False)
 
     @property
+    def rises(self) -> bool:
+        """A stall metric: it regresses upwards (a throughput regresses downwards)."""
+        return self.metric in RISES
+
+    @property
     def alertname(self) -> str:
-        return ALERT_NAMES[self.phase]
+        return STALL_ALERT if self.rises else ALERT_NAMES[self.phase]
 
     def covers(self, bucket: str) -> bool:
         return not self.buckets or bucket in self.buckets
@@ -150,7 +164,9 @@ def parse_rule(table, where: str) -> Rule:
     if metric not in PHASE_METRICS[phase]:  # a prefill rule reading decode would cross-fire
         raise RulesError(f"{where}.metric: {metric!r} does not belong to phase {phase!r} "
                          f"(use {', '.join(PHASE_METRICS[phase])})")
-    percentile = _get(table, "percentile", where, float, 5.0)
+    rises = metric in RISES
+    # The slow end: LOW for a throughput, HIGH for a gap.
+    percentile = _get(table, "percentile", where, float, 99.0 if rises else 5.0)
     if not 0 < percentile < 100:
         raise RulesError(f"{where}.percentile: {percentile} is not in (0, 100)")
     buckets = _get(table, "buckets", where, (list, str), "all")
@@ -164,9 +180,16 @@ def parse_rule(table, where: str) -> Rule:
     if window_s > DAY_S:
         raise RulesError(f"{where}.window: at most 1d")
     baseline = parse_baseline(table.get("baseline", {"kind": "previous"}), f"{where}.baseline")
-    threshold = _get(table, "threshold", where, float, 0.30)
-    if not 0 < threshold < 1:
+    threshold = _get(table, "threshold", where, float, 1.0 if rises else 0.30)
+    if rises and not 0 < threshold <= 100:
+        raise RulesError(f"{where}.threshold: {threshold} is not a relative rise in (0, 100] (1.0 = doubled)")
+    if not rises and not 0 < threshold < 1:
         raise RulesError(f"{where}.threshold: {threshold} is not a relative drop in (0, 1)")
+    if "floor" in table and not rises:
+        raise RulesError(f"{where}.floor: only the stall metrics ({', '.join(RISES)}) take a floor")
+    floor = _get(table, "floor", where, float, RISES.get(metric))
+    if rises and not floor >= 0:
+        raise RulesError(f"{where}.floor: {floor} is not >= 0")
     mins = _get(table, "min_samples", where, dict, {})
     _unknown(mins, {"current", "baseline"}, f"{where}.min_samples")
     min_current = _get(mins, "current", f"{where}.min_samples", int, 50)
@@ -175,8 +198,8 @@ def parse_rule(table, where: str) -> Rule:
         raise RulesError(f"{where}.min_samples: counts must be >= 1")
     return Rule(name, phase, metric, percentile, tuple(buckets), window_s, baseline, threshold,
                 min_current, min_baseline, _get(table, "severity", where, str, "page"),
-                _get(table, "runbook", where, str, f"docs/runbooks/{phase}.md"),
-                raw=tuple(sorted(table.items(), key=lambda kv: kv[0])))
+                _get(table, "runbook", where, str, STALL_RUNBOOK if rises else f"docs/runbooks/{phase}.md"),
+                floor if rises else None, raw=tuple(sorted(table.items(), key=lambda kv: kv[0])))
 
 
 def parse_rules(doc: dict, source: str = "rules", bucket_labels: list[str] | None = None) -> RuleSet:

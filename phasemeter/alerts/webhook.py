@@ -43,9 +43,13 @@ def alert_of(r: Result, runbook_url: str, generator_url: str) -> dict:
         "status": "firing",
         "labels": labels,
         "annotations": {
-            "summary": f"{r.rule.phase} slow tail (p{r.rule.percentile:g} {r.rule.metric}) of {r.model} "
-                       f"{r.bucket} dropped {-r.change:.0%}",
-            "description": (f"p{r.rule.percentile:g} {r.rule.metric} {r.current:,.1f} vs baseline "
+            "summary": (f"decode stalls of {r.model} {r.bucket}: {r.rule.metric} rose" if r.rule.rises else
+                        f"{r.rule.phase} slow tail (p{r.rule.percentile:g} {r.rule.metric}) of {r.model} "
+                        f"{r.bucket} dropped {-r.change:.0%}"),
+            "description": (f"{r.rule.metric} {r.current:,.4g} vs baseline "
+                            f"{r.baseline:,.4g} ({r.rule.baseline.describe()}; {r.n_current} / "
+                            f"{r.n_baseline} samples); {r.evidence}") if r.rule.rises else
+                           (f"p{r.rule.percentile:g} {r.rule.metric} {r.current:,.1f} vs baseline "
                             f"{r.baseline:,.1f} ({r.rule.baseline.describe()}; {r.n_current} / "
                             f"{r.n_baseline} samples); {r.evidence}"),
             "runbook_url": runbook_url,

@@ -110,3 +110,12 @@ def test_every_slo_count_uses_the_one_judge_with_the_same_arguments():
     [fn] = (ROOT / "schema").glob("*_slo_judge_function.sql")
     flags = re.search(r"if\(status IN.*?\[toUInt8\(0\)(.*?)\]", fn.read_text(), re.S).group(1)
     assert flags.count(",") + 1 == len(SLO_COUNTS)  # one flag per named count
+
+
+def test_the_stall_frame_splits_windows_as_the_alert_frame_does():
+    def parts(text):
+        code = re.sub(r"\s+", " ", "\n".join(ln for ln in text.splitlines() if not ln.strip().startswith("--")))
+        return re.search(r"multiIf\(.*?\) AS part", code).group(0)
+
+    [view] = (ROOT / "schema").glob("*_alert_window_view.sql")
+    assert parts((ROOT / "sql" / "stall_window.sql").read_text()) == parts(view.read_text())

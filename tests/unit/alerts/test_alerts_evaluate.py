@@ -14,7 +14,7 @@ from phasemeter.alerts.webhook import payloads, safe_url
 
 AT = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 RULES = load_rules()
-PREFILL, DECODE = RULES.rules
+PREFILL, DECODE, STALLS = RULES.rules
 
 
 def row(model, bucket, part, prefill=1000.0, decode=50.0, n=300, queue=0.05, share=0.02, engine=None, **kw):
@@ -189,3 +189,28 @@ def test_an_episode_whose_baseline_absorbed_the_incident_is_marked():
     [ep] = episodes([(at(i), evaluate(PREFILL, f, at(i))) for i, f in enumerate([ok, bad, bad, ok])])
     ep = with_overlap(ep, PREFILL, at(3))
     assert ep.baseline_overlap_s == 1800 and not ep.absorbed
+
+
+def stall_row(model, bucket, part, share, gap=0.05, n=300):
+    return dict(model=model, input_bucket=bucket, part=part, n=n, verdict_n=n, stalled_n=int(share * n),
+                stalled_share=share, gap_n=n, gap_q=gap, covered_ms=86_400_000)
+
+
+def test_the_stall_family_fires_on_a_rise_past_its_floor_and_names_the_kv_cache_section():
+    df = frame(stall_row("m", "0-512", "baseline", 0.0), stall_row("m", "0-512", "current", 0.05, gap=1.4),
+               stall_row("m", "2k-8k", "baseline", 0.0), stall_row("m", "2k-8k", "current", 0.01),      # under the floor
+               stall_row("m", "8k-32k", "baseline", 0.03), stall_row("m", "8k-32k", "current", 0.05),   # not doubled
+               stall_row("m", "32k+", "baseline", 0.0, n=100), stall_row("m", "32k+", "current", 0.5, n=20))
+    got = {(r.bucket): r for r in evaluate(STALLS, df, AT)}
+    assert {b: r.state for b, r in got.items()} == {"0-512": FIRING, "2k-8k": OK, "8k-32k": OK,
+                                                    "32k+": INSUFFICIENT}
+    fired = got["0-512"]
+    assert fired.change is None and "stalled share 0.0% → 5.0%" in fired.evidence
+    assert "preemption / KV-cache pressure" in fired.evidence
+    text = table(list(got.values()))
+    assert "FIRING PhasemeterDecodeStalls [decode] m 0-512" in text and "decode.md#a-kv-cache" in text
+    # A stall never reads as a throughput drop: the throughput rules ignore the stall frame's columns.
+    assert all(r.state == INSUFFICIENT for r in evaluate(DECODE, df, AT))
+    msg = payloads([fired], RULES.runbook_url)[0]
+    assert msg["groupLabels"] == {"alertname": "PhasemeterDecodeStalls"}
+    assert "stalled_share rose" in msg["alerts"][0]["annotations"]["summary"]

@@ -26,8 +26,7 @@ def write(tmp_path, text):
 
 
 def test_defaults_match_the_issue():
-    rules = {r.phase: r for r in load_rules().rules}
-    p, d = rules["prefill"], rules["decode"]
+    p, d, st = load_rules().rules
     assert (p.metric, p.percentile, p.buckets) == ("prefill_tps", 5.0, ("2k-8k", "8k-32k", "32k+"))
     assert (d.metric, d.buckets) == ("decode_tps", ())
     for r in (p, d):
@@ -36,6 +35,28 @@ def test_defaults_match_the_issue():
     assert p.runbook == "docs/runbooks/prefill.md" and d.runbook == "docs/runbooks/decode.md"
     assert (p.alertname, d.alertname) == ("PhasemeterPrefillSlowTail", "PhasemeterDecodeSlowTail")
     assert p.covers("32k+") and not p.covers("0-512") and d.covers("0-512")
+    # The stall family: decode, a rise of the stalled share past a floor, to the KV-cache section.
+    assert (st.phase, st.metric, st.rises, st.threshold, st.floor) == ("decode", "stalled_share", True, 1.0, 0.02)
+    assert st.alertname == "PhasemeterDecodeStalls" and st.runbook.startswith("docs/runbooks/decode.md#a-kv-cache")
+    assert not p.rises and not d.rises
+
+
+@pytest.mark.parametrize("table, words", [
+    ({"metric": "max_gap_s"}, None),
+    ({"metric": "stalled_share", "threshold": 0}, ["rule[0].threshold", "relative rise"]),
+    ({"metric": "decode_tps", "floor": 0.1}, ["rule[0].floor", "only the stall metrics"]),
+    ({"metric": "stalled_share", "floor": -1.0}, ["rule[0].floor", ">= 0"]),
+    ({"metric": "max_gap_s", "phase": "prefill"}, ["rule[0].metric", "does not belong to phase 'prefill'"]),
+])
+def test_stall_rules_are_checked(table, words):
+    doc = {"rule": [{"name": "s", "phase": "decode", **table}]}
+    if words is None:
+        r = parse_rules(doc).rules[0]
+        assert (r.percentile, r.floor, r.threshold, r.rises) == (99.0, 0.5, 1.0, True)
+        return
+    with pytest.raises(RulesError) as err:
+        parse_rules(doc)
+    assert all(w in str(err.value) for w in words), str(err.value)
 
 
 def test_both_baseline_kinds_give_the_right_spans(tmp_path):
@@ -50,7 +71,7 @@ def test_both_baseline_kinds_give_the_right_spans(tmp_path):
 
 def test_override_revalidates():
     rs = override(load_rules(), baseline={"kind": "previous", "duration": "30m"})
-    assert [r.baseline.duration_s for r in rs.rules] == [1800, 1800]
+    assert [r.baseline.duration_s for r in rs.rules] == [1800, 1800, 1800]
     assert [r.buckets for r in rs.rules] == [r.buckets for r in load_rules().rules]
     with pytest.raises(RulesError, match=r"baseline\.duration"):
         override(load_rules(), baseline={"kind": "previous", "duration": "soon"})
