@@ -11,6 +11,7 @@ import json
 import sys
 from datetime import datetime, timezone
 
+from phasemeter.textgrid import grid
 from phasemeter.timeparse import parse_duration, parse_time, window
 
 from phasemeter.alerts import backtest, check
@@ -152,9 +153,7 @@ def cmd_backtest(args, settings) -> int:
     head = ["rule", "model", "bucket", "fired at (UTC)", "resolved at", "duration", "points", "worst"]
     body = [[e.rule, e.model, e.bucket, _t(e.started), _t(e.ended) if e.ended else "still firing",
              f"{e.duration_s(last) / 60:.0f}m", str(e.points), f"{e.worst_change:+.0%}"] for e in eps]
-    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
-    for r in [head] + body:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print("\n".join(grid(head, body, rule=False)))
     if not body:
         print("(no rule would have fired)")
     for e in eps:
@@ -175,9 +174,7 @@ def _burn_episodes(rows: list[dict]) -> None:
     body = [[r["slo"], f"{r['rule']} ({r['severity']})", r["model"], r["phase"], r["started"][:16].replace("T", " "),
              r["ended"][:16].replace("T", " ") if r["ended"] else "still firing", f"{r['duration_s'] / 60:.0f}m",
              f"{r['worst_burn']:.1f}×"] for r in rows]
-    widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
-    for line in [head] + body:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
+    print("\n".join(grid(head, body, rule=False)))
     if not body:
         print("(no burn-rate rule would have fired)")
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from phasemeter.alerts.rules import Rule
+from phasemeter.textgrid import grid
 
 if TYPE_CHECKING:  # only in annotations: `phasemeter --help` imports this module and must not load pandas
     import pandas as pd
@@ -209,10 +210,7 @@ def table(results: list[Result]) -> str:
     rows = [[r.rule.name, r.model, r.bucket, _fmt(r.current, r.rule.metric), _fmt(r.baseline, r.rule.metric),
              "-" if r.change is None else f"{r.change:+.1%}", str(r.n_current), str(r.n_baseline),
              r.state.upper() if r.firing else r.state] for r in results]
-    widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if i < 3 or i == 8 else c.rjust(w) for i, (c, w) in enumerate(zip(x, widths)))
-             .rstrip() for x in [head] + rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = grid(head, rows, right={3, 4, 5, 6, 7})
     if not rows:
         lines.append("(no generations in the evaluated windows)")
     for r in results:

@@ -225,18 +225,24 @@ def parse_rules(doc: dict, source: str = "rules", bucket_labels: list[str] | Non
 def load_rules(path: str | Path | None = None, bucket_labels: list[str] | None = None) -> RuleSet:
     """The shipped defaults, or the operator's file (--rules), checked against
     the store's bucket labels when given."""
+    doc, _ = read_toml("--rules", path, "default_rules.toml", "default")
+    return parse_rules(doc, bucket_labels=bucket_labels)
+
+
+def read_toml(flag: str, path: str | Path | None, shipped: str, shipped_name: str) -> tuple[dict, str]:
+    """(document, source) of the operator's file, or of the shipped file when
+    path is None; errors name the flag and the file."""
     if path is None:
-        text, source = resources.files("phasemeter.alerts").joinpath("default_rules.toml").read_text(), "default"
+        text, source = resources.files("phasemeter.alerts").joinpath(shipped).read_text(), shipped_name
     else:
         try:
             text, source = Path(path).read_text(encoding="utf-8"), str(path)
         except OSError as exc:
-            raise RulesError(f"--rules {path}: cannot read ({exc.strerror})") from None
+            raise RulesError(f"{flag} {path}: cannot read ({exc.strerror})") from None
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text), source
     except tomllib.TOMLDecodeError as exc:
-        raise RulesError(f"--rules {source}: not valid TOML: {exc}") from None
-    return parse_rules(doc, bucket_labels=bucket_labels)
+        raise RulesError(f"{flag} {source}: not valid TOML: {exc}") from None
 
 
 def override(ruleset: RuleSet, **changes) -> RuleSet:

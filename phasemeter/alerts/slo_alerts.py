@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from phasemeter.alerts import burn
-from phasemeter.alerts.burn import FIRING, BurnResult
+from phasemeter.alerts.burn import FIRING, BurnResult, evaluate, unpack, windows_from_rings
 from phasemeter.alerts.rules import _human
 from phasemeter.alerts.slo_rules import SloSet
+from phasemeter.textgrid import grid
 
 MAX_POINTS = 2000
 
@@ -36,11 +36,11 @@ def check(runner, sloset: SloSet, at: datetime, models=()) -> list[BurnResult]:
                                        **slo.params()})
         rings: dict[str, dict[int, dict]] = {}
         for model, ring, counts in (zip(df["model"], df["ring"], df["counts"]) if len(df) else ()):
-            rings.setdefault(model, {})[int(ring)] = burn.unpack(counts)
+            rings.setdefault(model, {})[int(ring)] = unpack(counts)
         for model in sorted(rings):
-            wins = burn.windows_from_rings(rings[model], windows)
+            wins = windows_from_rings(rings[model], windows)
             for rule in sloset.burn:
-                results.append(burn.evaluate(slo, rule, model, at, wins[int(rule.long_s)], wins[int(rule.short_s)]))
+                results.append(evaluate(slo, rule, model, at, wins[int(rule.long_s)], wins[int(rule.short_s)]))
     return results
 
 
@@ -104,10 +104,7 @@ def table(results: list[BurnResult], sloset: SloSet) -> str:
     rows = [[r.slo.name, f"{r.rule.name} ({r.rule.severity})", r.model, _f(r.burn_long), _f(r.burn_short),
              f"{r.rule.factor:g}×", str(r.n_long), str(r.n_short), r.state.upper() if r.firing else r.state]
             for r in results]
-    widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if i < 3 or i == 8 else c.rjust(w) for i, (c, w) in enumerate(zip(x, widths)))
-             .rstrip() for x in [head] + rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = grid(head, rows, right={3, 4, 5, 6, 7})
     if not rows:
         lines.append("(no generations of any SLO in the evaluated windows)")
     for r in results:

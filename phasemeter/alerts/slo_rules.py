@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-from phasemeter.alerts.rules import RulesError, _duration, _get, _human, _unknown
+from phasemeter.alerts.rules import RulesError, _duration, _get, _human, _unknown, read_toml
 
 # metric -> (direction, phase, definition column). e2e_s spans both phases.
 OBJECTIVES = {
@@ -196,15 +194,5 @@ def load_slos(path: str | Path | None, bucket_labels: list[str] | None = None) -
     shipped one; no path: no SLOs (none is declared by default)."""
     if not path:
         return NONE
-    if str(path) == EXAMPLE:
-        text, source = resources.files("phasemeter.alerts").joinpath("example_slos.toml").read_text(), "example"
-    else:
-        try:
-            text, source = Path(path).read_text(encoding="utf-8"), str(path)
-        except OSError as exc:
-            raise RulesError(f"--slos {path}: cannot read ({exc.strerror})") from None
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise RulesError(f"--slos {source}: not valid TOML: {exc}") from None
+    doc, source = read_toml("--slos", None if str(path) == EXAMPLE else path, "example_slos.toml", EXAMPLE)
     return parse_slos(doc, source, bucket_labels)

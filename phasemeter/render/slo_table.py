@@ -8,6 +8,7 @@ import io
 import json
 
 from phasemeter.alerts.slo_rules import OBJECTIVES, SLO_COUNTS
+from phasemeter.textgrid import grid
 
 
 def columns(slo, timed: bool) -> list[tuple[str, str]]:
@@ -49,14 +50,8 @@ def head(meta: dict) -> list[str]:
 def table(rows: list[dict], meta: dict, slo) -> str:
     cols = columns(slo, meta["step_s"] is not None)
     body = [[_cell(k, r.get(k)) for k, _ in cols] for r in rows]
-    titles = [t for _, t in cols]
-    widths = [max(len(x[i]) for x in [titles] + body) for i in range(len(cols))]
     left = {"t", "model", "input_bucket", "burning"}
-    out = head(meta)
-    for line in [titles] + body:
-        out.append("  ".join(c.ljust(w) if k in left else c.rjust(w)
-                             for (k, _), c, w in zip(cols, line, widths)).rstrip())
-    out.insert(len(head(meta)) + 1, "  ".join("-" * w for w in widths))
+    out = head(meta) + grid([t for _, t in cols], body, right={i for i, (k, _) in enumerate(cols) if k not in left})
     if not rows:
         out.append("(no generations in scope in this window)")
     return "\n".join(out)
