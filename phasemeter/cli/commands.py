@@ -31,13 +31,15 @@ def cmd_migrate(args, settings: Settings) -> int:
         print(f"applied {mig.version:04d}_{mig.name}")
     from phasemeter.store.client import load_sql
 
-    for name, days, env in (("raw", settings.raw_ttl_days, "PHASEMETER_RAW_TTL_DAYS"),
-                            ("rollup", settings.rollup_ttl_days, "PHASEMETER_ROLLUP_TTL_DAYS")):
+    for name, what, days, env in (
+            ("raw", "raw generations", settings.raw_ttl_days, "PHASEMETER_RAW_TTL_DAYS"),
+            ("rollup", "rollup generations", settings.rollup_ttl_days, "PHASEMETER_ROLLUP_TTL_DAYS"),
+            ("slo", "per-minute SLO counts", settings.rollup_ttl_days, "PHASEMETER_ROLLUP_TTL_DAYS")):
         if days < 1:
             raise ArgError(f"{env}={days}: must be at least 1")
         client.command(load_sql(f"set_{name}_ttl"), parameters={"days": days},
                        settings={"materialize_ttl_after_modify": 0})
-        print(f"{name} generations kept {days} days")
+        print(f"{what} kept {days} days")
     print(f"store {settings.database} is up to date ({len(done)} applied now)")
     client.close()
     return 0

@@ -91,6 +91,7 @@ def test_migrate_sets_raw_retention_from_settings(tmp_path, capsys, monkeypatch)
     assert main(["migrate", "--data-dir", str(tmp_path / "d"), "--database", "ttl"]) == 0
     out = capsys.readouterr().out
     assert "raw generations kept 7 days" in out and "rollup generations kept 30 days" in out
+    assert "per-minute SLO counts kept 30 days" in out
     c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/d/store")
     try:
         ddl = dict(c.query("SELECT name, create_table_query FROM system.tables WHERE database = 'ttl'").result_rows)
@@ -98,3 +99,4 @@ def test_migrate_sets_raw_retention_from_settings(tmp_path, capsys, monkeypatch)
         c.close()
     assert "toIntervalDay(_CAST(7, 'UInt32'))" in ddl["generations"]
     assert "toIntervalDay(_CAST(30, 'UInt32'))" in ddl["generations_minute"]
+    assert "toIntervalDay(_CAST(30, 'UInt32'))" in ddl["slo_minute"]
