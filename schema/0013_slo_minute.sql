@@ -3,9 +3,11 @@
 -- row. A count of "met" is only exact for thresholds fixed in advance, so:
 --
 -- * slo_definitions holds the declared SLOs (written by the worker at start
---   from its SLO file, phasemeter/store/slo_defs.py; data, not DDL). slo_id
---   is a hash of what decides the counts (scope, thresholds, count_failed):
---   a changed SLO is a new id, so old counts never answer for new thresholds.
+--   from its SLO file, phasemeter/store/slo_defs.py; data, not DDL), one row
+--   per name. slo_id is a hash of what decides the counts (scope, thresholds,
+--   count_failed): a changed SLO is a new id, so old counts never answer for
+--   new thresholds; SLOs judging alike (other name or target) share one id.
+--   The target is kept for readers that have no SLO file (Grafana).
 -- * the view judges every inserted row against every definition in scope
 --   with phasemeter_slo_judge_v1 (0012), the same function the exact query uses;
 -- * a definition counts only rows inserted after it was registered, so the
@@ -13,8 +15,9 @@
 --   (phasemeter/analytics/slo.py checks); earlier windows and ad-hoc
 --   thresholds take the exact path.
 --
--- LIMIT 1 BY slo_id: two workers registering one SLO at once leave two rows;
--- each generation is still counted once per SLO.
+-- LIMIT 1 BY slo_id: several names for one id, or two workers registering
+-- one SLO at once, leave several rows; each generation is still counted once
+-- per slo_id.
 CREATE TABLE IF NOT EXISTS slo_definitions
 (
     slo_id        UInt64,
@@ -27,6 +30,7 @@ CREATE TABLE IF NOT EXISTS slo_definitions
     decode_min    Nullable(Float64),
     e2e_max       Nullable(Float64),
     count_failed  UInt8,
+    target        Float64,
     registered_at DateTime64(3, 'UTC') DEFAULT now64(3)
 )
 ENGINE = MergeTree

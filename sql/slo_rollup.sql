@@ -1,16 +1,10 @@
 -- SLO attainment counts per model × input bucket × step from the per-minute
--- counts of a declared SLO (schema/0013_slo_minute.sql), the rollup twin of
--- slo_exact.sql: same columns, same counts for whole minutes once the SLO
--- was registered before the window (phasemeter/analytics/slo.py checks).
-SELECT
-    toStartOfInterval(minute, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
-    model,
-    input_bucket,
-    sumForEachMerge(counts) AS counts
-FROM slo_minute
-WHERE slo_id = {slo_id:UInt64}
-  AND minute >= {start:DateTime64(3)} AND minute < {end:DateTime64(3)}
-  AND (empty({models:Array(String)}) OR has({models:Array(String)}, model))
-  AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket))
-GROUP BY t, model, input_bucket
+-- counts of a declared SLO, the rollup twin of slo_exact.sql (same columns,
+-- same counts for whole minutes once the SLO was registered before the
+-- window; phasemeter/analytics/slo.py checks). The definition is the
+-- parameterized view slo_rollup_view (schema/0014_slo_rollup_view.sql), which
+-- the Grafana SLO panel reads too.
+SELECT *
+FROM slo_rollup_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32},
+     slo_id = {slo_id:UInt64}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
 ORDER BY model, input_bucket, t

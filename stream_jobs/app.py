@@ -74,7 +74,7 @@ def _with_slos(client, sloset):
 
     added, retired = register(client, sloset)
     if added or retired:
-        log.info("SLOs counted per minute from now: %s; retired: %d", ", ".join(added) or "-", len(retired))
+        log.info("SLOs declared: %s written; %d no longer counted", ", ".join(added) or "none", len(retired))
     return client
 
 

@@ -3,7 +3,9 @@ endpoints. Read-only like the rest of the port (web.py).
 
 `/api/bands` runs phasemeter.analytics.live.bands, i.e. the CLI's own
 `query bands` code over the worker's store, so the page shows what
-`phasemeter query bands --format json` prints. `/api/alerts` evaluates the
+`phasemeter query bands --format json` prints. `/api/slo` runs
+phasemeter.analytics.live.slo, i.e. `phasemeter slo`'s attainment code, for
+the SLOs this worker declared (PHASEMETER_SLOS). `/api/alerts` evaluates the
 rules at now with phasemeter.alerts.check, as `alerts check` does.
 In flight and health come from the existing /inflight and /health.
 """
@@ -29,6 +31,12 @@ def register_live_views(app, settings, sink) -> None:
     # The page never changes while a worker runs; a short cache still lets a
     # reinstall show up on the next reload.
     cache = {"Cache-Control": "max-age=60"}
+    # The SLOs as the worker read them at start: the ones slo_minute counts
+    # (a file edited since is not what the store counts until a restart).
+    from phasemeter.alerts.slo_rules import load_slos
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    sloset = load_slos(settings.slos or None, labels(parse_edges(settings.bucket_edges)))
 
     @app.page("/")
     class Index(View):
@@ -54,6 +62,22 @@ def register_live_views(app, settings, sink) -> None:
             loop = asyncio.get_running_loop()
             try:
                 status, doc = await loop.run_in_executor(None, bands, runner, request.query, settings.bucket_edges)
+            except Exception as exc:  # a failed query must not take the worker down
+                return self.json({"error": f"query failed: {str(exc)[:400]}"}, status=500)
+            return self.json(doc, status=status)
+
+    @app.page("/api/slo")
+    class Slo(View):
+        async def get(self, request):
+            from phasemeter.analytics.live import slo
+
+            runner, refusal = _runner_or_503(self, sink)
+            if refusal:
+                return refusal
+            loop = asyncio.get_running_loop()
+            try:
+                status, doc = await loop.run_in_executor(None, slo, runner, request.query, sloset,
+                                                         settings.bucket_edges)
             except Exception as exc:  # a failed query must not take the worker down
                 return self.json({"error": f"query failed: {str(exc)[:400]}"}, status=500)
             return self.json(doc, status=status)

@@ -6,6 +6,11 @@ prefill` and calls the very `run_query` + `render(..., "json")` that
 disagree: the payload is the CLI's document plus the lists the page's filters
 need. Errors come back as (400, {"error", "param"}), the message naming the
 query parameter as typed in the URL, not the CLI flag.
+
+`slo(runner, query, sloset, edges)` does the same for `phasemeter slo`: the
+SLOs the worker declared, through phasemeter.analytics.slo.attainment and the
+CLI's JSON renderer, per step and for the whole window (the row's headline).
+`slo_document` is that payload from plain arguments, for `chart --out x.html`.
 """
 
 from __future__ import annotations
@@ -44,11 +49,13 @@ def _one(query, name: str, default: str) -> str:
     return vals[0] if vals else default
 
 
-def parse(query, now: datetime | None = None) -> dict:
-    """The request as run_query's arguments; BadRequest names the parameter."""
-    unknown = sorted(set(query.keys()) - set(PARAMS))
+def _known(query, params: tuple[str, ...]) -> None:
+    unknown = sorted(set(query.keys()) - set(params))
     if unknown:
-        raise BadRequest(unknown[0], f"{unknown[0]}: unknown parameter; known: {', '.join(PARAMS)}")
+        raise BadRequest(unknown[0], f"{unknown[0]}: unknown parameter; known: {', '.join(params)}")
+
+
+def _window(query, now: datetime | None) -> tuple[datetime, datetime]:
     now = now or datetime.now(timezone.utc)
     try:
         start = parse_time(_one(query, "from", "-1h"), "from", now)
@@ -57,16 +64,31 @@ def parse(query, now: datetime | None = None) -> dict:
         raise BadRequest(str(exc).split()[0], str(exc)) from None
     if end <= start:
         raise BadRequest("to", f"to {_one(query, 'to', 'now')!r} must be after from {_one(query, 'from', '-1h')!r}")
-    step = _one(query, "step", "auto")
+    return start, end
+
+
+def _step(step: str, start: datetime, end: datetime) -> int:
     try:
-        step_s = step_from(step, start, end)
+        return step_from(step, start, end)
     except ArgError as exc:
         raise BadRequest("step", str(exc).replace("--step", "step", 1)) from None
+
+
+def _force(query) -> str | None:
     path = _one(query, "path", "auto")
     if path not in ("auto", "exact", "rollup"):
         raise BadRequest("path", f"path {path!r}: expected auto, exact or rollup")
+    return None if path == "auto" else path
+
+
+def parse(query, now: datetime | None = None) -> dict:
+    """The request as run_query's arguments; BadRequest names the parameter."""
+    _known(query, PARAMS)
+    start, end = _window(query, now)
+    step_s = _step(_one(query, "step", "auto"), start, end)
+    force = _force(query)
     return {"start": start, "end": end, "step_s": step_s, "models": _many(query, "model"),
-            "buckets": _many(query, "bucket"), "force": None if path == "auto" else path,
+            "buckets": _many(query, "bucket"), "force": force,
             "abandoned": _one(query, "abandoned", "include"), "prefill": _one(query, "prefill", "total")}
 
 
@@ -97,3 +119,111 @@ def bands(runner, query, edges: str, now: datetime | None = None) -> tuple[int, 
     models = present["model"] if "model" in present.columns else []  # an empty answer has no columns
     doc.update(bucket_order=meta["bucket_order"], models_in_window=[str(m) for m in models])
     return 200, doc
+
+
+SLO_PARAMS = ("from", "to", "step", "model", "bucket", "path", "slo", "by")
+# What the page's attainment row says instead of being empty (docs/live.md).
+NO_SLO = ("no SLO is declared: start the worker with PHASEMETER_SLOS=FILE "
+          "(PHASEMETER_SLOS=example for the shipped example; docs/slo.md)")
+
+
+def parse_slo(query, sloset, now: datetime | None = None) -> dict:
+    """/api/slo's parameters: bands' window, step and filters, plus `step=window`
+    (the CLI's default), `slo` (only these SLOs) and `by` (cell or model)."""
+    _known(query, SLO_PARAMS)
+    start, end = _window(query, now)
+    step = _one(query, "step", "auto")
+    step_s = None if step == "window" else _step(step, start, end)
+    force = _force(query)
+    by = _one(query, "by", "cell")
+    if by not in ("cell", "model"):
+        raise BadRequest("by", f"by {by!r}: expected cell (model × input bucket) or model")
+    declared = {s.name: s for s in sloset.slos}
+    names = _many(query, "slo")
+    for name in names:
+        if name not in declared:
+            have = f"the declared SLOs are {', '.join(declared)}" if declared else NO_SLO
+            raise BadRequest("slo", f"slo {name!r}: no such SLO; {have}")
+    return {"start": start, "end": end, "step_s": step_s, "models": _many(query, "model"),
+            "buckets": _many(query, "bucket"), "force": force, "by": by,
+            "slos": [declared[n] for n in dict.fromkeys(names)] or list(sloset.slos)}
+
+
+def slo_document(runner, slos, start: datetime, end: datetime, step_s: int | None, models=(), buckets=(),
+                 bucket_labels=(), force: str | None = None, by: str = "cell") -> dict:
+    """{"slos": `phasemeter slo --step S --format json`'s list, "window": the same
+    with --step window (the whole window per cell: the row's headline and its
+    most-missed objective), "bucket_order", "note" when no SLO is declared}.
+    Raises the CLI's ArgError."""
+    from phasemeter.render.slo_table import render_many
+
+    from phasemeter.analytics.slo import attainment
+
+    def run(step):
+        results = []
+        for slo in slos:
+            rows, meta = attainment(runner, slo, start, end, step, list(models), list(buckets), list(bucket_labels),
+                                    force=force, declared=True, by=by)
+            results.append((slo, rows, meta))
+        return json.loads(render_many(results, "json"))["slos"]
+
+    stepped = run(step_s)
+    doc = {"slos": stepped, "window": stepped if step_s is None else run(None),
+           "declared": [s.name for s in slos], "bucket_order": list(bucket_labels)}
+    if not slos:
+        doc["note"] = NO_SLO
+    return doc
+
+
+def _slo_bad_request(exc: ArgError) -> BadRequest:
+    """attainment speaks CLI flags too; "cannot be answered with --rollup" is the path."""
+    if "--rollup" in str(exc):
+        return BadRequest("path", str(exc))
+    return _as_bad_request(exc)
+
+
+def slo(runner, query, sloset, edges: str, now: datetime | None = None) -> tuple[int, dict]:
+    """(status, payload) of /api/slo. Blocking: the worker runs it in an executor.
+    sloset: the SLOs the worker declared at start (what slo_minute counts)."""
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    order = labels(parse_edges(edges))
+    try:
+        req = parse_slo(query, sloset, now)
+        doc = slo_document(runner, req["slos"], req["start"], req["end"], req["step_s"], req["models"],
+                           req["buckets"], order, force=req["force"], by=req["by"])
+    except BadRequest as exc:
+        return 400, {"error": str(exc), "param": exc.param}
+    except ArgError as exc:
+        bad = _slo_bad_request(exc)
+        return 400, {"error": str(bad), "param": bad.param}
+    return 200, doc
+
+
+def slo_step(step_s: int) -> int:
+    """The attainment row's step beside bands of step_s: whole minutes, at least
+    step_s (per 15 s an attainment is a handful of generations, and whole
+    minutes let the per-minute counts answer). live.js applies the same rule."""
+    return max(60, -(-int(step_s) // 60) * 60)
+
+
+def chart_slo(args, settings, meta: dict) -> dict | None:
+    """The attainment document for `chart --out x.html` over the chart's window
+    and filters (meta: the bands' run_query meta); None when no SLO is declared
+    (PHASEMETER_SLOS) or the chart re-buckets (the SLO counts know the stored
+    buckets only): then the chart has no attainment row."""
+    from phasemeter.alerts.slo_rules import load_slos
+    from phasemeter.query.runner import open_runner
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    order = labels(parse_edges(settings.bucket_edges))
+    sloset = load_slos(settings.slos or None, order)
+    if not sloset.slos or meta.get("rebucketed"):
+        return None
+    start, end = (datetime.fromisoformat(meta[k].replace("Z", "+00:00")) for k in ("start", "end"))
+    runner = open_runner(settings, getattr(args, "via", None))
+    try:
+        return slo_document(runner, sloset.slos, start, end, slo_step(meta["step_s"]),
+                            getattr(args, "model", None) or [], getattr(args, "bucket", None) or [], order)
+    finally:
+        runner.close()

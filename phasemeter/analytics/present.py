@@ -145,8 +145,10 @@ def chart_notes(meta: dict) -> list[str]:
     return notes + [f"abandoned generations {verb} n and percentiles; per-panel count shown{split}"]
 
 
-def write_chart(df: pd.DataFrame, meta: dict, out: str | Path, title: str | None = None) -> Path:
-    """`.html` -> self-contained interactive HTML; `.png` or `.svg` -> matplotlib."""
+def write_chart(df: pd.DataFrame, meta: dict, out: str | Path, title: str | None = None,
+                slo: dict | None = None) -> Path:
+    """`.html` -> self-contained interactive HTML (with the attainment row of
+    `slo`, analytics.live.chart_slo's document, when given); `.png` or `.svg` -> matplotlib."""
     meta = _meta(meta)
     if meta["kind"] == "stalls":
         raise ArgError("--stalls is a table view (query bands --stalls); charts show throughput or latency: "
@@ -161,7 +163,7 @@ def write_chart(df: pd.DataFrame, meta: dict, out: str | Path, title: str | None
 
         return render_bands_html(df, out, bucket_order=meta.get("bucket_order"),
                                  title=(title or _default_title(meta)) + suffix, notes=chart_notes(meta),
-                                 prefill_label=label)
+                                 prefill_label=label, slo=slo)
     if meta["kind"] == "latency":
         raise ArgError(f"--out {out}: latency charts are HTML only; use an .html path")
     from phasemeter.render.png import DEFAULT_TITLE, render_bands_png

@@ -108,7 +108,12 @@ def cmd_chart(args, settings: Settings) -> int:
     from phasemeter.analytics import write_chart
 
     df, meta = fetch_bands(args, settings)
-    path = write_chart(df, meta, args.out)
+    slo = None
+    if str(args.out).lower().endswith((".html", ".htm")) and meta.get("kind") == "bands":
+        from phasemeter.analytics.live import chart_slo
+
+        slo = chart_slo(args, settings, meta)  # the declared SLOs' attainment row, as on the live page
+    path = write_chart(df, meta, args.out, slo=slo)
     print(f"wrote {path} ({len(df)} rows, {meta['path']} path, step {meta['step_s']}s)")
     return 0
 

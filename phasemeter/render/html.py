@@ -13,6 +13,10 @@ the median and the slow-tail p1 in red, labelled in words (the LOW end is the
 slow tail). Latency frames (phasemeter.analytics LATENCY_COLUMNS) shade
 p50–p90 with the slow-tail p99 (the HIGH end). Abandoned counts show per
 panel; `notes` lines go under the title.
+
+With `slo` (the /api/slo document, phasemeter.analytics.live.slo_document,
+for the SLOs declared in PHASEMETER_SLOS) an attainment row goes above the
+grid, drawn by the same bands.js code as the live page's (id="phasemeter-slo").
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ for(var i=1;i<ts.length;i++){var d=(ts[i]-ts[i-1])/1000;if(d>0&&d<step)step=d;}
 if(step===Infinity)step=60;var lo=ts[0],hi=ts[ts.length-1]+(lo===ts[ts.length-1]?step*1000:0);
 var panels=B.grid(el,cells,doc.bucket_order,sp,doc.prefill_label);B.draw(panels,cells,sp,lo,hi,step);
 B.hover(el,document.getElementById('tip'),function(){return {panels:panels,cells:cells,spec:sp,lo:lo,hi:hi};});
+var s=document.getElementById('phasemeter-slo');if(!s)return;var sd=JSON.parse(s.textContent),m=(sd.slos[0]||{}).meta;
+if(!ts.length&&m){lo=B.ms(m.start);hi=B.ms(m.end);}
+var v=B.sloView(document.getElementById('slo'),sd,doc.bucket_order.length?doc.bucket_order:sd.bucket_order,lo,hi);
+B.hover(document.getElementById('slo'),document.getElementById('tip'),function(){return {panels:v.panels,cells:v.cells,tip:B.sloTip,lo:lo,hi:hi};});
 })();"""
 
 
@@ -55,11 +63,18 @@ def _script(text: str) -> str:
     return text.replace("</", "<\\/")
 
 
+def _slo_json(slo: dict | None) -> str:
+    if slo is None:
+        return ""
+    return f'<script type="application/json" id="phasemeter-slo">{_script(json.dumps(slo))}</script>'
+
+
 def render_bands_html(df: pd.DataFrame, path, *, bucket_order: list[str] | None = None,
                       title: str | None = None, notes: list[str] | None = None,
-                      prefill_label: str = "prefill") -> Path:
+                      prefill_label: str = "prefill", slo: dict | None = None) -> Path:
     """Write the chart; returns the path. Accepts BAND_COLUMNS or latency frames.
-    `prefill_label` names the prefill variant shown (row headers, axes, tooltips)."""
+    `prefill_label` names the prefill variant shown (row headers, axes, tooltips);
+    `slo`: the attainment document to draw above the grid (None: no row)."""
     notes = list(notes or [])
     kind = _kind(df)
     note, (outer, band), tail = NOTES[kind]
@@ -88,10 +103,11 @@ def render_bands_html(df: pd.DataFrame, path, *, bucket_order: list[str] | None 
 <p class="note">{html.escape(note)}. Hover a panel for values.</p>
 {''.join(f'<p class="note">{html.escape(n)}</p>' for n in notes)}
 <p class="legend">{legend}</p>
-<div id="grid">{'<p>(no generations in this window)</p>' if df.empty else ''}<noscript><p>The panels are drawn with JavaScript; the values are in this file as JSON
+{'<div id="slo"></div>' if slo is not None else ''}<div id="grid">{'<p>(no generations in this window)</p>' if df.empty else ''}<noscript><p>The panels are drawn with JavaScript; the values are in this file as JSON
 (script id="phasemeter-data").</p></noscript></div>
 <div id="tip"></div>
 <script type="application/json" id="phasemeter-data">{_script(data)}</script>
+{_slo_json(slo)}
 <script>{_script(asset("bands.js").decode())}</script>
 <script>{_BOOT}</script>
 </body></html>

@@ -15,7 +15,8 @@ from datetime import datetime, timedelta, timezone
 from phasemeter.alerts.slo_rules import OBJECTIVES, SloSet
 from phasemeter.store.client import load_sql
 
-COLUMNS = ["slo_id", "name", "models", "buckets"] + [c for _, _, c in OBJECTIVES.values()] + ["count_failed"]
+COLUMNS = (["slo_id", "name", "models", "buckets"] + [c for _, _, c in OBJECTIVES.values()]
+           + ["count_failed", "target", "registered_at"])
 # Counted from the first whole minute after registration, plus one minute for
 # gateway clocks running ahead of the store's (a row stamped after the
 # registration but inserted before it would be missing from its minute).
@@ -39,18 +40,26 @@ def covered_from(registered_at: datetime) -> datetime:
 
 
 def register(client, sloset: SloSet, at: datetime | None = None) -> tuple[list[str], list[int]]:
-    """Make the store count exactly `sloset`'s SLOs. Returns (names added, ids retired).
-    `at`: when counting starts (default: the store's now). Only pass an earlier
-    time for a store whose rows were all written after it (a fresh store filled
-    from history with the SLO already declared, as a test or an import does)."""
-    have = {int(r[0]) for r in client.query(load_sql("slo_registered")).result_rows}
-    want = {s.slo_id: s for s in sloset.slos}  # two SLOs judging alike share one series
-    new = [s for i, s in want.items() if i not in have]
+    """Make the store count exactly `sloset`'s SLOs. Returns (names written,
+    ids no longer counted). A row per name: a new name or target for an id
+    already counted keeps the id's registration time, so its coverage stays.
+    `at`: when counting starts for a new id (default: now). Only pass an
+    earlier time for a store whose rows were all written after it (a fresh
+    store filled from history with the SLO already declared, as a test does)."""
+    rows = client.query(load_sql("slo_declared")).result_rows
+    first: dict[int, datetime] = {}
+    for slo_id, _name, _target, when in rows:
+        first[int(slo_id)] = min(first.get(int(slo_id), when), when)
+    have = {(int(i), n, float(t)) for i, n, t, _ in rows}
+    want = {(s.slo_id, s.name, s.target): s for s in sloset.slos}
+    new = [s for key, s in want.items() if key not in have]
     if new:
-        rows = [[s.slo_id, s.name, list(s.models), list(s.buckets)]
-                + [s.limit(m) for m in OBJECTIVES] + [int(s.count_failed)] + ([at] if at else []) for s in new]
-        client.insert("slo_definitions", rows, column_names=COLUMNS + (["registered_at"] if at else []))
+        now = at or datetime.now(timezone.utc)
+        client.insert("slo_definitions",
+                      [[s.slo_id, s.name, list(s.models), list(s.buckets)] + [s.limit(m) for m in OBJECTIVES]
+                       + [int(s.count_failed), s.target, first.get(s.slo_id, now)] for s in new],
+                      column_names=COLUMNS)
     stale = sorted(have - set(want))
     if stale:
-        client.command(load_sql("slo_retire"), parameters={"ids": stale}, settings={"lightweight_deletes_sync": 2})
-    return [s.name for s in new], stale
+        client.command(load_sql("slo_retire"), parameters={"rows": stale}, settings={"lightweight_deletes_sync": 2})
+    return [s.name for s in new], sorted({i for i, _, _ in stale} - {i for i, _, _ in want})

@@ -81,3 +81,20 @@ def test_variant_labels_abandoned_and_latency(chrome, tmp_path):
     assert got["panels"] == 8 and set(got["tails"]) == {"slow tail p99"}
     assert "(no generations in this window)" in show(chrome, render_bands_html(full.iloc[0:0], tmp_path / "e.html"))["text"]
     assert chrome.errors() == []
+
+
+def test_attainment_row_only_when_given_and_says_when_no_slo_is_declared(chrome, tmp_path):
+    """slo=None (no SLO declared): the chart is the bands alone, as before.
+    A document without SLOs draws the one line saying how to declare one, the
+    bands grid unchanged below it (the drawn row itself: test_live_slo.py)."""
+    from phasemeter.analytics.live import NO_SLO, slo_document
+
+    plain = render_bands_html(frame(), tmp_path / "p.html")
+    assert show(chrome, plain)["panels"] == 8
+    assert chrome.eval("document.getElementById('slo') === null && document.getElementById('phasemeter-slo') === null")
+    doc = slo_document(None, [], None, None, 60, bucket_labels=["0-512", "8k-32k"])  # nothing to ask the store
+    got = show(chrome, render_bands_html(frame(), tmp_path / "n.html", slo=doc))
+    assert got["panels"] == 8
+    assert chrome.eval("document.getElementById('slo').innerText").strip() == "SLO attainment: " + NO_SLO
+    assert chrome.eval("document.querySelectorAll('#slo svg').length") == 0
+    assert chrome.errors() == []

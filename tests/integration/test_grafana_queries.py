@@ -1,7 +1,9 @@
 """Every query of dashboards/grafana/phasemeter.json runs against a real chDB
 store with data, after substituting the ClickHouse plugin's macros the way
 the plugin does ($__timeFilter, $__timeInterval, $__fromTime, $__toTime,
-$__interval_s) and the template variables (${model:singlequote} ...)."""
+$__interval_s) and the template variables (${model:singlequote} ...).
+The store declares two SLOs before its rows are written (as a worker started
+with PHASEMETER_SLOS would), so the SLO panel has per-minute counts to read."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import clickhouse_connect
 import pytest
 
+from phasemeter.alerts.slo_rules import parse_slos
 from phasemeter.demo.rows import synthetic_rows
 from phasemeter.store.migrate import migrate
 from phasemeter.stream_jobs.sink import Sink
@@ -20,6 +23,11 @@ from phasemeter.stream_jobs.sink import Sink
 pytestmark = pytest.mark.integration
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "grafana" / "phasemeter.json"
 T0 = (time.time() // 86400 - 1) * 86400
+SLOS = parse_slos({"slo": [
+    {"name": "chat", "objectives": {"ttft_s": 2.0, "decode_tps": 50.0}, "target": 0.95},
+    {"name": "long", "buckets": ["8k-32k", "32k+"], "count_failed": False,
+     "objectives": {"prefill_tps": 5000.0, "e2e_s": 12.0}, "target": 0.9},
+]})
 
 
 def substitute(sql: str, t_from: int, t_to: int, interval_s: int, variables: dict[str, list[str]]) -> str:
@@ -47,6 +55,11 @@ def client(tmp_path_factory):
     c.command("CREATE DATABASE IF NOT EXISTS pm")
     c.database = "pm"
     migrate(c)
+    from datetime import datetime, timezone
+
+    from phasemeter.store import slo_defs
+
+    slo_defs.register(c, SLOS, at=datetime.fromtimestamp(T0 - 86400, timezone.utc))
     sink = Sink.over(c, "chdb://t")
     rows = synthetic_rows(5000, T0, 3 * 3600, seed=3)
     for r in rows[::40]:  # generations that never ended, as the worker writes them (docs/phases.md)
@@ -82,7 +95,8 @@ def test_dashboard_shape():
 def test_query_executes_and_returns_rows(client, name, sql):
     models = [r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows]
     buckets = [r[0] for r in client.query("SELECT DISTINCT input_bucket FROM generations").result_rows]
-    concrete = substitute(sql, int(T0), int(T0 + 3 * 3600), 300, {"model": models, "bucket": buckets[:1]})
+    concrete = substitute(sql, int(T0), int(T0 + 3 * 3600), 300, {"model": models, "bucket": buckets[:1],
+                                                                   "slo": ["chat"]})
     rows = client.query(concrete).result_rows
     assert rows, f"{name}: no rows\n{concrete}"
 
@@ -188,3 +202,46 @@ def test_bucket_variable_lists_buckets_by_lower_edge(client):
 
     order = labels(parse_edges("default"))
     assert got == [b for b in order if b in got] and len(got) >= 3
+
+
+@pytest.mark.parametrize("name,interval,bucket_pick", [("chat", 300, "all"), ("chat", 600, "first two"),
+                                                        ("long", 900, "all")])
+def test_slo_panel_equals_phasemeter_slo_rollup(client, name, interval, bucket_pick):
+    """Every point of the SLO panel equals `phasemeter slo --by model --rollup`
+    for that SLO (found by name), model, window and step; its target line is
+    the SLO's target."""
+    from datetime import datetime, timezone
+
+    from phasemeter.analytics.slo import attainment
+    from phasemeter.query.runner import DirectRunner
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    order = labels(parse_edges("default"))
+    slo = SLOS.get(name)
+    t_from, t_to = int(T0 + 7 * 60), int(T0 + 3 * 3600 - 3 * 60)  # whole minutes, not on a step boundary
+    models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows)
+    buckets = order if bucket_pick == "all" else order[:2]
+    start, end = (datetime.fromtimestamp(t, timezone.utc) for t in (t_from, t_to))
+    rows, meta = attainment(DirectRunner(client), slo, start, end, interval, models, buckets, order,
+                            force="rollup", by="model")
+    assert meta["path"] == "rollup" and len(rows) > 10
+    want = {(int(r["t"].timestamp()), r["model"]): r["attainment"] for r in rows}
+    assert len(set(want.values())) > 3  # attainment varies: a wrong count cannot match by luck
+    variables = {"model": models, "bucket": buckets, "slo": [name]}
+    attained, target = (substitute(sql, t_from, t_to, interval, variables)
+                        for title, sql in queries() if title.startswith("panel SLO attainment"))
+    got = {(int(t.replace(tzinfo=timezone.utc).timestamp()), m): a for t, m, a in client.query(attained).result_rows}
+    assert got == pytest.approx(want, rel=0, abs=0)
+    line = client.query(target).result_rows
+    assert [v for _t, v in line] == [slo.target, slo.target]
+    assert [int(t.replace(tzinfo=timezone.utc).timestamp()) for t, _v in line] == [t_from, t_to]
+
+
+def test_slo_rollup_view_is_the_clis_rollup_query():
+    """The panel reads slo_rollup_view (schema/0014); the CLI's rollup path,
+    sql/slo_rollup.sql, only selects from it (as bands_rollup.sql does from
+    0007): one definition, and no copy of its body."""
+    root = Path(__file__).resolve().parents[2]
+    cli = "\n".join(ln for ln in (root / "sql" / "slo_rollup.sql").read_text().splitlines()
+                    if not ln.strip().startswith("--"))
+    assert "FROM slo_rollup_view(" in cli and "slo_minute" not in cli and "sumForEachMerge" not in cli

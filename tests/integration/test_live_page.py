@@ -181,6 +181,24 @@ def test_api_alerts_evaluates_the_shipped_rules(live):
     assert all(r["runbook_url"].startswith("docs/runbooks/") for r in doc["results"])
 
 
+def test_api_slo_without_a_declared_slo(live, monkeypatch, capsys):
+    """This worker was started without PHASEMETER_SLOS: /api/slo answers (the
+    page's row says how to declare one), `phasemeter slo` refuses the same way."""
+    from phasemeter.cli.main import main
+
+    w, env = live
+    status, doc, _ = get(w, "/api/slo", **WINDOW, step="5m")
+    assert status == 200, doc
+    assert doc["slos"] == [] and doc["window"] == [] and doc["declared"] == []
+    assert "no SLO is declared" in doc["note"] and "PHASEMETER_SLOS" in doc["note"]
+    status, bad, _ = get(w, "/api/slo", slo="chat")
+    assert status == 400 and bad["param"] == "slo" and "PHASEMETER_SLOS" in bad["error"], bad
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert main(["slo", "--from", WINDOW["from"], "--to", WINDOW["to"], "--format", "json"]) == 2
+    assert "no SLO is declared" in capsys.readouterr().err
+
+
 def _runs(mask_1d, min_gap: int = 12) -> int:
     """Groups of True separated by at least `min_gap` False: panels along one axis."""
     runs, gap, inside = 0, min_gap, False
@@ -217,6 +235,11 @@ def test_browser_shows_the_grid_and_follows_a_filter(live, tmp_path):
             id => document.querySelector('#' + id + ' .body').innerText);
             return t.every(x => x !== '…') && t; })()""")
         assert "consumed" in boxes[0] and "nothing in flight" in boxes[1] and "insufficient data" in boxes[2], boxes
+        # No SLO declared: the attainment row is one line saying how to declare one.
+        slo = chrome.wait("(() => { const t = document.getElementById('slo').innerText;"
+                          " return t.includes('PHASEMETER_SLOS') && t; })()", 30)
+        assert slo.strip() == "SLO attainment: " + get(w, "/api/slo")[1]["note"], slo
+        assert chrome.eval("document.querySelectorAll('#slo svg, #slo table').length") == 0
         grid = chrome.eval("""(() => {
             const heads = [...document.querySelectorAll('.grid tr:first-child th')].map(t => t.textContent);
             const rows = [...document.querySelectorAll('.grid tr th:first-child')].slice(1).map(t => t.innerText);

@@ -248,6 +248,10 @@ def _check_outcomes(results: dict, tmp_path: Path) -> None:
     for ext, magic in (("png", b"\x89PNG"), ("svg", b"<?xml"), ("html", b"<!DOCTYPE html")):
         assert (tmp_path / "direct" / f"normal.{ext}").read_bytes().startswith(magic), ext
         assert (tmp_path / "worker" / f"normal.{ext}").read_bytes().startswith(magic), ext
+    # SLOs are declared: the HTML chart carries their attainment row, the same both ways.
+    for d in ("direct", "worker"):
+        html = (tmp_path / d / "normal.html").read_text()
+        assert 'id="phasemeter-slo"' in html and '"slo": "chat"' in html and '"slo": "long"' in html, d
     # The empty window: an answer that says so, never a crash. A model filter
     # there is not a typo to report (nothing exists to list): the same empty answer.
     for cmd in ("bands exact", "bands rollup", "latency exact", "latency rollup"):

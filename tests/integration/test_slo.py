@@ -158,6 +158,20 @@ def test_registration_is_idempotent_and_retires_undeclared_slos(store):
     assert slo_defs.register(store, SLOS)[0] == ["chat", "long"]
     assert slo_defs.register(store, SLOS) == ([], [])
     first = slo_defs.registered(store)
+    # Another name and target judging alike: one more row, the same id and coverage.
+    alias = parse_slos({"slo": [{"name": "chat-strict", "objectives": {"ttft_s": 1.0, "decode_tps": 40.0},
+                                 "target": 0.99}, *[{"name": s.name, "objectives": dict(s.objectives),
+                                                     "target": s.target, "count_failed": s.count_failed,
+                                                     **({"models": list(s.models)} if s.models else {}),
+                                                     **({"buckets": list(s.buckets)} if s.buckets else {})}
+                                                    for s in SLOS.slos]]}, bucket_labels=LABELS)
+    assert alias.slos[0].slo_id == SLOS.slos[0].slo_id
+    assert slo_defs.register(store, alias) == (["chat-strict"], [])
+    assert slo_defs.registered(store) == first
+    names = store.query("SELECT name, target FROM slo_definitions ORDER BY name").result_rows
+    assert names == [("chat", 0.95), ("chat-strict", 0.99), ("long", 0.9)]
+    assert slo_defs.register(store, SLOS) == ([], [])  # the alias row goes, the id stays counted
+    assert slo_defs.registered(store) == first
     changed = parse_slos({"slo": [{"name": "chat", "objectives": {"ttft_s": 1.5}, "target": 0.95}]})
     added, retired = slo_defs.register(store, changed)
     assert added == ["chat"] and sorted(retired) == sorted(first)

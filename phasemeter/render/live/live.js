@@ -1,13 +1,17 @@
 /* The live page: state in the URL, data from the worker's own endpoints.
    Bands come from /api/bands (the CLI's `query bands` code); after the first
    load only the steps since the last one are asked for and appended, so a
-   refresh costs the worker one short query instead of the whole window. */
+   refresh costs the worker one short query instead of the whole window.
+   SLO attainment comes from /api/slo (`phasemeter slo`'s code) with each load
+   and every 30 s: its headline is the whole window, so it is asked again whole. */
 (function () {
   "use strict";
   var B = PMBands, $ = function (id) { return document.getElementById(id); };
   var WINDOWS = {"15m": 900, "1h": 3600, "6h": 21600, "24h": 86400, "7d": 604800};
   var REFRESH_MS = 5000, ALERTS_EVERY = 6;  // alerts run the rules' queries: every 30 s is enough
+  var SLO_EVERY_MS = 30000;  // as alerts: attainment over the window moves slowly
   var state = readURL(), data = null, ticks = 0, busy = false, drawnOnce = false, panels = [];
+  var sloDoc = null, sloAt = 0, sloV = {panels: [], cells: {}};
 
   function readURL() {
     var q = new URLSearchParams(location.search);
@@ -32,12 +36,12 @@
   function live() { return state.win !== "custom" || state.to === "now" || state.to === ""; }
   function span() { return state.win === "custom" ? null : WINDOWS[state.win] * 1000; }
 
-  function api(over) {
+  function api(over, route) {
     var q = new URLSearchParams(), p = {from: state.win === "custom" ? state.from : "-" + state.win,
       to: state.win === "custom" ? (state.to || "now") : "now", step: state.step, model: state.model, bucket: state.bucket};
     Object.keys(over || {}).forEach(function (k) { p[k] = over[k]; });
     Object.keys(p).forEach(function (k) { if (p[k]) q.set(k, p[k]); });
-    return "api/bands?" + q.toString();
+    return "api/" + (route || "bands") + "?" + q.toString();
   }
 
   function get(url) {
@@ -63,6 +67,7 @@
       showError(null);
       build();
       draw();
+      return slo();
     }).catch(showError).then(function () { busy = false; });
   }
 
@@ -83,6 +88,20 @@
       data.last = lastT(doc.rows) || data.last;
       if (Object.keys(data.cells).length !== known) build();  // a new cell: the grid changes shape
       draw();
+    });
+  }
+
+  // Steps of whole minutes (at least the bands' step): per 15 s an attainment
+  // is a handful of generations, and whole minutes let the per-minute counts answer.
+  function slo() {
+    sloAt = Date.now();
+    return get(api({step: Math.max(60, Math.ceil(data.doc.step_s / 60) * 60) + "s"}, "slo")).then(function (doc) {
+      var r = range();
+      sloDoc = doc;
+      sloV = B.sloView($("slo"), doc, data.doc.bucket_order, r[0], r[1]);
+    }, function (e) {  // its own line: the bands above stay usable
+      sloDoc = null; sloV = {panels: [], cells: {}};
+      $("slo").innerHTML = '<p class="error">SLO attainment: ' + B.esc(e.message || e) + "</p>";
     });
   }
 
@@ -112,6 +131,7 @@
   function draw() {
     var r = range();
     B.draw(panels, data.cells, B.SPECS.throughput, r[0], r[1], data.doc.step_s);
+    if (sloDoc) B.sloDraw(sloV, r[0], r[1]);  // the same time axis as the bands
     if (!drawnOnce && panels.length) {  // time to first chart, shown to whoever measures it
       drawnOnce = true;
       document.documentElement.dataset.firstChartMs = String(Math.round(performance.now()));
@@ -162,6 +182,7 @@
     busy = true;
     var jobs = [health(), inflight(), append()];
     if (ticks++ % ALERTS_EVERY === 0) jobs.push(alerts());
+    if (data && live() && Date.now() - sloAt >= SLO_EVERY_MS) jobs.push(slo());
     Promise.all(jobs).catch(showError).then(function () { busy = false; });
   }
 
@@ -189,6 +210,11 @@
     if (!data) return null;
     var r = range();
     return {panels: panels, cells: data.cells, spec: B.SPECS.throughput, lo: r[0], hi: r[1]};
+  });
+  B.hover($("slo"), $("tip"), function () {
+    if (!data || !sloV.panels.length) return null;
+    var r = range();
+    return {panels: sloV.panels, cells: sloV.cells, tip: B.sloTip, lo: r[0], hi: r[1]};
   });
   window.addEventListener("error", function (e) { showError(e.message); });
 
