@@ -14,7 +14,7 @@ gives the same counts (tested equal).
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from phasemeter.alerts import burn
 from phasemeter.alerts.slo_rules import SLO_COUNTS, Slo, parse_objectives
@@ -117,3 +117,13 @@ def attainment(runner, slo: Slo, start: datetime, end: datetime, step_s: int | N
             "counted_per_minute_from": None if covered is None else covered.isoformat().replace("+00:00", "Z"),
             "count_failed": slo.count_failed, "counts": list(SLO_COUNTS)}
     return rows, meta
+
+
+def period_meta(runner, slo: Slo, period_s: float, end: datetime, models=(), bucket_labels=()) -> dict:
+    """`phasemeter slo --budget`: per model, the error budget left over the SLO
+    period ending at `end` (the SLO file's `period`, default 30 days), i.e.
+    1 - the burn rate over it."""
+    rows, meta = attainment(runner, slo, _utc(end) - timedelta(seconds=period_s), end, None, models, (),
+                            bucket_labels, by="model")
+    return {"seconds": period_s, "start": meta["start"], "end": meta["end"], "path": meta["path"],
+            "models": [{k: r[k] for k in ("model", "n", "attainment", "burn_rate", "budget_left")} for r in rows]}

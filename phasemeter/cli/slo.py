@@ -21,6 +21,9 @@ def register(sub, common, window_flags) -> None:  # noqa: ARG001 -- its own flag
                    help="cell = model × input bucket (default), model = every bucket of the SLO together")
     p.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     p.add_argument("--bucket", action="append", default=[], help="only this input bucket (repeatable)")
+    p.add_argument("--budget", action="store_true",
+                   help="also the error budget left over the SLO period (the file's `period`, default 30d) "
+                        "ending at --to, per model")
     p.add_argument("--objective", action="append", default=[], metavar="METRIC=LIMIT",
                    help="ad-hoc threshold replacing or adding one objective, e.g. ttft_s=1.5 (exact path)")
     g = p.add_mutually_exclusive_group()
@@ -36,7 +39,7 @@ def cmd_slo(args, settings) -> int:
     from phasemeter.analytics.core import step_from
     from phasemeter.stream_jobs.buckets import labels, parse_edges
 
-    from phasemeter.analytics.slo import attainment, with_objectives
+    from phasemeter.analytics.slo import attainment, period_meta, with_objectives
     from phasemeter.render.slo_table import render_many
 
     bucket_labels = labels(parse_edges(settings.bucket_edges))
@@ -58,6 +61,8 @@ def cmd_slo(args, settings) -> int:
         for slo in chosen:
             rows, meta = attainment(runner, slo, start, end, step_s, args.model, args.bucket, bucket_labels,
                                     force=force, declared=not args.objective, by=args.by)
+            if args.budget:
+                meta["period"] = period_meta(runner, slo, sloset.period_s, end, args.model, bucket_labels)
             results.append((slo, rows, meta))
     finally:
         runner.close()

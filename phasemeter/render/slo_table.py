@@ -54,6 +54,13 @@ def table(rows: list[dict], meta: dict, slo) -> str:
     out = head(meta) + grid([t for _, t in cols], body, right={i for i, (k, _) in enumerate(cols) if k not in left})
     if not rows:
         out.append("(no generations in scope in this window)")
+    period = meta.get("period")
+    if period:
+        days = period["seconds"] / 86400
+        left = [f"{b['model']} {_cell('budget_left', b['budget_left'])} (burn {_cell('burn_rate', b['burn_rate'])}, "
+                f"n={b['n']:,})" for b in period["models"]]
+        out.append(f"# error budget left over the SLO period ({days:g} d to {period['end']}, {period['path']} path): "
+                   + ("; ".join(left) if left else "no generations"))
     return "\n".join(out)
 
 

@@ -134,7 +134,7 @@ def commands(out_dir: Path) -> dict[str, list[str]]:
             f"{kind}/slo exact": ["slo", *w, "--step", "10m", "--exact", "--format", "json"],
             f"{kind}/slo rollup": ["slo", *w, "--step", "10m", "--rollup", "--format", "json"],
             f"{kind}/slo window": ["slo", *w, "--format", "json"],
-            f"{kind}/slo table": ["slo", *w, "--by", "model"],
+            f"{kind}/slo table": ["slo", *w, "--by", "model", "--budget"],
             f"{kind}/slo objective": ["slo", *w, "--slo", "chat", "--objective", "ttft_s=0.5", "--format", "csv"],
         }
         for ext in ("png", "svg", "html"):
@@ -330,6 +330,10 @@ def _check_slos(results: dict) -> None:
                 {(m, b): v for (_, m, b), v in totals.items()}, (kind, slo.name)
     assert sum(x["n"] for x in json.loads(results["normal/slo window"]["out"])["slos"][0]["rows"]) == 3000
     assert "(no generations in scope in this window)" in results["empty/slo table"]["out"]
+    # --budget: the period (30 d to --to) holds every window before it, so n is all rows in scope.
+    line = next(x for x in results["empty/slo table"]["out"].splitlines() if x.startswith("# error budget left"))
+    maverick = sum(1 for k in WINDOWS for r in rows_for(k) if r["model"] == "llama-4-maverick")
+    assert "30 d to" in line and f"llama-4-maverick " in line and f"n={maverick:,})" in line, line
     for cmd in ("slo exact", "slo rollup", "slo window"):
         assert all(s["rows"] == [] for s in json.loads(results[f"empty/{cmd}"]["out"])["slos"]), cmd
     adhoc = results["normal/slo objective"]["out"].splitlines()
