@@ -238,7 +238,7 @@ def test_slo_panel_equals_phasemeter_slo_rollup(client, name, interval, bucket_p
 
 
 def test_slo_rollup_view_is_the_clis_rollup_query():
-    """The panel reads slo_rollup_view (schema/0014); the CLI's rollup path,
+    """The panel reads slo_rollup_view (schema/0018); the CLI's rollup path,
     sql/slo_rollup.sql, only selects from it (as bands_rollup.sql does from
     0007): one definition, and no copy of its body."""
     root = Path(__file__).resolve().parents[2]
