@@ -27,7 +27,7 @@ from phasemeter.stream_jobs.buckets import labels as bucket_labels, parse_edges
 from phasemeter.timeparse import ArgError, auto_step, parse_duration, window
 
 from phasemeter.analytics import variants
-from phasemeter.analytics.paths import PathChoice, choose_path
+from phasemeter.analytics.paths import TIER_GRAINS, PathChoice, TierPlan, choose_path, tier_plan
 from phasemeter.analytics.variants import ABANDONED_COLUMNS, SPLIT_COLUMNS
 
 LATENCY_PCTS = ("p50", "p90", "p99")
@@ -137,13 +137,15 @@ def _exact_only(kind: str, abandoned: str, prefill: str) -> dict[str, str]:
 def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, buckets=None, *,
               kind: str = "bands", force: str | None = None, edges=None,
               default_edges="default", abandoned: str = "include",
-              prefill: str = "total") -> tuple[pd.DataFrame, dict]:
+              prefill: str = "total", tiers: bool = True) -> tuple[pd.DataFrame, dict]:
     """The library entry point (CLI-free). `edges` (spec or tuple) re-buckets from raw input_tokens;
     `abandoned` include|exclude and `prefill` total|engine|uncached: see variants.py.
+    `tiers=False` (--no-tiers): the rollup path reads the minute tier only.
 
     Returns (frame, meta) with meta keys: kind, path, reason, method, step_s,
     start, end (the window actually queried, ISO), bucket_order, rebucketed,
-    abandoned, prefill, abandoned_split (False on the rollup: no phase split).
+    abandoned, prefill, abandoned_split (False on the rollup: no phase split),
+    tiers (the coarser rollup tiers read: [] on the exact path or minute only).
     """
     step_s = int(step_s)
     preflight(kind, step_s, force, edges is not None, abandoned, prefill)
@@ -167,22 +169,55 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
     if rebucket:
         params["edges"] = [int(e) for e in edge_tuple]
         params["labels"] = bucket_labels(edge_tuple)
+    used: list[str] = []
+    reason = choice.reason
     if choice.path == "exact":  # the rollup files take neither: exact_only routed them here
         params["abandoned"] = abandoned
         if kind == "bands":
             params["prefill"] = prefill
+    else:
+        plan = _tier_plan(runner, q_start, q_end, step_s, tiers)
+        params.update(tier_params(plan))
+        used = plan.used()
+        spans = f"{plan.states_per_series(int(q_start.timestamp()), int(q_end.timestamp())):,} cell states per series"
+        reason += f"; {' + '.join(used[::-1] + ['minute'])} tiers, {spans}" if used else f"; minute tier, {spans}"
     df = _tidy(runner.df(_SQL[(kind, choice.path, rebucket)], params), kind)
     if df.empty and filters["models"]:
         _explain_unknown_models(runner, filters["models"], start, end)
     order = bucket_labels(edge_tuple)
     df = order_bands(df, order)
-    meta = {"kind": kind, "path": choice.path, "reason": choice.reason,
+    meta = {"kind": kind, "path": choice.path, "reason": reason,
             "method": method_for(kind, choice.path), "step_s": step_s,
             "start": q_start.isoformat().replace("+00:00", "Z"),
             "end": q_end.isoformat().replace("+00:00", "Z"),
             "bucket_order": order, "rebucketed": rebucket, "abandoned": abandoned, "prefill": prefill,
-            "abandoned_split": choice.path == "exact"}
+            "abandoned_split": choice.path == "exact", "tiers": used}
     return df, meta
+
+
+def _tier_plan(runner, start: datetime, end: datetime, step_s: int, tiers: bool) -> TierPlan:
+    """The pure plan (paths.tier_plan) with each tier's first cell, asked only
+    when a tier could answer (its grain divides the step and fits the window)."""
+    lo, hi = int(start.timestamp()), int(end.timestamp())
+    finest = TIER_GRAINS[0][1]
+    if not tiers or step_s % finest or hi - lo < finest:
+        return tier_plan(lo, hi, step_s, {}, use_tiers=False)
+    df = runner.df("rollup_tier_first_cells", {})
+    first = {}
+    for name, _ in TIER_GRAINS:
+        value = df[name].iloc[0] if len(df) else None
+        first[name] = None if value is None or pd.isna(value) else int(_utc(pd.Timestamp(value).to_pydatetime()).timestamp())
+    return tier_plan(lo, hi, step_s, first)
+
+
+def tier_params(plan: TierPlan) -> dict:
+    """The views' hour_from/hour_to/day_from/day_to (naive UTC)."""
+    out = {}
+    for name, _ in TIER_GRAINS:
+        lo, hi = plan.ranges[name]
+        out[f"{name}_from"] = datetime.fromtimestamp(lo, timezone.utc).replace(tzinfo=None)
+        out[f"{name}_to"] = datetime.fromtimestamp(hi, timezone.utc).replace(tzinfo=None)
+    return out
 
 
 def check_filters(models: list[str], buckets: list[str], labels: list[str]) -> None:
@@ -239,6 +274,7 @@ def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
     edges = getattr(args, "buckets", None) or None
     abandoned = getattr(args, "abandoned", None) or "include"
     prefill = getattr(args, "prefill", None) or "total"
+    tiers = not getattr(args, "no_tiers", False)
     preflight(kind, step_s, force, edges is not None, abandoned, prefill)  # before opening any store
     own = runner is None
     if own:
@@ -248,7 +284,7 @@ def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
     try:
         return run_query(runner, start, end, step_s, getattr(args, "model", None), getattr(args, "bucket", None),
                          kind=kind, force=force, edges=edges, default_edges=settings.bucket_edges,
-                         abandoned=abandoned, prefill=prefill)
+                         abandoned=abandoned, prefill=prefill, tiers=tiers)
     finally:
         if own:
             runner.close()

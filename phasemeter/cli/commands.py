@@ -30,13 +30,15 @@ def cmd_migrate(args, settings: Settings) -> int:
     for mig in done:
         print(f"applied {mig.version:04d}_{mig.name}")
     from phasemeter.store.client import load_sql
+    from phasemeter.store.rollup import TIERS
 
     for name, days, env in (("raw", settings.raw_ttl_days, "PHASEMETER_RAW_TTL_DAYS"),
                             ("rollup", settings.rollup_ttl_days, "PHASEMETER_ROLLUP_TTL_DAYS")):
         if days < 1:
             raise ArgError(f"{env}={days}: must be at least 1")
-        client.command(load_sql(f"set_{name}_ttl"), parameters={"days": days},
-                       settings={"materialize_ttl_after_modify": 0})
+        for params in ([{"days": days}] if name == "raw" else [{"days": days, "table": t.table} for t in TIERS]):
+            client.command(load_sql(f"set_{name}_ttl"), parameters=params,
+                           settings={"materialize_ttl_after_modify": 0})
         print(f"{name} generations kept {days} days")
     print(f"store {settings.database} is up to date ({len(done)} applied now)")
     client.close()
