@@ -10,6 +10,7 @@ import importlib
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def bench():
 
 @pytest.mark.parametrize("name", ["bench_worker", "bench_join", "bench_sink", "bench_freshness", "profile_worker",
                                   "bench_otlp", "bench_asgi", "bench_openai_wrapper", "bench_cli_startup",
-                                  "run_all", "bare_faust_app"])
+                                  "run_all", "bare_faust_app", "bench_scale"])
 def test_imports_and_has_main(bench, name):
     mod = bench(name)
     assert callable(mod.main)
@@ -161,3 +162,38 @@ def test_run_all_keeps_notes_per_stage(bench, tmp_path):
     section = {"key": "join", "title": "J", "note": "", "runs": []}
     text = ra.markdown({"nproc": 2}, [section], 1.0, [], {"join": ra.kept_notes(out, "join")})
     assert "join findings" in text and "profile findings" not in text
+
+
+def test_scale_fill_follows_the_traffic_model_and_fills_every_tier(bench, tmp_path):
+    import clickhouse_connect
+
+    from phasemeter.store.migrate import migrate
+    from phasemeter.stream_jobs.ledger import all_tier_mismatches
+
+    bs = bench("bench_scale")
+    client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path / 'store'}")
+    client.command("CREATE DATABASE IF NOT EXISTS s")
+    client.database = "s"
+    migrate(client)
+    start = time.time() // 86400 * 86400 - 30 * 86400
+    client.command(bs.FILL_SQL, parameters=bs.fill_params(40_000, start))
+    q = lambda sql: client.query(sql).result_rows[0]  # noqa: E731
+    assert q("SELECT count(), uniqExact(model), uniqExact(input_bucket), uniqExact(model, input_bucket) "
+             "FROM generations") == (40_000, 4, 5, 20)
+    lo, hi = q("SELECT min(ts), max(ts) FROM generations")
+    assert lo.timestamp() >= start and hi.timestamp() < start + 30 * 86400 and hi.timestamp() > start + 29 * 86400
+    errors, cancelled, no_ttft, bad_prefill, bad_e2e = q(
+        "SELECT countIf(status = 'error'), countIf(status = 'cancelled'), countIf(ttft_s IS NULL), "
+        "countIf(abs(prefill_tps - input_tokens / ttft_s) > 1e-6 * prefill_tps), "
+        "countIf(status != 'error' AND abs(e2e_s - ttft_s - decode_s) > 1e-9) FROM generations")
+    assert 200 < errors < 600 and 200 < cancelled < 600 and no_ttft == errors  # 1 % each
+    assert bad_prefill == 0 and bad_e2e == 0
+    # The scripted regression: long prompts' prefill slower from 65 % of the window on.
+    before, after = client.query(
+        "SELECT medianIf(prefill_tps, ts < toDateTime64({t:Float64}, 3)), "
+        "medianIf(prefill_tps, ts >= toDateTime64({u:Float64}, 3)) FROM generations WHERE input_bucket = '32k+'",
+        parameters={"t": start + 0.6 * 30 * 86400, "u": start + 0.7 * 30 * 86400}).result_rows[0]
+    assert after < before / 2
+    days = (datetime.fromtimestamp(start - 86400, timezone.utc), datetime.fromtimestamp(start + 31 * 86400, timezone.utc))
+    assert all_tier_mismatches(client, *days) == []
+    client.close()
