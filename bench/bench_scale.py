@@ -12,12 +12,15 @@ cancels) over 30 days, with the two demo models plus two more profiles
 (4 models x 5 input buckets); the random draws are hashes of the row number,
 so a store is the same every time.
 
-Queries (each a fresh process, what a user pays; medians of --runs,
-interleaved round-robin so noise hits every path alike):
+Queries (each a fresh `query bands ... --format csv` process, what a user
+pays; medians of --runs, interleaved round-robin so noise hits every path
+alike; the path and reason come from one untimed JSON run):
 * 30 d at the auto step (3 h), 7 d at 1 h, 1 d at 1 min: --exact, --rollup
   --no-tiers (the per-minute states), --rollup (tiers where they apply);
 * fixed cost: an empty 1-minute window at the end of the data.
-Ratios are against the exact path measured in the same run.
+Ratios are against the exact path measured in the same run. CPU seconds
+(user + sys of the process and its threads) are printed beside the wall
+time: on a shared machine wall time is partly waiting for a core.
 
     python bench/bench_scale.py --rows 10000000 --rows 100000000
     python bench/bench_scale.py --rows 300000000 --runs 3   # ~25 GiB of disk
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -186,21 +190,33 @@ def matrix(end: datetime) -> list[tuple[str, list[str]]]:
 def run_matrix(root: Path, end: datetime, runs: int, env: dict) -> dict[str, dict]:
     queries = matrix(end)
     times: dict[str, list[float]] = {label: [] for label, _ in queries}
+    cpu: dict[str, list[float]] = {label: [] for label, _ in queries}
     meta: dict[str, str] = {}
+    for label, args in queries:  # once, untimed: the path and reason the JSON header states
+        import json
+
+        cmd = [CLI, "query", "bands", *args, "--format", "json", "--data-dir", str(root)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-800:]}")
+        doc = json.loads(proc.stdout)
+        meta[label] = f"{len(doc['rows']):,} rows; {doc['path']}: {doc['reason']}"
     for _ in range(runs):
         for label, args in queries:  # round-robin: noise hits every path alike
-            cmd = [CLI, "query", "bands", *args, "--format", "json", "--data-dir", str(root)]
+            # CSV: the cheapest rendering, so the figure is the query's and the start-up's
+            # (a JSON or table answer of 28k rows adds 0.3-1.5 s of Python formatting)
+            cmd = [CLI, "query", "bands", *args, "--format", "csv", "--data-dir", str(root)]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             times[label].append(time.perf_counter() - t)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            # CPU of the process and its threads: what an idle machine's wall time would be at most
+            cpu[label].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             if proc.returncode:
                 raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-800:]}")
-            if label not in meta:
-                import json
-
-                doc = json.loads(proc.stdout)
-                meta[label] = f"{len(doc['rows']):,} rows; {doc['path']}: {doc['reason']}"
-    return {label: {"median_s": statistics.median(ts), "runs": ts, "meta": meta[label]} for label, ts in times.items()}
+    return {label: {"median_s": statistics.median(ts), "runs": ts, "cpu_s": statistics.median(cpu[label]),
+                    "meta": meta[label]} for label, ts in times.items()}
 
 
 def main() -> int:
@@ -239,13 +255,13 @@ def table(rows: int, store: dict, res: dict) -> str:
     gib = sum(store["bytes"].values()) / 2**30
     head = (f"\n{rows:,} generations, 30 days, 4 models x 5 buckets: filled in {store['fill_s']:.0f} s, "
             f"{gib:.1f} GiB; cells: {', '.join(f'{k} {v:,}' for k, v in store['cells'].items())}\n")
-    lines = ["| query | path | median s | runs | × exact | answer |", "|---|---|---:|---|---:|---|"]
+    lines = ["| query | path | median s | runs | × exact | CPU s | answer |", "|---|---|---:|---|---:|---:|---|"]
     for label, r in res.items():
         query, path = label.split(" | ")
         ref = res.get(f"{query} | exact")
         speed = f"{ref['median_s'] / r['median_s']:.1f}×" if ref and path != "exact" else ""
         runs = " ".join(f"{t:.2f}" for t in r["runs"])
-        lines.append(f"| {query} | {path} | {r['median_s']:.2f} | {runs} | {speed} | {r['meta']} |")
+        lines.append(f"| {query} | {path} | {r['median_s']:.2f} | {runs} | {speed} | {r['cpu_s']:.2f} | {r['meta']} |")
     return head + "\n".join(lines)
 
 

@@ -17,6 +17,12 @@
 -- the comments there); the columns and the view's SELECT must stay those of
 -- the minute tier but for the time function: tests/integration/test_tiers.py
 -- compares the views' SELECTs as the store holds them.
+--
+-- index_granularity 256 (~10 days of one series per granule): an hour cell's
+-- states are many times a minute cell's (a TDigest keeps every value up to
+-- ~2k), and a query reads whole granules and merges states it then filters
+-- out, so big granules would cost a 7-day query (168 cells per series) far
+-- more than the cells it needs.
 CREATE TABLE IF NOT EXISTS generations_hour
 (
     minute       DateTime('UTC') CODEC(Delta, ZSTD(1)),
@@ -49,7 +55,7 @@ ENGINE = AggregatingMergeTree
 PARTITION BY toYYYYMM(minute)
 ORDER BY (model, input_bucket, minute)
 TTL minute + INTERVAL 400 DAY
-SETTINGS non_replicated_deduplication_window = 1000;
+SETTINGS non_replicated_deduplication_window = 1000, index_granularity = 256;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS generations_hour_mv TO generations_hour AS
 SELECT

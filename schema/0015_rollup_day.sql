@@ -17,8 +17,14 @@
 -- the comments there); the columns and the view's SELECT must stay those of
 -- the minute tier but for the time function: tests/integration/test_tiers.py
 -- compares the views' SELECTs as the store holds them.
--- Yearly partitions: a day tier is ~20 rows a day per model x bucket, so monthly
--- parts would be tiny; the TTL deletes rows by merge either way.
+--
+-- index_granularity 32 (a month of one series per granule): a day cell's
+-- states are large, and a query reads whole granules and merges states it
+-- then filters out, so big granules would cost a 30-day query (30 cells per
+-- series) far more than the cells it needs.
+--
+-- Yearly partitions: a day tier holds one row a day per model x bucket, so
+-- monthly parts would be tiny; the TTL deletes rows by merge either way.
 CREATE TABLE IF NOT EXISTS generations_day
 (
     minute       DateTime('UTC') CODEC(Delta, ZSTD(1)),
@@ -51,7 +57,7 @@ ENGINE = AggregatingMergeTree
 PARTITION BY toYear(minute)
 ORDER BY (model, input_bucket, minute)
 TTL minute + INTERVAL 400 DAY
-SETTINGS non_replicated_deduplication_window = 1000;
+SETTINGS non_replicated_deduplication_window = 1000, index_granularity = 32;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS generations_day_mv TO generations_day AS
 SELECT

@@ -22,6 +22,10 @@ FROM
     SELECT model, input_bucket, minute, toUInt64(0) AS raw_n, sum(n) AS rollup_n
     FROM {table:Identifier}
     WHERE minute >= {start:DateTime64(3)} AND minute < {end:DateTime64(3)}
+      -- A read, so the worker's HTTP API may run it (the query path checks a
+      -- tier's first cell with it): it reads rollup tiers and nothing else.
+      AND throwIf(NOT has(['generations_minute', 'generations_hour', 'generations_day'], {table:String}),
+                  'table: expected generations_minute, generations_hour or generations_day') = 0
       AND (empty({cells:Array(Tuple(String, String, DateTime))})
            OR (model, input_bucket, minute) IN {cells:Array(Tuple(String, String, DateTime))})
     GROUP BY model, input_bucket, minute

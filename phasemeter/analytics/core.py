@@ -196,18 +196,36 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
 
 
 def _tier_plan(runner, start: datetime, end: datetime, step_s: int, tiers: bool) -> TierPlan:
-    """The pure plan (paths.tier_plan) with each tier's first cell, asked only
-    when a tier could answer (its grain divides the step and fits the window)."""
+    """The pure plan (paths.tier_plan) with the cell each tier may be read
+    from: its first cell, unless that one is partial (it is then asked, and
+    only when the window reaches it: `sql/rollup_mismatches.sql` over that one
+    cell's grain). Nothing is asked unless a tier could answer (its grain
+    divides the step and fits the window)."""
     lo, hi = int(start.timestamp()), int(end.timestamp())
     finest = TIER_GRAINS[0][1]
     if not tiers or step_s % finest or hi - lo < finest:
         return tier_plan(lo, hi, step_s, {}, use_tiers=False)
     df = runner.df("rollup_tier_first_cells", {})
-    first = {}
+    read_from = {}
     for name, _ in TIER_GRAINS:
         value = df[name].iloc[0] if len(df) else None
-        first[name] = None if value is None or pd.isna(value) else int(_utc(pd.Timestamp(value).to_pydatetime()).timestamp())
-    return tier_plan(lo, hi, step_s, first)
+        read_from[name] = None if value is None or pd.isna(value) else int(_utc(pd.Timestamp(value).to_pydatetime()).timestamp())
+    plan = tier_plan(lo, hi, step_s, read_from)
+    for name, grain in TIER_GRAINS:
+        first = read_from[name]
+        if first is not None and plan.ranges[name][0] <= first < plan.ranges[name][1] \
+                and not _complete(runner, name, grain, first):
+            read_from[name] = first + grain
+            plan = tier_plan(lo, hi, step_s, read_from)
+    return plan
+
+
+def _complete(runner, name: str, grain: int, first: int) -> bool:
+    """Whether a tier's first cell holds all its raw rows (every model x bucket)."""
+    cell = datetime.fromtimestamp(first, timezone.utc).replace(tzinfo=None)
+    bad = runner.df("rollup_mismatches", {"table": f"generations_{name}", "grain_s": grain, "start": cell,
+                                          "end": cell + timedelta(seconds=grain), "cells": []})
+    return bad.empty
 
 
 def tier_params(plan: TierPlan) -> dict:

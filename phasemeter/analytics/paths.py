@@ -86,23 +86,23 @@ class TierPlan:
         return [n for n, _ in TIER_GRAINS if self.ranges[n][0] < self.ranges[n][1]]
 
 
-def tier_plan(start_s: int, end_s: int, step_s: int, first_cells: dict[str, int | None],
+def tier_plan(start_s: int, end_s: int, step_s: int, read_from: dict[str, int | None],
               use_tiers: bool = True) -> TierPlan:
     """Pick the coarsest tier for each part of a rollup window [start_s, end_s)
     (whole minutes). A tier answers only whole cells of its grain inside the
     window, only when its grain divides step_s (each cell then falls inside one
     step: toStartOfInterval on seconds is epoch-aligned, and so are the cells),
-    and only from its second cell on: `first_cells[name]` is the tier's earliest
-    cell (None: the tier is empty), which may be partial (the tier's view only
-    sees rows inserted after it was created; `analytics backfill` fills the
-    past), so the plan starts one cell later. Before that the finer tier answers."""
+    and only from `read_from[name]` on (None: not at all). The caller passes the
+    tier's first cell, or the one after it when that first cell is partial (a
+    tier's view only sees rows inserted after it was created; `analytics
+    backfill` fills the past). Before that, the finer tier answers."""
     ranges: dict[str, tuple[int, int]] = {}
     lo, hi = start_s, end_s
     for name, grain in TIER_GRAINS:
-        first = first_cells.get(name)
+        first = read_from.get(name)
         usable = use_tiers and step_s % grain == 0 and first is not None
         if usable:
-            t_lo = max(-(-lo // grain) * grain, -(-(first + grain) // grain) * grain)
+            t_lo = max(-(-lo // grain) * grain, -(-first // grain) * grain)
             t_hi = hi // grain * grain
             usable = t_lo < t_hi
         if not usable:

@@ -67,14 +67,15 @@ def test_plan(start, end, step, used, states):
     assert plan.states_per_series(start, end) == states
 
 
-def test_a_tier_is_read_only_after_its_first_cell_which_may_be_partial():
-    first = T0 + 10 * D + 25 * M  # the hour tier's view was created 25 min into that hour
-    plan = tier_plan(T0, T0 + 30 * D, 10800, {"hour": T0 + 10 * D, "day": None})
+def test_a_tier_is_read_only_from_the_cell_it_may_be_read_from():
+    # The caller passes the tier's first cell, or the next one when the first is partial.
+    plan = tier_plan(T0, T0 + 30 * D, 10800, {"hour": T0 + 10 * D + H, "day": None})
     check(plan, T0, T0 + 30 * D, 10800)
-    assert plan.ranges["hour"] == (T0 + 10 * D + H, T0 + 30 * D)  # its first cell is skipped
+    assert plan.ranges["hour"] == (T0 + 10 * D + H, T0 + 30 * D)
     assert plan.used() == ["hour"]  # an empty day tier is never read
-    plan = tier_plan(T0, T0 + 30 * D, D, {"hour": first // H * H, "day": T0 + 10 * D})
+    plan = tier_plan(T0, T0 + 30 * D, D, {"hour": T0 + 10 * D + 25 * M, "day": T0 + 11 * D})
     check(plan, T0, T0 + 30 * D, D)
+    assert plan.ranges["hour"] == (T0 + 10 * D + H, T0 + 30 * D)  # not a whole hour: rounded up
     assert plan.ranges["day"] == (T0 + 11 * D, T0 + 30 * D)
 
 
@@ -103,5 +104,59 @@ def test_random_windows_against_brute_force():
         check(plan, start, end, step)
         for name, g in TIER_GRAINS:
             lo, hi = plan.ranges[name]
-            if lo < hi:  # never before the tier's first whole cell after its first cell
-                assert first[name] is not None and lo >= first[name] // g * g + g
+            if lo < hi:  # never before the cell the tier may be read from
+                assert first[name] is not None and lo >= first[name]
+
+
+class TierRunner:
+    """A fake store: the tiers' first cells and which of them are partial."""
+
+    def __init__(self, first: dict, partial: set):
+        self.first, self.partial, self.calls = first, partial, []
+
+    def df(self, name, params):
+        import pandas as pd
+
+        self.calls.append((name, dict(params)))
+        if name == "rollup_tier_first_cells":
+            return pd.DataFrame({k: [pd.Timestamp(v, unit="s") if v is not None else None]
+                                 for k, v in self.first.items()})
+        if name == "rollup_mismatches":
+            tier = params["table"].removeprefix("generations_")
+            return pd.DataFrame({"model": ["m"]}) if tier in self.partial else pd.DataFrame({"model": []})
+        raise AssertionError(name)
+
+
+def _plan(runner, start, end, step):
+    from datetime import datetime, timezone
+
+    from phasemeter.analytics.core import _tier_plan
+
+    return _tier_plan(runner, datetime.fromtimestamp(start, timezone.utc), datetime.fromtimestamp(end, timezone.utc),
+                      step, True)
+
+
+def test_a_partial_first_cell_is_skipped_a_complete_one_read():
+    window = (T0, T0 + 30 * D, D)
+    plan = _plan(TierRunner({"hour": T0, "day": T0}, partial={"hour", "day"}), *window)
+    assert plan.ranges == {"hour": (T0 + H, T0 + 30 * D), "day": (T0 + D, T0 + 30 * D)}
+    runner = TierRunner({"hour": T0, "day": T0}, partial=set())
+    plan = _plan(runner, *window)
+    assert plan.ranges == {"hour": (T0, T0 + 30 * D), "day": (T0, T0 + 30 * D)}
+    assert [c[1]["table"] for c in runner.calls if c[0] == "rollup_mismatches"] == ["generations_hour",
+                                                                                   "generations_day"]
+
+
+def test_the_first_cell_is_checked_only_when_the_window_reaches_it():
+    runner = TierRunner({"hour": T0 - 5 * D, "day": T0 - 5 * D}, partial={"hour", "day"})
+    plan = _plan(runner, T0, T0 + 30 * D, 10800)
+    assert plan.used() == ["hour"] and [c[0] for c in runner.calls] == ["rollup_tier_first_cells"]
+    runner = TierRunner({"hour": T0, "day": T0}, partial=set())
+    _plan(runner, T0, T0 + 30 * D, 60)  # minute steps: no tier can answer, nothing asked
+    assert runner.calls == []
+
+
+def test_an_empty_tier_is_not_read_and_not_checked():
+    runner = TierRunner({"hour": T0, "day": None}, partial=set())
+    plan = _plan(runner, T0, T0 + 30 * D, D)
+    assert plan.used() == ["hour"] and [c[1]["table"] for c in runner.calls[1:]] == ["generations_hour"]
