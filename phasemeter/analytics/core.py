@@ -1,7 +1,8 @@
 """Percentile queries at scale: exact or rollup path, re-bucketing, latency.
 
 Every read is a named SQL file run by a Runner (`phasemeter.query.runner`) with
-typed, server-side bound parameters:
+typed, server-side bound parameters (the rollup files read the minute, hour and
+day tiers, each over the range `paths.tier_plan` gives it):
 
 | shape                 | exact (raw rows)          | rollup (per-minute states) |
 |-----------------------|---------------------------|----------------------------|
@@ -43,16 +44,17 @@ STALL_COLUMNS = ["t", "model", "input_bucket", "n", "chunk_n", "gap_n", "gap_p50
 STALLS_EXACT_ONLY = {"--stalls": "the rollup (generations_minute) has no gap data: max_gap_s and stalled "
                                  "are raw-row columns"}
 
-ROLLUP_METHOD = ("rollup: per-minute states (schema/0003_rollup_minute.sql) merged per step; a percentile whose "
-                 "ranks lie among the 16 lowest/highest values kept per minute is exact (numpy linear), "
+ROLLUP_METHOD = ("rollup: per-minute states (schema/0003_rollup_minute.sql), per-hour/day ones where the step "
+                 "is whole hours/days (0014, 0015), merged per step; a percentile whose "
+                 "ranks lie among the 16 lowest/highest values kept per cell is exact (numpy linear), "
                  "denser cells use quantilesTDigest (measured error in docs/analytics.md); whole minutes "
                  "[from, to); for throughput the slow tail is the LOW percentile (p1/p5)")
 LATENCY_EXACT_METHOD = ('exact: quantilesExactInclusive == numpy.percentile(method="linear"); for latency '
                         "(ttft_s, tpot_s, queue_s) the slow tail is the HIGH percentile (p90/p99)")
 STALLS_METHOD = ('exact: quantilesExactInclusive == numpy.percentile(method="linear") over each generation\'s '
                  "max_gap_s (rows with chunk data only); for a gap the slow tail is the HIGH end (p99, max)")
-LATENCY_ROLLUP_METHOD = ("rollup: per-minute states; ttft/tpot exact (numpy linear) when the ranks lie among the "
-                         "16 highest values kept per minute, else quantilesTDigest; queue_s quantilesTDigest; "
+LATENCY_ROLLUP_METHOD = ("rollup: per-minute states (per-hour/day ones at whole-hour/day steps); ttft/tpot exact "
+                         "(numpy linear) when the ranks lie among the 16 highest values kept per cell, else quantilesTDigest; queue_s quantilesTDigest; "
                          "for latency the slow tail is the HIGH percentile (p90/p99)")
 
 _SQL = {("bands", "exact", False): "bands_exact", ("bands", "exact", True): "bands_rebucket",
@@ -209,7 +211,8 @@ def _tier_plan(runner, start: datetime, end: datetime, step_s: int, tiers: bool)
     read_from = {}
     for name, _ in TIER_GRAINS:
         value = df[name].iloc[0] if len(df) else None
-        read_from[name] = None if value is None or pd.isna(value) else int(_utc(pd.Timestamp(value).to_pydatetime()).timestamp())
+        missing = value is None or pd.isna(value)
+        read_from[name] = None if missing else int(_utc(pd.Timestamp(value).to_pydatetime()).timestamp())
     plan = tier_plan(lo, hi, step_s, read_from)
     for name, grain in TIER_GRAINS:
         first = read_from[name]
