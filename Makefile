@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit bench chaos soak setup kafka-jars clean
+.PHONY: demo test test-unit bench bench-scale chaos soak setup kafka-jars clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ test-unit: $(STAMP)
 
 bench: setup
 	$(BIN)/python bench/run_all.py
+
+# Band queries over stores of 10M and 100M generations filled SQL-side (about
+# 15 min, ~9 GiB of disk while it runs; BENCHMARKS.md §14). 300M: add
+# --rows 300000000 (~25 GiB).
+bench-scale: setup
+	$(BIN)/python bench/bench_scale.py --rows 10000000 --rows 100000000
 
 # The chaos matrix (about 1.5 h): faults x 0/1/2 busy loops x both protocols;
 # writes its table into docs/delivery.md. One cell: see `bench/chaos.py --help`.

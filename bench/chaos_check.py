@@ -6,8 +6,9 @@ store holds), the way the chaos harness and its tests judge a run.
   generation is expected once its `end` is in the topic.
 * `read_target(dsn, database)`: run in a subprocess of its own (`python
   bench/chaos_check.py target DSN DB`), because an embedded chDB path opens
-  in one process only: request_id counts, dead letters, and the rollup
-  cells that differ from raw (the worker's own sql/rollup_mismatches.sql).
+  in one process only: request_id counts, dead letters, and the cells of
+  every rollup tier (minute, hour, day) that differ from raw (the worker's
+  own sql/rollup_mismatches.sql, at each tier's grain).
 * `compare(source, targets)`: lost, duplicated, dead-lettered, rollup
   mismatches, and the missing partition/offset ranges, for a person to read.
 * `damage(dsn, database)`: the negative control: delete one stored row and
@@ -101,7 +102,7 @@ def _target_here(dsn: str, database: str) -> dict:
 
     # The installed package (`phasemeter.stream_jobs` exists only installed:
     # the repository's phasemeter/ folder would shadow it).
-    from phasemeter.stream_jobs.ledger import rollup_mismatches, slo_mismatches
+    from phasemeter.stream_jobs.ledger import all_tier_mismatches, slo_mismatches
 
     client = clickhouse_connect.get_client(dsn=dsn)
     client.database = database
@@ -109,7 +110,7 @@ def _target_here(dsn: str, database: str) -> dict:
         ids = client.query("SELECT request_id, count() FROM generations GROUP BY request_id").result_rows
         dead = client.query("SELECT reason, src_topic, src_partition, src_offset FROM dead_letters").result_rows
         lo, hi = datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc)
-        bad = rollup_mismatches(client, lo, hi)
+        bad = all_tier_mismatches(client, lo, hi)  # minute, hour and day tiers
         slo_bad = slo_mismatches(client, lo, hi)
         slo_n = client.query("SELECT count() FROM slo_definitions").result_rows[0][0]
         raw_n = client.query("SELECT count() FROM generations").result_rows[0][0]
@@ -118,7 +119,7 @@ def _target_here(dsn: str, database: str) -> dict:
         client.close()
     return {"ids": {r: int(n) for r, n in ids}, "dead": [list(d) for d in dead], "raw_n": int(raw_n),
             "rollup_n": int(rollup_n),
-            "rollup_mismatches": [[m, b, t.isoformat(), r, n] for m, b, t, r, n in bad],
+            "rollup_mismatches": [[tier, m, b, t.isoformat(), r, n] for tier, m, b, t, r, n in bad],
             "slo_declared": int(slo_n),
             "slo_mismatches": [[i, m, b, t.isoformat(), r, n] for i, m, b, t, r, n in slo_bad]}
 

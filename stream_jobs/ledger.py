@@ -6,9 +6,9 @@ the store client directly (tuples, no DataFrames: it runs every batch).
 * `stored_max` / `stored_in_range`: what a re-read batch already left in
   the store, so each row and dead letter is written once.
 * `existing_request_ids`: duplicate deliveries from a gateway.
-* `rollup_mismatches` / `repair_rollup`: cells where the rollup view missed
-  (or doubled) a crashed insert's block, rebuilt from raw; the same for the
-  declared SLOs' per-minute counts (`slo_mismatches` / `repair_slo`).
+* `rollup_mismatches` / `repair_rollup`: cells where a rollup tier's view
+  missed (or doubled) a crashed insert's block, rebuilt from raw; the same
+  for the declared SLOs' per-minute counts (`slo_mismatches` / `repair_slo`).
 
 SQL lives in sql/*.sql with every value bound server-side.
 """
@@ -72,77 +72,70 @@ def existing_request_ids(client, topic: str, ids: list[str], lo: float, hi: floa
     return {r[0] for r in _rows(client, "existing_request_ids", params)}
 
 
-def _utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
-
-
-def rollup_mismatches(client, start: datetime, end: datetime, cells: set[Cell] = frozenset()) -> list[tuple]:
-    """[(model, bucket, minute, raw_n, rollup_n)] where the rollup != raw."""
-    params = {"start": start, "end": end, "cells": [(m, b, _naive(t)) for m, b, t in sorted(cells)]}
-    return [(m, b, _utc(t), int(r), int(n)) for m, b, t, r, n in _rows(client, "rollup_mismatches", params)]
-
-
 def _naive(t: datetime) -> datetime:
     return _utc(t).replace(tzinfo=None)
 
 
-def repair_rollup(client, cells: set[Cell], attempts: int = 3) -> list[tuple]:
-    """Make the rollup equal raw on `cells`; returns the mismatches found
-    (empty when the crashed insert's view block had landed after all).
+def _utc(t: datetime) -> datetime:
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
-    Delete the unequal cells' states, then rebuild them from raw with the
-    backfill query, which fills only cells the rollup lacks. A crash between
-    the two leaves the cell short, and the re-read batch finds it again:
-    the repair converges. Checked again after each pass, because another
-    worker sharing a server store may insert into the same cell meanwhile.
+
+def rollup_mismatches(client, start: datetime, end: datetime, cells: set[Cell] = frozenset(),
+                      tier: rollup.Tier = rollup.MINUTE) -> list[tuple]:
+    """[(model, bucket, cell start, raw_n, rollup_n)] where a tier of the
+    rollup != raw (the minute tier unless told; `cells` at the tier's grain)."""
+    return rollup.mismatches(client, start, end, cells, tier)
+
+
+def all_tier_mismatches(client, start: datetime, end: datetime) -> list[tuple]:
+    """[(tier, model, bucket, cell start, raw_n, rollup_n)] over every tier:
+    what the chaos and soak checks hold to empty. Coarse cells that start
+    before `start` or end after `end` are not checked (they hold raw rows
+    outside the window), so pass a window of whole days."""
+    return [(t.name, *bad) for t in rollup.TIERS for bad in rollup.mismatches(client, start, end, tier=t)]
+
+
+def repair_rollup(client, cells: set[Cell], attempts: int = 3) -> list[tuple]:
+    """Make every tier of the rollup equal raw on the cells that minute cells
+    `cells` fall in; returns [(tier, model, bucket, cell start, raw_n,
+    rollup_n)] found (empty when the crashed insert's view blocks had landed
+    after all).
+
+    Each tier has its own view off `generations`, so a crash can cut any of
+    them; each is checked at its own grain and its unequal cells are deleted
+    and rebuilt from raw (phasemeter.store.rollup.repair). A crash during the
+    repair leaves the batch unrecorded: it is re-read and the repair runs
+    again, so it converges.
     """
     if not cells:
         return []
-    start = min(t for _, _, t in cells)
-    end = max(t for _, _, t in cells) + timedelta(minutes=1)
-    found: list[tuple] = []
-    for _ in range(attempts):
-        bad = rollup_mismatches(client, start, end, cells)
-        if not bad:
-            return found
-        found += bad
-        targets = [(m, b, _naive(t)) for m, b, t, _, _ in bad]
-        client.command(load_sql("rollup_delete_cells"), parameters={"cells": targets},
-                       settings={"lightweight_deletes_sync": 2})
-        lo, hi = min(t for _, _, t in targets), max(t for _, _, t in targets) + timedelta(minutes=1)
-        # No block dedup here: an identical rebuild of this cell may already be
-        # in the dedup window from an earlier repair whose states were deleted.
-        rollup.backfill(client, lo, hi, settings={"insert_deduplicate": 0})
-    raise RuntimeError(f"rollup still unequal to raw after {attempts} repairs: {bad[:5]}")
+    return rollup.repair_cells(client, cells, attempts)
 
 
 def slo_mismatches(client, start: datetime, end: datetime, cells: set[Cell] = frozenset()) -> list[tuple]:
     """[(slo_id, model, bucket, minute, raw_n, counted_n)] where the SLO counts != raw."""
-    params = {"start": start, "end": end, "cells": [(m, b, _naive(t)) for m, b, t in sorted(cells)]}
+    params = {"start": _naive(start), "end": _naive(end), "cells": [(m, b, _naive(t)) for m, b, t in sorted(cells)]}
     sql = rollup.wrapped(client, "slo_mismatches", SLO_VIEW)
     return [(int(i), m, b, _utc(t), int(r), int(n))
             for i, m, b, t, r, n in client.query(sql, parameters=params).result_rows]
 
 
 def repair_slo(client, cells: set[Cell], attempts: int = 3) -> list[tuple]:
-    """As repair_rollup, for slo_minute: delete the unequal cells' counts and
-    rebuild them from raw with the view's own SELECT."""
+    """As a rollup tier's repair, for slo_minute (minute grain): delete the
+    unequal cells' counts, rebuild them from raw with the view's own SELECT."""
     if not cells:
         return []
     start = min(t for _, _, t in cells)
     end = max(t for _, _, t in cells) + timedelta(minutes=1)
-    found: list[tuple] = []
-    for _ in range(attempts):
-        bad = slo_mismatches(client, start, end, cells)
-        if not bad:
-            return found
-        found += bad
-        client.command(load_sql("slo_delete_cells"), parameters={"cells": [(i, m, b, _naive(t)) for i, m, b, t, _, _ in bad]},
+
+    def fix(bad):
+        client.command(load_sql("slo_delete_cells"),
+                       parameters={"cells": [(i, m, b, _naive(t)) for i, m, b, t, _, _ in bad]},
                        settings={"lightweight_deletes_sync": 2})
         rebuild = [(m, b, _naive(t)) for _, m, b, t, _, _ in bad]
-        lo = min(t for _, _, t in rebuild)
         client.command(rollup.wrapped(client, "slo_backfill", SLO_VIEW),
-                       parameters={"start": lo, "end": max(t for _, _, t in rebuild) + timedelta(minutes=1),
-                                   "cells": rebuild},
-                       settings={"insert_deduplicate": 0})
-    raise RuntimeError(f"SLO counts still unequal to raw after {attempts} repairs: {bad[:5]}")
+                       parameters={"start": min(t for _, _, t in rebuild),
+                                   "end": max(t for _, _, t in rebuild) + timedelta(minutes=1), "cells": rebuild},
+                       settings={"insert_deduplicate": 0})  # as the tiers' rebuild: no block dedup
+
+    return rollup.converge(lambda: slo_mismatches(client, start, end, cells), fix, attempts, "slo_minute")

@@ -7,7 +7,7 @@
   (variants.py); every frame counts the abandoned generations per row.
 * `render(df, fmt, meta)`, `write_chart(df, meta, out)`: text and charts
   (`.html` -> phasemeter.render.html, else PNG).
-* `backfill(client, start, end)`: fill the per-minute rollup from raw rows.
+* `backfill(client, start, end)`: fill the rollup's tiers (minute, hour, day) from raw rows.
 
 Attributes load lazily, so `phasemeter --help` does not import pandas.
 """

@@ -22,6 +22,9 @@ def path_flags(p) -> None:
                    help="force the exact path (raw rows, quantilesExactInclusive == numpy linear)")
     g.add_argument("--rollup", action="store_true",
                    help="force the per-minute rollup (fast for long windows; step must be whole minutes)")
+    p.add_argument("--no-tiers", action="store_true",
+                   help="on the rollup path read the per-minute tier only, not the hour/day tiers (the same "
+                        "numbers up to the sketch's merge order; for comparing and benchmarking)")
     p.add_argument("--buckets", metavar="EDGES",
                    help="re-bucket at query time from raw input_tokens: edges like 0,1024,4096,16384,65536 "
                         "or a preset (default, litellm); exact path only")
@@ -82,8 +85,9 @@ def cmd_backfill(args, settings) -> int:
         res = backfill(client, start, end)
     finally:
         client.close()
+    tiers = ", ".join(f"{name} {n:,}" for name, n in res["tier_cells_rebuilt"].items())
     print(f"rollup backfilled for [{res['start']}, {res['end']}): {res['generations_added']:,} generations added "
-          "(cells already in the rollup were skipped)")
+          f"(cells already in the rollup were skipped); cells rebuilt from raw in the coarser tiers: {tiers}")
     return 0
 
 

@@ -1,7 +1,8 @@
 """Percentile queries at scale: exact or rollup path, re-bucketing, latency.
 
 Every read is a named SQL file run by a Runner (`phasemeter.query.runner`) with
-typed, server-side bound parameters:
+typed, server-side bound parameters (the rollup files read the minute, hour and
+day tiers, each over the range `paths.tier_plan` gives it):
 
 | shape                 | exact (raw rows)          | rollup (per-minute states) |
 |-----------------------|---------------------------|----------------------------|
@@ -27,7 +28,7 @@ from phasemeter.stream_jobs.buckets import labels as bucket_labels, parse_edges
 from phasemeter.timeparse import ArgError, auto_step, parse_duration, window
 
 from phasemeter.analytics import variants
-from phasemeter.analytics.paths import PathChoice, choose_path
+from phasemeter.analytics.paths import TIER_GRAINS, PathChoice, TierPlan, choose_path, tier_plan
 from phasemeter.analytics.variants import ABANDONED_COLUMNS, SPLIT_COLUMNS
 
 LATENCY_PCTS = ("p50", "p90", "p99")
@@ -43,16 +44,17 @@ STALL_COLUMNS = ["t", "model", "input_bucket", "n", "chunk_n", "gap_n", "gap_p50
 STALLS_EXACT_ONLY = {"--stalls": "the rollup (generations_minute) has no gap data: max_gap_s and stalled "
                                  "are raw-row columns"}
 
-ROLLUP_METHOD = ("rollup: per-minute states (schema/0003_rollup_minute.sql) merged per step; a percentile whose "
-                 "ranks lie among the 16 lowest/highest values kept per minute is exact (numpy linear), "
+ROLLUP_METHOD = ("rollup: per-minute states (schema/0003_rollup_minute.sql), per-hour/day ones where the step "
+                 "is whole hours/days (0014, 0015), merged per step; a percentile whose "
+                 "ranks lie among the 16 lowest/highest values kept per cell is exact (numpy linear), "
                  "denser cells use quantilesTDigest (measured error in docs/analytics.md); whole minutes "
                  "[from, to); for throughput the slow tail is the LOW percentile (p1/p5)")
 LATENCY_EXACT_METHOD = ('exact: quantilesExactInclusive == numpy.percentile(method="linear"); for latency '
                         "(ttft_s, tpot_s, queue_s) the slow tail is the HIGH percentile (p90/p99)")
 STALLS_METHOD = ('exact: quantilesExactInclusive == numpy.percentile(method="linear") over each generation\'s '
                  "max_gap_s (rows with chunk data only); for a gap the slow tail is the HIGH end (p99, max)")
-LATENCY_ROLLUP_METHOD = ("rollup: per-minute states; ttft/tpot exact (numpy linear) when the ranks lie among the "
-                         "16 highest values kept per minute, else quantilesTDigest; queue_s quantilesTDigest; "
+LATENCY_ROLLUP_METHOD = ("rollup: per-minute states (per-hour/day ones at whole-hour/day steps); ttft/tpot exact "
+                         "(numpy linear) when the ranks lie among the 16 highest values kept per cell, else quantilesTDigest; queue_s quantilesTDigest; "
                          "for latency the slow tail is the HIGH percentile (p90/p99)")
 
 _SQL = {("bands", "exact", False): "bands_exact", ("bands", "exact", True): "bands_rebucket",
@@ -137,13 +139,15 @@ def _exact_only(kind: str, abandoned: str, prefill: str) -> dict[str, str]:
 def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, buckets=None, *,
               kind: str = "bands", force: str | None = None, edges=None,
               default_edges="default", abandoned: str = "include",
-              prefill: str = "total") -> tuple[pd.DataFrame, dict]:
+              prefill: str = "total", tiers: bool = True) -> tuple[pd.DataFrame, dict]:
     """The library entry point (CLI-free). `edges` (spec or tuple) re-buckets from raw input_tokens;
     `abandoned` include|exclude and `prefill` total|engine|uncached: see variants.py.
+    `tiers=False` (--no-tiers): the rollup path reads the minute tier only.
 
     Returns (frame, meta) with meta keys: kind, path, reason, method, step_s,
     start, end (the window actually queried, ISO), bucket_order, rebucketed,
-    abandoned, prefill, abandoned_split (False on the rollup: no phase split).
+    abandoned, prefill, abandoned_split (False on the rollup: no phase split),
+    tiers (the coarser rollup tiers read: [] on the exact path or minute only).
     """
     step_s = int(step_s)
     preflight(kind, step_s, force, edges is not None, abandoned, prefill)
@@ -167,22 +171,74 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
     if rebucket:
         params["edges"] = [int(e) for e in edge_tuple]
         params["labels"] = bucket_labels(edge_tuple)
+    used: list[str] = []
+    reason = choice.reason
     if choice.path == "exact":  # the rollup files take neither: exact_only routed them here
         params["abandoned"] = abandoned
         if kind == "bands":
             params["prefill"] = prefill
+    else:
+        plan = _tier_plan(runner, q_start, q_end, step_s, tiers)
+        params.update(tier_params(plan))
+        used = plan.used()
+        spans = f"{plan.states_per_series(int(q_start.timestamp()), int(q_end.timestamp())):,} cell states per series"
+        reason += f"; {' + '.join(used[::-1] + ['minute'])} tiers, {spans}" if used else f"; minute tier, {spans}"
     df = _tidy(runner.df(_SQL[(kind, choice.path, rebucket)], params), kind)
     if df.empty and filters["models"]:
         _explain_unknown_models(runner, filters["models"], start, end)
     order = bucket_labels(edge_tuple)
     df = order_bands(df, order)
-    meta = {"kind": kind, "path": choice.path, "reason": choice.reason,
+    meta = {"kind": kind, "path": choice.path, "reason": reason,
             "method": method_for(kind, choice.path), "step_s": step_s,
             "start": q_start.isoformat().replace("+00:00", "Z"),
             "end": q_end.isoformat().replace("+00:00", "Z"),
             "bucket_order": order, "rebucketed": rebucket, "abandoned": abandoned, "prefill": prefill,
-            "abandoned_split": choice.path == "exact"}
+            "abandoned_split": choice.path == "exact", "tiers": used}
     return df, meta
+
+
+def _tier_plan(runner, start: datetime, end: datetime, step_s: int, tiers: bool) -> TierPlan:
+    """The pure plan (paths.tier_plan) with the cell each tier may be read
+    from: its first cell, unless that one is partial (it is then asked, and
+    only when the window reaches it: `sql/rollup_mismatches.sql` over that one
+    cell's grain). Nothing is asked unless a tier could answer (its grain
+    divides the step and fits the window)."""
+    lo, hi = int(start.timestamp()), int(end.timestamp())
+    finest = TIER_GRAINS[0][1]
+    if not tiers or step_s % finest or hi - lo < finest:
+        return tier_plan(lo, hi, step_s, {}, use_tiers=False)
+    df = runner.df("rollup_tier_first_cells", {})
+    read_from = {}
+    for name, _ in TIER_GRAINS:
+        value = df[name].iloc[0] if len(df) else None
+        missing = value is None or pd.isna(value)
+        read_from[name] = None if missing else int(_utc(pd.Timestamp(value).to_pydatetime()).timestamp())
+    plan = tier_plan(lo, hi, step_s, read_from)
+    for name, grain in TIER_GRAINS:
+        first = read_from[name]
+        if first is not None and plan.ranges[name][0] <= first < plan.ranges[name][1] \
+                and not _complete(runner, name, grain, first):
+            read_from[name] = first + grain
+            plan = tier_plan(lo, hi, step_s, read_from)
+    return plan
+
+
+def _complete(runner, name: str, grain: int, first: int) -> bool:
+    """Whether a tier's first cell holds all its raw rows (every model x bucket)."""
+    cell = datetime.fromtimestamp(first, timezone.utc).replace(tzinfo=None)
+    bad = runner.df("rollup_mismatches", {"table": f"generations_{name}", "grain_s": grain, "start": cell,
+                                          "end": cell + timedelta(seconds=grain), "cells": []})
+    return bad.empty
+
+
+def tier_params(plan: TierPlan) -> dict:
+    """The views' hour_from/hour_to/day_from/day_to (naive UTC)."""
+    out = {}
+    for name, _ in TIER_GRAINS:
+        lo, hi = plan.ranges[name]
+        out[f"{name}_from"] = datetime.fromtimestamp(lo, timezone.utc).replace(tzinfo=None)
+        out[f"{name}_to"] = datetime.fromtimestamp(hi, timezone.utc).replace(tzinfo=None)
+    return out
 
 
 def check_filters(models: list[str], buckets: list[str], labels: list[str]) -> None:
@@ -239,6 +295,7 @@ def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
     edges = getattr(args, "buckets", None) or None
     abandoned = getattr(args, "abandoned", None) or "include"
     prefill = getattr(args, "prefill", None) or "total"
+    tiers = not getattr(args, "no_tiers", False)
     preflight(kind, step_s, force, edges is not None, abandoned, prefill)  # before opening any store
     own = runner is None
     if own:
@@ -248,7 +305,7 @@ def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
     try:
         return run_query(runner, start, end, step_s, getattr(args, "model", None), getattr(args, "bucket", None),
                          kind=kind, force=force, edges=edges, default_edges=settings.bucket_edges,
-                         abandoned=abandoned, prefill=prefill)
+                         abandoned=abandoned, prefill=prefill, tiers=tiers)
     finally:
         if own:
             runner.close()

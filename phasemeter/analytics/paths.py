@@ -61,3 +61,54 @@ def choose_path(window_s: float, step_s: int, *, force: str | None = None, rebuc
         return PathChoice("rollup", f"~{rows:,} raw rows > {ROLLUP_MIN_ROWS:,}")
     shown = "unknown" if rows is None else f"{rows:,}"
     return PathChoice("exact", f"short window ({window_s / 3600:.1f} h), {shown} raw rows")
+
+
+# The coarser tiers of the rollup (schema/0014, 0015), finest first: name and
+# grain. Each nests inside the one before it (a whole day is whole hours).
+TIER_GRAINS: tuple[tuple[str, int], ...] = (("hour", 3600), ("day", 86400))
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """Which part of [start, end) each coarser tier answers, epoch seconds,
+    [lo, hi) per tier; the minute tier answers the rest. Unused tiers get an
+    empty range at the end of the one they nest in, so the ranges always nest
+    (the views check it: schema/0016, 0017)."""
+    ranges: dict[str, tuple[int, int]]
+
+    def states_per_series(self, start_s: int, end_s: int) -> int:
+        """How many cell states one model x bucket merges over [start_s, end_s)."""
+        spans = [(end_s - start_s, 60)] + [(self.ranges[n][1] - self.ranges[n][0], g) for n, g in TIER_GRAINS]
+        inner = [s for s, _ in spans[1:]] + [0]
+        return sum((span - inside) // grain for (span, grain), inside in zip(spans, inner))
+
+    def used(self) -> list[str]:
+        return [n for n, _ in TIER_GRAINS if self.ranges[n][0] < self.ranges[n][1]]
+
+
+def tier_plan(start_s: int, end_s: int, step_s: int, read_from: dict[str, int | None],
+              use_tiers: bool = True) -> TierPlan:
+    """Pick the coarsest tier for each part of a rollup window [start_s, end_s)
+    (whole minutes). A tier answers only whole cells of its grain inside the
+    window, only when its grain divides step_s (each cell then falls inside one
+    step: toStartOfInterval on seconds is epoch-aligned, and so are the cells),
+    and only from `read_from[name]` on (None: not at all). The caller passes the
+    tier's first cell, or the one after it when that first cell is partial (a
+    tier's view only sees rows inserted after it was created; `analytics
+    backfill` fills the past). Before that, the finer tier answers."""
+    ranges: dict[str, tuple[int, int]] = {}
+    lo, hi = start_s, end_s
+    for name, grain in TIER_GRAINS:
+        first = read_from.get(name)
+        usable = use_tiers and step_s % grain == 0 and first is not None
+        if usable:
+            t_lo = max(-(-lo // grain) * grain, -(-first // grain) * grain)
+            t_hi = hi // grain * grain
+            usable = t_lo < t_hi
+        if not usable:
+            break
+        ranges[name] = (t_lo, t_hi)
+        lo, hi = t_lo, t_hi
+    for name, _ in TIER_GRAINS:  # the unused (coarser) tiers: empty, at the end of the last used range
+        ranges.setdefault(name, (hi, hi))
+    return TierPlan(ranges)

@@ -30,6 +30,7 @@ def cmd_migrate(args, settings: Settings) -> int:
     for mig in done:
         print(f"applied {mig.version:04d}_{mig.name}")
     from phasemeter.store.client import load_sql
+    from phasemeter.store.rollup import TIERS
 
     for name, what, days, env in (
             ("raw", "raw generations", settings.raw_ttl_days, "PHASEMETER_RAW_TTL_DAYS"),
@@ -37,8 +38,9 @@ def cmd_migrate(args, settings: Settings) -> int:
             ("slo", "per-minute SLO counts", settings.rollup_ttl_days, "PHASEMETER_ROLLUP_TTL_DAYS")):
         if days < 1:
             raise ArgError(f"{env}={days}: must be at least 1")
-        client.command(load_sql(f"set_{name}_ttl"), parameters={"days": days},
-                       settings={"materialize_ttl_after_modify": 0})
+        for params in ([{"days": days, "table": t.table} for t in TIERS] if name == "rollup" else [{"days": days}]):
+            client.command(load_sql(f"set_{name}_ttl"), parameters=params,
+                           settings={"materialize_ttl_after_modify": 0})
         print(f"{what} kept {days} days")
     print(f"store {settings.database} is up to date ({len(done)} applied now)")
     client.close()

@@ -1,25 +1,82 @@
-"""The rollup backfill, built from the materialized view's own query.
+"""The rollup's tiers, their backfill and their repair from raw rows.
 
-A backfill that copied the view's SELECT could drift from it (a migration
+Tiers: `generations_minute` (schema/0003) and the coarser `generations_hour`,
+`generations_day` (schema/0014, 0015), each fed by its own materialized view
+from `generations`, never one tier from another: the crash repair below
+deletes an unequal cell and rebuilds it from raw, and a view chained off the
+minute table would count that rebuild again in the hour table.
+
+A backfill that copied a view's SELECT could drift from it (a migration
 changing the view would leave the backfill writing old-shaped states). So
-there is one definition, the view in the store, and `backfill` wraps it:
+there is one definition, each view in the store, and `backfill` wraps it:
 sql/rollup_backfill.sql holds the window filter and the skip of cells the
-rollup already has, with a marker where the view's SELECT goes. The SELECT
-is the store's own DDL text, never user input; every value stays a bound
-parameter.
+tier already has, with a marker where the view's SELECT goes. The SELECT is
+the store's own DDL text, never user input; every value, and the tier's
+table name, stays a bound parameter ({table:Identifier}).
+
+`repair` makes one tier equal to raw on a set of its cells (or on every
+cell of a window): cells whose `n` differs from the raw count at the tier's
+grain are deleted and rebuilt by the backfill, which fills only cells the
+tier lacks. The worker runs it after a crash (stream_jobs/ledger.py) and
+`phasemeter analytics backfill` runs it for the coarser tiers.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
+from phasemeter.analytics.paths import TIER_GRAINS
 from phasemeter.store.client import StoreError, load_sql
 
-VIEW = "generations_minute_mv"
+_MARKER = "(/* the tier's materialized view SELECT */)"
 
 
-def view_select(client, view: str = VIEW) -> str:
-    """The SELECT of a materialized view, as the store holds it."""
+@dataclass(frozen=True)
+class Tier:
+    name: str     # minute | hour | day
+    grain_s: int
+
+    @property
+    def table(self) -> str:
+        return f"generations_{self.name}"
+
+    @property
+    def view(self) -> str:
+        return f"generations_{self.name}_mv"
+
+    def floor(self, t: datetime) -> datetime:
+        """The start of t's cell (t naive or aware UTC; returns naive UTC)."""
+        s = int(_utc(t).timestamp()) // self.grain_s * self.grain_s
+        return datetime.fromtimestamp(s, timezone.utc).replace(tzinfo=None)
+
+    def ceil(self, t: datetime) -> datetime:
+        lo = self.floor(t)
+        return lo if lo == _naive(t) else lo + timedelta(seconds=self.grain_s)
+
+
+MINUTE = Tier("minute", 60)
+TIERS: tuple[Tier, ...] = (MINUTE, *(Tier(name, grain) for name, grain in TIER_GRAINS))
+COARSE: tuple[Tier, ...] = TIERS[1:]
+
+Cell = tuple[str, str, datetime]  # model, input_bucket, the cell's first minute
+
+
+def _utc(t: datetime) -> datetime:
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
+def _naive(t: datetime) -> datetime:
+    return _utc(t).replace(tzinfo=None)
+
+
+def view_select(client, tier: Tier = MINUTE) -> str:
+    """The SELECT of a tier's materialized view, as the store holds it."""
+    return select_of(client, tier.view)
+
+
+def select_of(client, view: str) -> str:
+    """The SELECT of a materialized view (a tier's, or the SLO counts')."""
     rows = client.query(
         "SELECT as_select FROM system.tables WHERE database = currentDatabase() AND name = {name:String}",
         parameters={"name": view}).result_rows
@@ -28,21 +85,85 @@ def view_select(client, view: str = VIEW) -> str:
     return rows[0][0]
 
 
-def wrapped(client, sql_name: str, view: str = VIEW) -> str:
+def wrapped(client, sql_name: str, view: str) -> str:
     """sql/<sql_name>.sql with the view's own SELECT in place of its marker
-    `(/* <view> */)`: the backfills and the SLO repair (sql/slo_*.sql)."""
+    `(/* <view> */)`: the SLO counts' repair (sql/slo_*.sql)."""
     marker = f"(/* {view} */)"
     wrapper = load_sql(sql_name)
     if wrapper.count(marker) != 1:
         raise AssertionError(f"sql/{sql_name}.sql must hold {marker} exactly once")
-    return wrapper.replace(marker, f"({view_select(client, view)})")
+    return wrapper.replace(marker, f"({select_of(client, view)})")
 
 
-def backfill_sql(client) -> str:
-    return wrapped(client, "rollup_backfill")
+def backfill_sql(client, tier: Tier = MINUTE) -> str:
+    wrapper = load_sql("rollup_backfill")
+    if wrapper.count(_MARKER) != 1:
+        raise AssertionError(f"sql/rollup_backfill.sql must hold {_MARKER} exactly once")
+    return wrapper.replace(_MARKER, f"({view_select(client, tier)})")
 
 
-def backfill(client, start: datetime, end: datetime, settings: dict | None = None) -> None:
-    """Rebuild the cells of [start, end) (whole minutes, naive UTC) that the
-    rollup lacks, from raw rows."""
-    client.command(backfill_sql(client), parameters={"start": start, "end": end}, settings=settings or {})
+def backfill(client, start: datetime, end: datetime, settings: dict | None = None, tier: Tier = MINUTE) -> None:
+    """Rebuild the cells of [start, end) (whole cells of the tier, naive UTC)
+    that the tier lacks, from raw rows."""
+    client.command(backfill_sql(client, tier), parameters={"table": tier.table, "start": start, "end": end},
+                   settings=settings or {})
+
+
+def mismatches(client, start: datetime, end: datetime, cells=frozenset(), tier: Tier = MINUTE) -> list[tuple]:
+    """[(model, bucket, cell start UTC, raw_n, tier_n)] where the tier != raw,
+    in [start, end); `cells` (at the tier's grain) limits the check."""
+    params = {"table": tier.table, "grain_s": tier.grain_s, "start": _naive(start), "end": _naive(end),
+              "cells": [(m, b, _naive(t)) for m, b, t in sorted(cells)]}
+    rows = client.query(load_sql("rollup_mismatches"), parameters=params).result_rows
+    return [(m, b, _utc(t), int(r), int(n)) for m, b, t, r, n in rows]
+
+
+def repair(client, tier: Tier, start: datetime, end: datetime, cells=frozenset(), attempts: int = 3) -> list[tuple]:
+    """Make `tier` equal raw on `cells` of [start, end) (empty: every cell
+    of the window); returns the mismatches found.
+
+    Delete the unequal cells' states, then rebuild them from raw with the
+    backfill query, which fills only cells the tier lacks (cells it lacks
+    entirely need no delete). A crash between the two leaves the cell short,
+    and the re-read batch finds it again: the repair converges.
+    """
+    def fix(bad):
+        held = [(m, b, _naive(t)) for m, b, t, _, n in bad if n]
+        if held:
+            client.command(load_sql("rollup_delete_cells"), parameters={"table": tier.table, "cells": held},
+                           settings={"lightweight_deletes_sync": 2})
+        lo = min(_naive(t) for _, _, t, _, _ in bad)
+        hi = max(_naive(t) for _, _, t, _, _ in bad) + timedelta(seconds=tier.grain_s)
+        # No block dedup here: an identical rebuild of this cell may already be
+        # in the dedup window from an earlier repair whose states were deleted.
+        backfill(client, lo, hi, settings={"insert_deduplicate": 0}, tier=tier)
+
+    return converge(lambda: mismatches(client, start, end, cells, tier), fix, attempts, tier.table)
+
+
+def converge(find, fix, attempts: int, what: str) -> list[tuple]:
+    """find() -> unequal cells; fix(them); until none is left. Checked again
+    after each pass, because another worker sharing a server store may insert
+    into the same cell meanwhile. Returns every mismatch found."""
+    found: list[tuple] = []
+    for _ in range(attempts):
+        bad = find()
+        if not bad:
+            return found
+        found += bad
+        fix(bad)
+    raise RuntimeError(f"{what} still unequal to raw after {attempts} repairs: {bad[:5]}")
+
+
+def repair_cells(client, cells: set[Cell], attempts: int = 3) -> list[tuple]:
+    """Repair every tier on the cells that minute cells `cells` fall in;
+    returns [(tier, model, bucket, cell start, raw_n, tier_n)] found."""
+    found: list[tuple] = []
+    for tier in TIERS:
+        mine = {(m, b, tier.floor(t)) for m, b, t in cells}
+        if not mine:
+            continue
+        start = min(t for _, _, t in mine)
+        end = max(t for _, _, t in mine) + timedelta(seconds=tier.grain_s)
+        found += [(tier.name, *bad) for bad in repair(client, tier, start, end, mine, attempts)]
+    return found

@@ -105,7 +105,8 @@ LAT_METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "queue": "queue_s"}
 def test_retried_batch_counted_once_in_raw_and_rollup(store):
     client, raw, n = store
     assert len(raw) == n
-    assert int(client.query("SELECT sum(n) FROM generations_minute").result_rows[0][0]) == n
+    for tier in ("minute", "hour", "day"):  # every tier's view dedups the retried block
+        assert int(client.query(f"SELECT sum(n) FROM generations_{tier}").result_rows[0][0]) == n, tier
 
 
 @pytest.mark.parametrize("offset_s,length_s,step_s", [
@@ -162,6 +163,85 @@ def test_rollup_matches_exact_within_measured_tolerance(store):
                                    rtol=1e-9)
         np.testing.assert_allclose(ro["prefill_p1"].to_numpy(float)[ex["prefill_n"] <= 1500],
                                    ex["prefill_p1"].to_numpy(float)[ex["prefill_n"] <= 1500], rtol=1e-9)
+
+
+def test_tiers_answer_as_the_minute_tier_does(store):
+    # The hour tier answers whole hours when the step is whole hours; the
+    # counts and kept extremes are those of the minute tier's merge, only a
+    # sketch percentile may differ by the TDigest's merge order.
+    client, _, _ = store
+    for step_s, kind in ((3600, "bands"), (7200, "bands"), (3600, "latency")):
+        tiered, meta = run_query(DirectRunner(client), START, END, step_s, force="rollup", kind=kind)
+        minute, meta_m = run_query(DirectRunner(client), START, END, step_s, force="rollup", kind=kind, tiers=False)
+        assert meta["tiers"] == ["hour"] and "hour + minute tiers" in meta["reason"] and meta_m["tiers"] == []
+        assert_tier_equal(tiered, minute)
+
+
+def assert_tier_equal(tiered, minute):
+    assert list(tiered.columns) == list(minute.columns) and len(tiered) == len(minute) > 0
+    counts = [c for c in minute.columns if c == "n" or c.endswith("_n") or c == "abandoned"]
+    assert (tiered[counts].values == minute[counts].values).all()
+    pcols = [c for c in minute.columns if c[-3:] in ("_p1", "_p5", "p50", "p90", "p95", "p99")]
+    got, want = tiered[pcols].to_numpy(float), minute[pcols].to_numpy(float)
+    assert (np.isnan(got) == np.isnan(want)).all()
+    rel = np.abs(got / want - 1)
+    assert np.nanmax(rel) <= ROLLUP_MAX_TOL and np.nanmedian(rel) <= 1e-3, (np.nanmax(rel), np.nanmedian(rel))
+    if "prefill_p1" in pcols:  # exact tails (the kept 16 lowest) are the same numbers
+        keep = minute["prefill_n"].to_numpy() <= 1500
+        np.testing.assert_allclose(got[keep, pcols.index("prefill_p1")], want[keep, pcols.index("prefill_p1")],
+                                   rtol=1e-12)
+
+
+def test_day_tier_over_days_matches_minutes_and_exact_counts(store):
+    client, _, _ = store
+    client.command("CREATE DATABASE IF NOT EXISTS pm_days")
+    old = client.database
+    client.database = "pm_days"
+    try:
+        migrate(client)
+        make_sink(client).write(synthetic_rows(8000, T0 - 2 * 86400, 4 * 86400, seed=13), [])
+        lo, hi = START - timedelta(days=2, minutes=-7), START + timedelta(days=2)
+        for step_s in (86400, 2 * 86400):
+            tiered, meta = run_query(DirectRunner(client), lo, hi, step_s, force="rollup")
+            minute, _ = run_query(DirectRunner(client), lo, hi, step_s, force="rollup", tiers=False)
+            exact, _ = run_query(DirectRunner(client), lo, hi, step_s, force="exact")
+            # the first day cell may be partial (skipped), so days from the second on
+            assert meta["tiers"] == ["hour", "day"], meta["reason"]
+            assert_tier_equal(tiered, minute)
+            assert (tiered["n"].values == exact["n"].values).all()
+    finally:
+        client.database = old
+
+
+def test_backfill_rebuilds_tier_cells_left_partial_by_their_migration(store):
+    # Upgrading a store: the hour and day views start mid-hour, so the cell
+    # they start in holds only the rows after that. The backfill widens its
+    # window to whole hours / days and rebuilds every cell unequal to raw.
+    from phasemeter.stream_jobs.ledger import all_tier_mismatches
+    client, _, _ = store
+    client.command("CREATE DATABASE IF NOT EXISTS pm_upgrade")
+    old = client.database
+    client.database = "pm_upgrade"
+    try:
+        migrate(client)
+        before, after = synthetic_rows(3000, T0 + 600, 1800, seed=15), synthetic_rows(2000, T0 + 2400, 7200, seed=16)
+        for i, r in enumerate(after):
+            r["src_offset"] = 10_000 + i
+        for tier in ("hour", "day"):
+            client.command(f"DETACH TABLE generations_{tier}_mv")
+        make_sink(client).write(before, [])
+        for tier in ("hour", "day"):
+            client.command(f"ATTACH TABLE generations_{tier}_mv")
+        make_sink(client).write(after, [])
+        days = (START - timedelta(days=1), START + timedelta(days=2))
+        assert {b[0] for b in all_tier_mismatches(client, *days)} == {"hour", "day"}
+        res = backfill(client, START + timedelta(minutes=20), START + timedelta(minutes=50))
+        assert res["generations_added"] == 0 and res["tier_cells_rebuilt"]["hour"] > 0
+        assert res["tier_cells_rebuilt"]["day"] > 0
+        assert all_tier_mismatches(client, *days) == []
+        assert backfill(client, START, START + timedelta(hours=3))["tier_cells_rebuilt"] == {"hour": 0, "day": 0}
+    finally:
+        client.database = old
 
 
 def test_auto_path_long_window_uses_rollup(store):
@@ -255,45 +335,49 @@ def test_migration_0003_on_top_of_0001_0002_and_backfill(store):
         client.database = old
 
 
-# Every state column of the rollup, finalized, per cell: what the view wrote
+# Every state column of a rollup tier, finalized, per cell: what the view wrote
 # must be what the backfill rebuilds from the same raw rows.
 _CELL_STATES = ("SELECT model, input_bucket, minute, sum(n), sum(ok_n), sum(abandoned_n), sum(prefill_n), "
                 "quantilesTDigestMerge(0.01, 0.05, 0.5, 0.95, 0.99)(prefill_td), "
                 "quantilesTDigestMerge(0.5, 0.9, 0.99)(queue_td), groupArraySortedMerge(16)(decode_lo), "
                 "groupArraySortedMerge(16)(decode_hi), groupArraySortedMerge(16)(tpot_hi) "
-                "FROM generations_minute GROUP BY model, input_bucket, minute ORDER BY model, input_bucket, minute")
+                "FROM {table:Identifier} GROUP BY model, input_bucket, minute ORDER BY model, input_bucket, minute")
 
 
-def states(client) -> list[tuple]:
+def states(client, table: str = "generations_minute") -> list[tuple]:
     # repr: an empty cell's quantiles are nan, and nan != nan
-    return [tuple(repr(v) if isinstance(v, list) else v for v in r) for r in client.query(_CELL_STATES).result_rows]
+    return [tuple(repr(v) if isinstance(v, list) else v for v in r)
+            for r in client.query(_CELL_STATES, parameters={"table": table}).result_rows]
 
 
-def test_backfill_rebuilds_exactly_the_states_the_view_wrote_and_reads_only_the_window(store):
+@pytest.mark.parametrize("tier", ["minute", "hour", "day"])
+def test_backfill_rebuilds_exactly_the_states_the_view_wrote_and_reads_only_the_window(store, tier):
     from phasemeter.store import rollup
+    tier = {t.name: t for t in rollup.TIERS}[tier]
     client, _, _ = store
-    client.command("CREATE DATABASE IF NOT EXISTS pm_bf")
+    db = f"pm_bf{tier.grain_s}"  # not the tier's name: the plan is searched for it below
+    client.command(f"CREATE DATABASE IF NOT EXISTS {db}")
     old = client.database
-    client.database = "pm_bf"
+    client.database = db
     try:
         migrate(client)
         rows = synthetic_rows(6000, T0 - 86400, 3 * 86400, seed=9)  # three daily raw partitions
         make_sink(client).write(rows, [])
-        by_view = states(client)
+        by_view = states(client, tier.table)
         assert sum(r[3] for r in by_view) == len(rows)  # three days of cells
-        client.command("TRUNCATE TABLE generations_minute")
+        client.command("TRUNCATE TABLE {table:Identifier}", parameters={"table": tier.table})
         day = datetime.fromtimestamp(T0, timezone.utc).replace(tzinfo=None)
-        rollup.backfill(client, day, day + timedelta(days=1))
-        one_day = states(client)
+        rollup.backfill(client, day, day + timedelta(days=1), tier=tier)
+        one_day = states(client, tier.table)
         assert one_day == [r for r in by_view if day <= r[2] < day + timedelta(days=1)] and one_day
-        rollup.backfill(client, day - timedelta(days=2), day + timedelta(days=3))
-        rollup.backfill(client, day - timedelta(days=2), day + timedelta(days=3))  # idempotent
-        assert states(client) == by_view
+        rollup.backfill(client, day - timedelta(days=2), day + timedelta(days=3), tier=tier)
+        rollup.backfill(client, day - timedelta(days=2), day + timedelta(days=3), tier=tier)  # idempotent
+        assert states(client, tier.table) == by_view
         # The window filter on `minute` reaches the raw scan: one of three parts.
-        select = rollup.backfill_sql(client).split("INSERT INTO generations_minute", 1)[1]
+        select = rollup.backfill_sql(client, tier).split("INSERT INTO {table:Identifier}", 1)[1]
         plan = [r[0].strip() for r in client.query("EXPLAIN indexes = 1 " + select, parameters={
-            "start": day, "end": day + timedelta(days=1)}).result_rows]
-        raw = plan[[i for i, ln in enumerate(plan) if "generations" in ln and "minute" not in ln][0]:]
+            "table": tier.table, "start": day, "end": day + timedelta(days=1)}).result_rows]
+        raw = plan[[i for i, ln in enumerate(plan) if "generations" in ln and tier.name not in ln][0]:]
         assert "Parts: 1/3" in raw, "\n".join(plan)
     finally:
         client.database = old

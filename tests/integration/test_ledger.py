@@ -109,6 +109,64 @@ def test_repair_also_fixes_a_doubled_cell_and_keeps_the_exact_tails(client):
     assert after == before and _rollup_total(client) == 25
 
 
+WINDOW = (datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc))
+
+
+def _tier_totals(client) -> dict[str, int]:
+    return {t: int(client.query(f"SELECT sum(n) FROM generations_{t}").result_rows[0][0] or 0)
+            for t in ("minute", "hour", "day")}
+
+
+def _cells_of(batch) -> set:
+    return {(r["model"], r["input_bucket"], datetime.fromtimestamp(r["ts"] // 60 * 60, timezone.utc)) for r in batch}
+
+
+@pytest.mark.parametrize("tier", ["hour", "day"])
+def test_repair_finds_and_rebuilds_a_coarse_tier_cut_by_a_crash(client, tier):
+    # Each tier has its own view off `generations`: a crash can cut any one.
+    sink = Sink.over(client, "chdb")
+    sink.write(rows(40), [])
+    client.command(f"DETACH TABLE generations_{tier}_mv")
+    lost = rows(30, offset0=40, model="m2")
+    sink.write(lost, [])
+    client.command(f"ATTACH TABLE generations_{tier}_mv")
+    assert _tier_totals(client) == {"minute": 70, "hour": 70, "day": 70} | {tier: 40}
+    bad = ledger.all_tier_mismatches(client, *WINDOW)
+    assert bad and {b[0] for b in bad} == {tier} and all(raw > roll == 0 for *_, raw, roll in bad)
+    repaired = ledger.repair_rollup(client, _cells_of(lost))
+    assert sorted(repaired) == sorted(bad)
+    assert ledger.all_tier_mismatches(client, *WINDOW) == [] and _tier_totals(client) == dict.fromkeys(_tier_totals(client), 70)
+    assert ledger.repair_rollup(client, _cells_of(lost)) == []  # idempotent
+
+
+def test_rebuilding_a_minute_cell_does_not_count_again_in_the_coarser_tiers(client):
+    # The reason no tier is fed from another: a minute cell deleted and rebuilt
+    # from raw must leave the hour and day tiers as they were (equal to raw).
+    sink = Sink.over(client, "chdb")
+    sink.write(rows(40), [])
+    client.command("DETACH TABLE generations_minute_mv")
+    lost = rows(30, offset0=40, model="m2")
+    sink.write(lost, [])
+    client.command("ATTACH TABLE generations_minute_mv")
+    repaired = ledger.repair_rollup(client, _cells_of(lost))
+    assert repaired and {r[0] for r in repaired} == {"minute"}
+    assert _tier_totals(client) == {"minute": 70, "hour": 70, "day": 70}
+    assert ledger.all_tier_mismatches(client, *WINDOW) == []
+
+
+def test_repair_fixes_a_doubled_day_cell_and_keeps_its_states(client):
+    Sink.over(client, "chdb").write(rows(25), [])
+    q = ("SELECT model, input_bucket, minute, finalizeAggregation(lo), finalizeAggregation(hi) FROM "
+         "(SELECT model, input_bucket, minute, groupArraySortedMergeState(16)(prefill_lo) AS lo, "
+         "groupArraySortedMergeState(16)(ttft_hi) AS hi FROM generations_day GROUP BY ALL) ORDER BY 1, 2, 3")
+    before = client.query(q).result_rows
+    client.command("INSERT INTO generations_day SELECT * FROM generations_day", settings={"insert_deduplicate": 0})
+    assert _tier_totals(client)["day"] == 50
+    found = ledger.repair_rollup(client, _cells_of(rows(25)))
+    assert found and {f[0] for f in found} == {"day"} and all(roll == 2 * raw for *_, raw, roll in found)
+    assert client.query(q).result_rows == before and _tier_totals(client)["day"] == 25
+
+
 def test_batch_token_depends_on_every_offset_not_only_the_span():
     from phasemeter.stream_jobs.sink import batch_token
 

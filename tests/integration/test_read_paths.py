@@ -3,7 +3,8 @@ same answer with the store opened directly and through a running worker.
 
 Commands: `query bands` (exact, rollup, --abandoned exclude with --prefill
 engine, re-bucketed with --prefill uncached, a model filter, the default
-table), `latency` (exact, rollup), `chart` (PNG, SVG, HTML), `alerts check`
+table, hourly steps on the rollup's hour tier and with --no-tiers), `latency`
+(exact, rollup, the hour tier and --no-tiers), `chart` (PNG, SVG, HTML), `alerts check`
 and `alerts backtest` (per-phase rules and the SLOs' burn-rate rules), `slo`
 (exact, per-minute counts, whole window, by model as a table, an ad-hoc
 objective), `dlq inspect`, `inflight`. Data: a normal window, a
@@ -127,6 +128,13 @@ def commands(out_dir: Path) -> dict[str, list[str]]:
             f"{kind}/bands table": ["query", "bands", *w, "--step", "1h"],
             f"{kind}/latency exact": ["latency", *w, "--step", "10m", "--exact", "--format", "json"],
             f"{kind}/latency rollup": ["latency", *w, "--step", "10m", "--rollup", "--format", "json"],
+            # Whole-hour steps: the hour tier answers the hours after its first cell.
+            f"{kind}/bands tiers": ["query", "bands", *w, "--step", "1h", "--rollup", "--format", "json"],
+            f"{kind}/bands minute tier": ["query", "bands", *w, "--step", "1h", "--rollup", "--no-tiers",
+                                          "--format", "json"],
+            f"{kind}/latency tiers": ["latency", *w, "--step", "1h", "--rollup", "--format", "json"],
+            f"{kind}/latency minute tier": ["latency", *w, "--step", "1h", "--rollup", "--no-tiers",
+                                            "--format", "json"],
             f"{kind}/alerts check": ["alerts", "check", f"--at={_iso(hi)}", "--format", "json"],
             f"{kind}/alerts backtest": ["alerts", "backtest", "--from", _iso(lo), "--to", _iso(hi),
                                         "--every", "30m", "--format", "json"],
@@ -237,7 +245,8 @@ def _check_outcomes(results: dict, tmp_path: Path) -> None:
     ok = {n for n, r in results.items() if r["rc"] == 0}
     for kind in ("normal", "sparse", "nullheavy"):
         for cmd in ("bands exact", "bands rollup", "bands exclude engine", "bands rebucket uncached",
-                    "bands model", "bands table", "latency exact", "latency rollup", "alerts check",
+                    "bands model", "bands table", "latency exact", "latency rollup", "bands tiers",
+                    "bands minute tier", "latency tiers", "latency minute tier", "alerts check",
                     "alerts backtest", "dlq inspect", "chart png", "chart svg", "chart html", "slo exact",
                     "slo rollup", "slo window", "slo table", "slo objective"):
             assert f"{kind}/{cmd}" in ok, (kind, cmd, results[f"{kind}/{cmd}"])
@@ -245,6 +254,13 @@ def _check_outcomes(results: dict, tmp_path: Path) -> None:
         _equal_numpy(bands["rows"], rows_for(kind), 600)
         rollup = json.loads(results[f"{kind}/bands rollup"]["out"])
         assert [r["n"] for r in rollup["rows"]] == [r["n"] for r in bands["rows"]], kind
+        for view in ("bands", "latency"):
+            tiered = json.loads(results[f"{kind}/{view} tiers"]["out"])
+            minute = json.loads(results[f"{kind}/{view} minute tier"]["out"])
+            assert "hour + minute tiers" in tiered["reason"] and "; minute tier" in minute["reason"], kind
+            assert [(r["t"], r["model"], r["input_bucket"], r["n"]) for r in tiered["rows"]] == \
+                [(r["t"], r["model"], r["input_bucket"], r["n"]) for r in minute["rows"]], (kind, view)
+            assert sum(r["n"] for r in tiered["rows"]) == sum(r["n"] for r in bands["rows"]), (kind, view)
     for ext, magic in (("png", b"\x89PNG"), ("svg", b"<?xml"), ("html", b"<!DOCTYPE html")):
         assert (tmp_path / "direct" / f"normal.{ext}").read_bytes().startswith(magic), ext
         assert (tmp_path / "worker" / f"normal.{ext}").read_bytes().startswith(magic), ext
@@ -254,7 +270,7 @@ def _check_outcomes(results: dict, tmp_path: Path) -> None:
         assert 'id="phasemeter-slo"' in html and '"slo": "chat"' in html and '"slo": "long"' in html, d
     # The empty window: an answer that says so, never a crash. A model filter
     # there is not a typo to report (nothing exists to list): the same empty answer.
-    for cmd in ("bands exact", "bands rollup", "latency exact", "latency rollup"):
+    for cmd in ("bands exact", "bands rollup", "latency exact", "latency rollup", "bands tiers", "latency tiers"):
         r = results[f"empty/{cmd}"]
         assert r["rc"] == 0 and json.loads(r["out"])["rows"] == [], (cmd, r)
     assert "(no generations in this window)" in results["empty/bands table"]["out"]

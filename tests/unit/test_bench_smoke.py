@@ -10,6 +10,7 @@ import importlib
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,8 @@ def bench():
 
 @pytest.mark.parametrize("name", ["bench_worker", "bench_join", "bench_sink", "bench_freshness", "profile_worker",
                                   "bench_otlp", "bench_asgi", "bench_openai_wrapper", "bench_cli_startup",
-                                  "run_all", "bare_faust_app", "bench_chunk_hook"])
+                                  "run_all", "bare_faust_app", "bench_chunk_hook", "bench_scale", "bench_slo_sink",
+                                  "profile_tiers"])
 def test_imports_and_has_main(bench, name):
     mod = bench(name)
     assert callable(mod.main)
@@ -170,3 +172,38 @@ def test_chunk_hook_bench_tiny(bench):
         assert r[kind]["n"] == 40 and 0 < r[kind]["p50"] <= r[kind]["p99"] <= r[kind]["max"]
     assert r["chunks"] == 20 and r["meter"]["dropped"] == 0 and r["meter"]["failed"] == 0
     assert "g.chunk(1)" in hook.render(r) and "per generation over the reference" in hook.render(r)
+
+
+def test_scale_fill_follows_the_traffic_model_and_fills_every_tier(bench, tmp_path):
+    import clickhouse_connect
+
+    from phasemeter.store.migrate import migrate
+    from phasemeter.stream_jobs.ledger import all_tier_mismatches
+
+    bs = bench("bench_scale")
+    client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path / 'store'}")
+    client.command("CREATE DATABASE IF NOT EXISTS s")
+    client.database = "s"
+    migrate(client)
+    start = time.time() // 86400 * 86400 - 30 * 86400
+    client.command(bs.FILL_SQL, parameters=bs.fill_params(40_000, start))
+    q = lambda sql: client.query(sql).result_rows[0]  # noqa: E731
+    assert q("SELECT count(), uniqExact(model), uniqExact(input_bucket), uniqExact(model, input_bucket) "
+             "FROM generations") == (40_000, 4, 5, 20)
+    lo, hi = q("SELECT min(ts), max(ts) FROM generations")
+    assert lo.timestamp() >= start and hi.timestamp() < start + 30 * 86400 and hi.timestamp() > start + 29 * 86400
+    errors, cancelled, no_ttft, bad_prefill, bad_e2e = q(
+        "SELECT countIf(status = 'error'), countIf(status = 'cancelled'), countIf(ttft_s IS NULL), "
+        "countIf(abs(prefill_tps - input_tokens / ttft_s) > 1e-6 * prefill_tps), "
+        "countIf(status != 'error' AND abs(e2e_s - ttft_s - decode_s) > 1e-9) FROM generations")
+    assert 200 < errors < 600 and 200 < cancelled < 600 and no_ttft == errors  # 1 % each
+    assert bad_prefill == 0 and bad_e2e == 0
+    # The scripted regression: long prompts' prefill slower from 65 % of the window on.
+    before, after = client.query(
+        "SELECT medianIf(prefill_tps, ts < toDateTime64({t:Float64}, 3)), "
+        "medianIf(prefill_tps, ts >= toDateTime64({u:Float64}, 3)) FROM generations WHERE input_bucket = '32k+'",
+        parameters={"t": start + 0.6 * 30 * 86400, "u": start + 0.7 * 30 * 86400}).result_rows[0]
+    assert after < before / 2
+    days = (datetime.fromtimestamp(start - 86400, timezone.utc), datetime.fromtimestamp(start + 31 * 86400, timezone.utc))
+    assert all_tier_mismatches(client, *days) == []
+    client.close()

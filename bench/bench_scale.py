@@ -1,0 +1,269 @@
+"""Band queries at scale: whole `phasemeter query bands` processes over stores
+of 10M, 100M (and 300M) generations, exact vs rollup (minute tier only) vs
+rollup with the hour/day tiers.
+
+Each store is filled SQL-side with one `INSERT ... SELECT FROM numbers()` into
+`generations`, so the rollup's materialized views (every tier) fill exactly
+as in production; per-row Python would take hours at these sizes. The rows
+follow the shape of the project's traffic model (phasemeter.demo.synthetic.
+TRAFFIC: log-uniform prompts, log-normal queue/prefill/decode/output, the
+prefill regression of long prompts from 65 % of the window, failures and
+cancels) over 30 days, with the two demo models plus two more profiles
+(4 models x 5 input buckets); the random draws are hashes of the row number,
+so a store is the same every time.
+
+Queries (each a fresh `query bands ... --format csv` process, what a user
+pays; medians of --runs, interleaved round-robin so noise hits every path
+alike; the path and reason come from one untimed JSON run):
+* 30 d at the auto step (3 h), 7 d at 1 h, 1 d at 1 min: --exact, --rollup
+  --no-tiers (the per-minute states), --rollup (tiers where they apply);
+* fixed cost: an empty 1-minute window at the end of the data.
+Ratios are against the exact path measured in the same run. CPU seconds
+(user + sys of the process and its threads) are printed beside the wall
+time: on a shared machine wall time is partly waiting for a core.
+
+    python bench/bench_scale.py --rows 10000000 --rows 100000000
+    python bench/bench_scale.py --rows 300000000 --runs 3   # ~25 GiB of disk
+    make bench-scale
+
+Stores are deleted after their queries unless --keep DIR (reused when it
+already holds the row count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _util as U  # noqa: E402
+
+PY = sys.executable
+CLI = str(Path(PY).parent / "phasemeter")
+DAYS = 30
+DB = "phasemeter"
+
+# The two demo models (phasemeter.demo.synthetic.MODELS) and two more, so a
+# store has 4 models x 5 buckets = 20 series.
+EXTRA_MODELS = (("gpt-oss-120b", 11000.0, 65.0), ("mistral-small-24b", 16000.0, 95.0))
+
+# Values bound server-side; u(i) is a uniform draw in (0, 1) from the row
+# number k, z(i) a standard normal (Box-Muller of two of them).
+FILL_SQL = """
+INSERT INTO generations
+    (ts, request_id, model, input_bucket, status, finish_reason, gateway, replica, input_tokens, output_tokens,
+     cached_input_tokens, queue_s, ttft_s, decode_s, e2e_s, prefill_tps, prefill_tps_uncached, decode_tps, tpot_s,
+     max_gap_s, stalled, chunks, gap_threshold_s, schema_version, src_topic, src_partition, src_offset)
+SELECT
+    toDateTime64({start:Float64} + progress * {span:Float64}, 3, 'UTC') AS ts,
+    '' AS request_id, {models:Array(String)}[m + 1] AS model,
+    {labels:Array(String)}[arrayCount(e -> e <= n_in, {edges:Array(UInt32)})] AS input_bucket,
+    if(failed, 'error', if(cancelled, 'cancelled', 'ok')) AS status, '' AS finish_reason, 'bench' AS gateway,
+    '' AS replica, n_in AS input_tokens, n_out AS output_tokens, CAST(NULL, 'Nullable(UInt32)') AS cached_input_tokens,
+    queue AS queue_s, if(failed, NULL, ttft) AS ttft_s, if(failed, NULL, decode_s_) AS decode_s,
+    if(failed, queue + 0.1, ttft + decode_s_) AS e2e_s, if(failed, NULL, n_in / ttft) AS prefill_tps,
+    CAST(NULL, 'Nullable(Float64)') AS prefill_tps_uncached,
+    if(has_dec, (n_out - 1) / decode_s_, NULL) AS decode_tps, if(has_dec, decode_s_ / (n_out - 1), NULL) AS tpot_s,
+    CAST(NULL, 'Nullable(Float64)') AS max_gap_s, CAST(NULL, 'Nullable(UInt8)') AS stalled,
+    CAST(NULL, 'Nullable(UInt32)') AS chunks, CAST(NULL, 'Nullable(Float64)') AS gap_threshold_s,
+    1 AS schema_version, 'bench' AS src_topic, 0 AS src_partition, k AS src_offset
+FROM
+(
+    SELECT
+        k, progress, m, n_in, queue0, rate0,
+        progress >= {regress_at:Float64} AND n_in >= {regress_min_input:UInt32} AS slow,
+        if(slow, queue0 * {slowdown:Float64}, queue0) AS queue,
+        if(slow, rate0 / ({slowdown:Float64} * exp({slowdown_sigma:Float64} * z3)), rate0) AS rate,
+        queue + n_in / rate AS ttft,
+        u6 < {fail_rate:Float64} AS failed,
+        NOT failed AND u7 < {cancel_rate:Float64} AS cancelled,
+        toUInt32(if(failed, 0, greatest(1, toUInt32(exp(log({output_median:Float64}) + {output_sigma:Float64} * z4)))))
+            AS n_out,
+        (n_out - 1) / ({decode_med:Array(Float64)}[m + 1] * exp({decode_sigma:Float64} * z5)) AS decode_s_,
+        n_out > 1 AND NOT failed AND decode_s_ > 0 AS has_dec
+    FROM
+    (
+        SELECT
+            number AS k, number / {n:Float64} AS progress,
+            cityHash64(number, 1) % length({models:Array(String)}) AS m,
+            (cityHash64(number, 2) % 4294967296 + 0.5) / 4294967296 AS u2,
+            (cityHash64(number, 6) % 4294967296 + 0.5) / 4294967296 AS u6,
+            (cityHash64(number, 7) % 4294967296 + 0.5) / 4294967296 AS u7,
+            sqrt(-2 * log((cityHash64(number, 10) % 4294967296 + 0.5) / 4294967296))
+                * cos(2 * pi() * (cityHash64(number, 11) % 4294967296) / 4294967296) AS z1,
+            sqrt(-2 * log((cityHash64(number, 12) % 4294967296 + 0.5) / 4294967296))
+                * cos(2 * pi() * (cityHash64(number, 13) % 4294967296) / 4294967296) AS z2,
+            sqrt(-2 * log((cityHash64(number, 14) % 4294967296 + 0.5) / 4294967296))
+                * cos(2 * pi() * (cityHash64(number, 15) % 4294967296) / 4294967296) AS z3,
+            sqrt(-2 * log((cityHash64(number, 16) % 4294967296 + 0.5) / 4294967296))
+                * cos(2 * pi() * (cityHash64(number, 17) % 4294967296) / 4294967296) AS z4,
+            sqrt(-2 * log((cityHash64(number, 18) % 4294967296 + 0.5) / 4294967296))
+                * cos(2 * pi() * (cityHash64(number, 19) % 4294967296) / 4294967296) AS z5,
+            toUInt32(exp(log({input_min:Float64}) + u2 * (log({input_max:Float64}) - log({input_min:Float64}))))
+                AS n_in,
+            exp(log({queue_median_s:Float64}) + {queue_sigma:Float64} * z1) AS queue0,
+            {prefill_med:Array(Float64)}[m + 1] * exp({prefill_sigma:Float64} * z2) AS rate0
+        FROM numbers({n:UInt64})
+    )
+)
+"""
+
+
+def fill_params(rows: int, start: float) -> dict:
+    from phasemeter.demo.synthetic import MODELS, TRAFFIC
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    models = [(p.name, p.prefill_tps, p.decode_tps) for p in MODELS] + list(EXTRA_MODELS)
+    edges = parse_edges("default")
+    t = TRAFFIC
+    return {"n": rows, "start": start, "span": DAYS * 86400.0, "models": [m[0] for m in models],
+            "prefill_med": [m[1] for m in models], "decode_med": [m[2] for m in models],
+            "edges": [int(e) for e in edges], "labels": labels(edges),
+            "input_min": float(t.input_min), "input_max": float(t.input_max),
+            "queue_median_s": t.queue_median_s, "queue_sigma": t.queue_sigma, "prefill_sigma": t.prefill_sigma,
+            "regress_at": t.regress_at, "slowdown": t.slowdown, "regress_min_input": t.regress_min_input,
+            "slowdown_sigma": t.slowdown_sigma, "output_median": t.output_median, "output_sigma": t.output_sigma,
+            "decode_sigma": t.decode_sigma, "fail_rate": t.fail_rate, "cancel_rate": t.cancel_rate}
+
+
+# Runs in a child process: an embedded store can be open in one process at a
+# time, and the CLI processes open it next.
+_FILL = """
+import json, sys, time
+import clickhouse_connect
+sys.path.insert(0, sys.argv[3])
+import bench_scale
+client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
+client.database = "phasemeter"
+rows, start = int(sys.argv[2]), float(sys.argv[4])
+have = int(client.command("SELECT count() FROM generations"))
+t = time.perf_counter()
+if have != rows:
+    for table in ("generations", "generations_minute", "generations_hour", "generations_day"):
+        client.command("TRUNCATE TABLE " + table)
+    client.command(bench_scale.FILL_SQL, parameters=bench_scale.fill_params(rows, start))
+fill_s = time.perf_counter() - t
+sizes = dict(client.query("SELECT table, sum(bytes_on_disk) FROM system.parts WHERE active AND database = "
+                          "currentDatabase() GROUP BY table").result_rows)
+cells = {t: int(client.command("SELECT count() FROM " + t))
+         for t in ("generations_minute", "generations_hour", "generations_day")}
+print(json.dumps({"fill_s": fill_s, "refilled": have != rows, "bytes": {k: int(v) for k, v in sizes.items()},
+                  "cells": cells}))
+client.close()
+"""
+
+
+def make_store(root: Path, rows: int, start: float, env: dict) -> dict:
+    import json
+
+    subprocess.run([CLI, "migrate", "--data-dir", str(root)], check=True, env=env, stdout=subprocess.DEVNULL)
+    out = subprocess.run([PY, "-c", _FILL, str(root / "store"), str(rows), str(Path(__file__).parent), str(start)],
+                         check=True, env=env, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def iso(t: datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def matrix(end: datetime) -> list[tuple[str, list[str]]]:
+    """(label, args) per query; the window ends at the data's end (a whole day)."""
+    out = []
+    for label, days, step in (("30 d, auto step (3 h)", 30, "auto"), ("7 d, 1 h steps", 7, "1h"),
+                              ("1 d, 1 min steps", 1, "1m")):
+        w = ["--from", iso(end - timedelta(days=days)), "--to", iso(end), "--step", step]
+        out += [(f"{label} | exact", w + ["--exact"]), (f"{label} | rollup, minute tier", w + ["--rollup", "--no-tiers"]),
+                (f"{label} | rollup, tiers", w + ["--rollup"])]
+    out.append(("empty 1 min (fixed cost) | auto", ["--from", iso(end), "--to", iso(end + timedelta(minutes=1))]))
+    return out
+
+
+def run_matrix(root: Path, end: datetime, runs: int, env: dict) -> dict[str, dict]:
+    queries = matrix(end)
+    times: dict[str, list[float]] = {label: [] for label, _ in queries}
+    cpu: dict[str, list[float]] = {label: [] for label, _ in queries}
+    meta: dict[str, str] = {}
+    for label, args in queries:  # once, untimed: the path and reason the JSON header states
+        import json
+
+        cmd = [CLI, "query", "bands", *args, "--format", "json", "--data-dir", str(root)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-800:]}")
+        doc = json.loads(proc.stdout)
+        meta[label] = f"{len(doc['rows']):,} rows; {doc['path']}: {doc['reason']}"
+    for _ in range(runs):
+        for label, args in queries:  # round-robin: noise hits every path alike
+            # CSV: the cheapest rendering, so the figure is the query's and the start-up's
+            # (a JSON or table answer of 28k rows adds 0.3-1.5 s of Python formatting)
+            cmd = [CLI, "query", "bands", *args, "--format", "csv", "--data-dir", str(root)]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t = time.perf_counter()
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            times[label].append(time.perf_counter() - t)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            # CPU of the process and its threads: what an idle machine's wall time would be at most
+            cpu[label].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            if proc.returncode:
+                raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-800:]}")
+    return {label: {"median_s": statistics.median(ts), "runs": ts, "cpu_s": statistics.median(cpu[label]),
+                    "meta": meta[label]} for label, ts in times.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, action="append", help="row counts (repeatable); default 10M and 100M")
+    ap.add_argument("--runs", type=int, default=3, help="runs per query (median)")
+    ap.add_argument("--keep", help="store folder to reuse and keep (one --rows only)")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    sizes = args.rows or [10_000_000, 100_000_000]
+    if args.keep and len(sizes) != 1:
+        ap.error("--keep takes one --rows")
+    # The data ends at the start of today (UTC), so the windows are whole days.
+    end_ts = time.time() // 86400 * 86400
+    end = datetime.fromtimestamp(end_ts, timezone.utc)
+    env = {**os.environ, "PHASEMETER_DATABASE": DB}
+    env.pop("CLICKHOUSE_URL", None)
+    results = {"machine": U.machine_info(), "sizes": []}
+    print(f"machine: {results['machine']}", file=sys.stderr)
+    for rows in sizes:
+        root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="pm-bench-scale-"))
+        try:
+            store = make_store(root, rows, end_ts - DAYS * 86400, env)
+            print(f"{rows:,} rows: filled in {store['fill_s']:.0f} s, {store}", file=sys.stderr, flush=True)
+            res = run_matrix(root, end, args.runs, env)
+        finally:
+            if not args.keep:
+                shutil.rmtree(root, ignore_errors=True)
+        results["sizes"].append({"rows": rows, "store": store, "queries": res})
+        print(table(rows, store, res), flush=True)
+    U.write_json(args.json, results)
+    return 0
+
+
+def table(rows: int, store: dict, res: dict) -> str:
+    gib = sum(store["bytes"].values()) / 2**30
+    head = (f"\n{rows:,} generations, 30 days, 4 models x 5 buckets: filled in {store['fill_s']:.0f} s, "
+            f"{gib:.1f} GiB; cells: {', '.join(f'{k} {v:,}' for k, v in store['cells'].items())}\n")
+    lines = ["| query | path | median s | runs | × exact | CPU s | answer |", "|---|---|---:|---|---:|---:|---|"]
+    for label, r in res.items():
+        query, path = label.split(" | ")
+        ref = res.get(f"{query} | exact")
+        speed = f"{ref['median_s'] / r['median_s']:.1f}×" if ref and path != "exact" else ""
+        runs = " ".join(f"{t:.2f}" for t in r["runs"])
+        lines.append(f"| {query} | {path} | {r['median_s']:.2f} | {runs} | {speed} | {r['cpu_s']:.2f} | {r['meta']} |")
+    return head + "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

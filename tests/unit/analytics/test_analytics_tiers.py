@@ -1,0 +1,162 @@
+"""Which rollup tier answers which part of a window: a pure function
+(phasemeter.analytics.paths.tier_plan). A wrong plan would count a minute
+twice or not at all, or put a coarse cell across two steps, so each case is
+checked against a brute-force walk over the window's minutes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from phasemeter.analytics.paths import TIER_GRAINS, tier_plan
+
+M, H, D = 60, 3600, 86400
+T0 = 20_000 * D          # a whole UTC day
+OLD = {"hour": 0, "day": 0}  # both tiers hold cells from long before the window
+
+
+def tier_of_each_minute(plan, start, end):
+    """{minute: tier name} as the views read it (schema/0016: nested ranges)."""
+    out = {}
+    for t in range(start, end, M):
+        tier = "minute"
+        for name, _ in TIER_GRAINS:
+            lo, hi = plan.ranges[name]
+            if lo <= t < hi:
+                tier = name
+        out[t] = tier
+    return out
+
+
+def check(plan, start, end, step):
+    """Every minute of [start, end) read once, each coarse cell whole, inside
+    the window and inside one step; the ranges nest as the views require."""
+    (h_lo, h_hi), (d_lo, d_hi) = plan.ranges["hour"], plan.ranges["day"]
+    assert start <= h_lo <= d_lo <= d_hi <= h_hi <= end
+    grains = dict(TIER_GRAINS)
+    for name, (lo, hi) in plan.ranges.items():
+        if lo < hi:
+            g = grains[name]
+            assert lo % g == 0 and hi % g == 0 and step % g == 0, (name, lo, hi, step)
+    minutes = tier_of_each_minute(plan, start, end)
+    assert sorted(minutes) == list(range(start, end, M))
+    # Each coarse cell the plan reads lies wholly in the window and in one step.
+    for name, g in TIER_GRAINS:
+        for cell in {t // g * g for t, tier in minutes.items() if tier == name}:
+            assert start <= cell and cell + g <= end
+            assert all(minutes[t] == name for t in range(cell, cell + g, M))
+            assert cell // step == (cell + g - 1) // step
+
+
+@pytest.mark.parametrize("start,end,step,used,states", [
+    (T0, T0 + 30 * D, 10800, ["hour"], 720),                        # 30 d at the auto step: hours
+    (T0 + 17 * M, T0 + 30 * D, 10800, ["hour"], 43 + 719 * 1),      # ragged start: 43 minutes, then hours
+    (T0, T0 + 30 * D, D, ["hour", "day"], 30),                      # daily steps: days
+    (T0 + 5 * H, T0 + 3 * D + 2 * H, D, ["hour", "day"], 19 + 2 + 2),  # hours at both ends, days inside
+    (T0, T0 + 7 * D, H, ["hour"], 7 * 24),                          # 7 d at 1 h
+    (T0, T0 + D, M, [], 1440),                                      # 1-minute steps: minutes only
+    (T0, T0 + 30 * D, 1800, [], 30 * 1440),                         # an hour does not fit a 30-min step
+    (T0 + 10 * M, T0 + H + 10 * M, H, [], 60),                      # no whole hour inside the window
+    (T0, T0 + H, H, ["hour"], 1),
+])
+def test_plan(start, end, step, used, states):
+    plan = tier_plan(start, end, step, OLD)
+    check(plan, start, end, step)
+    assert plan.used() == used
+    assert plan.states_per_series(start, end) == states
+
+
+def test_a_tier_is_read_only_from_the_cell_it_may_be_read_from():
+    # The caller passes the tier's first cell, or the next one when the first is partial.
+    plan = tier_plan(T0, T0 + 30 * D, 10800, {"hour": T0 + 10 * D + H, "day": None})
+    check(plan, T0, T0 + 30 * D, 10800)
+    assert plan.ranges["hour"] == (T0 + 10 * D + H, T0 + 30 * D)
+    assert plan.used() == ["hour"]  # an empty day tier is never read
+    plan = tier_plan(T0, T0 + 30 * D, D, {"hour": T0 + 10 * D + 25 * M, "day": T0 + 11 * D})
+    check(plan, T0, T0 + 30 * D, D)
+    assert plan.ranges["hour"] == (T0 + 10 * D + H, T0 + 30 * D)  # not a whole hour: rounded up
+    assert plan.ranges["day"] == (T0 + 11 * D, T0 + 30 * D)
+
+
+def test_empty_tiers_and_no_tiers_read_the_minute_tier_only():
+    for plan in (tier_plan(T0, T0 + 30 * D, 10800, {"hour": None, "day": None}),
+                 tier_plan(T0, T0 + 30 * D, 10800, {}),
+                 tier_plan(T0, T0 + 30 * D, 10800, OLD, use_tiers=False)):
+        check(plan, T0, T0 + 30 * D, 10800)
+        assert plan.used() == [] and plan.states_per_series(T0, T0 + 30 * D) == 30 * 1440
+
+
+def test_a_day_tier_needs_the_hour_tier_it_nests_in():
+    plan = tier_plan(T0, T0 + 30 * D, D, {"hour": None, "day": 0})
+    assert plan.used() == []
+
+
+def test_random_windows_against_brute_force():
+    rng = random.Random(4)
+    for _ in range(300):
+        start = T0 + rng.randrange(0, 3 * D // M) * M
+        end = start + rng.randrange(1, 5 * D // M) * M
+        step = rng.choice([M, 5 * M, 1800, H, 2 * H, 10800, 21600, 43200, D, 7 * D])
+        first = {"hour": rng.choice([None, 0, start + rng.randrange(0, D // M) * M]),
+                 "day": rng.choice([None, 0, start + rng.randrange(0, 2 * D // M) * M])}
+        plan = tier_plan(start, end, step, first)
+        check(plan, start, end, step)
+        for name, g in TIER_GRAINS:
+            lo, hi = plan.ranges[name]
+            if lo < hi:  # never before the cell the tier may be read from
+                assert first[name] is not None and lo >= first[name]
+
+
+class TierRunner:
+    """A fake store: the tiers' first cells and which of them are partial."""
+
+    def __init__(self, first: dict, partial: set):
+        self.first, self.partial, self.calls = first, partial, []
+
+    def df(self, name, params):
+        import pandas as pd
+
+        self.calls.append((name, dict(params)))
+        if name == "rollup_tier_first_cells":
+            return pd.DataFrame({k: [pd.Timestamp(v, unit="s") if v is not None else None]
+                                 for k, v in self.first.items()})
+        if name == "rollup_mismatches":
+            tier = params["table"].removeprefix("generations_")
+            return pd.DataFrame({"model": ["m"]}) if tier in self.partial else pd.DataFrame({"model": []})
+        raise AssertionError(name)
+
+
+def _plan(runner, start, end, step):
+    from datetime import datetime, timezone
+
+    from phasemeter.analytics.core import _tier_plan
+
+    return _tier_plan(runner, datetime.fromtimestamp(start, timezone.utc), datetime.fromtimestamp(end, timezone.utc),
+                      step, True)
+
+
+def test_a_partial_first_cell_is_skipped_a_complete_one_read():
+    window = (T0, T0 + 30 * D, D)
+    plan = _plan(TierRunner({"hour": T0, "day": T0}, partial={"hour", "day"}), *window)
+    assert plan.ranges == {"hour": (T0 + H, T0 + 30 * D), "day": (T0 + D, T0 + 30 * D)}
+    runner = TierRunner({"hour": T0, "day": T0}, partial=set())
+    plan = _plan(runner, *window)
+    assert plan.ranges == {"hour": (T0, T0 + 30 * D), "day": (T0, T0 + 30 * D)}
+    assert [c[1]["table"] for c in runner.calls if c[0] == "rollup_mismatches"] == ["generations_hour",
+                                                                                   "generations_day"]
+
+
+def test_the_first_cell_is_checked_only_when_the_window_reaches_it():
+    runner = TierRunner({"hour": T0 - 5 * D, "day": T0 - 5 * D}, partial={"hour", "day"})
+    plan = _plan(runner, T0, T0 + 30 * D, 10800)
+    assert plan.used() == ["hour"] and [c[0] for c in runner.calls] == ["rollup_tier_first_cells"]
+    runner = TierRunner({"hour": T0, "day": T0}, partial=set())
+    _plan(runner, T0, T0 + 30 * D, 60)  # minute steps: no tier can answer, nothing asked
+    assert runner.calls == []
+
+
+def test_an_empty_tier_is_not_read_and_not_checked():
+    runner = TierRunner({"hour": T0, "day": None}, partial=set())
+    plan = _plan(runner, T0, T0 + 30 * D, D)
+    assert plan.used() == ["hour"] and [c[1]["table"] for c in runner.calls[1:]] == ["generations_hour"]
