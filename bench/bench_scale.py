@@ -51,6 +51,7 @@ PY = sys.executable
 CLI = str(Path(PY).parent / "phasemeter")
 DAYS = 30
 DB = "phasemeter"
+SLOS = "example"  # the SLO file of the attainment queries (the shipped example)
 
 # The two demo models (phasemeter.demo.synthetic.MODELS) and two more, so a
 # store has 4 models x 5 buckets = 20 series.
@@ -148,14 +149,20 @@ rows, start = int(sys.argv[2]), float(sys.argv[4])
 have = int(client.command("SELECT count() FROM generations"))
 t = time.perf_counter()
 if have != rows:
-    for table in ("generations", "generations_minute", "generations_hour", "generations_day"):
+    for table in ("generations", "generations_minute", "generations_hour", "generations_day", "slo_minute"):
         client.command("TRUNCATE TABLE " + table)
+    # The shipped example SLO, declared before the history (as a worker running
+    # with it would have): the fill counts it per minute like any insert.
+    from datetime import datetime, timezone
+    from phasemeter.alerts.slo_rules import load_slos
+    from phasemeter.store.slo_defs import register
+    register(client, load_slos(bench_scale.SLOS), at=datetime.fromtimestamp(start - 86400, timezone.utc))
     client.command(bench_scale.FILL_SQL, parameters=bench_scale.fill_params(rows, start))
 fill_s = time.perf_counter() - t
 sizes = dict(client.query("SELECT table, sum(bytes_on_disk) FROM system.parts WHERE active AND database = "
                           "currentDatabase() GROUP BY table").result_rows)
 cells = {t: int(client.command("SELECT count() FROM " + t))
-         for t in ("generations_minute", "generations_hour", "generations_day")}
+         for t in ("generations_minute", "generations_hour", "generations_day", "slo_minute")}
 print(json.dumps({"fill_s": fill_s, "refilled": have != rows, "bytes": {k: int(v) for k, v in sizes.items()},
                   "cells": cells}))
 client.close()
@@ -175,37 +182,49 @@ def iso(t: datetime) -> str:
     return t.isoformat().replace("+00:00", "Z")
 
 
-def matrix(end: datetime) -> list[tuple[str, list[str]]]:
-    """(label, args) per query; the window ends at the data's end (a whole day)."""
+def matrix(end: datetime, what: str = "all") -> list[tuple[str, list[str]]]:
+    """(label, command args) per query; the window ends at the data's end (a whole day)."""
     out = []
-    for label, days, step in (("30 d, auto step (3 h)", 30, "auto"), ("7 d, 1 h steps", 7, "1h"),
-                              ("1 d, 1 min steps", 1, "1m")):
-        w = ["--from", iso(end - timedelta(days=days)), "--to", iso(end), "--step", step]
-        out += [(f"{label} | exact", w + ["--exact"]), (f"{label} | rollup, minute tier", w + ["--rollup", "--no-tiers"]),
-                (f"{label} | rollup, tiers", w + ["--rollup"])]
-    out.append(("empty 1 min (fixed cost) | auto", ["--from", iso(end), "--to", iso(end + timedelta(minutes=1))]))
+    if what in ("all", "bands"):
+        for label, days, step in (("30 d, auto step (3 h)", 30, "auto"), ("7 d, 1 h steps", 7, "1h"),
+                                  ("1 d, 1 min steps", 1, "1m")):
+            w = ["query", "bands", "--from", iso(end - timedelta(days=days)), "--to", iso(end), "--step", step]
+            out += [(f"{label} | exact", w + ["--exact"]),
+                    (f"{label} | rollup, minute tier", w + ["--rollup", "--no-tiers"]),
+                    (f"{label} | rollup, tiers", w + ["--rollup"])]
+    out.append(("empty 1 min (fixed cost) | auto",
+                ["query", "bands", "--from", iso(end), "--to", iso(end + timedelta(minutes=1))]))
+    if what in ("all", "slo"):
+        # SLO attainment (docs/slo.md): a 30-day answer per model x bucket, and per model and day.
+        for label, extra in (("SLO 30 d, whole window", []), ("SLO 30 d, 1 d steps, by model", ["--step", "1d",
+                                                                                             "--by", "model"])):
+            w = ["slo", "--slos", SLOS, "--from", iso(end - timedelta(days=30)), "--to", iso(end), *extra]
+            out += [(f"{label} | exact", w + ["--exact"]), (f"{label} | rollup (per-minute SLO counts)",
+                                                            w + ["--rollup"])]
     return out
 
 
-def run_matrix(root: Path, end: datetime, runs: int, env: dict) -> dict[str, dict]:
-    queries = matrix(end)
+def run_matrix(root: Path, end: datetime, runs: int, env: dict, what: str = "all") -> dict[str, dict]:
+    queries = matrix(end, what)
     times: dict[str, list[float]] = {label: [] for label, _ in queries}
     cpu: dict[str, list[float]] = {label: [] for label, _ in queries}
     meta: dict[str, str] = {}
     for label, args in queries:  # once, untimed: the path and reason the JSON header states
         import json
 
-        cmd = [CLI, "query", "bands", *args, "--format", "json", "--data-dir", str(root)]
+        cmd = [CLI, *args, "--format", "json", "--data-dir", str(root)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-800:]}")
         doc = json.loads(proc.stdout)
+        if "slos" in doc:  # phasemeter slo: one document per SLO
+            doc = {"rows": doc["slos"][0]["rows"], **doc["slos"][0]["meta"]}
         meta[label] = f"{len(doc['rows']):,} rows; {doc['path']}: {doc['reason']}"
     for _ in range(runs):
         for label, args in queries:  # round-robin: noise hits every path alike
             # CSV: the cheapest rendering, so the figure is the query's and the start-up's
             # (a JSON or table answer of 28k rows adds 0.3-1.5 s of Python formatting)
-            cmd = [CLI, "query", "bands", *args, "--format", "csv", "--data-dir", str(root)]
+            cmd = [CLI, *args, "--format", "csv", "--data-dir", str(root)]
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -225,6 +244,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs per query (median)")
     ap.add_argument("--keep", help="store folder to reuse and keep (one --rows only)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--only", choices=["all", "bands", "slo"], default="all",
+                    help="which query families to time (the fixed cost always)")
     args = ap.parse_args()
     sizes = args.rows or [10_000_000, 100_000_000]
     if args.keep and len(sizes) != 1:
@@ -241,7 +262,7 @@ def main() -> int:
         try:
             store = make_store(root, rows, end_ts - DAYS * 86400, env)
             print(f"{rows:,} rows: filled in {store['fill_s']:.0f} s, {store}", file=sys.stderr, flush=True)
-            res = run_matrix(root, end, args.runs, env)
+            res = run_matrix(root, end, args.runs, env, args.only)
         finally:
             if not args.keep:
                 shutil.rmtree(root, ignore_errors=True)
