@@ -27,6 +27,20 @@ def _runner_or_503(view, sink):
         return None, view.json({"error": f"store unavailable: {exc}"}, status=503)
 
 
+async def _answer(view, sink, fn, *args):
+    """JSON of fn(runner, *args) -> (status, doc), run off the event loop: the
+    query endpoints' one shape (503 when the store is away, 500 when the query
+    fails, never the worker down)."""
+    runner, refusal = _runner_or_503(view, sink)
+    if refusal:
+        return refusal
+    try:
+        status, doc = await asyncio.get_running_loop().run_in_executor(None, fn, runner, *args)
+    except Exception as exc:  # a failed query must not take the worker down
+        return view.json({"error": f"query failed: {str(exc)[:400]}"}, status=500)
+    return view.json(doc, status=status)
+
+
 def register_live_views(app, settings, sink) -> None:
     # The page never changes while a worker runs; a short cache still lets a
     # reinstall show up on the next reload.
@@ -56,31 +70,14 @@ def register_live_views(app, settings, sink) -> None:
         async def get(self, request):
             from phasemeter.analytics.live import bands
 
-            runner, refusal = _runner_or_503(self, sink)
-            if refusal:
-                return refusal
-            loop = asyncio.get_running_loop()
-            try:
-                status, doc = await loop.run_in_executor(None, bands, runner, request.query, settings.bucket_edges)
-            except Exception as exc:  # a failed query must not take the worker down
-                return self.json({"error": f"query failed: {str(exc)[:400]}"}, status=500)
-            return self.json(doc, status=status)
+            return await _answer(self, sink, bands, request.query, settings.bucket_edges)
 
     @app.page("/api/slo")
     class Slo(View):
         async def get(self, request):
             from phasemeter.analytics.live import slo
 
-            runner, refusal = _runner_or_503(self, sink)
-            if refusal:
-                return refusal
-            loop = asyncio.get_running_loop()
-            try:
-                status, doc = await loop.run_in_executor(None, slo, runner, request.query, sloset,
-                                                         settings.bucket_edges)
-            except Exception as exc:  # a failed query must not take the worker down
-                return self.json({"error": f"query failed: {str(exc)[:400]}"}, status=500)
-            return self.json(doc, status=status)
+            return await _answer(self, sink, slo, request.query, sloset, settings.bucket_edges)
 
     @app.page("/api/alerts")
     class Alerts(View):
