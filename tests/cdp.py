@@ -25,6 +25,16 @@ def find_chromium() -> str | None:
     return None
 
 
+def chromium_or_skip(purpose: str = "to run the live page in a real browser") -> str:
+    """The browser for a page test, or the test skipped with how to get one."""
+    exe = find_chromium()
+    if not exe:
+        import pytest
+
+        pytest.skip(f"chromium not found: install Debian's `chromium` package (apt-get install -y chromium) {purpose}")
+    return exe
+
+
 class Chrome:
     def __init__(self, exe: str, profile_dir, width: int = 1400, height: int = 1000):
         to_chrome_r, self._w = os.pipe()

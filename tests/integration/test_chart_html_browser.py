@@ -29,12 +29,9 @@ SHOWN = """(() => ({panels: document.querySelectorAll('svg.panel').length,
 
 @pytest.fixture(scope="module")
 def chrome(tmp_path_factory):
-    from cdp import Chrome, find_chromium
+    from cdp import Chrome, chromium_or_skip
 
-    exe = find_chromium()
-    if not exe:
-        pytest.skip("chromium not found: install Debian's `chromium` package (apt-get install -y chromium) "
-                    "to check the HTML chart in a real browser")
+    exe = chromium_or_skip("to check the HTML chart in a real browser")
     browser = Chrome(exe, tmp_path_factory.mktemp("profile"))
     yield browser
     browser.close()

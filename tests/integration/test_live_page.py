@@ -216,12 +216,9 @@ def test_browser_shows_the_grid_and_follows_a_filter(live, tmp_path):
     """Headless Chromium over the DevTools pipe: cells and n in the DOM, a
     non-blank screenshot with one median line per panel, no console errors,
     and a model filter that rewrites the URL and the panels."""
-    from cdp import Chrome, find_chromium
+    from cdp import Chrome, chromium_or_skip
 
-    exe = find_chromium()
-    if not exe:
-        pytest.skip("chromium not found: install Debian's `chromium` package (apt-get install -y chromium) "
-                    "to run the live page in a real browser")
+    exe = chromium_or_skip()
     import numpy as np
     from matplotlib import image
 
@@ -286,12 +283,9 @@ def test_browser_shows_the_grid_and_follows_a_filter(live, tmp_path):
 def test_browser_appends_what_arrives_without_rebuilding_the_grid(live, tmp_path):
     """New generations through Kafka -> worker -> store show up at the next
     refresh (5 s) in the same grid: the panels change, the table stays."""
-    from cdp import Chrome, find_chromium
+    from cdp import Chrome, chromium_or_skip
 
-    exe = find_chromium()
-    if not exe:
-        pytest.skip("chromium not found: install Debian's `chromium` package (apt-get install -y chromium) "
-                    "to run the live page in a real browser")
+    exe = chromium_or_skip()
     from phasemeter.producers import Meter
 
     w, env = live

@@ -191,12 +191,9 @@ def test_page_shows_the_attainment_row(live, tmp_path):
     """The row per SLO × model, a panel per bucket with the target line and
     the steps under it, the whole window's attainment and most-missed
     objective as /api/slo says; "ghost" says it has no generations."""
-    from cdp import Chrome, find_chromium
+    from cdp import Chrome, chromium_or_skip
 
-    exe = find_chromium()
-    if not exe:
-        pytest.skip("chromium not found: install Debian's `chromium` package (apt-get install -y chromium) "
-                    "to run the live page in a real browser")
+    exe = chromium_or_skip()
     import io
 
     from matplotlib import image
@@ -242,12 +239,9 @@ def test_page_shows_the_attainment_row(live, tmp_path):
 def test_chart_html_draws_the_same_row(live, tmp_path, monkeypatch):
     """`chart --out x.html` with the same document draws the same panels with
     the same bands.js (renderer given /api/slo's payload for the same window)."""
-    from cdp import Chrome, find_chromium
+    from cdp import Chrome, chromium_or_skip
 
-    exe = find_chromium()
-    if not exe:
-        pytest.skip("chromium not found: install Debian's `chromium` package (apt-get install -y chromium) "
-                    "to check the HTML chart in a real browser")
+    exe = chromium_or_skip("to check the HTML chart in a real browser")
     import pandas as pd
 
     from phasemeter.render.html import render_bands_html
@@ -295,12 +289,9 @@ def test_chart_slo_is_the_pages_document(live, monkeypatch):
 def test_attainment_row_refreshes_while_live(live, tmp_path):
     """Generations through Kafka -> worker -> store reach the attainment row
     at its next refresh (every 30 s) without a reload. Last: it adds rows."""
-    from cdp import Chrome, find_chromium
+    from cdp import Chrome, chromium_or_skip
 
-    exe = find_chromium()
-    if not exe:
-        pytest.skip("chromium not found: install Debian's `chromium` package (apt-get install -y chromium) "
-                    "to run the live page in a real browser")
+    exe = chromium_or_skip()
     from phasemeter.producers import Meter
 
     w, env = live
