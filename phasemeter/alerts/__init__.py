@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from phasemeter.alerts.evaluate import FIRING, Result, evaluate, order, table
+from phasemeter.alerts.replay import evaluation_points, firing_runs
 from phasemeter.alerts.rules import RuleSet, load_rules, override
 
 __all__ = ["check", "backtest", "episodes", "demo_check", "load_rules", "override", "Result", "Episode"]
-MAX_POINTS = 2000
 
 
 def _ms(epoch_s: float) -> int:
@@ -74,36 +74,16 @@ class Episode:
 def episodes(series: list[tuple[datetime, list[Result]]]) -> list[Episode]:
     """Rising edges and durations from results at successive points. A point
     without data (insufficient) ends an episode: the alert would have resolved."""
-    open_: dict[tuple, list] = {}
-    done: list[Episode] = []
-
-    def close(key, ended):
-        started, n, worst, phase = open_.pop(key)
-        done.append(Episode(key[0], phase, key[1], key[2], started, ended, n, worst))
-
-    for at, results in series:
-        firing = {(r.rule.name, r.model, r.bucket): r for r in results if r.state == FIRING}
-        for key in [k for k in open_ if k not in firing]:
-            close(key, at)
-        for key, r in firing.items():
-            if key in open_:
-                ep = open_[key]
-                ep[1], ep[2] = ep[1] + 1, min(ep[2], r.change)
-            else:
-                open_[key] = [at, 1, r.change, r.rule.phase]
-    for key in list(open_):
-        close(key, None)
-    return sorted(done, key=lambda e: (e.started, e.rule, e.model, e.bucket))
+    runs = firing_runs(series, lambda r: (r.rule.name, r.model, r.bucket))
+    eps = [Episode(rule, rs[0].rule.phase, model, bucket, started, ended, len(rs), min(r.change for r in rs))
+           for (rule, model, bucket), started, ended, rs in runs]
+    return sorted(eps, key=lambda e: (e.started, e.rule, e.model, e.bucket))
 
 
 def backtest(runner, ruleset: RuleSet, start: datetime, end: datetime, every_s: float, models=(),
              buckets=(), bucket_labels=()) -> tuple[list[datetime], list[Episode]]:
     """Replay the rules at start, start+every, ... <= end."""
-    count = int((end - start).total_seconds() // every_s) + 1
-    if count > MAX_POINTS:
-        raise ValueError(f"--every {every_s:g}s gives {count} evaluation points over --from..--to; "
-                         f"at most {MAX_POINTS}: use a longer --every or a shorter range")
-    points = [start + timedelta(seconds=i * every_s) for i in range(count)]
+    points = evaluation_points(start, end, every_s)
     series = [(at, check(runner, ruleset, at, models, buckets, bucket_labels)) for at in points]
     rules = {r.name: r for r in ruleset.rules}
     return points, [with_overlap(e, rules[e.rule], points[-1]) for e in episodes(series)]

@@ -11,14 +11,14 @@ Always the exact path: the windows end at any second, not on minutes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
-from phasemeter.alerts.burn import FIRING, BurnResult, evaluate, unpack, windows_from_rings
+from phasemeter.alerts.burn import BurnResult, evaluate, unpack, windows_from_rings
+from phasemeter.alerts.replay import evaluation_points, firing_runs
 from phasemeter.alerts.rules import _human
 from phasemeter.alerts.slo_rules import SloSet
 from phasemeter.textgrid import grid
 
-MAX_POINTS = 2000
 
 
 def _naive(t: datetime) -> datetime:
@@ -59,30 +59,12 @@ class BurnEpisode:
 
 def backtest(runner, sloset: SloSet, start: datetime, end: datetime, every_s: float,
              models=()) -> tuple[list[datetime], list[BurnEpisode]]:
-    count = int((end - start).total_seconds() // every_s) + 1
-    if count > MAX_POINTS:
-        raise ValueError(f"--every {every_s:g}s gives {count} evaluation points over --from..--to; "
-                         f"at most {MAX_POINTS}: use a longer --every or a shorter range")
-    points = [start + timedelta(seconds=i * every_s) for i in range(count)]
-    open_: dict[tuple, list] = {}
-    done: list[BurnEpisode] = []
-
-    def close(key, ended):
-        started, n, worst, phase, severity = open_.pop(key)
-        done.append(BurnEpisode(key[0], key[1], severity, key[2], phase, started, ended, n, worst))
-
-    for at in points:
-        firing = {(r.slo.name, r.rule.name, r.model): r for r in check(runner, sloset, at, models) if r.state == FIRING}
-        for key in [k for k in open_ if k not in firing]:
-            close(key, at)
-        for key, r in firing.items():
-            if key in open_:
-                open_[key][1] += 1
-                open_[key][2] = max(open_[key][2], r.burn_long)
-            else:
-                open_[key] = [at, 1, r.burn_long, r.phase, r.rule.severity]
-    for key in list(open_):
-        close(key, None)
+    points = evaluation_points(start, end, every_s)
+    series = [(at, check(runner, sloset, at, models)) for at in points]
+    done = [BurnEpisode(slo, rule, rs[0].rule.severity, model, rs[0].phase, started, ended, len(rs),
+                        max(r.burn_long for r in rs))
+            for (slo, rule, model), started, ended, rs in firing_runs(series, lambda r: (r.slo.name, r.rule.name,
+                                                                                         r.model))]
     return points, sorted(done, key=lambda e: (e.started, e.slo, e.rule, e.model))
 
 

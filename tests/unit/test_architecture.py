@@ -16,7 +16,7 @@ PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join", "phaseme
         "phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.buckets", "phasemeter.alerts.evaluate",
         "phasemeter.analytics.paths", "phasemeter.integrations.otlp_map", "phasemeter.integrations.otlp_decode",
         "phasemeter.integrations.sse", "phasemeter.integrations.openai_call", "phasemeter.stream_jobs.otlp_in",
-        "phasemeter.alerts.burn")
+        "phasemeter.alerts.burn", "phasemeter.alerts.replay")
 IO = ("faust", "aiokafka", "kafka", "clickhouse_connect", "chdb", "urllib", "socket", "subprocess",
       "phasemeter.store.client", "phasemeter.query.runner", "phasemeter.stream_jobs.sink", "phasemeter.stream_jobs.ledger")
 
@@ -153,7 +153,7 @@ LAYERS = (
     ("pure cores, emitter and integrations", ("phasemeter.producers", "phasemeter.integrations", "phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join",
                                 "phasemeter.stream_jobs.sequence", "phasemeter.stream_jobs.phase_events",
                                 "phasemeter.alerts.evaluate", "phasemeter.alerts.rules", "phasemeter.alerts.slo_rules",
-                                "phasemeter.alerts.burn", "phasemeter.analytics.paths",
+                                "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.analytics.paths",
                                 "phasemeter.analytics.variants")),
     ("store", ("phasemeter.store", "phasemeter.kafka_local")),
     ("worker, queries, rendering", ("phasemeter.stream_jobs", "phasemeter.query", "phasemeter.analytics",
