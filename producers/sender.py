@@ -164,38 +164,37 @@ class Sender:
             future.add_errback(self._on_error)
 
     def _send_envelopes(self, batch) -> None:
-        """Many events per Kafka message: {"kind": "batch", "events": [...]}.
+        """Many events per Kafka message (envelopes.py): what was queued,
+        in envelopes of up to `envelope_size`; phase events keep the
+        partition their key gives them, so one request's phases stay in
+        one partition and in order."""
+        from .envelopes import pack  # imports kafka: this thread has it already
 
-        Kafka's per-message cost dominates a small event; an envelope of 100
-        lets one worker take several times more generations per second. No
-        key: envelopes mix request_ids, so they spread over partitions.
-        An envelope holding any phase event, or a generation with v2 fields
-        (chunk data, an estimated count), is schema_version 2; one of plain
-        generation events only stays v1, so existing workers keep reading it.
-        """
-        items, size, settle, gateway = list(batch), self._envelope_size, self._ch.settle, self._gateway
-        for start in range(0, len(items), size):
-            time.sleep(0)  # give the GIL back between envelopes
-            values, v2 = [], False
-            for item in items[start:start + size]:
-                try:
-                    if len(item) == _GEN_LEN:
-                        values.append(encode(item, gateway)[1])
-                        v2 = v2 or item[-1] is not None  # a generation with v2 fields
-                    else:
-                        values.append(encode_phase(item, gateway)[1])
-                        v2 = True
-                except Exception as exc:
-                    settle(False)
-                    self.warn.warning("phasemeter emitter: encode failed (%s)", type(exc).__name__)
-            if not values:
-                continue
-            head = b'{"schema_version":2,"kind":"batch","events":[' if v2 else \
-                b'{"schema_version":1,"kind":"batch","events":['
-            body = head + b",".join(values) + b"]}"
-            n = len(values)
+        settle, gateway, entries = self._ch.settle, self._gateway, []
+        for item in batch:
             try:
-                future = self._producer.send(self._topic, key=None, value=body)
+                if len(item) == _GEN_LEN:
+                    entries.append((encode(item, gateway)[1], item[-1] is not None, None))
+                else:
+                    key, value = encode_phase(item, gateway)
+                    entries.append((value, True, key))
+            except Exception as exc:
+                settle(False)
+                self.warn.warning("phasemeter emitter: encode failed (%s)", type(exc).__name__)
+        if not entries:
+            return
+        try:
+            keyed = any(e[2] is not None for e in entries)
+            partitions = sorted(self._producer.partitions_for(self._topic)) if keyed else None
+        except Exception as exc:  # metadata timeout: as a failed send would be
+            settle(False, len(entries))
+            self.warn.warning("phasemeter emitter: no partitions for %s (%s)", self._topic, type(exc).__name__)
+            return
+        for partition, body, n in pack(entries, self._envelope_size, partitions):
+            time.sleep(0)  # give the GIL back between envelopes
+            try:
+                future = (self._producer.send(self._topic, key=None, value=body) if partition is None else
+                          self._producer.send(self._topic, key=None, value=body, partition=partition))
             except Exception as exc:
                 settle(False, n)
                 self.warn.warning("phasemeter emitter: send failed (%s)", type(exc).__name__)

@@ -60,7 +60,7 @@ class FakeProducer:
 
     def __init__(self, mode="ok", gate=None):
         self.mode, self.gate = mode, gate
-        self.records, self.pending = [], []
+        self.records, self.pending, self.partitions = [], [], []
         self.entered = threading.Event()
         self.flushes, self.close_calls = 0, []
         self.kwargs = None
@@ -69,7 +69,10 @@ class FakeProducer:
         self.kwargs = kwargs
         return self
 
-    def send(self, topic, key=None, value=None):
+    def partitions_for(self, topic):
+        return {0, 1, 2, 3}
+
+    def send(self, topic, key=None, value=None, partition=None):
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(10)
@@ -77,6 +80,7 @@ class FakeProducer:
         if mode == "raise":
             raise RuntimeError("send exploded")
         self.records.append((topic, key, value))
+        self.partitions.append(partition)
         fut = FakeFuture()
         if mode == "ok":
             fut.success()

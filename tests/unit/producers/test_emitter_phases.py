@@ -423,7 +423,9 @@ def make_gated(envelope_size, **kw):
     return meter, fake, ready
 
 
-def test_envelope_with_phase_events_is_v2_and_keeps_inner_bytes():
+def test_envelope_with_phase_events_is_v2_keeps_inner_bytes_and_the_key_partition():
+    from phasemeter.producers.envelopes import partition_of
+
     meter, fake, ready = make_gated(100, gateway="gw")
     try:
         meter.record(model="m", input_tokens=1, output_tokens=2, t0=1_800_000_000.0, e2e_s=0.5,
@@ -433,17 +435,22 @@ def test_envelope_with_phase_events_is_v2_and_keeps_inner_bytes():
             g.finish(output_tokens=4)
         ready.set()
         assert meter.flush()
-        ((_, key, body),) = fake.records
-        assert key is None
-        assert body.startswith(b'{"schema_version":2,"kind":"batch","events":[{"schema_version":1,')
+        # The generation goes unkeyed; the phases in one envelope to the
+        # partition their request_id maps to, as keyed messages would.
+        (_, gkey, gbody), (_, key, body) = fake.records
+        assert gkey is None and key is None
+        assert fake.partitions == [None, partition_of(g.request_id.encode(), [0, 1, 2, 3])]
+        assert gbody.startswith(b'{"schema_version":1,"kind":"batch","events":[{"schema_version":1,')
+        (gen,) = json.loads(gbody)["events"]
+        check_schema(gen)
+        assert body.startswith(b'{"schema_version":2,"kind":"batch","events":[')
         env = json.loads(body)
         assert list(env) == ["schema_version", "kind", "events"]
         inner = env["events"]
-        assert [e["kind"] for e in inner] == ["generation", "start", "first_token", "end"]
-        check_schema(inner[0])  # a generation event is v1 even inside a v2 envelope
-        for e in inner[1:]:
+        assert [e["kind"] for e in inner] == ["start", "first_token", "end"]
+        for e in inner:
             check_phase(e)
-        assert inner[1]["gateway"] == "gw"
+        assert inner[0]["gateway"] == "gw"
         assert meter.stats() == EmitterStats(enqueued=4, sent=4, dropped=0, failed=0, queued=0)
     finally:
         meter.close(timeout_s=0.5)
@@ -461,8 +468,9 @@ def test_envelopes_of_generation_events_only_stay_v1():
         ready.set()
         assert meter.flush()
         envs = [json.loads(v) for _, _, v in fake.records]
+        # Generations in unkeyed envelopes; phases grouped by their key's partition.
         assert [(e["schema_version"], [i["kind"] for i in e["events"]]) for e in envs] == [
-            (1, ["generation", "generation"]), (2, ["start", "end"]), (2, ["generation", "first_token"])]
+            (1, ["generation", "generation"]), (1, ["generation"]), (2, ["start", "end"]), (2, ["first_token"])]
         assert fake.records[0][2].startswith(b'{"schema_version":1,"kind":"batch","events":[')
         st = meter.stats()
         assert (st.enqueued, st.sent, st.failed, st.queued) == (6, 6, 0, 0)
