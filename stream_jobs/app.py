@@ -24,7 +24,7 @@ import faust
 from phasemeter.settings import Settings
 from phasemeter.store.client import connect
 
-from . import handoff, join_agent, resume
+from . import batching, handoff, join_agent, resume
 from .pipeline import Pipeline
 from .sink import Sink
 from .ready import is_ready, until_ready
@@ -150,7 +150,8 @@ def create_app(settings: Settings, client=None) -> faust.App:
         await loop_run(sink.record_progress, positions)
 
     async def _ingest(stream):
-        async for events in stream.take_events(settings.batch_rows, within=settings.batch_seconds):
+        async for events in batching.gather(stream, settings.batch_rows, settings.batch_bytes,
+                                            settings.batch_seconds):
             await until_ready(app)
             await ingest_handoff.run(_batch(events))
 
