@@ -1,15 +1,17 @@
 """Freshness: emit -> stored (queryable) latency with a worker running, at fixed emit rates.
 
-    python bench/bench_freshness.py [--rates 2000,5000] [--seconds 20] [--bootstrap H:P] [--json OUT]
+    python bench/bench_freshness.py [--rates 2000,5000] [--envelopes 1,100] [--seconds 20]
+                                    [--batch-seconds S] [--bootstrap H:P] [--probe] [--json OUT]
 
-For each rate, the real emitter (`Meter.record`, t0 = wall clock at emit,
+For each rate and each emitter envelope size (alternated in one run), the real emitter (`Meter.record`, t0 = wall clock at emit,
 durations of ~1 ms) sends at that rate for --seconds under its own gateway
 label, into one `phasemeter worker` (default batching: 5000 rows or 1 s).
 Latency per row = ingested_at (set by ClickHouse at insert) - ts (the emit
 time, to the ms), read through the worker's query API with the named query
 sql/bench_freshness.sql; a row is queryable as soon as it is stored. Also
 reported: the time from the last emit until every row of the rate step is
-visible through the API (polled every 0.1 s). --probe adds a raw Kafka reader
+visible through the API (polled every 0.1 s), and per batch (from /health)
+where the worker's time went. --probe adds a raw Kafka reader
 that splits the latency into emitter/broker and worker parts.
 """
 
@@ -27,12 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _util as U  # noqa: E402
 
 
-def emit(bootstrap: str, topic: str, gateway: str, rate: float, seconds: float) -> dict:
+def emit(bootstrap: str, topic: str, gateway: str, rate: float, seconds: float, envelope_size: int) -> dict:
     from phasemeter.producers import Meter
 
     total = int(rate * seconds)
     meter = Meter(bootstrap_servers=bootstrap, topic=topic, gateway=gateway,
-                  queue_size=max(50_000, total), flush_timeout_s=60)
+                  queue_size=max(50_000, total), flush_timeout_s=60, envelope_size=envelope_size)
     began = time.monotonic()
     clock = time.time
     try:
@@ -97,9 +99,10 @@ class KafkaProbe:
                 now = time.time()
                 for msgs in batches.values():
                     for m in msgs:
-                        e = json.loads(m.value)
-                        self.samples.setdefault(e.get("gateway") or "", []).append(
-                            (m.timestamp / 1000.0 - e["t0"], now - e["t0"]))
+                        body = json.loads(m.value)
+                        for e in body.get("events") or [body]:  # an envelope, or one event
+                            self.samples.setdefault(e.get("gateway") or "", []).append(
+                                (m.timestamp / 1000.0 - e["t0"], now - e["t0"]))
         finally:
             self.ready.set()
             await consumer.stop()
@@ -117,12 +120,53 @@ class KafkaProbe:
                 "consumable_p50_ms": q(recv, .5), "consumable_p99_ms": q(recv, .99)}
 
 
+class BatchLog:
+    """Polls the worker's /health every 50 ms in a thread and keeps each new
+    `last_batch` (its split/write/forward seconds and the ages of its oldest
+    and newest rows when the batch began): where the worker's share goes."""
+
+    def __init__(self, worker):
+        import threading
+
+        self.worker, self.batches = worker, []
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True, name="batch-log")
+
+    def _poll(self) -> None:
+        seen = None
+        while not self.stop_flag.is_set():
+            h = self.worker.health() or {}
+            if h.get("last_batch_at") and h["last_batch_at"] != seen:
+                seen = h["last_batch_at"]
+                self.batches.append(h.get("last_batch") or {})
+            time.sleep(0.05)  # a batch shorter than this can be missed: the table says "seen"
+
+    def take(self) -> list[dict]:
+        got, self.batches = self.batches, []
+        return [b for b in got if b.get("rows")]
+
+
+def batch_summary(batches: list[dict]) -> dict:
+    """Medians and maxima over the batches of one rate step."""
+    if not batches:
+        return {"batches": 0}
+
+    def med(k):
+        xs = sorted(b[k] for b in batches if b.get(k) is not None)
+        return xs[len(xs) // 2] if xs else None
+    return {"batches": len(batches), "batch_rows_med": med("rows"), "split_s_med": med("split_s"),
+            "write_s_med": med("write_s"), "forward_s_med": med("forward_s"),
+            "oldest_age_s_med": med("oldest_age_s"),
+            "oldest_age_s_max": max(b.get("oldest_age_s") or 0 for b in batches)}
+
+
 def visible(runner, gateway: str) -> dict:
     df = runner.df("bench_freshness", {"gateway": gateway})
     return {k: (float(df[k].iloc[0]) if len(df) else 0.0) for k in ("n", "p50_ms", "p99_ms", "max_ms")}
 
 
-def run(bootstrap: str, rates: list[float], seconds: float, timeout_s: float, batch_rows: int,
+def run(bootstrap: str, rates: list[float], envelopes: list[int], seconds: float, timeout_s: float,
+        batch_rows: int,
         batch_seconds: float, with_probe: bool = False) -> list[dict]:
     from phasemeter.kafka_local import ensure_topics
     from phasemeter.query.runner import HttpRunner
@@ -137,9 +181,12 @@ def run(bootstrap: str, rates: list[float], seconds: float, timeout_s: float, ba
             w.start()
             runner = HttpRunner(w.url, timeout_s=30)
             probe = KafkaProbe(bootstrap, topic).__enter__() if with_probe else None
+            blog = BatchLog(w)
+            blog.thread.start()
             try:
-                out = _steps(bootstrap, topic, rates, seconds, timeout_s, batch_seconds, runner, probe)
+                out = _steps(bootstrap, topic, rates, envelopes, seconds, timeout_s, batch_seconds, runner, probe, blog)
             finally:
+                blog.stop_flag.set()
                 if probe:
                     probe.__exit__()
             out_health = w.health() or {}
@@ -150,37 +197,55 @@ def run(bootstrap: str, rates: list[float], seconds: float, timeout_s: float, ba
     return out
 
 
-def _steps(bootstrap, topic, rates, seconds, timeout_s, batch_seconds, runner, probe) -> list[dict]:
+def _steps(bootstrap, topic, rates, envelopes, seconds, timeout_s, batch_seconds, runner, probe,
+           blog) -> list[dict]:
+    """Each rate with each emitter envelope size, alternated in this run,
+    after a warm-up step (not reported): a fresh worker's first batch loads
+    every partition's position and the stored offsets, seconds on a busy
+    machine, which is start-up, not freshness."""
     out = []
-    if True:
-        if True:
-            for rate in rates:
-                gateway = f"fresh-{int(rate)}-{uuid.uuid4().hex[:4]}"
-                e = emit(bootstrap, topic, gateway, rate, seconds)
-                deadline = time.monotonic() + timeout_s
+    warm = f"fresh-warmup-{uuid.uuid4().hex[:4]}"
+    sent = emit(bootstrap, topic, warm, 200, 2, 1)["sent"]
+    deadline = time.monotonic() + timeout_s
+    while visible(runner, warm)["n"] < sent and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for rate in rates:
+        for envelope in envelopes:
+            blog.take()
+            gateway = f"fresh-{int(rate)}-{envelope}-{uuid.uuid4().hex[:4]}"
+            e = emit(bootstrap, topic, gateway, rate, seconds, envelope)
+            deadline = time.monotonic() + timeout_s
+            v = visible(runner, gateway)
+            while v["n"] < e["sent"] and time.monotonic() < deadline:
+                time.sleep(0.1)
                 v = visible(runner, gateway)
-                while v["n"] < e["sent"] and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                    v = visible(runner, gateway)
-                drain = time.time() - e["emit_end"]
-                out.append({"rate": rate, "seconds": seconds, **e, "stored": int(v["n"]),
-                            "p50_ms": v["p50_ms"], "p99_ms": v["p99_ms"], "max_ms": v["max_ms"],
-                            "last_emit_to_all_visible_s": round(drain, 2),
-                            "complete": v["n"] >= e["sent"],
-                            "meets_target": v["p99_ms"] <= 2000, **(probe.summary(gateway) if probe else {})})
-                time.sleep(batch_seconds + 0.5)  # let the worker go idle between steps
+            drain = time.time() - e["emit_end"]
+            out.append({"rate": rate, "envelope_size": envelope, "seconds": seconds, **e, "stored": int(v["n"]),
+                        "p50_ms": v["p50_ms"], "p99_ms": v["p99_ms"], "max_ms": v["max_ms"],
+                        "last_emit_to_all_visible_s": round(drain, 2),
+                        "complete": v["n"] >= e["sent"],
+                        "meets_target": v["p99_ms"] <= 1000, **(probe.summary(gateway) if probe else {}),
+                        **batch_summary(blog.take())})
+            time.sleep(batch_seconds + 0.5)  # let the worker go idle between steps
     return out
 
 
 def render(rows: list[dict], batch_rows: int, batch_seconds: float) -> str:
     table = U.md_table(
-        ["target rate /s", "achieved /s", "emitted", "stored", "p50 ms", "p99 ms", "max ms",
-         "last emit → all visible s", "p99 ≤ 2 s", "hand-off p50/p99 ms", "raw-consumable p50/p99 ms"],
-        [[int(r["rate"]), round(r["achieved_rate"]), r["emitted"], r["stored"], r["p50_ms"], r["p99_ms"],
+        ["target rate /s", "envelope", "achieved /s", "emitted", "stored", "p50 ms", "p99 ms", "max ms",
+         "last emit → all visible s", "p99 ≤ 1 s", "hand-off p50/p99 ms", "raw-consumable p50/p99 ms"],
+        [[int(r["rate"]), r["envelope_size"], round(r["achieved_rate"]), r["emitted"], r["stored"], r["p50_ms"], r["p99_ms"],
           r["max_ms"], r["last_emit_to_all_visible_s"], "yes" if r["meets_target"] else "NO",
           f"{r.get('handoff_p50_ms', 'n/a')} / {r.get('handoff_p99_ms', 'n/a')}",
           f"{r.get('consumable_p50_ms', 'n/a')} / {r.get('consumable_p99_ms', 'n/a')}"] for r in rows])
-    return table + (f"\n\nWorker batching: PHASEMETER_BATCH_ROWS={batch_rows}, PHASEMETER_BATCH_SECONDS="
+    batches = U.md_table(
+        ["target rate /s", "envelope", "batches seen", "rows/batch (median)", "split s", "write s", "forward+commit s",
+         "oldest row's age at batch start s (median / max)"],
+        [[int(r["rate"]), r["envelope_size"], r.get("batches", 0), r.get("batch_rows_med"), r.get("split_s_med"),
+          r.get("write_s_med"), r.get("forward_s_med"),
+          f"{r.get('oldest_age_s_med')} / {r.get('oldest_age_s_max')}"] for r in rows])
+    return table + "\n\nPer batch, from the worker's /health (polled every 50 ms):\n\n" + batches + (
+        f"\n\nWorker batching: PHASEMETER_BATCH_ROWS={batch_rows}, PHASEMETER_BATCH_SECONDS="
                     f"{batch_seconds}; emitter linger 5 ms, acks=all. p50/p99 = ingested_at - t0 (emit) "
                     "per row. Hand-off = Kafka CreateTime - t0 (emitter queue until the sender thread "
                     "called KafkaProducer.send); raw-consumable = when a group-less aiokafka reader in the "
@@ -191,6 +256,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap", default="")
     ap.add_argument("--rates", default="2000", help="comma-separated generations/s")
+    ap.add_argument("--envelopes", default="1",
+                    help="comma-separated emitter envelope sizes (Meter(envelope_size=)), alternated per rate")
     ap.add_argument("--seconds", type=float, default=20.0, help="emit duration per rate")
     ap.add_argument("--batch-rows", type=int, default=5000)
     ap.add_argument("--batch-seconds", type=float, default=1.0)
@@ -202,8 +269,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     U.exit_cleanly_on_sigterm()
     rates = [float(r) for r in args.rates.split(",") if r]
+    envelopes = [int(x) for x in args.envelopes.split(",") if x]
     with U.broker(args.bootstrap or None) as bootstrap:
-        rows = run(bootstrap, rates, args.seconds, args.timeout, args.batch_rows, args.batch_seconds, args.probe)
+        rows = run(bootstrap, rates, envelopes, args.seconds, args.timeout, args.batch_rows, args.batch_seconds, args.probe)
     result = {"params": vars(args), "rates": rows}
     print(render(rows, args.batch_rows, args.batch_seconds))
     U.write_json(args.json, result)
