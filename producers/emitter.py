@@ -30,6 +30,9 @@ _ESTIMATED = (None, None, None, None, True)  # the v2 fields of a record(output_
 # The sender thread has time to spare, so durability wins over latency:
 # acks=all (kafka-python's idempotent default) and effectively endless retries,
 # bounded by delivery_timeout_ms. Key and value are bytes we encode ourselves.
+# Envelopes by default, as OTLP exporters batch: one message per event left
+# the worker spending most of its CPU consuming (BENCHMARKS.md sections 2, 4).
+DEFAULT_ENVELOPE_SIZE = 100
 DEFAULT_PRODUCER_CONFIG = {
     "acks": "all",
     "linger_ms": 5,
@@ -120,8 +123,12 @@ class Meter:
     it is never logged). `producer_factory(**kwargs)` replaces
     kafka.KafkaProducer, e.g. with a fake in tests. `close()` also runs at
     interpreter exit, bounded by `flush_timeout_s`; after it, events are
-    dropped and counted. With `envelope_size > 1`, envelopes have no key, so
-    the phases of one request may land on different partitions.
+    dropped and counted. Events go in envelopes of up to `envelope_size`
+    (default 100; producers/envelopes.py) holding what the sender thread
+    found queued, so a quiet gateway still sends each event at once. Phase
+    events keep the partition their request_id key gives them.
+    `envelope_size=1` sends one keyed message per event, for consumers of
+    the topic other than phasemeter's worker.
     `stall_threshold_s` (default 0.5 s): a gap between consecutive chunks
     longer than this counts in `gaps_over` (Generation.chunk, docs/metrics.md).
     """
@@ -129,7 +136,7 @@ class Meter:
     def __init__(self, bootstrap_servers: str, topic: str = "phasemeter.generations", *,
                  gateway: str | None = None, queue_size: int = 10_000, flush_timeout_s: float = 5.0,
                  producer_config: dict | None = None, producer_factory=None,
-                 envelope_size: int = 1, phase_events: bool = False,
+                 envelope_size: int = DEFAULT_ENVELOPE_SIZE, phase_events: bool = False,
                  stall_threshold_s: float = DEFAULT_STALL_THRESHOLD_S) -> None:
         if not isinstance(topic, str) or not topic:
             raise ValueError("topic must be a non-empty str")

@@ -241,7 +241,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 class MemoryProducer:
     """A kafka-python stand-in for `Meter(producer_factory=...)` in unit tests:
-    keeps each event the sender thread encodes, acknowledges at once. The
+    keeps each event the sender thread encodes (unwrapping envelopes),
+    acknowledges at once. The
     Meter, its queue and sender thread stay real; only the socket is gone."""
 
     def __init__(self) -> None:
@@ -251,9 +252,13 @@ class MemoryProducer:
     def __call__(self, **kwargs) -> MemoryProducer:  # the factory: one producer, this one
         return self
 
-    def send(self, topic, key=None, value=None):
-        with self._cond:
-            self.events.append(json.loads(value))
+    def partitions_for(self, topic):
+        return {0, 1, 2, 3}
+
+    def send(self, topic, key=None, value=None, partition=None):
+        body = json.loads(value)
+        with self._cond:  # an envelope (the Meter's default) or one event
+            self.events.extend(body["events"] if body.get("kind") == "batch" else [body])
             self._cond.notify_all()
         return _Acked()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_asgi_middleware import USAGE, Client, MemoryProducer, chunk, meter, run, sse, streaming_app  # noqa: F401
+from test_asgi_middleware import USAGE, Client, MemoryProducer, chunk, meter, run, sse, streaming_app, unwrap  # noqa: F401
 
 from phasemeter.integrations.asgi import PhasemeterMiddleware
 from phasemeter.integrations.sse import TAIL_EVENTS
@@ -32,7 +32,7 @@ def slow_meter():
 
     def events():
         assert m.flush(5)
-        return [json.loads(v) for p in made for _, v in p.sent]
+        return [e for p in made for _, v in p.sent for e in unwrap(v)]
 
     m.events = events
     yield m

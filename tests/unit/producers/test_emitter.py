@@ -103,6 +103,9 @@ class FakeProducer:
 def make_meter(fake=None, **kw):
     fake = fake or FakeProducer()
     kw.setdefault("flush_timeout_s", 2.0)
+    # These tests read the one-keyed-message-per-event wire format; the
+    # default (envelopes) has its own tests (test_envelope_default_*).
+    kw.setdefault("envelope_size", 1)
     meter = Meter(bootstrap_servers="127.0.0.1:1", topic="t", producer_factory=fake.factory, **kw)
     return meter, fake
 
@@ -497,7 +500,7 @@ def test_producer_construction_retried_while_callers_never_block(meters, monkeyp
     real_next = sender_mod.next_backoff
     monkeypatch.setattr(sender_mod, "next_backoff", lambda b: waited.append(b) or real_next(b))
     meter = Meter("127.0.0.1:1", "t", queue_size=1000, producer_factory=flaky_factory,
-                  producer_config={"sasl_plain_password": "hunter2"})
+                  producer_config={"sasl_plain_password": "hunter2"}, envelope_size=1)  # counts messages
     try:
         worst = 0.0
         for _ in range(200):
@@ -566,7 +569,7 @@ def test_atexit_flushes_an_unclosed_meter_before_the_producer_closes_itself():
                     self.closed = True
                     print("closed after", self.n, flush=True)
 
-        m = Meter("127.0.0.1:1", "t", producer_factory=P)
+        m = Meter("127.0.0.1:1", "t", producer_factory=P, envelope_size=1)  # counts messages
         for _ in range(5000):
             m.record(model="m", input_tokens=1, output_tokens=1, t0=1.0, e2e_s=0.1)
         # no close(): interpreter exit must flush first, then close the producer
@@ -598,6 +601,44 @@ def test_envelopes_carry_many_generations_and_count_each(meters):
     assert sorted(ev["input_tokens"] for e in envelopes for ev in e["events"]) == list(range(10))
     st = meter.stats()
     assert (st.enqueued, st.sent, st.failed, st.queued) == (10, 10, 0, 0)
+
+
+def test_envelope_default_packs_what_was_queued_with_the_same_event_bytes():
+    from phasemeter.producers.emitter import DEFAULT_ENVELOPE_SIZE
+
+    def sent(envelope_size):
+        fake, ready = FakeProducer(), threading.Event()
+        kw = {} if envelope_size is None else {"envelope_size": envelope_size}
+        meter = Meter("127.0.0.1:1", "t", flush_timeout_s=2.0, queue_size=1000,
+                      producer_factory=lambda **k: ready.wait(5) and fake, **kw)
+        try:
+            for i in range(150):  # all queued before the sender may take any
+                meter.record(**{**GOOD, "input_tokens": i, "request_id": f"r{i}"})
+            ready.set()
+            assert meter.flush(timeout_s=5)
+            invariant(meter.stats(), 150)
+        finally:
+            meter.close(timeout_s=0.5)
+        return fake.records
+
+    default, single = sent(None), sent(1)
+    assert DEFAULT_ENVELOPE_SIZE == 100
+    assert [len(json.loads(v)["events"]) for _, _, v in default] == [100, 50]
+    assert all(key is None for _, key, _ in default)
+    # Inside the envelopes, byte for byte the events one message each would carry.
+    inner = b",".join(v[v.index(b"[") + 1:-2] for _, _, v in default)
+    assert inner == b",".join(v for _, _, v in single)
+    assert [k for _, k, _ in single] == [f"r{i}".encode() for i in range(150)]
+
+
+def test_envelope_default_a_quiet_gateway_sends_each_event_without_waiting(meters):
+    meter, fake = meters(envelope_size=100)
+    meter.record(**GOOD)
+    deadline = time.monotonic() + 5
+    while not fake.records and time.monotonic() < deadline:  # no flush(): nothing holds it back
+        time.sleep(0.005)
+    ((_, key, value),) = fake.records
+    assert key is None and [e["input_tokens"] for e in json.loads(value)["events"]] == [GOOD["input_tokens"]]
 
 
 def test_envelope_delivery_failure_counts_every_generation(meters):

@@ -626,7 +626,10 @@ class _Producer:
     def factory(self, **kwargs):
         return self
 
-    def send(self, topic, key=None, value=None):
+    def partitions_for(self, topic):
+        return {0, 1, 2, 3}
+
+    def send(self, topic, key=None, value=None, partition=None):
         self.records.append((key, value))
         return _Future()
 
@@ -697,7 +700,8 @@ def _drive_everything(meter) -> None:
 EVERYTHING = 3 + 3 + 2 + 2 + 3 + 3 + 2 + 2  # phases per generation above, then two record()s
 
 
-@pytest.mark.parametrize("meter_kw", [{}, {"gateway": "gw-1"}, {"envelope_size": 5}, {"envelope_size": 100}])
+@pytest.mark.parametrize("meter_kw", [{}, {"gateway": "gw-1"}, {"envelope_size": 1}, {"envelope_size": 5},
+                                      {"envelope_size": 100}])
 def test_emitter_events_pass_schema_and_worker(meter_kw):
     _check_emitted(_emitted(_drive_everything, **meter_kw), EVERYTHING)
 
