@@ -22,6 +22,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from kafka_events import unwrap
 from phasemeter.integrations.asgi import PhasemeterMiddleware
 from phasemeter.kafka_local import free_port
 from phasemeter.producers import Meter
@@ -60,7 +61,7 @@ def memory_meter() -> tuple[Meter, list]:
 
 def events_of(meter, made) -> list[dict]:
     assert meter.flush(5)
-    return [json.loads(v) for p in made for _, v in p.sent]
+    return [e for p in made for _, v in p.sent for e in unwrap(v)]
 
 
 def wait_events(meter, made, n, timeout_s=5.0) -> list[dict]:
@@ -270,16 +271,17 @@ def test_events_reach_the_real_broker(kafka_bootstrap):
     consumer = KafkaConsumer(topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
                              consumer_timeout_ms=5000)
     try:
-        records = []
+        records, got = [], []
         for record in consumer:
             records.append(record)
-            if len(records) == 2:
+            got += unwrap(record.value)
+            if len(got) >= 2:
                 break
     finally:
         consumer.close()
-    events = sorted((json.loads(r.value) for r in records), key=lambda e: e["output_tokens"])
-    assert [r.key.decode() for r in sorted(records, key=lambda r: json.loads(r.value)["output_tokens"])] == \
-        [e["request_id"] for e in events]
+    events = sorted(got, key=lambda e: e["output_tokens"])
+    assert len(events) == 2 and len({e["request_id"] for e in events}) == 2
+    assert all(r.key is None for r in records)  # envelopes (the default) are unkeyed
     plain_ev, stream_ev = events
     assert (plain_ev["input_tokens"], plain_ev["output_tokens"], plain_ev["gateway"]) == (12, 2, "asgi-test")
     assert 0.1 <= plain_ev["ttft_s"] <= plain_ev["e2e_s"] < 0.1 + TOL

@@ -19,6 +19,7 @@ import pytest
 from corpus import POISON, as_bytes
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from kafka_events import unwrap
 from phasemeter.producers import Meter
 from phasemeter.query.runner import HttpRunner
 from phasemeter.stream_jobs import reasons as R
@@ -163,6 +164,21 @@ def test_store_locked_worker_pauses_then_resumes_without_loss(worker, pm_env):
     assert sorted(ids) == sorted(e["request_id"] for e in events)
 
 
+def events_in_topic(bootstrap: str, topic: str) -> int:
+    """Events on the topic, envelopes unwrapped, read up to the end offsets."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        end, n, deadline = consumer.end_offsets(parts), 0, time.monotonic() + 60
+        while any(consumer.position(tp) < end[tp] for tp in parts) and time.monotonic() < deadline:
+            n += sum(len(unwrap(r.value)) for rs in consumer.poll(timeout_ms=500).values() for r in rs)
+        return n
+    finally:
+        consumer.close()
+
+
 def test_broker_outage_emitter_never_blocks_and_accounts_for_every_event(kafka_broker, pm_env):
     if kafka_broker is None:
         pytest.skip("needs the local broker: it is stopped and restarted")
@@ -192,10 +208,7 @@ def test_broker_outage_emitter_never_blocks_and_accounts_for_every_event(kafka_b
     assert meter.flush(timeout_s=90)
     meter.close()
     st = meter.stats()
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
-    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
-    in_topic = sum(consumer.end_offsets(parts).values())
-    consumer.close()
+    in_topic = events_in_topic(bootstrap, topic)
     print(f"outage: attempted={attempted} sent={st.sent} dropped={st.dropped} failed={st.failed} "
           f"in_topic={in_topic} worst_caller_s={worst:.4f} peak_traced_bytes={peak}")
     assert st.enqueued + st.dropped == attempted and st.queued == 0

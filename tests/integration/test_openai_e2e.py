@@ -11,6 +11,7 @@ import openai
 import pytest
 from llm_server import LLMServer, Script
 
+from kafka_events import unwrap
 from phasemeter.integrations.openai import instrument
 from phasemeter.producers import Meter
 from phasemeter.stream_jobs.derive import validate
@@ -43,8 +44,8 @@ def test_a_streamed_call_reaches_kafka_as_a_valid_event(kafka_bootstrap):
         record = next(iter(consumer))
     finally:
         consumer.close()
-    ev = json.loads(record.value)
-    assert record.key.decode() == ev["request_id"]
+    (ev,) = unwrap(record.value)  # an envelope of one (the Meter's default)
+    assert record.key is None
     assert (ev["model"], ev["gateway"], ev["status"], ev["finish_reason"]) == ("served-e2e", "openai-e2e", "ok", "stop")
     assert (ev["input_tokens"], ev["output_tokens"], ev["cached_input_tokens"]) == (300, 5, 256)
     assert served.t_chunks[0] - served.t_request <= ev["ttft_s"] <= script.ttft_s + 0.03

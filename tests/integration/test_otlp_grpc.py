@@ -182,5 +182,5 @@ def test_the_command_serves_both_ports_until_sigterm(kafka_bootstrap, tmp_path):
     assert (f"listening for OTLP/HTTP on http://127.0.0.1:{port}/v1/traces, OTLP/gRPC on 127.0.0.1:{grpc_port}"
             in out), out
     assert "1 requests (0 refused); spans: 1 mapped, 0 rejected, 0 ignored; emitter: 1 sent" in out, out
-    [envelope] = topic_messages(kafka_bootstrap, topic)
-    assert [(e["request_id"], e["model"]) for e in envelope["events"]] == [("cmpl-vllm-1", "llama-v1")]
+    events = topic_messages(kafka_bootstrap, topic)  # envelopes unwrapped
+    assert [(e["request_id"], e["model"]) for e in events] == [("cmpl-vllm-1", "llama-v1")]

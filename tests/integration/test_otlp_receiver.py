@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from kafka_events import unwrap
 from phasemeter.integrations.otlp_receiver import Receiver
 from phasemeter.kafka_local import free_port
 from phasemeter.producers import Meter
@@ -79,7 +80,7 @@ def topic_messages(bootstrap: str, topic: str) -> list[dict]:
         out, deadline = [], time.monotonic() + 15
         while any(consumer.position(tp) < end[tp] for tp in parts) and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=500).values():
-                out += [json.loads(r.value) for r in records]
+                out += [e for r in records for e in unwrap(r.value)]
         return out
     finally:
         consumer.close()
@@ -240,8 +241,8 @@ def test_the_command_serves_until_sigterm_then_flushes(kafka_bootstrap, tmp_path
     last = out.strip().splitlines()[-1]
     assert "1 requests (0 refused); spans: 1 mapped, 0 rejected, 0 ignored; emitter: 1 sent, 0 dropped" in last, out
     events = topic_messages(kafka_bootstrap, topic)
-    assert len(events) == 1 and events[0]["events"][0]["model"] == "llama-v1"  # one envelope (--envelope-size)
-    assert events[0]["events"][0]["request_id"] == "cmpl-vllm-1"
+    assert len(events) == 1 and events[0]["model"] == "llama-v1"  # envelopes unwrapped
+    assert events[0]["request_id"] == "cmpl-vllm-1"
 
 
 def test_a_full_emitter_queue_answers_503_so_the_exporter_retries():
