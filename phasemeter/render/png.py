@@ -220,7 +220,9 @@ def render_bands_png(
     import matplotlib
 
     buf = io.BytesIO()  # bytes, not a path: a chart the worker draws is written by the CLI
-    with matplotlib.rc_context({"svg.fonttype": "none"}):  # SVG text as <text>, not glyph paths
+    # SVG text as <text>, not glyph paths; element ids from a fixed salt, not
+    # random ones: the same chart is the same file, whichever process drew it.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "phasemeter"}):
         fig.savefig(buf, format="svg" if Path(out).suffix.lower() == ".svg" else "png", dpi=110)
     fig.clear()  # no pyplot registry to close; drop artists promptly
     return write_file(out, buf.getvalue())
