@@ -45,6 +45,7 @@ def request_for(args, argv: list[str], settings: Settings) -> dict:
     named = [getattr(args, "slos", None), getattr(args, "rules", None), settings.slos]
     files = snapshot(sorted({p for p in named if p and p != "example"}))  # `example`: the shipped file
     shared = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if not f.metadata["secret"]}
+    shared["data_dir"] = str(settings.data_path)  # resolved here: the worker's folder is not ours
     return {"argv": list(argv), "settings": shared, "files": files}
 
 

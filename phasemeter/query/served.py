@@ -52,21 +52,27 @@ class _Borrowed:
         pass
 
 
-class _PerThread(io.TextIOBase):
-    """sys.stdout/sys.stderr while commands are served: a thread that serves
+class _PerThread:
+    """sys.stdout/sys.stderr once commands are served: a thread that serves
     one writes into its Capture, every other thread (the worker's own output)
-    to the stream it replaced."""
+    to the stream it replaced, which answers everything else (fileno, isatty,
+    encoding) as before."""
 
     def __init__(self, name: str, fallback):
-        self.name, self.fallback = name, fallback
+        self._name, self._fallback = name, fallback
+
+    def _target(self):
+        capture = current()
+        return getattr(capture, self._name) if capture else self._fallback
 
     def write(self, text: str) -> int:
-        capture = current()
-        return (getattr(capture, self.name) if capture else self.fallback).write(text)
+        return self._target().write(text)
 
     def flush(self) -> None:
-        capture = current()
-        (getattr(capture, self.name) if capture else self.fallback).flush()
+        self._target().flush()
+
+    def __getattr__(self, attr):
+        return getattr(self._fallback, attr)
 
 
 def current() -> Capture | None:

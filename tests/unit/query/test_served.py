@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sys
 import threading
 
@@ -60,3 +61,18 @@ def test_outside_a_served_command_files_go_to_disk_and_a_bad_path_names_the_flag
     (tmp_path / "f").write_text("a file, not a folder")
     with pytest.raises(ArgError, match=r"^--out .*f/x.png: cannot write it"):
         served.write_file(tmp_path / "f" / "x.png", b"")
+
+
+
+def test_the_stream_stand_in_answers_like_the_stream_it_replaced():
+    class Terminal(io.StringIO):
+        def fileno(self):
+            return 7
+
+        def isatty(self):
+            return True
+
+    stream = served._PerThread("stdout", Terminal())
+    stream.write("worker's own line\n")
+    assert stream.fileno() == 7 and stream.isatty()  # faulthandler, colour checks: as before
+    assert stream._fallback.getvalue() == "worker's own line\n"
