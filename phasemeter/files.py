@@ -19,12 +19,14 @@ _local = threading.local()
 
 def read_text(path: str | Path) -> str:
     sent = getattr(_local, "sent", None)
-    if sent is not None and str(path) in sent:
-        copy = sent[str(path)]
-        if "error" in copy:  # the CLI could not read it either: the same failure
-            raise OSError(0, copy["error"])
-        return copy["text"]
-    return Path(path).read_text(encoding="utf-8")
+    if sent is None:
+        return Path(path).read_text(encoding="utf-8")
+    # Served: the CLI's copy or nothing. The worker's own disk is never read
+    # for a request, so a caller of its port cannot make it open a file.
+    copy = sent.get(str(path), {"error": "not sent with the command"})
+    if "error" in copy:  # the CLI could not read it either: the same failure
+        raise OSError(0, copy["error"])
+    return copy["text"]
 
 
 def snapshot(paths) -> dict[str, dict]:

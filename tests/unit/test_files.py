@@ -30,3 +30,9 @@ def test_the_rules_loader_names_the_file_as_the_cli_was_given_it(tmp_path):
 
     with sent(snapshot(["nope.toml"])), pytest.raises(RulesError, match=r"--rules nope.toml: cannot read \(No such"):
         load_rules("nope.toml")
+
+
+def test_a_served_command_never_reads_the_worker_disk(tmp_path):
+    (tmp_path / "secret.toml").write_text("token = 'x'\n")
+    with sent({}), pytest.raises(OSError, match="not sent with the command"):
+        read_text(tmp_path / "secret.toml")
