@@ -18,10 +18,18 @@ sources again (PYTHONDONTWRITEBYTECODE=1, as some CI and sandbox shells set).
   the query's fixed cost), and `--from -1h` on the small one (rows found).
 * floor: a bare script importing pandas and opening the same chDB store with
   clickhouse-connect for one `SELECT 1` -- what any embedded query pays.
+* through the worker: a `phasemeter worker` (on a local broker) owns a third
+  store, filled as the small one; `query bands`, `latency`, `slo` and
+  `alerts check` there send the command to the worker, which runs it and
+  sends the text back (phasemeter/cli/delegate.py). With --before-python (an
+  interpreter with an older phasemeter installed, e.g. the main tree's venv)
+  the same `query bands` runs with that CLI too, in the same rounds: the
+  path before, which rebuilt the frames here and needed pandas.
 
     python bench/bench_cli_startup.py              # 10 runs each
     python bench/bench_cli_startup.py --runs 20 --rows 5000 --json out.json
     python bench/bench_cli_startup.py --no-bytecode-cache
+    python bench/bench_cli_startup.py --before-python /work/main/.venv/bin/python
 
 With --keep the folder is reused and the small store filled only once (its
 rows then age out of the `-1h` window).
@@ -30,6 +38,7 @@ rows then age out of the `-1h` window).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -53,7 +62,7 @@ import sys, time
 import clickhouse_connect
 from phasemeter.demo.rows import synthetic_frame
 client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
-client.database = "phasemeter"
+client.database = sys.argv[3]
 if not client.command("SELECT count() FROM generations"):  # a --keep folder is filled once
     client.insert_df("generations", synthetic_frame(int(sys.argv[2]), time.time() - 50 * 60, 45 * 60, seed=3))
 print(client.query("SELECT count() FROM generations").result_rows[0][0])
@@ -61,15 +70,33 @@ client.close()
 """
 
 
+def fill(data_dir: Path, rows: int, env: dict, database: str = "phasemeter") -> None:
+    """Migrate, then write the synthetic rows (before any worker opens the store)."""
+    subprocess.run([CLI, "migrate", "--data-dir", str(data_dir)], check=True, cwd=data_dir.parent,
+                   env={**env, "PHASEMETER_DATABASE": database}, stdout=subprocess.DEVNULL)
+    if rows:
+        out = subprocess.run([PY, "-c", _FILL, str(data_dir / "store"), str(rows), database], check=True,
+                             env=env, capture_output=True, text=True).stdout.split()
+        print(f"{data_dir}: {out[-1]} rows", file=sys.stderr)
+
+
 def make_stores(root: Path, rows: int, env: dict) -> dict[str, Path]:
     stores = {"empty": root / "empty", "small": root / "small"}
-    for path in stores.values():
-        subprocess.run([CLI, "migrate", "--data-dir", str(path)], check=True, cwd=root, env=env,
-                       stdout=subprocess.DEVNULL)
-    out = subprocess.run([PY, "-c", _FILL, str(stores["small"] / "store"), str(rows)], check=True, cwd=root,
-                         env=env, capture_output=True, text=True).stdout.split()
-    print(f"small store: {out[-1]} rows", file=sys.stderr)
+    fill(stores["empty"], 0, env)
+    fill(stores["small"], rows, env)
     return stores
+
+
+@contextlib.contextmanager
+def owned_store(root: Path, rows: int, env: dict):
+    """A worker (and its broker) owning a store filled as the small one: yields its data dir."""
+    with U.broker() as bootstrap:
+        worker = U.Worker(bootstrap, f"bench-cli-{os.getpid()}", root / "owned", extra_env={
+            k: v for k, v in env.items() if k.startswith("PYTHON")})
+        fill(Path(worker.env["PHASEMETER_DATA_DIR"]), rows, env, worker.env["PHASEMETER_DATABASE"])
+        with worker:
+            print(f"worker healthy after {worker.start():.1f}s at {worker.url}", file=sys.stderr)
+            yield Path(worker.env["PHASEMETER_DATA_DIR"])
 
 
 _FLOOR = """
@@ -81,8 +108,20 @@ client.close()
 """
 
 
-def commands(stores: dict[str, Path]) -> list[tuple[str, list[str]]]:
+def commands(stores: dict[str, Path], owned: Path | None = None,
+             before: str | None = None) -> list[tuple[str, list[str]]]:
     q = [CLI, "query", "bands"]
+    via = []
+    if owned is not None:
+        d = ["--data-dir", str(owned)]
+        via = [("worker: query bands --from -1m", q + d + ["--from", "-1m"]),
+               ("worker: query bands --from -1h (rows)", q + d + ["--from", "-1h"]),
+               ("worker: latency --from -1h (rows)", [CLI, "latency", *d, "--from", "-1h"]),
+               ("worker: slo --slos example", [CLI, "slo", *d, "--slos", "example"]),
+               ("worker: alerts check", [CLI, "alerts", "check", *d])]
+        if before:
+            via.append(("worker, CLI before (HttpRunner + pandas): query bands --from -1h",
+                        [before, "-m", "phasemeter", "query", "bands", *d, "--from", "-1h"]))
     return [
         ("python -c pass (reference)", [PY, "-c", "pass"]),
         ("floor: import pandas + open chDB store + SELECT 1", [PY, "-c", _FLOOR, str(stores["small"] / "store")]),
@@ -91,7 +130,7 @@ def commands(stores: dict[str, Path]) -> list[tuple[str, list[str]]]:
         ("query bands --from -1m, empty store", q + ["--data-dir", str(stores["empty"]), "--from", "-1m"]),
         ("query bands --from -1m, small store", q + ["--data-dir", str(stores["small"]), "--from", "-1m"]),
         ("query bands --from -1h, small store (rows)", q + ["--data-dir", str(stores["small"]), "--from", "-1h"]),
-    ]
+    ] + via
 
 
 def _cpu() -> float:
@@ -142,6 +181,9 @@ def main() -> int:
     ap.add_argument("--json", help="also write the raw times here")
     ap.add_argument("--no-bytecode-cache", action="store_true",
                     help="compile phasemeter's sources in every run (PYTHONDONTWRITEBYTECODE=1)")
+    ap.add_argument("--no-worker", action="store_true", help="skip the rows through a running worker")
+    ap.add_argument("--before-python", help="an interpreter with an older phasemeter: its `query bands` "
+                                            "through the same worker, measured in the same rounds")
     args = ap.parse_args()
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="pm-bench-cli-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -149,7 +191,9 @@ def main() -> int:
         cache = not args.no_bytecode_cache
         env = child_env(root, cache)
         stores = make_stores(root, args.rows, env)
-        times = measure(commands(stores), args.runs, root, env)
+        with contextlib.ExitStack() as stack:
+            owned = None if args.no_worker else stack.enter_context(owned_store(root, args.rows, env))
+            times = measure(commands(stores, owned, args.before_python), args.runs, root, env)
         print(render(times, args.runs, cache))
         U.write_json(args.json, {"machine": U.machine_info(), "runs": args.runs, "rows": args.rows,
                                  "bytecode_cache": cache, "times": times})

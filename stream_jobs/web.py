@@ -1,17 +1,22 @@
 """Read-only HTTP API on the worker's web port (127.0.0.1 by default).
 
 It exists because an embedded chDB store opens in one process only: while
-the worker owns it, CLI reads come here (phasemeter.query.runner.HttpRunner).
-Only GET, only named queries shipped in `sql/`, every value bound
-server-side by ClickHouse.
+the worker owns it, CLI reads come here: a whole read command
+(POST /query/command, phasemeter.cli.delegate: the CLI's parsed command, run
+here by the same function, its output sent back) or one named query
+(GET /query/named, phasemeter.query.runner.HttpRunner). Only named queries
+shipped in `sql/`, every value bound server-side by ClickHouse; nothing
+here writes to the store or to a file.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 
 from faust.web import View
 
+from phasemeter.query import served
 from phasemeter.query.runner import decode_params, frame_to_json
 from phasemeter.store.client import is_read_only, load_sql
 
@@ -42,6 +47,22 @@ def consumer_lag(app, pipeline) -> dict:
         if isinstance(high, int) and high >= 0:
             per[f"{tp.topic}/{tp.partition}"] = max(0, high - pos)
     return {"lag": sum(per.values()) if per else None, "lag_by_partition": per}
+
+
+def served_command(handler, runner, request: dict) -> dict:
+    """One CLI read command run in this thread, its output captured."""
+    with served.serving(runner, request["files"]) as capture:
+        code = handler(request)
+    return {"rc": code, "stdout": capture.stdout.getvalue(), "stderr": capture.stderr.getvalue(),
+            "files": {path: base64.b64encode(data).decode() for path, data in capture.files.items()}}
+
+
+def _command_request(body) -> dict:
+    ok = (isinstance(body, dict) and isinstance(body.get("argv"), list) and all(isinstance(a, str) for a in body["argv"])
+          and isinstance(body.get("settings"), dict) and isinstance(body.get("files"), dict))
+    if not ok:
+        raise ValueError("expected {argv: [str], settings: {}, files: {}}")
+    return body
 
 
 def register_views(app, settings, pipeline, sink, joiner) -> None:
@@ -88,3 +109,25 @@ def register_views(app, settings, pipeline, sink, joiner) -> None:
                 return self.json({"error": f"query failed: {str(exc)[:400]}"}, status=400)
             return self.json(frame_to_json(df))
 
+    @app.page("/query/command")
+    class Command(View):
+        """POST, because the request carries the operator's files; it reads only
+        (phasemeter.cli.main.serve runs read commands, nothing else)."""
+        async def post(self, request):
+            handler = served.handler()
+            if handler is None:  # a worker not started by `phasemeter worker`: the CLI runs it itself
+                return self.json({"error": "this worker runs no commands"}, status=404)
+            try:
+                body = _command_request(await request.json())
+            except ValueError as exc:
+                return self.json({"error": f"bad request: {exc}"}, status=400)
+            try:
+                runner = sink.runner
+            except RuntimeError as exc:
+                return self.json({"error": f"store unavailable: {exc}"}, status=503)
+            loop = asyncio.get_running_loop()
+            try:
+                reply = await loop.run_in_executor(None, served_command, handler, runner, body)
+            except Exception as exc:  # a crashing command must not take the worker down
+                return self.json({"error": f"command failed: {str(exc)[:400]}"}, status=500)
+            return self.json(reply)

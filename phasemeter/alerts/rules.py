@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from phasemeter.files import read_text
 from phasemeter.timeparse import ArgError, parse_duration
 
 PHASE_METRICS = {"prefill": ("prefill_tps",), "decode": ("decode_tps", "max_gap_s", "stalled_share")}
@@ -236,7 +237,7 @@ def read_toml(flag: str, path: str | Path | None, shipped: str, shipped_name: st
         text, source = resources.files("phasemeter.alerts").joinpath(shipped).read_text(), shipped_name
     else:
         try:
-            text, source = Path(path).read_text(encoding="utf-8"), str(path)
+            text, source = read_text(path), str(path)
         except OSError as exc:
             raise RulesError(f"{flag} {path}: cannot read ({exc.strerror})") from None
     try:

@@ -74,6 +74,11 @@ def synthetic_frame(n: int, start: float, span_s: float, seed: int = 7, edges="d
         "schema_version": np.uint8(1), "src_topic": "bench", "src_partition": np.uint16(0),
         "src_offset": np.arange(first_offset, first_offset + n, dtype=np.uint64),
     })
+    # No chunk data (schema/0010, 0011): unknown, as derive writes for an event without it.
+    for col, dtype in (("max_gap_s", "Float64"), ("stalled", "UInt8"), ("chunks", "UInt32"),
+                       ("gap_threshold_s", "Float64")):
+        df[col] = pd.array([None] * n, dtype=dtype)
+    df["output_tokens_estimated"] = np.uint8(0)
     for col in ("ttft_s", "decode_s", "prefill_tps", "prefill_tps_uncached", "decode_tps", "tpot_s"):
         df[col] = df[col].astype("Float64")  # NaN -> NULL (nullable columns)
         df.loc[df[col].isna(), col] = pd.NA

@@ -123,8 +123,13 @@ class HttpRunner:
 
 
 def open_runner(settings, via: str | None = None):
-    """HttpRunner when a worker owns the embedded store (or --via), else DirectRunner."""
+    """HttpRunner when a worker owns the embedded store (or --via), else DirectRunner;
+    in a command the worker serves (phasemeter.query.served), the worker's own runner."""
     from phasemeter.query.remote import worker_url
+    from phasemeter.query.served import current
+
+    if current() is not None:
+        return current().runner
 
     url = via or (worker_url(settings.data_path) if settings.is_embedded else None)
     if url:

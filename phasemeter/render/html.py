@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from phasemeter.query.served import write_file
 from phasemeter.render.assets import asset
 
 BAND, MEDIAN, TAIL = "#4c72b0", "#1f3b73", "#c0392b"
@@ -79,7 +80,6 @@ def render_bands_html(df: pd.DataFrame, path, *, bucket_order: list[str] | None 
     kind = _kind(df)
     note, (outer, band), tail = NOTES[kind]
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     df = df.copy()
     df["t"] = pd.to_datetime(df["t"])
     if df["t"].dt.tz is not None:
@@ -112,5 +112,4 @@ def render_bands_html(df: pd.DataFrame, path, *, bucket_order: list[str] | None 
 <script>{_BOOT}</script>
 </body></html>
 """
-    out.write_text(doc, encoding="utf-8")
-    return out
+    return write_file(out, doc.encode("utf-8"))

@@ -12,6 +12,7 @@ registry, no interactive backend, safe to call from a worker or a test.
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -20,6 +21,8 @@ import pandas as pd
 from matplotlib import dates as mdates
 from matplotlib import ticker
 from matplotlib.figure import Figure
+
+from phasemeter.query.served import write_file
 
 PHASES = ("prefill", "decode")
 PCTS = ("p1", "p5", "p50", "p95", "p99")
@@ -132,7 +135,6 @@ def render_bands_png(
     `prefill_label` names the prefill variant in panel titles and axes."""
     _check_columns(df)
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     df = df.copy()
     df["t"] = pd.to_datetime(df["t"])
     if df["t"].dt.tz is not None:  # contract is UTC-naive; tolerate aware input
@@ -217,7 +219,10 @@ def render_bands_png(
     # stays text), never PNG bytes under an .svg name.
     import matplotlib
 
-    with matplotlib.rc_context({"svg.fonttype": "none"}):  # SVG text as <text>, not glyph paths
-        fig.savefig(out, format="svg" if Path(out).suffix.lower() == ".svg" else "png", dpi=110)
+    buf = io.BytesIO()  # bytes, not a path: a chart the worker draws is written by the CLI
+    # SVG text as <text>, not glyph paths; element ids from a fixed salt, not
+    # random ones: the same chart is the same file, whichever process drew it.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "phasemeter"}):
+        fig.savefig(buf, format="svg" if Path(out).suffix.lower() == ".svg" else "png", dpi=110)
     fig.clear()  # no pyplot registry to close; drop artists promptly
-    return out
+    return write_file(out, buf.getvalue())

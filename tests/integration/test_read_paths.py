@@ -149,6 +149,18 @@ def commands(out_dir: Path) -> dict[str, list[str]]:
             cmds[f"{kind}/chart {ext}"] = ["chart", *w, "--step", "30m", "--exact", "--out",
                                            str(out_dir / f"{kind}.{ext}")]
     cmds["inflight"] = ["inflight", "--format", "json"]
+    # Errors: the same message, exit code and (no) file both ways; through the
+    # worker they are the worker's, raised by the same code.
+    lo, hi = WINDOWS["normal"]
+    w = ["--from", _iso(lo), "--to", _iso(hi)]
+    cmds |= {
+        "error/bad column": ["query", "bands", *w, "--columns", "nope"],
+        "error/empty model": ["query", "bands", *w, "--model", " "],
+        "error/out suffix": ["chart", *w, "--out", str(out_dir / "bad.txt")],
+        "error/latency png": ["latency", *w, "--out", str(out_dir / "bad-latency.png")],
+        "error/slos file": ["slo", *w, "--slos", "no-such-slos.toml"],  # relative: the CLI's folder
+        "error/rules file": ["alerts", "check", f"--at={_iso(hi)}", "--rules", "no-such-rules.toml"],
+    }
     return cmds
 
 
@@ -198,7 +210,7 @@ def direct_phase(result_path: str, out_dir: str) -> None:
 
 def _normalise(name: str, out: str) -> str:
     """What may differ between two runs of the same read: paths of chart files."""
-    return out.replace("/direct/", "/x/").replace("/worker/", "/x/")
+    return out.replace("/direct/", "/x/").replace("/worker/", "/x/").replace("/worker-light/", "/x/")
 
 
 def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tmp_path, monkeypatch):
@@ -224,6 +236,8 @@ def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tm
 
         assert worker_url(Path(pm_env["PHASEMETER_DATA_DIR"]))  # commands go through its HTTP API
         via = run_all(commands(tmp_path / "worker"))
+        (tmp_path / "worker-light").mkdir()
+        lightweight = run_light(commands(tmp_path / "worker"), direct, pm_env, tmp_path)
     finally:
         w.stop()
 
@@ -236,8 +250,48 @@ def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tm
             continue
         assert d["rc"] == v["rc"], (name, d, v)
         assert _normalise(name, d["out"]) == _normalise(name, v["out"]), name
+        assert _normalise(name, d["err"]) == _normalise(name, v["err"]), name
         assert "Traceback" not in d["err"] + v["err"], (name, d["err"], v["err"])
     _check_outcomes(direct, tmp_path)
+    for ext in ("png", "svg", "html"):  # the worker drew them, the CLI wrote them: the same bytes
+        for kind in WINDOWS:
+            a, b = (_chart_bytes(tmp_path / d / f"{kind}.{ext}") for d in ("direct", "worker"))
+            assert a == b, (kind, ext)
+    assert lightweight == {name: [] for name in LIGHT}, lightweight
+
+
+def _chart_bytes(path: Path) -> bytes:
+    """A chart file as compared: an SVG's creation date is the one difference."""
+    import re
+
+    return re.sub(rb"<dc:date>[^<]*</dc:date>", b"", path.read_bytes())
+
+
+# Commands run as a user runs them (a fresh `python -m phasemeter` process)
+# through the worker: the same output as the direct run, and not one of
+# these modules imported (issue 16: the CLI's fixed cost).
+LIGHT = ("normal/bands exact", "normal/bands table", "normal/latency exact", "normal/slo table",
+         "normal/alerts check", "normal/alerts backtest", "normal/dlq inspect", "normal/chart html",
+         "error/bad column", "error/out suffix")
+HEAVY = ("pandas", "numpy", "pyarrow", "chdb", "clickhouse_connect", "matplotlib")
+
+
+def run_light(cmds: dict[str, list[str]], direct: dict, env: dict, tmp_path: Path) -> dict[str, list[str]]:
+    heavy = {}
+    for name in LIGHT:
+        argv = [a.replace("/worker/", "/worker-light/") for a in cmds[name]]
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "phasemeter", *argv], env=env,
+                              capture_output=True, text=True, timeout=300)
+        lines = done.stderr.splitlines(keepends=True)
+        names = {x.rsplit("|", 1)[-1].strip() for x in lines if x.startswith("import time:")}
+        err = "".join(x for x in lines if not x.startswith("import time:"))
+        assert "phasemeter.cli.main" in names, name  # the listing is real
+        heavy[name] = sorted({n.partition(".")[0] for n in names} & set(HEAVY))
+        d = direct[name]
+        assert (done.returncode, _normalise(name, done.stdout),
+                _normalise(name, err)) == (d["rc"], _normalise(name, d["out"]), _normalise(name, d["err"])), name
+    assert (tmp_path / "worker-light" / "normal.html").read_bytes() == (tmp_path / "direct" / "normal.html").read_bytes()
+    return heavy
 
 
 def _check_outcomes(results: dict, tmp_path: Path) -> None:
@@ -282,6 +336,14 @@ def _check_outcomes(results: dict, tmp_path: Path) -> None:
     nulls = json.loads(results["nullheavy/bands exact"]["out"])["rows"]
     assert sum(r["decode_n"] for r in nulls) == 100 and all(r["prefill_n"] <= r["n"] for r in nulls)
     _check_slos(results)
+    for name, says in (("bad column", "--columns: unknown column(s) 'nope'"), ("empty model", "--model ' '"),
+                       ("out suffix", "--out "), ("latency png", "latency charts are HTML only"),
+                       ("slos file", "--slos no-such-slos.toml: cannot read"),
+                       ("rules file", "--rules no-such-rules.toml: cannot read")):
+        r = results[f"error/{name}"]
+        assert r["rc"] == 2 and says in r["err"] and r["out"] == "", (name, r)
+    for d in ("direct", "worker"):
+        assert not (tmp_path / d / "bad.txt").exists() and not (tmp_path / d / "bad-latency.png").exists(), d
     dlq = json.loads(results["normal/dlq inspect"]["out"])
     assert dlq["total"] == 3 and {r["reason"] for r in dlq["reasons"]} == {"malformed_json", "negative"}, dlq
 
