@@ -71,6 +71,12 @@ class Sink:
     held by another process) and resume when it comes back.
     """
 
+    # Sent with every insert, next to its insert_deduplication_token. The
+    # views' target tables deduplicate a retried block only with the first.
+    # An instance attribute may replace it (bench/bench_sink.py compares
+    # candidates on this same code path).
+    insert_settings: dict = {"deduplicate_blocks_in_dependent_materialized_views": 1}
+
     def __init__(self, connect, dsn: str, max_backoff_s: float = 30.0):
         self._connect = connect
         self.dsn = dsn
@@ -136,10 +142,8 @@ class Sink:
                     continue
                 token = batch_token(table, [(r["src_topic"], r["src_partition"], r["src_offset"])
                                             for r in items])
-                client.insert_arrow(table, _arrow(items, columns), settings={
-                    "insert_deduplication_token": token,
-                    "deduplicate_blocks_in_dependent_materialized_views": 1,
-                })
+                client.insert_arrow(table, _arrow(items, columns),
+                                    settings={**self.insert_settings, "insert_deduplication_token": token})
 
     def _locked(self, client, fn, *args):
         with self.lock:
