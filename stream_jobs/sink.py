@@ -50,7 +50,8 @@ def _arrow(rows: list[dict], columns: tuple[str, ...]):
 
     The rows are turned into columns in one pass in C (itemgetter picks a
     row's values in column order, zip transposes), not by one Python loop
-    over the rows per column: 20-45 % less time building (BENCHMARKS.md §3)."""
+    over the rows per column: 6-13 % less time at the median on a loaded
+    machine, about 30 % on its quietest runs (BENCHMARKS.md §3)."""
     import pyarrow as pa
 
     pick = itemgetter(*columns) if len(columns) > 1 else (lambda r: (r[columns[0]],))
