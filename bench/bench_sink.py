@@ -194,7 +194,7 @@ def run(n: int, batches: list[int], path: Path, rounds: int = 1, tries: list[str
                 sql_fill(client, k, rs[i]["ts"] + 0.0007, k * per_row_s)
         paths.append(Way("sql.small", f"SQL-side INSERT … SELECT FROM numbers({first:,}), one per batch",
                            first, sql_small))
-        reference = Way("sql", "SQL-side INSERT … SELECT FROM numbers(rows of the round), one per round", 0, None)
+        reference = Way("sql", "SQL-side INSERT … SELECT FROM numbers(rows of the round), the reference", 0, None)
 
         # Warm-up outside the clock (first inserts pay for setup), on rows counted apart.
         warm = rows[:min(100, m)]
