@@ -43,7 +43,8 @@ def stages(big: bool, bootstrap: str) -> list[dict]:
          "note": "The same generations as one event each and as phase events (start, first_token, end), "
                  "runs alternated; read the ratio join ÷ single."},
         {"key": "sink", "title": "3. Sink into chDB", "script": "bench_sink.py", "json": True,
-         "runs": [["--n", "1000000"] if big else []], "note": "Target: Sink.write ≥ 200k rows/s."},
+         "runs": [["--n", "1000000"] if big else []],
+         "note": "Goal: Sink.write ≥ 0.6× the same store's SQL-side insert rate, measured in the same run."},
         {"key": "freshness", "title": "4. Freshness: emit → queryable", "script": "bench_freshness.py", "json": True,
          "runs": [b + ["--rates", "2000,5000", "--seconds", "20" if big else "10"]],
          "note": "Target: p99 ≤ 2 s at 5k generations/s."},

@@ -1,0 +1,69 @@
+"""Sink.write into a real chDB store: what is stored is what was derived.
+Every column round-trips, None stays NULL (never 0 or NaN), ts keeps its
+exact millisecond, and a re-sent batch is stored once in the raw table and
+counted once in every view's target."""
+
+from __future__ import annotations
+
+import time
+import clickhouse_connect
+import pytest
+
+from phasemeter.store.migrate import migrate
+from phasemeter.stream_jobs.derive import ROW_COLUMNS
+from phasemeter.stream_jobs.sink import Sink
+
+pytestmark = pytest.mark.integration
+T0 = time.time() // 60 * 60 - 3600  # a whole minute an hour ago (inside the raw TTL)
+
+
+@pytest.fixture
+def client(tmp_path):
+    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/store")
+    c.command("CREATE DATABASE IF NOT EXISTS t_sink")
+    c.database = "t_sink"
+    migrate(c)
+    yield c
+    c.close()
+
+
+def row(i: int, **over) -> dict:
+    base = {c: None for c in ROW_COLUMNS}
+    base.update(ts=T0 + i * 0.001 + 0.0004, request_id=f"r{i}", model="m", input_bucket="0-1k", status="ok",
+                finish_reason="stop", gateway="g", replica="", input_tokens=100 + i, output_tokens=10, queue_s=0.01,
+                ttft_s=0.5, decode_s=1.0, e2e_s=1.5, prefill_tps=200.0, decode_tps=9.0, tpot_s=0.1,
+                output_tokens_estimated=0, schema_version=1, src_topic="t", src_partition=0, src_offset=i)
+    base.update(over)
+    return base
+
+
+def test_stored_rows_equal_the_derived_ones_nulls_and_milliseconds_included(client):
+    rows = [row(0, cached_input_tokens=7, max_gap_s=0.3, stalled=1, chunks=12, gap_threshold_s=0.25,
+                output_tokens_estimated=1),
+            row(1, ttft_s=None, prefill_tps=None, decode_tps=None, tpot_s=None, queue_s=None, decode_s=None,
+                status="error"),
+            row(2, ts=T0 + 0.9996)]
+    Sink.over(client, "chdb").write(rows, [])
+    cols = ", ".join(ROW_COLUMNS)
+    got = client.query(f"SELECT {cols}, toUnixTimestamp64Milli(ts) FROM generations ORDER BY src_offset").result_rows
+    assert [g[-1] for g in got] == [int(T0) * 1000 + 0, int(T0) * 1000 + 1, int(T0) * 1000 + 1000]
+    for want, have in zip(rows, got):
+        stored = dict(zip(ROW_COLUMNS, have))
+        stored.pop("ts")  # checked above, as epoch milliseconds
+        for c, v in stored.items():
+            assert v == want[c], (want["src_offset"], c, v)  # None == None: NULL stayed NULL
+    nulls = client.query("SELECT countIf(isNull(ttft_s)), countIf(isNull(prefill_tps_uncached)), "
+                         "countIf(isNull(stalled)), countIf(ttft_s = 0), countIf(isNaN(ttft_s)) "
+                         "FROM generations").result_rows[0]
+    assert nulls == (1, 3, 2, 0, 0)
+
+
+def test_a_resent_batch_is_stored_once_everywhere(client):
+    sink = Sink.over(client, "chdb")
+    batch = [row(i) for i in range(50)]
+    sink.write(batch, [])
+    sink.write(batch, [])  # the retry of an insert whose reply was lost: same rows, same token
+    assert int(client.command("SELECT count() FROM generations")) == 50
+    for table in ("generations_minute", "generations_hour", "generations_day"):
+        assert int(client.command(f"SELECT sum(n) FROM {table}")) == 50, table
+    assert int(client.command("SELECT count() FROM generations_minute")) == 1  # one cell, counted once
