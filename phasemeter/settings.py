@@ -74,11 +74,11 @@ class Settings:
                        "Where the embedded store, the broker data and the worker's pid file live.")
     bucket_edges: str = _f("0,512,2048,8192,32768", "PHASEMETER_BUCKET_EDGES",
                            "Input-token bucket lower edges, comma separated, or a preset name: default, litellm.")
-    batch_rows: int = _f(5000, "PHASEMETER_BATCH_ROWS",
+    batch_rows: int = _f(20_000, "PHASEMETER_BATCH_ROWS",
                          "A batch is written when it holds this many Kafka messages...")
-    batch_bytes: int = _f(4_000_000, "PHASEMETER_BATCH_BYTES",
+    batch_bytes: int = _f(8_000_000, "PHASEMETER_BATCH_BYTES",
                           "...or this many bytes of messages (an envelope carries many generations)...")
-    batch_seconds: float = _f(1.0, "PHASEMETER_BATCH_SECONDS",
+    batch_seconds: float = _f(0.5, "PHASEMETER_BATCH_SECONDS",
                               "...or when its oldest message arrived this many seconds ago.")
     web_host: str = _f("127.0.0.1", "PHASEMETER_WEB_HOST",
                        "Worker web port bind address (read-only query API). Loopback by default.")

@@ -100,7 +100,11 @@ def create_app(settings: Settings, client=None) -> faust.App:
         broker_heartbeat_interval=min(3.0, settings.kafka_session_timeout_s / 3),
         broker_commit_every=1000,
         broker_commit_interval=1.0,
-        stream_buffer_maxsize=max(4096, settings.batch_rows * 2),
+        # Faust's queue in front of the agents, in messages: batching.gather
+        # holds the batches (bounded by bytes), so this stays Faust's default
+        # rather than growing with PHASEMETER_BATCH_ROWS (with envelopes of
+        # ~35 kB, 40,000 queued messages would be 1.4 GB).
+        stream_buffer_maxsize=4096,
         producer_max_request_size=max(1_048_576, settings.max_message_bytes + 65_536),
         web_enabled=True,
     )
