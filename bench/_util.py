@@ -187,8 +187,9 @@ class Worker:
     """One `python -m phasemeter worker` with its own topic, group, store and tmp dir
     (Faust writes its `<group>-data` folder into the cwd, so the cwd is the tmp dir)."""
 
-    def __init__(self, bootstrap: str, topic: str, workdir: Path, batch_rows: int = 5000,
-                 batch_seconds: float = 1.0, extra_env: dict | None = None, python: str = sys.executable):
+    def __init__(self, bootstrap: str, topic: str, workdir: Path, batch_rows: int | None = None,
+                 batch_seconds: float | None = None, extra_env: dict | None = None,
+                 python: str = sys.executable):
         from phasemeter.kafka_local import free_port
 
         self.python = python  # another venv's interpreter runs another version of the worker
@@ -200,8 +201,11 @@ class Worker:
         self.env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PHASEMETER_TOPIC": topic,
                     "PHASEMETER_DLQ_TOPIC": f"{topic}.dlq", "PHASEMETER_GROUP_ID": f"bench-{tag}",
                     "PHASEMETER_DATABASE": f"bench_{tag}", "PHASEMETER_DATA_DIR": str(self.workdir / "data"),
-                    "PHASEMETER_WEB_PORT": str(self.port), "PHASEMETER_BATCH_ROWS": str(batch_rows),
-                    "PHASEMETER_BATCH_SECONDS": str(batch_seconds), **(extra_env or {})}
+                    "PHASEMETER_WEB_PORT": str(self.port), **(extra_env or {})}
+        # None: the worker's own defaults (another venv's worker: that version's).
+        for env, value in (("PHASEMETER_BATCH_ROWS", batch_rows), ("PHASEMETER_BATCH_SECONDS", batch_seconds)):
+            if value is not None:
+                self.env[env] = str(value)
         self.env.pop("CLICKHOUSE_URL", None)
         self.log = self.workdir / "worker.log"
         self.proc: subprocess.Popen | None = None

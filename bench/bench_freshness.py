@@ -166,8 +166,8 @@ def visible(runner, gateway: str) -> dict:
 
 
 def run(bootstrap: str, rates: list[float], envelopes: list[int], seconds: float, timeout_s: float,
-        batch_rows: int,
-        batch_seconds: float, with_probe: bool = False) -> list[dict]:
+        batch_rows: int | None,
+        batch_seconds: float, with_probe: bool = False, worker_python: str = "") -> list[dict]:
     from phasemeter.kafka_local import ensure_topics
     from phasemeter.query.runner import HttpRunner
 
@@ -176,7 +176,8 @@ def run(bootstrap: str, rates: list[float], envelopes: list[int], seconds: float
     tmp = Path(tempfile.mkdtemp(prefix="pm-bench-fresh-"))
     out = []
     try:
-        with U.Worker(bootstrap, topic, tmp, batch_rows=batch_rows, batch_seconds=batch_seconds) as w:
+        with U.Worker(bootstrap, topic, tmp, batch_rows=batch_rows, batch_seconds=batch_seconds,
+                      python=worker_python or sys.executable) as w:
             w.migrate()
             w.start()
             runner = HttpRunner(w.url, timeout_s=30)
@@ -226,7 +227,7 @@ def _steps(bootstrap, topic, rates, envelopes, seconds, timeout_s, batch_seconds
                         "complete": v["n"] >= e["sent"],
                         "meets_target": v["p99_ms"] <= 1000, **(probe.summary(gateway) if probe else {}),
                         **batch_summary(blog.take())})
-            time.sleep(batch_seconds + 0.5)  # let the worker go idle between steps
+            time.sleep((batch_seconds or 1.0) + 0.5)  # let the worker go idle between steps
     return out
 
 
@@ -246,7 +247,7 @@ def render(rows: list[dict], batch_rows: int, batch_seconds: float) -> str:
           f"{r.get('oldest_age_s_med')} / {r.get('oldest_age_s_max')}"] for r in rows])
     return table + "\n\nPer batch, from the worker's /health (polled every 50 ms):\n\n" + batches + (
         f"\n\nWorker batching: PHASEMETER_BATCH_ROWS={batch_rows}, PHASEMETER_BATCH_SECONDS="
-                    f"{batch_seconds}; emitter linger 5 ms, acks=all. p50/p99 = ingested_at - t0 (emit) "
+                    f"{batch_seconds} (None: the worker's default); emitter linger 5 ms, acks=all. p50/p99 = ingested_at - t0 (emit) "
                     "per row. Hand-off = Kafka CreateTime - t0 (emitter queue until the sender thread "
                     "called KafkaProducer.send); raw-consumable = when a group-less aiokafka reader in the "
                     "bench process got it - t0. The rest is the worker.")
@@ -259,8 +260,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--envelopes", default="1",
                     help="comma-separated emitter envelope sizes (Meter(envelope_size=)), alternated per rate")
     ap.add_argument("--seconds", type=float, default=20.0, help="emit duration per rate")
-    ap.add_argument("--batch-rows", type=int, default=5000)
-    ap.add_argument("--batch-seconds", type=float, default=1.0)
+    ap.add_argument("--batch-rows", type=int, default=None, help="PHASEMETER_BATCH_ROWS (default: the worker's)")
+    ap.add_argument("--batch-seconds", type=float, default=None, help="PHASEMETER_BATCH_SECONDS (same)")
+    ap.add_argument("--worker-python", default="",
+                    help="run the worker of another venv (e.g. the previous version) instead of this one")
     ap.add_argument("--timeout", type=float, default=120.0, help="max wait for rows to become visible")
     ap.add_argument("--probe", action="store_true",
                     help="also read the topic with a raw consumer to split emitter/broker vs worker latency "
@@ -271,7 +274,8 @@ def main(argv: list[str] | None = None) -> dict:
     rates = [float(r) for r in args.rates.split(",") if r]
     envelopes = [int(x) for x in args.envelopes.split(",") if x]
     with U.broker(args.bootstrap or None) as bootstrap:
-        rows = run(bootstrap, rates, envelopes, args.seconds, args.timeout, args.batch_rows, args.batch_seconds, args.probe)
+        rows = run(bootstrap, rates, envelopes, args.seconds, args.timeout, args.batch_rows, args.batch_seconds, args.probe,
+                   args.worker_python)
     result = {"params": vars(args), "rates": rows}
     print(render(rows, args.batch_rows, args.batch_seconds))
     U.write_json(args.json, result)
