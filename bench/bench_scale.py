@@ -24,7 +24,13 @@ time: on a shared machine wall time is partly waiting for a core.
 
     python bench/bench_scale.py --rows 10000000 --rows 100000000
     python bench/bench_scale.py --rows 300000000 --runs 3   # ~25 GiB of disk
+    python bench/bench_scale.py --rows 100000000 --only bands --via-worker
     make bench-scale
+
+With --via-worker the store is owned by a running `phasemeter worker` (on a
+local broker) and every CLI process reads through it, as while a worker runs
+in production: the CLI then imports neither pandas nor chDB (BENCHMARKS.md
+section 12) and the worker's engine is warm.
 
 Stores are deleted after their queries unless --keep DIR (reused when it
 already holds the row count).
@@ -33,6 +39,7 @@ already holds the row count).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -178,6 +185,25 @@ def make_store(root: Path, rows: int, start: float, env: dict) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@contextlib.contextmanager
+def worker_owning(root: Path, env: dict):
+    """A worker (on a fresh local broker) that owns the store at `root`; the
+    CLI finds it through <root>/worker.json and reads through its port."""
+    import uuid
+
+    from phasemeter.kafka_local import ensure_topics
+
+    with U.broker(None) as bootstrap:
+        topic = f"bench-scale-{uuid.uuid4().hex[:8]}"
+        ensure_topics(bootstrap, [topic, f"{topic}.dlq"], 4)
+        w = U.Worker(bootstrap, topic, root / "worker", extra_env={
+            "PHASEMETER_DATA_DIR": str(root), "PHASEMETER_DATABASE": env["PHASEMETER_DATABASE"],
+            "PHASEMETER_SLOS": SLOS})
+        with w:
+            w.start(timeout_s=300)
+            yield w
+
+
 def iso(t: datetime) -> str:
     return t.isoformat().replace("+00:00", "Z")
 
@@ -244,6 +270,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs per query (median)")
     ap.add_argument("--keep", help="store folder to reuse and keep (one --rows only)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--via-worker", action="store_true",
+                    help="read through a running worker that owns the store (the CLI delegates to it)")
     ap.add_argument("--only", choices=["all", "bands", "slo"], default="all",
                     help="which query families to time (the fixed cost always)")
     args = ap.parse_args()
@@ -262,7 +290,11 @@ def main() -> int:
         try:
             store = make_store(root, rows, end_ts - DAYS * 86400, env)
             print(f"{rows:,} rows: filled in {store['fill_s']:.0f} s, {store}", file=sys.stderr, flush=True)
-            res = run_matrix(root, end, args.runs, env, args.only)
+            if args.via_worker:
+                with worker_owning(root, env):
+                    res = run_matrix(root, end, args.runs, env, args.only)
+            else:
+                res = run_matrix(root, end, args.runs, env, args.only)
         finally:
             if not args.keep:
                 shutil.rmtree(root, ignore_errors=True)
