@@ -6,10 +6,9 @@ counted once in every view's target."""
 from __future__ import annotations
 
 import time
-import clickhouse_connect
 import pytest
 
-from phasemeter.store.migrate import migrate
+from stores import migrated_client
 from phasemeter.stream_jobs.derive import ROW_COLUMNS
 from phasemeter.stream_jobs.sink import Sink
 
@@ -19,12 +18,8 @@ T0 = time.time() // 60 * 60 - 3600  # a whole minute an hour ago (inside the raw
 
 @pytest.fixture
 def client(tmp_path):
-    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/store")
-    c.command("CREATE DATABASE IF NOT EXISTS t_sink")
-    c.database = "t_sink"
-    migrate(c)
-    yield c
-    c.close()
+    with migrated_client(tmp_path, "t_sink") as c:
+        yield c
 
 
 def row(i: int, **over) -> dict:

@@ -5,11 +5,10 @@ so a later migration that changes one tier and not the others fails here."""
 
 from __future__ import annotations
 
-import clickhouse_connect
 import pytest
 
 from phasemeter.store import rollup
-from phasemeter.store.migrate import migrate
+from stores import migrated_client
 
 pytestmark = pytest.mark.integration
 TIME_FUNCTION = {"minute": "toStartOfMinute", "hour": "toStartOfHour", "day": "toStartOfDay"}
@@ -17,12 +16,8 @@ TIME_FUNCTION = {"minute": "toStartOfMinute", "hour": "toStartOfHour", "day": "t
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path_factory.mktemp('tiers')}/store")
-    c.command("CREATE DATABASE IF NOT EXISTS t_tiers")
-    c.database = "t_tiers"
-    migrate(c)
-    yield c
-    c.close()
+    with migrated_client(tmp_path_factory.mktemp("tiers"), "t_tiers") as c:
+        yield c
 
 
 def _columns(client, table: str) -> list[tuple]:

@@ -1,0 +1,22 @@
+"""A migrated embedded store for integration tests that talk to ClickHouse directly."""
+
+from __future__ import annotations
+
+import contextlib
+
+import clickhouse_connect
+
+from phasemeter.store.migrate import migrate
+
+
+@contextlib.contextmanager
+def migrated_client(folder, database: str):
+    """A chDB client on <folder>/store, inside `database`, every migration applied."""
+    c = clickhouse_connect.get_client(dsn=f"chdb://{folder}/store")
+    try:
+        c.command("CREATE DATABASE IF NOT EXISTS {db:Identifier}", parameters={"db": database})
+        c.database = database
+        migrate(c)
+        yield c
+    finally:
+        c.close()
