@@ -69,19 +69,24 @@ def _rollup_total(client) -> int:
     return int(client.query("SELECT sum(n) FROM generations_minute").result_rows[0][0] or 0)
 
 
-def test_repair_fills_cells_whose_view_block_was_lost(client):
+def write_with_a_lost_block(client, tier: str = "minute"):
+    """The crash case: 40 rows stored through every view, then 30 (model m2)
+    that raw holds but the `tier`'s view never saw. -> (the sink, those 30)."""
     sink = Sink.over(client, "chdb")
     sink.write(rows(40), [])
-    # The crash case: raw holds a batch the view never saw.
-    client.command("DETACH TABLE generations_minute_mv")
+    client.command(f"DETACH TABLE generations_{tier}_mv")
     lost = rows(30, offset0=40, model="m2")
     sink.write(lost, [])
-    client.command("ATTACH TABLE generations_minute_mv")
+    client.command(f"ATTACH TABLE generations_{tier}_mv")
+    return sink, lost
+
+
+def test_repair_fills_cells_whose_view_block_was_lost(client):
+    _, lost = write_with_a_lost_block(client)
     window = (datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc))
     bad = ledger.rollup_mismatches(client, *window)
     assert bad and all(raw > roll == 0 for _, _, _, raw, roll in bad)
-    cells = {(r["model"], r["input_bucket"], datetime.fromtimestamp(r["ts"] // 60 * 60, timezone.utc))
-             for r in lost}
+    cells = _cells_of(lost)
     repaired = ledger.repair_rollup(client, cells)
     assert len(repaired) == len(bad)
     assert ledger.rollup_mismatches(client, *window) == [] and _rollup_total(client) == 70
@@ -124,12 +129,7 @@ def _cells_of(batch) -> set:
 @pytest.mark.parametrize("tier", ["hour", "day"])
 def test_repair_finds_and_rebuilds_a_coarse_tier_cut_by_a_crash(client, tier):
     # Each tier has its own view off `generations`: a crash can cut any one.
-    sink = Sink.over(client, "chdb")
-    sink.write(rows(40), [])
-    client.command(f"DETACH TABLE generations_{tier}_mv")
-    lost = rows(30, offset0=40, model="m2")
-    sink.write(lost, [])
-    client.command(f"ATTACH TABLE generations_{tier}_mv")
+    _, lost = write_with_a_lost_block(client, tier)
     assert _tier_totals(client) == {"minute": 70, "hour": 70, "day": 70} | {tier: 40}
     bad = ledger.all_tier_mismatches(client, *WINDOW)
     assert bad and {b[0] for b in bad} == {tier} and all(raw > roll == 0 for *_, raw, roll in bad)
@@ -142,12 +142,7 @@ def test_repair_finds_and_rebuilds_a_coarse_tier_cut_by_a_crash(client, tier):
 def test_rebuilding_a_minute_cell_does_not_count_again_in_the_coarser_tiers(client):
     # The reason no tier is fed from another: a minute cell deleted and rebuilt
     # from raw must leave the hour and day tiers as they were (equal to raw).
-    sink = Sink.over(client, "chdb")
-    sink.write(rows(40), [])
-    client.command("DETACH TABLE generations_minute_mv")
-    lost = rows(30, offset0=40, model="m2")
-    sink.write(lost, [])
-    client.command("ATTACH TABLE generations_minute_mv")
+    _, lost = write_with_a_lost_block(client)
     repaired = ledger.repair_rollup(client, _cells_of(lost))
     assert repaired and {r[0] for r in repaired} == {"minute"}
     assert _tier_totals(client) == {"minute": 70, "hour": 70, "day": 70}
