@@ -20,3 +20,15 @@ def migrated_client(folder, database: str):
         yield c
     finally:
         c.close()
+
+
+@contextlib.contextmanager
+def in_database(client, database: str):
+    """Run a block against another database of the same store (created if
+    missing), then give the client its own database back, whatever happened."""
+    client.command("CREATE DATABASE IF NOT EXISTS {db:Identifier}", parameters={"db": database})
+    own, client.database = client.database, database
+    try:
+        yield client
+    finally:
+        client.database = own

@@ -20,6 +20,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from stores import in_database
+
 from phasemeter.alerts import check, demo_check, load_rules
 from phasemeter.cli.main import main
 from phasemeter.store.migrate import migrate
@@ -313,12 +315,8 @@ def test_grafana_provisioning_parses_and_its_sql_runs(store):
     # The same data in a database named like the YAML expects, migrated like any
     # store (the rules read its alert_window_view), inside this test's own store.
     client = runner.client
-    client.command("CREATE DATABASE IF NOT EXISTS phasemeter")
-    own, client.database = client.database, "phasemeter"
-    try:
+    with in_database(client, "phasemeter"):
         migrate(client)
-    finally:
-        client.database = own
     client.command(f"INSERT INTO phasemeter.generations SELECT * FROM `{settings.database}`.generations")
     for title, rule in rules.items():
         # Grafana's windows end at now(): evaluate ours at the same moment,

@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from stores import in_database
+
 from phasemeter.analytics import backfill, fetch, render, run_query, write_chart
 from phasemeter.demo.rows import synthetic_rows
 from phasemeter.store.migrate import discover, migrate
@@ -194,10 +196,7 @@ def assert_tier_equal(tiered, minute):
 
 def test_day_tier_over_days_matches_minutes_and_exact_counts(store):
     client, _, _ = store
-    client.command("CREATE DATABASE IF NOT EXISTS pm_days")
-    old = client.database
-    client.database = "pm_days"
-    try:
+    with in_database(client, "pm_days"):
         migrate(client)
         make_sink(client).write(synthetic_rows(8000, T0 - 2 * 86400, 4 * 86400, seed=13), [])
         lo, hi = START - timedelta(days=2, minutes=-7), START + timedelta(days=2)
@@ -209,8 +208,6 @@ def test_day_tier_over_days_matches_minutes_and_exact_counts(store):
             assert meta["tiers"] == ["hour", "day"], meta["reason"]
             assert_tier_equal(tiered, minute)
             assert (tiered["n"].values == exact["n"].values).all()
-    finally:
-        client.database = old
 
 
 def test_backfill_rebuilds_tier_cells_left_partial_by_their_migration(store):
@@ -219,10 +216,7 @@ def test_backfill_rebuilds_tier_cells_left_partial_by_their_migration(store):
     # window to whole hours / days and rebuilds every cell unequal to raw.
     from phasemeter.stream_jobs.ledger import all_tier_mismatches
     client, _, _ = store
-    client.command("CREATE DATABASE IF NOT EXISTS pm_upgrade")
-    old = client.database
-    client.database = "pm_upgrade"
-    try:
+    with in_database(client, "pm_upgrade"):
         migrate(client)
         before, after = synthetic_rows(3000, T0 + 600, 1800, seed=15), synthetic_rows(2000, T0 + 2400, 7200, seed=16)
         for i, r in enumerate(after):
@@ -240,8 +234,6 @@ def test_backfill_rebuilds_tier_cells_left_partial_by_their_migration(store):
         assert res["tier_cells_rebuilt"]["day"] > 0
         assert all_tier_mismatches(client, *days) == []
         assert backfill(client, START, START + timedelta(hours=3))["tier_cells_rebuilt"] == {"hour": 0, "day": 0}
-    finally:
-        client.database = old
 
 
 def test_auto_path_long_window_uses_rollup(store):
@@ -293,10 +285,7 @@ def test_fetch_from_argparse_namespace_and_html(store, tmp_path):
 
 def test_migration_0003_on_top_of_0001_0002_and_backfill(store):
     client, _, _ = store
-    client.command("CREATE DATABASE IF NOT EXISTS pm_old")
-    old = client.database
-    client.database = "pm_old"
-    try:
+    with in_database(client, "pm_old"):
         migs = discover()
         assert [m.version for m in migs][:3] == [1, 2, 3]
         for mig in migs[:2]:  # a store as shipped before this change
@@ -331,8 +320,6 @@ def test_migration_0003_on_top_of_0001_0002_and_backfill(store):
         ex, _ = run_query(DirectRunner(client), START, START + timedelta(hours=2), 600, force="exact")
         ro, _ = run_query(DirectRunner(client), START, START + timedelta(hours=2), 600, force="rollup")
         assert (ex["n"].values == ro["n"].values).all()
-    finally:
-        client.database = old
 
 
 # Every state column of a rollup tier, finalized, per cell: what the view wrote
@@ -356,10 +343,7 @@ def test_backfill_rebuilds_exactly_the_states_the_view_wrote_and_reads_only_the_
     tier = {t.name: t for t in rollup.TIERS}[tier]
     client, _, _ = store
     db = f"pm_bf{tier.grain_s}"  # not the tier's name: the plan is searched for it below
-    client.command(f"CREATE DATABASE IF NOT EXISTS {db}")
-    old = client.database
-    client.database = db
-    try:
+    with in_database(client, db):
         migrate(client)
         rows = synthetic_rows(6000, T0 - 86400, 3 * 86400, seed=9)  # three daily raw partitions
         make_sink(client).write(rows, [])
@@ -379,8 +363,6 @@ def test_backfill_rebuilds_exactly_the_states_the_view_wrote_and_reads_only_the_
             "table": tier.table, "start": day, "end": day + timedelta(days=1)}).result_rows]
         raw = plan[[i for i, ln in enumerate(plan) if "generations" in ln and tier.name not in ln][0]:]
         assert "Parts: 1/3" in raw, "\n".join(plan)
-    finally:
-        client.database = old
 
 
 # --- abandoned generations and prefill variants (database pm_mix, same chDB path) ---
