@@ -12,6 +12,8 @@ import random
 
 import pytest
 
+from kafka_events import unwrap
+
 from phasemeter.integrations.asgi import PhasemeterMiddleware
 from phasemeter.producers import Meter
 
@@ -40,11 +42,6 @@ class MemoryProducer:
         self.sent.append((key, value))
         return MemoryFuture()
 
-
-def unwrap(value: bytes) -> list[dict]:
-    """One message's events: an envelope's (the Meter's default) or the one."""
-    body = json.loads(value)
-    return body["events"] if body.get("kind") == "batch" else [body]
 
     def flush(self, timeout=None):
         pass

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_asgi_middleware import USAGE, Client, MemoryProducer, chunk, meter, run, sse, streaming_app, unwrap  # noqa: F401
+from kafka_events import unwrap
+from test_asgi_middleware import USAGE, Client, MemoryProducer, chunk, meter, run, sse, streaming_app  # noqa: F401
 
 from phasemeter.integrations.asgi import PhasemeterMiddleware
 from phasemeter.integrations.sse import TAIL_EVENTS
