@@ -193,8 +193,7 @@ class Sender:
         for partition, body, n in pack(entries, self._envelope_size, partitions):
             time.sleep(0)  # give the GIL back between envelopes
             try:
-                future = (self._producer.send(self._topic, key=None, value=body) if partition is None else
-                          self._producer.send(self._topic, key=None, value=body, partition=partition))
+                future = self._producer.send(self._topic, key=None, value=body, partition=partition)
             except Exception as exc:
                 settle(False, n)
                 self.warn.warning("phasemeter emitter: send failed (%s)", type(exc).__name__)

@@ -34,7 +34,7 @@ class MemoryProducer:
     def __init__(self, **kwargs):
         self.sent = []
 
-    def send(self, topic, key=None, value=None):
+    def send(self, topic, key=None, value=None, partition=None):
         self.sent.append((key, value))
 
         class Done:
