@@ -1,6 +1,6 @@
 """Band queries at scale: whole `phasemeter query bands` processes over stores
 of 10M, 100M (and 300M) generations, exact vs rollup (minute tier only) vs
-rollup with the hour/day tiers.
+rollup with the hour/3-hour/day tiers.
 
 Each store is filled SQL-side with one `INSERT ... SELECT FROM numbers()` into
 `generations`, so the rollup's materialized views (every tier) fill exactly
@@ -156,7 +156,7 @@ rows, start = int(sys.argv[2]), float(sys.argv[4])
 have = int(client.command("SELECT count() FROM generations"))
 t = time.perf_counter()
 if have != rows:
-    for table in ("generations", "generations_minute", "generations_hour", "generations_day", "slo_minute"):
+    for table in ("generations", "generations_minute", "generations_hour", "generations_hour3", "generations_day", "slo_minute"):
         client.command("TRUNCATE TABLE " + table)
     # The shipped example SLO, declared before the history (as a worker running
     # with it would have): the fill counts it per minute like any insert.
@@ -169,7 +169,7 @@ fill_s = time.perf_counter() - t
 sizes = dict(client.query("SELECT table, sum(bytes_on_disk) FROM system.parts WHERE active AND database = "
                           "currentDatabase() GROUP BY table").result_rows)
 cells = {t: int(client.command("SELECT count() FROM " + t))
-         for t in ("generations_minute", "generations_hour", "generations_day", "slo_minute")}
+         for t in ("generations_minute", "generations_hour", "generations_hour3", "generations_day", "slo_minute")}
 print(json.dumps({"fill_s": fill_s, "refilled": have != rows, "bytes": {k: int(v) for k, v in sizes.items()},
                   "cells": cells}))
 client.close()

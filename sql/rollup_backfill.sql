@@ -1,4 +1,4 @@
--- Backfill one tier of the rollup (schema/0003 minute, 0014 hour, 0015 day)
+-- Backfill one tier of the rollup (schema/0003 minute, 0014 hour, 0019 3-hour, 0015 day)
 -- from raw rows for a window: a materialized view only sees rows inserted
 -- after it was created. {table:Identifier} is the tier's table, bound
 -- server-side like every value (phasemeter.store.rollup.Tier).

@@ -232,7 +232,7 @@ def _complete(runner, name: str, grain: int, first: int) -> bool:
 
 
 def tier_params(plan: TierPlan) -> dict:
-    """The views' hour_from/hour_to/day_from/day_to (naive UTC)."""
+    """The views' <tier>_from/<tier>_to for every coarser tier (naive UTC)."""
     out = {}
     for name, _ in TIER_GRAINS:
         lo, hi = plan.ranges[name]

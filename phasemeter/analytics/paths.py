@@ -63,27 +63,34 @@ def choose_path(window_s: float, step_s: int, *, force: str | None = None, rebuc
     return PathChoice("exact", f"short window ({window_s / 3600:.1f} h), {shown} raw rows")
 
 
-# The coarser tiers of the rollup (schema/0014, 0015), finest first: name and
-# grain. Each nests inside the one before it (a whole day is whole hours).
-TIER_GRAINS: tuple[tuple[str, int], ...] = (("hour", 3600), ("day", 86400))
+# The coarser tiers of the rollup (schema/0014, 0019, 0015), finest first:
+# name and grain. Each nests inside the one before it (three whole hours; a
+# UTC day is eight 3-hour cells). The 3-hour tier is there for the auto step
+# of long windows (3 h from 25 days on, then 6 h, 12 h, 1 d: each step then
+# reads one cell or a few instead of three hours or more).
+TIER_GRAINS: tuple[tuple[str, int], ...] = (("hour", 3600), ("hour3", 10800), ("day", 86400))
 
 
 @dataclass(frozen=True)
 class TierPlan:
     """Which part of [start, end) each coarser tier answers, epoch seconds,
-    [lo, hi) per tier; the minute tier answers the rest. Unused tiers get an
-    empty range at the end of the one they nest in, so the ranges always nest
-    (the views check it: schema/0016, 0017)."""
+    [lo, hi) per tier; the minute tier answers the rest, and each tier answers
+    its range minus the range of the next tier read inside it. The ranges
+    always nest, as the views check (schema/0020, 0021): a tier not read gets
+    the range of the next tier read inside it, or an empty range at the end of
+    the one it nests in. `read`: the tiers chosen, finest first."""
     ranges: dict[str, tuple[int, int]]
+    read: tuple[str, ...] = ()
 
     def states_per_series(self, start_s: int, end_s: int) -> int:
         """How many cell states one model x bucket merges over [start_s, end_s)."""
-        spans = [(end_s - start_s, 60)] + [(self.ranges[n][1] - self.ranges[n][0], g) for n, g in TIER_GRAINS]
+        spans = [(end_s - start_s, 60)] + [(self.ranges[n][1] - self.ranges[n][0], g)
+                                           for n, g in TIER_GRAINS if n in self.read]
         inner = [s for s, _ in spans[1:]] + [0]
         return sum((span - inside) // grain for (span, grain), inside in zip(spans, inner))
 
     def used(self) -> list[str]:
-        return [n for n, _ in TIER_GRAINS if self.ranges[n][0] < self.ranges[n][1]]
+        return list(self.read)
 
 
 def tier_plan(start_s: int, end_s: int, step_s: int, read_from: dict[str, int | None],
@@ -95,20 +102,29 @@ def tier_plan(start_s: int, end_s: int, step_s: int, read_from: dict[str, int | 
     and only from `read_from[name]` on (None: not at all). The caller passes the
     tier's first cell, or the one after it when that first cell is partial (a
     tier's view only sees rows inserted after it was created; `analytics
-    backfill` fills the past). Before that, the finer tier answers."""
-    ranges: dict[str, tuple[int, int]] = {}
+    backfill` fills the past). Before that, the finer tier answers.
+
+    A tier whose grain does not divide the step ends the search (the coarser
+    grains are its multiples). A tier that holds nothing in the window is
+    passed over, so a coarser one may still answer inside it: a tier added by
+    a later migration (the 3-hour one) starts empty while the day tier holds
+    years."""
+    read: dict[str, tuple[int, int]] = {}
     lo, hi = start_s, end_s
     for name, grain in TIER_GRAINS:
-        first = read_from.get(name)
-        usable = use_tiers and step_s % grain == 0 and first is not None
-        if usable:
-            t_lo = max(-(-lo // grain) * grain, -(-first // grain) * grain)
-            t_hi = hi // grain * grain
-            usable = t_lo < t_hi
-        if not usable:
+        if not use_tiers or step_s % grain:
             break
-        ranges[name] = (t_lo, t_hi)
+        first = read_from.get(name)
+        if first is None:
+            continue
+        t_lo = max(-(-lo // grain) * grain, -(-first // grain) * grain)
+        t_hi = hi // grain * grain
+        if t_lo >= t_hi:
+            continue
+        read[name] = (t_lo, t_hi)
         lo, hi = t_lo, t_hi
-    for name, _ in TIER_GRAINS:  # the unused (coarser) tiers: empty, at the end of the last used range
-        ranges.setdefault(name, (hi, hi))
-    return TierPlan(ranges)
+    ranges: dict[str, tuple[int, int]] = {}
+    inner = (hi, hi)  # from the coarsest tier in: a tier not read takes the range inside it
+    for name, _ in reversed(TIER_GRAINS):
+        inner = ranges[name] = read.get(name, inner)
+    return TierPlan(ranges, tuple(read))

@@ -1,7 +1,7 @@
 """The rollup's tiers, their backfill and their repair from raw rows.
 
 Tiers: `generations_minute` (schema/0003) and the coarser `generations_hour`,
-`generations_day` (schema/0014, 0015), each fed by its own materialized view
+`generations_hour3`, `generations_day` (schema/0014, 0019, 0015), each fed by its own materialized view
 from `generations`, never one tier from another: the crash repair below
 deletes an unequal cell and rebuilds it from raw, and a view chained off the
 minute table would count that rebuild again in the hour table.
@@ -34,7 +34,7 @@ _MARKER = "(/* the tier's materialized view SELECT */)"
 
 @dataclass(frozen=True)
 class Tier:
-    name: str     # minute | hour | day
+    name: str     # minute | hour | hour3 (3 hours) | day
     grain_s: int
 
     @property

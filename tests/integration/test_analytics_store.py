@@ -107,7 +107,7 @@ LAT_METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "queue": "queue_s"}
 def test_retried_batch_counted_once_in_raw_and_rollup(store):
     client, raw, n = store
     assert len(raw) == n
-    for tier in ("minute", "hour", "day"):  # every tier's view dedups the retried block
+    for tier in ("minute", "hour", "hour3", "day"):  # every tier's view dedups the retried block
         assert int(client.query(f"SELECT sum(n) FROM generations_{tier}").result_rows[0][0]) == n, tier
 
 
@@ -168,14 +168,18 @@ def test_rollup_matches_exact_within_measured_tolerance(store):
 
 
 def test_tiers_answer_as_the_minute_tier_does(store):
-    # The hour tier answers whole hours when the step is whole hours; the
+    # The hour tier answers whole hours when the step is whole hours, the
+    # 3-hour tier whole 3-hour blocks when the step is a multiple of them; the
     # counts and kept extremes are those of the minute tier's merge, only a
     # sketch percentile may differ by the TDigest's merge order.
     client, _, _ = store
-    for step_s, kind in ((3600, "bands"), (7200, "bands"), (3600, "latency")):
+    for step_s, kind, tiers in ((3600, "bands", ["hour"]), (7200, "bands", ["hour"]), (3600, "latency", ["hour"]),
+                                (10800, "bands", ["hour", "hour3"]), (10800, "latency", ["hour", "hour3"]),
+                                (21600, "bands", ["hour", "hour3"])):
         tiered, meta = run_query(DirectRunner(client), START, END, step_s, force="rollup", kind=kind)
         minute, meta_m = run_query(DirectRunner(client), START, END, step_s, force="rollup", kind=kind, tiers=False)
-        assert meta["tiers"] == ["hour"] and "hour + minute tiers" in meta["reason"] and meta_m["tiers"] == []
+        assert meta["tiers"] == tiers and f"{' + '.join(tiers[::-1])} + minute tiers" in meta["reason"]
+        assert meta_m["tiers"] == []
         assert_tier_equal(tiered, minute)
 
 
@@ -205,13 +209,13 @@ def test_day_tier_over_days_matches_minutes_and_exact_counts(store):
             minute, _ = run_query(DirectRunner(client), lo, hi, step_s, force="rollup", tiers=False)
             exact, _ = run_query(DirectRunner(client), lo, hi, step_s, force="exact")
             # the first day cell may be partial (skipped), so days from the second on
-            assert meta["tiers"] == ["hour", "day"], meta["reason"]
+            assert meta["tiers"] == ["hour", "hour3", "day"], meta["reason"]
             assert_tier_equal(tiered, minute)
             assert (tiered["n"].values == exact["n"].values).all()
 
 
 def test_backfill_rebuilds_tier_cells_left_partial_by_their_migration(store):
-    # Upgrading a store: the hour and day views start mid-hour, so the cell
+    # Upgrading a store: the hour, 3-hour and day views start mid-hour, so the cell
     # they start in holds only the rows after that. The backfill widens its
     # window to whole hours / days and rebuilds every cell unequal to raw.
     from phasemeter.stream_jobs.ledger import all_tier_mismatches
@@ -221,19 +225,19 @@ def test_backfill_rebuilds_tier_cells_left_partial_by_their_migration(store):
         before, after = synthetic_rows(3000, T0 + 600, 1800, seed=15), synthetic_rows(2000, T0 + 2400, 7200, seed=16)
         for i, r in enumerate(after):
             r["src_offset"] = 10_000 + i
-        for tier in ("hour", "day"):
+        for tier in ("hour", "hour3", "day"):
             client.command(f"DETACH TABLE generations_{tier}_mv")
         make_sink(client).write(before, [])
-        for tier in ("hour", "day"):
+        for tier in ("hour", "hour3", "day"):
             client.command(f"ATTACH TABLE generations_{tier}_mv")
         make_sink(client).write(after, [])
         days = (START - timedelta(days=1), START + timedelta(days=2))
-        assert {b[0] for b in all_tier_mismatches(client, *days)} == {"hour", "day"}
+        assert {b[0] for b in all_tier_mismatches(client, *days)} == {"hour", "hour3", "day"}
         res = backfill(client, START + timedelta(minutes=20), START + timedelta(minutes=50))
         assert res["generations_added"] == 0 and res["tier_cells_rebuilt"]["hour"] > 0
-        assert res["tier_cells_rebuilt"]["day"] > 0
+        assert res["tier_cells_rebuilt"]["hour3"] > 0 and res["tier_cells_rebuilt"]["day"] > 0
         assert all_tier_mismatches(client, *days) == []
-        assert backfill(client, START, START + timedelta(hours=3))["tier_cells_rebuilt"] == {"hour": 0, "day": 0}
+        assert backfill(client, START, START + timedelta(hours=3))["tier_cells_rebuilt"] == {"hour": 0, "hour3": 0, "day": 0}
 
 
 def test_auto_path_long_window_uses_rollup(store):
@@ -337,7 +341,7 @@ def states(client, table: str = "generations_minute") -> list[tuple]:
             for r in client.query(_CELL_STATES, parameters={"table": table}).result_rows]
 
 
-@pytest.mark.parametrize("tier", ["minute", "hour", "day"])
+@pytest.mark.parametrize("tier", ["minute", "hour", "hour3", "day"])
 def test_backfill_rebuilds_exactly_the_states_the_view_wrote_and_reads_only_the_window(store, tier):
     from phasemeter.store import rollup
     tier = {t.name: t for t in rollup.TIERS}[tier]

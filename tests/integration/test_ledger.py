@@ -119,18 +119,18 @@ WINDOW = (datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo
 
 def _tier_totals(client) -> dict[str, int]:
     return {t: int(client.query(f"SELECT sum(n) FROM generations_{t}").result_rows[0][0] or 0)
-            for t in ("minute", "hour", "day")}
+            for t in ("minute", "hour", "hour3", "day")}
 
 
 def _cells_of(batch) -> set:
     return {(r["model"], r["input_bucket"], datetime.fromtimestamp(r["ts"] // 60 * 60, timezone.utc)) for r in batch}
 
 
-@pytest.mark.parametrize("tier", ["hour", "day"])
+@pytest.mark.parametrize("tier", ["hour", "hour3", "day"])
 def test_repair_finds_and_rebuilds_a_coarse_tier_cut_by_a_crash(client, tier):
     # Each tier has its own view off `generations`: a crash can cut any one.
     _, lost = write_with_a_lost_block(client, tier)
-    assert _tier_totals(client) == {"minute": 70, "hour": 70, "day": 70} | {tier: 40}
+    assert _tier_totals(client) == {"minute": 70, "hour": 70, "hour3": 70, "day": 70} | {tier: 40}
     bad = ledger.all_tier_mismatches(client, *WINDOW)
     assert bad and {b[0] for b in bad} == {tier} and all(raw > roll == 0 for *_, raw, roll in bad)
     repaired = ledger.repair_rollup(client, _cells_of(lost))
@@ -141,11 +141,11 @@ def test_repair_finds_and_rebuilds_a_coarse_tier_cut_by_a_crash(client, tier):
 
 def test_rebuilding_a_minute_cell_does_not_count_again_in_the_coarser_tiers(client):
     # The reason no tier is fed from another: a minute cell deleted and rebuilt
-    # from raw must leave the hour and day tiers as they were (equal to raw).
+    # from raw must leave the coarser tiers as they were (equal to raw).
     _, lost = write_with_a_lost_block(client)
     repaired = ledger.repair_rollup(client, _cells_of(lost))
     assert repaired and {r[0] for r in repaired} == {"minute"}
-    assert _tier_totals(client) == {"minute": 70, "hour": 70, "day": 70}
+    assert _tier_totals(client) == {"minute": 70, "hour": 70, "hour3": 70, "day": 70}
     assert ledger.all_tier_mismatches(client, *WINDOW) == []
 
 

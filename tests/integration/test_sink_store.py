@@ -59,6 +59,6 @@ def test_a_resent_batch_is_stored_once_everywhere(client):
     sink.write(batch, [])
     sink.write(batch, [])  # the retry of an insert whose reply was lost: same rows, same token
     assert int(client.command("SELECT count() FROM generations")) == 50
-    for table in ("generations_minute", "generations_hour", "generations_day"):
+    for table in ("generations_minute", "generations_hour", "generations_hour3", "generations_day"):
         assert int(client.command(f"SELECT sum(n) FROM {table}")) == 50, table
     assert int(client.command("SELECT count() FROM generations_minute")) == 1  # one cell, counted once

@@ -98,6 +98,6 @@ def test_migrate_sets_raw_retention_from_settings(tmp_path, capsys, monkeypatch)
     finally:
         c.close()
     assert "toIntervalDay(_CAST(7, 'UInt32'))" in ddl["generations"]
-    for tier in ("minute", "hour", "day"):  # every tier of the rollup keeps the same days
+    for tier in ("minute", "hour", "hour3", "day"):  # every tier of the rollup keeps the same days
         assert "toIntervalDay(_CAST(30, 'UInt32'))" in ddl[f"generations_{tier}"], tier
     assert "toIntervalDay(_CAST(30, 'UInt32'))" in ddl["slo_minute"]

@@ -13,11 +13,12 @@ from phasemeter.analytics.paths import TIER_GRAINS, tier_plan
 
 M, H, D = 60, 3600, 86400
 T0 = 20_000 * D          # a whole UTC day
-OLD = {"hour": 0, "day": 0}  # both tiers hold cells from long before the window
+OLD = {"hour": 0, "hour3": 0, "day": 0}  # every tier holds cells from long before the window
 
 
 def tier_of_each_minute(plan, start, end):
-    """{minute: tier name} as the views read it (schema/0016: nested ranges)."""
+    """{minute: tier name} as the views read it (schema/0020: nested ranges, the
+    innermost range holding a minute answers it)."""
     out = {}
     for t in range(start, end, M):
         tier = "minute"
@@ -32,8 +33,8 @@ def tier_of_each_minute(plan, start, end):
 def check(plan, start, end, step):
     """Every minute of [start, end) read once, each coarse cell whole, inside
     the window and inside one step; the ranges nest as the views require."""
-    (h_lo, h_hi), (d_lo, d_hi) = plan.ranges["hour"], plan.ranges["day"]
-    assert start <= h_lo <= d_lo <= d_hi <= h_hi <= end
+    (h_lo, h_hi), (h3_lo, h3_hi), (d_lo, d_hi) = plan.ranges["hour"], plan.ranges["hour3"], plan.ranges["day"]
+    assert start <= h_lo <= h3_lo <= d_lo <= d_hi <= h3_hi <= h_hi <= end
     grains = dict(TIER_GRAINS)
     for name, (lo, hi) in plan.ranges.items():
         if lo < hi:
@@ -50,10 +51,12 @@ def check(plan, start, end, step):
 
 
 @pytest.mark.parametrize("start,end,step,used,states", [
-    (T0, T0 + 30 * D, 10800, ["hour"], 720),                        # 30 d at the auto step: hours
-    (T0 + 17 * M, T0 + 30 * D, 10800, ["hour"], 43 + 719 * 1),      # ragged start: 43 minutes, then hours
-    (T0, T0 + 30 * D, D, ["hour", "day"], 30),                      # daily steps: days
-    (T0 + 5 * H, T0 + 3 * D + 2 * H, D, ["hour", "day"], 19 + 2 + 2),  # hours at both ends, days inside
+    (T0, T0 + 30 * D, 10800, ["hour", "hour3"], 240),               # 30 d at the auto step: 3-hour cells
+    (T0 + 17 * M, T0 + 30 * D, 10800, ["hour", "hour3"], 43 + 2 + 239),  # ragged start: minutes, hours, then 3 h
+    (T0, T0 + 60 * D, 21600, ["hour", "hour3"], 480),               # 6 h steps: two 3-hour cells each
+    (T0, T0 + 7 * D, 2 * H, ["hour"], 7 * 24),                      # 3 h does not fit a 2 h step: hours
+    (T0, T0 + 30 * D, D, ["hour", "hour3", "day"], 30),             # daily steps: days
+    (T0 + 5 * H, T0 + 3 * D + 2 * H, D, ["hour", "hour3", "day"], 1 + 6 + 2 + 2),  # hours, 3 h, days, hours
     (T0, T0 + 7 * D, H, ["hour"], 7 * 24),                          # 7 d at 1 h
     (T0, T0 + D, M, [], 1440),                                      # 1-minute steps: minutes only
     (T0, T0 + 30 * D, 1800, [], 30 * 1440),                         # an hour does not fit a 30-min step
@@ -87,9 +90,20 @@ def test_empty_tiers_and_no_tiers_read_the_minute_tier_only():
         assert plan.used() == [] and plan.states_per_series(T0, T0 + 30 * D) == 30 * 1440
 
 
-def test_a_day_tier_needs_the_hour_tier_it_nests_in():
-    plan = tier_plan(T0, T0 + 30 * D, D, {"hour": None, "day": 0})
-    assert plan.used() == []
+def test_a_tier_with_nothing_in_the_window_is_passed_over():
+    # A tier added by a later migration starts empty (the 3-hour one, schema/0019)
+    # while the coarser day tier holds years: the day tier still answers, and the
+    # empty tiers take its range, so the ranges nest and no minute is read twice.
+    for first in ({"hour": 0, "hour3": None, "day": 0}, {"hour": None, "hour3": None, "day": 0},
+                  {"hour": 0, "hour3": T0 + 40 * D, "day": 0}):
+        plan = tier_plan(T0, T0 + 30 * D, D, first)
+        check(plan, T0, T0 + 30 * D, D)
+        assert plan.used() == [n for n in ("hour", "day") if first[n] is not None]
+        assert plan.ranges["hour3"] == plan.ranges["day"] == (T0, T0 + 30 * D)
+        assert plan.states_per_series(T0, T0 + 30 * D) == 30
+    plan = tier_plan(T0 + 5 * H, T0 + 3 * D, D, {"hour": 0, "hour3": None, "day": 0})
+    check(plan, T0 + 5 * H, T0 + 3 * D, D)
+    assert plan.used() == ["hour", "day"] and plan.states_per_series(T0 + 5 * H, T0 + 3 * D) == 19 + 2
 
 
 def test_random_windows_against_brute_force():
@@ -99,13 +113,16 @@ def test_random_windows_against_brute_force():
         end = start + rng.randrange(1, 5 * D // M) * M
         step = rng.choice([M, 5 * M, 1800, H, 2 * H, 10800, 21600, 43200, D, 7 * D])
         first = {"hour": rng.choice([None, 0, start + rng.randrange(0, D // M) * M]),
+                 "hour3": rng.choice([None, 0, start + rng.randrange(0, D // M) * M]),
                  "day": rng.choice([None, 0, start + rng.randrange(0, 2 * D // M) * M])}
         plan = tier_plan(start, end, step, first)
         check(plan, start, end, step)
         for name, g in TIER_GRAINS:
             lo, hi = plan.ranges[name]
-            if lo < hi:  # never before the cell the tier may be read from
+            if name in plan.used():  # never before the cell the tier may be read from
                 assert first[name] is not None and lo >= first[name]
+            elif lo < hi:  # a tier not read only passes on the range of one read inside it
+                assert any(plan.ranges[n] == (lo, hi) for n in plan.used()), (name, plan)
 
 
 class TierRunner:
@@ -138,25 +155,32 @@ def _plan(runner, start, end, step):
 
 def test_a_partial_first_cell_is_skipped_a_complete_one_read():
     window = (T0, T0 + 30 * D, D)
-    plan = _plan(TierRunner({"hour": T0, "day": T0}, partial={"hour", "day"}), *window)
-    assert plan.ranges == {"hour": (T0 + H, T0 + 30 * D), "day": (T0 + D, T0 + 30 * D)}
-    runner = TierRunner({"hour": T0, "day": T0}, partial=set())
+    every = {"hour": T0, "hour3": T0, "day": T0}
+    plan = _plan(TierRunner(every, partial={"hour", "hour3", "day"}), *window)
+    assert plan.ranges == {"hour": (T0 + H, T0 + 30 * D), "hour3": (T0 + 3 * H, T0 + 30 * D),
+                           "day": (T0 + D, T0 + 30 * D)}
+    runner = TierRunner(every, partial=set())
     plan = _plan(runner, *window)
-    assert plan.ranges == {"hour": (T0, T0 + 30 * D), "day": (T0, T0 + 30 * D)}
-    assert [c[1]["table"] for c in runner.calls if c[0] == "rollup_mismatches"] == ["generations_hour",
-                                                                                   "generations_day"]
+    assert plan.ranges == {"hour": (T0, T0 + 30 * D), "hour3": (T0, T0 + 30 * D), "day": (T0, T0 + 30 * D)}
+    assert [c[1]["table"] for c in runner.calls if c[0] == "rollup_mismatches"] == [
+        "generations_hour", "generations_hour3", "generations_day"]
 
 
 def test_the_first_cell_is_checked_only_when_the_window_reaches_it():
-    runner = TierRunner({"hour": T0 - 5 * D, "day": T0 - 5 * D}, partial={"hour", "day"})
+    runner = TierRunner({"hour": T0 - 5 * D, "hour3": T0 - 5 * D, "day": T0 - 5 * D},
+                        partial={"hour", "hour3", "day"})
     plan = _plan(runner, T0, T0 + 30 * D, 10800)
-    assert plan.used() == ["hour"] and [c[0] for c in runner.calls] == ["rollup_tier_first_cells"]
-    runner = TierRunner({"hour": T0, "day": T0}, partial=set())
+    assert plan.used() == ["hour", "hour3"] and [c[0] for c in runner.calls] == ["rollup_tier_first_cells"]
+    runner = TierRunner({"hour": T0, "hour3": T0, "day": T0}, partial=set())
     _plan(runner, T0, T0 + 30 * D, 60)  # minute steps: no tier can answer, nothing asked
     assert runner.calls == []
 
 
 def test_an_empty_tier_is_not_read_and_not_checked():
-    runner = TierRunner({"hour": T0, "day": None}, partial=set())
+    runner = TierRunner({"hour": T0, "hour3": None, "day": None}, partial=set())
     plan = _plan(runner, T0, T0 + 30 * D, D)
     assert plan.used() == ["hour"] and [c[1]["table"] for c in runner.calls[1:]] == ["generations_hour"]
+    runner = TierRunner({"hour": T0, "hour3": None, "day": T0}, partial=set())
+    plan = _plan(runner, T0, T0 + 30 * D, D)
+    assert plan.used() == ["hour", "day"]
+    assert [c[1]["table"] for c in runner.calls[1:]] == ["generations_hour", "generations_day"]
