@@ -170,8 +170,11 @@ sizes = dict(client.query("SELECT table, sum(bytes_on_disk) FROM system.parts WH
                           "currentDatabase() GROUP BY table").result_rows)
 cells = {t: int(client.command("SELECT count() FROM " + t))
          for t in ("generations_minute", "generations_hour", "generations_hour3", "generations_day", "slo_minute")}
+# Where the data ends (a whole UTC day): a kept store filled on an earlier day
+# is queried over its own 30 days, not over windows ending today.
+end_ts = int(client.command("SELECT toUnixTimestamp(max(ts)) FROM generations")) // 86400 * 86400 + 86400
 print(json.dumps({"fill_s": fill_s, "refilled": have != rows, "bytes": {k: int(v) for k, v in sizes.items()},
-                  "cells": cells}))
+                  "cells": cells, "end_ts": end_ts}))
 client.close()
 """
 
@@ -278,9 +281,9 @@ def main() -> int:
     sizes = args.rows or [10_000_000, 100_000_000]
     if args.keep and len(sizes) != 1:
         ap.error("--keep takes one --rows")
-    # The data ends at the start of today (UTC), so the windows are whole days.
+    # A new store's data ends at the start of today (UTC), so the windows are
+    # whole days; a kept one is queried up to where its data ends.
     end_ts = time.time() // 86400 * 86400
-    end = datetime.fromtimestamp(end_ts, timezone.utc)
     env = {**os.environ, "PHASEMETER_DATABASE": DB}
     env.pop("CLICKHOUSE_URL", None)
     results = {"machine": U.machine_info(), "sizes": []}
@@ -290,6 +293,7 @@ def main() -> int:
         try:
             store = make_store(root, rows, end_ts - DAYS * 86400, env)
             print(f"{rows:,} rows: filled in {store['fill_s']:.0f} s, {store}", file=sys.stderr, flush=True)
+            end = datetime.fromtimestamp(store["end_ts"], timezone.utc)
             if args.via_worker:
                 with worker_owning(root, env):
                     res = run_matrix(root, end, args.runs, env, args.only)
