@@ -15,6 +15,7 @@ import base64
 import logging
 import time
 from collections import Counter
+from datetime import datetime, timezone
 
 from phasemeter.settings import Settings
 
@@ -28,6 +29,11 @@ from .otlp_in import process_otlp
 from .sink import Sink
 
 log = logging.getLogger("phasemeter.worker")
+
+
+def _cell(row: dict) -> tuple:
+    """A row's minute cell, as the ledger gives a stored row's (ledger.Stored)."""
+    return row["model"], row["input_bucket"], datetime.fromtimestamp(row["ts"] // 60 * 60, timezone.utc)
 
 
 def _timestamp(msg, now: float) -> float:
@@ -49,6 +55,16 @@ class Pipeline:
         # letters of, read after (re)assignment: records at or below it may
         # be a re-read of a batch whose progress row was never written.
         self.stored: dict[tuple[str, int], int] | None = None
+        # (topic, partition) -> the first offset past what the previous owner
+        # may have been writing when it stopped: its batch began at the
+        # position this owner resumes from and held at most batch_rows
+        # records. A kill can leave that batch's view blocks committed while
+        # its raw part is not (each table commits on its own). The raw rows
+        # then look new, so the cells they touch are checked after the write
+        # too: the re-insert may be counted twice in a tier (another batch
+        # shape, another token), or dropped as a duplicate block after a
+        # repair removed the orphaned states (the same token).
+        self.recheck_below: dict[tuple[str, int], int] = {}
         self.counts: Counter = Counter()
         self.consumed = self.skipped = self.accepted = self.rejected = self.duplicates = 0
         self.forwarded = self.rejoined = 0
@@ -61,6 +77,7 @@ class Pipeline:
         """After a rebalance another worker may have stored more: re-read."""
         self.sequencer.forget()
         self.stored = None
+        self.recheck_below = {}
 
     def _already_stored(self, events) -> dict[tuple[str, int], Stored]:
         """What the store already holds of this batch's re-read records, per
@@ -117,6 +134,10 @@ class Pipeline:
         now = time.time()
         cap = self.settings.dlq_payload_bytes
         stored = self._already_stored(events)
+        for event in events:  # in offset order per partition: the first one seen is where this owner resumed
+            tp = (event.message.topic, event.message.partition)
+            if tp not in self.recheck_below:
+                self.recheck_below[tp] = event.message.offset + self.settings.batch_rows
         for event in events:
             msg = event.message
             source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
@@ -152,6 +173,8 @@ class Pipeline:
                 else:
                     result.update(source)
                     rows.append(result)
+                    if msg.offset < self.recheck_below[msg.topic, msg.partition]:
+                        suspects.add(_cell(result))
         self.forwarded += len(phases)
         rows = self._drop_duplicates(rows, dead, now)
         kept = [d for d in dead if d["src_offset"] not in

@@ -67,10 +67,33 @@ CELL = ("m", "512-2k", datetime.fromtimestamp(T0 // 60 * 60, timezone.utc))
 
 def test_new_records_are_all_written_and_nothing_is_queried_per_record():
     sink = FakeSink()
-    rows, dead, phases, suspects = pipeline(sink).split([rec(i, gen(f"r{i}")) for i in range(5)])
-    assert [r["request_id"] for r in rows] == [f"r{i}" for i in range(5)]
+    p = Pipeline(Settings(topic=TOPIC, batch_rows=5), sink)
+    p.split([rec(i, gen(f"r{i}")) for i in range(5)])  # the first batch_rows after the start: checked (below)
+    rows, dead, phases, suspects = p.split([rec(i, gen(f"r{i}")) for i in range(5, 10)])
+    assert [r["request_id"] for r in rows] == [f"r{i}" for i in range(5, 10)]
     assert (dead, phases, suspects) == ([], [], set())
     assert sink.range_queries == []  # above the stored maximum: no exact lookup
+
+
+def cell(t0: float) -> tuple:
+    return ("m", "512-2k", datetime.fromtimestamp(t0 // 60 * 60, timezone.utc))
+
+
+def test_rows_the_previous_owner_may_have_been_writing_are_checked_after_the_write():
+    # A kill can leave a batch's view blocks committed and its raw part not:
+    # its rows look new when re-read, so the cells of the first batch_rows
+    # records after the position this owner resumed from are checked too.
+    p = Pipeline(Settings(topic=TOPIC, batch_rows=3), FakeSink())
+    batch = [rec(o, gen(f"r{o}", t0=T0 + 60 * o)) for o in range(10, 16)]
+    rows, _, _, suspects = p.split(batch[:2])
+    assert len(rows) == 2 and suspects == {cell(T0 + 600), cell(T0 + 660)}
+    rows, _, _, suspects = p.split(batch[2:])  # the window is counted from offset 10, not per batch
+    assert len(rows) == 4 and suspects == {cell(T0 + 720)}
+    other = rec(40, gen("q0", t0=T0), partition=1)  # each partition from where it resumed
+    assert p.split([other])[3] == {cell(T0)}
+    p.forget_offsets()  # a rebalance: another owner may have been writing since
+    rows, _, _, suspects = p.split([rec(16, gen("r16", t0=T0 + 960))])
+    assert len(rows) == 1 and suspects == {cell(T0 + 960)}
 
 
 def test_a_re_read_row_is_skipped_and_its_cell_is_handed_over_for_the_rollup_check():
@@ -89,7 +112,8 @@ def test_an_envelope_half_stored_writes_only_its_missing_rows():
                 "events": [gen("a"), gen("b", t0=T0 + 86_400), gen("c")]}
     sink = FakeSink(rows=[(TOPIC, 0, 7, "a", CELL), (TOPIC, 0, 7, "c", CELL)])
     rows, _, _, suspects = pipeline(sink).split([rec(7, envelope)])
-    assert [r["request_id"] for r in rows] == ["b"] and suspects == {CELL}
+    # b's cell too: a record right after the resume position (the test below)
+    assert [r["request_id"] for r in rows] == ["b"] and suspects == {CELL, cell(T0 + 86_400)}
 
 
 def test_a_record_whose_rows_landed_but_not_its_dead_letters_gets_its_dead_letters():
