@@ -12,6 +12,7 @@ import tracemalloc
 import urllib.error
 import urllib.request
 import uuid
+from datetime import datetime, timezone
 
 import clickhouse_connect
 from conftest import wait_for
@@ -23,6 +24,7 @@ from kafka_events import unwrap
 from phasemeter.producers import Meter
 from phasemeter.query.runner import HttpRunner
 from phasemeter.stream_jobs import reasons as R
+from phasemeter.stream_jobs.ledger import all_tier_mismatches
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -98,10 +100,19 @@ def test_kill9_at_ten_points_during_20k_stream_stores_each_once(worker, pm_env):
                            "GROUP BY model, m ORDER BY model, m").result_rows
         rollup = client.query("SELECT model, minute AS m, sum(n) FROM generations_minute "
                               "GROUP BY model, m ORDER BY model, m").result_rows
+        # Every tier, cell by cell, with what a person needs if one is off.
+        unequal = all_tier_mismatches(client, datetime(2000, 1, 1, tzinfo=timezone.utc),
+                                      datetime(2100, 1, 1, tzinfo=timezone.utc))
+        totals = {t: client.command(f"SELECT sum(n) FROM generations_{t}") for t in ("minute", "hour", "hour3", "day")}
+        parts = client.query("SELECT _part, count(), min(src_offset), max(src_offset) FROM generations "
+                             "GROUP BY _part ORDER BY _part").result_rows
     finally:
         client.close()
+    explain = (f"{len(unequal)} tier cells unequal to raw (tier, model, bucket, cell, raw_n, tier_n): {unequal[:8]}\n"
+               f"tier totals {totals}; raw parts (part, rows, offsets) {parts}\n{worker.diagnose()}")
+    assert unequal == [], explain
     assert [(a, b.replace(tzinfo=None), int(c)) for a, b, c in rollup] == \
-        [(a, b.replace(tzinfo=None), int(c)) for a, b, c in raw]  # rollups agree with raw: none twice
+        [(a, b.replace(tzinfo=None), int(c)) for a, b, c in raw], explain  # rollups agree with raw: none twice
     assert kills == 10
     assert len(ids) == len(set(ids)) == len(events)
     assert set(ids) == {e["request_id"] for e in events}
