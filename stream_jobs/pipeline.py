@@ -55,16 +55,18 @@ class Pipeline:
         # letters of, read after (re)assignment: records at or below it may
         # be a re-read of a batch whose progress row was never written.
         self.stored: dict[tuple[str, int], int] | None = None
-        # (topic, partition) -> the first offset past what the previous owner
-        # may have been writing when it stopped: its batch began at the
-        # position this owner resumes from and held at most batch_rows
-        # records. A kill can leave that batch's view blocks committed while
-        # its raw part is not (each table commits on its own). The raw rows
-        # then look new, so the cells they touch are checked after the write
-        # too: the re-insert may be counted twice in a tier (another batch
-        # shape, another token), or dropped as a duplicate block after a
-        # repair removed the orphaned states (the same token).
-        self.recheck_below: dict[tuple[str, int], int] = {}
+        # (topic, partition) -> [records, bytes] seen since this owner
+        # resumed there: the part of the partition the previous owner may
+        # have been writing when it stopped. Its last batch began at that
+        # position and held at most batch_rows records, and at most
+        # batch_bytes before its last record (stream_jobs/batching.gather).
+        # A kill can leave that batch's view blocks committed while its raw
+        # part is not (each table commits on its own). The raw rows then look
+        # new, so the cells they touch are checked after the write too: the
+        # re-insert may be counted twice in a tier (another batch shape,
+        # another token), or dropped as a duplicate block after a repair
+        # removed the orphaned states (the same token).
+        self.since_resume: dict[tuple[str, int], list[int]] = {}
         self.counts: Counter = Counter()
         self.consumed = self.skipped = self.accepted = self.rejected = self.duplicates = 0
         self.forwarded = self.rejoined = 0
@@ -77,7 +79,7 @@ class Pipeline:
         """After a rebalance another worker may have stored more: re-read."""
         self.sequencer.forget()
         self.stored = None
-        self.recheck_below = {}
+        self.since_resume = {}
 
     def _already_stored(self, events) -> dict[tuple[str, int], Stored]:
         """What the store already holds of this batch's re-read records, per
@@ -126,6 +128,16 @@ class Pipeline:
                 kept.append(row)
         return kept
 
+    def _maybe_in_the_previous_batch(self, msg, size: int) -> bool:
+        """Whether the previous owner's last batch may have held this record
+        (records come in offset order per partition, from where this owner
+        resumed)."""
+        seen = self.since_resume.setdefault((msg.topic, msg.partition), [0, 0])
+        inside = seen[0] < self.settings.batch_rows and seen[1] < self.settings.batch_bytes
+        seen[0] += 1
+        seen[1] += size
+        return inside
+
     def split(self, events):
         """Admitted events -> (rows, dead letters, phases to forward as
         (partition, timestamp, fields), suspect rollup cells)."""
@@ -134,12 +146,9 @@ class Pipeline:
         now = time.time()
         cap = self.settings.dlq_payload_bytes
         stored = self._already_stored(events)
-        for event in events:  # in offset order per partition: the first one seen is where this owner resumed
-            tp = (event.message.topic, event.message.partition)
-            if tp not in self.recheck_below:
-                self.recheck_below[tp] = event.message.offset + self.settings.batch_rows
         for event in events:
             msg = event.message
+            recheck = self._maybe_in_the_previous_batch(msg, len(event.value or b""))
             source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
             try:
                 if msg.topic == self.settings.otlp_topic:
@@ -173,7 +182,7 @@ class Pipeline:
                 else:
                     result.update(source)
                     rows.append(result)
-                    if msg.offset < self.recheck_below[msg.topic, msg.partition]:
+                    if recheck:
                         suspects.add(_cell(result))
         self.forwarded += len(phases)
         rows = self._drop_duplicates(rows, dead, now)

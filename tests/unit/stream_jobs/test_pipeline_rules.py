@@ -96,6 +96,15 @@ def test_rows_the_previous_owner_may_have_been_writing_are_checked_after_the_wri
     assert len(rows) == 1 and suspects == {cell(T0 + 960)}
 
 
+def test_the_previous_batch_is_bounded_by_bytes_too():
+    # A batch ends at the record that reaches batch_bytes (stream_jobs/batching.gather),
+    # so with envelopes the window is a few records, not batch_rows of them.
+    one = len(rec(0, gen("x")).value)
+    p = Pipeline(Settings(topic=TOPIC, batch_rows=1000, batch_bytes=2 * one), FakeSink())
+    batch = [rec(o, gen(f"r{o}", t0=T0 + 60 * o)) for o in range(4)]
+    assert p.split(batch)[3] == {cell(T0), cell(T0 + 60)}  # the second record crosses the bound: the last one
+
+
 def test_a_re_read_row_is_skipped_and_its_cell_is_handed_over_for_the_rollup_check():
     sink = FakeSink(rows=[(TOPIC, 0, 0, "r0", CELL), (TOPIC, 0, 1, "r1", CELL)])
     p = pipeline(sink)
