@@ -62,7 +62,12 @@ def pipeline(sink) -> Pipeline:
     return Pipeline(Settings(topic=TOPIC), sink)
 
 
-CELL = ("m", "512-2k", datetime.fromtimestamp(T0 // 60 * 60, timezone.utc))
+def cell(t0: float) -> tuple:
+    """The minute cell of gen(..., t0=t0)."""
+    return ("m", "512-2k", datetime.fromtimestamp(t0 // 60 * 60, timezone.utc))
+
+
+CELL = cell(T0)
 
 
 def test_new_records_are_all_written_and_nothing_is_queried_per_record():
@@ -73,10 +78,6 @@ def test_new_records_are_all_written_and_nothing_is_queried_per_record():
     assert [r["request_id"] for r in rows] == [f"r{i}" for i in range(5, 10)]
     assert (dead, phases, suspects) == ([], [], set())
     assert sink.range_queries == []  # above the stored maximum: no exact lookup
-
-
-def cell(t0: float) -> tuple:
-    return ("m", "512-2k", datetime.fromtimestamp(t0 // 60 * 60, timezone.utc))
 
 
 def test_rows_the_previous_owner_may_have_been_writing_are_checked_after_the_write():
