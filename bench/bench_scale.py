@@ -153,10 +153,12 @@ import bench_scale
 client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
 client.database = "phasemeter"
 rows, start = int(sys.argv[2]), float(sys.argv[4])
+from phasemeter.store.rollup import TIERS
+ROLLUPS = (*(t.table for t in TIERS), "slo_minute")  # every table the fill's views write
 have = int(client.command("SELECT count() FROM generations"))
 t = time.perf_counter()
 if have != rows:
-    for table in ("generations", "generations_minute", "generations_hour", "generations_hour3", "generations_day", "slo_minute"):
+    for table in ("generations", *ROLLUPS):
         client.command("TRUNCATE TABLE " + table)
     # The shipped example SLO, declared before the history (as a worker running
     # with it would have): the fill counts it per minute like any insert.
@@ -169,7 +171,7 @@ fill_s = time.perf_counter() - t
 sizes = dict(client.query("SELECT table, sum(bytes_on_disk) FROM system.parts WHERE active AND database = "
                           "currentDatabase() GROUP BY table").result_rows)
 cells = {t: int(client.command("SELECT count() FROM " + t))
-         for t in ("generations_minute", "generations_hour", "generations_hour3", "generations_day", "slo_minute")}
+         for t in ROLLUPS}
 # Where the data ends (a whole UTC day): a kept store filled on an earlier day
 # is queried over its own 30 days, not over windows ending today.
 end_ts = int(client.command("SELECT toUnixTimestamp(max(ts)) FROM generations")) // 86400 * 86400 + 86400
