@@ -41,9 +41,21 @@ PREFILL_BUCKETS = ("2k-8k", "8k-32k", "32k+")
 BASE_N, CUR_N = 300, 80
 # Data sits 3 min inside the window edges, so a query a few minutes after the
 # fixture (the Grafana SQL uses now()) still sees exactly the same rows.
-AT = datetime.now(timezone.utc).replace(microsecond=0)
-CUR = (AT - timedelta(minutes=12), AT - timedelta(seconds=1))
-BASE = (AT - timedelta(hours=24, minutes=12), AT - timedelta(minutes=18))
+# `anchor()` sets them when the store is built: the module's import can be
+# many minutes earlier (the suite runs the slow files first), past that margin.
+AT: datetime
+CUR: tuple[datetime, datetime]
+BASE: tuple[datetime, datetime]
+
+
+def anchor() -> None:
+    global AT, CUR, BASE
+    AT = datetime.now(timezone.utc).replace(microsecond=0)
+    CUR = (AT - timedelta(minutes=12), AT - timedelta(seconds=1))
+    BASE = (AT - timedelta(hours=24, minutes=12), AT - timedelta(minutes=18))
+
+
+anchor()
 
 # model -> (engine prefill slowdown in long buckets, decode slowdown, queue multiplier in long buckets)
 SCENARIOS = {
@@ -134,6 +146,7 @@ def expected_states() -> dict:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
+    anchor()
     root = tmp_path_factory.mktemp("alerts")
     db = f"alerts_{uuid.uuid4().hex[:8]}"
     settings = Settings.from_env({}, clickhouse_url=f"chdb://{root / 'store'}", database=db,
@@ -320,7 +333,7 @@ def test_grafana_provisioning_parses_and_its_sql_runs(store):
     client.command(f"INSERT INTO phasemeter.generations SELECT * FROM `{settings.database}`.generations")
     for title, rule in rules.items():
         # Grafana's windows end at now(): evaluate ours at the same moment,
-        # not at AT (module import, minutes earlier on a busy machine).
+        # not at AT (the store's build, minutes earlier on a busy machine).
         ours = {(r.rule.alertname, r.model, r.bucket): r
                 for r in check(runner, load_rules(), datetime.now(timezone.utc))}
         a, b, c = rule["data"]
