@@ -23,8 +23,10 @@ demo: setup
 # most of the suite waits on brokers and workers, so two at a time roughly
 # halves the wall time; the reliability tests' busy loops then also compete
 # with another test, as a production worker competes with its neighbours.
+# --no-loadscope-reorder: the files go out in the order tests/conftest.py
+# puts them in (the slow ones first), not xdist's by-count order.
 test: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

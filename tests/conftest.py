@@ -24,6 +24,23 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files that hold slow tests first, the most items first (`make test`
+    runs with --dist loadfile --no-loadscope-reorder, so this order is the
+    order the two test processes take whole files in). xdist's own order is
+    by item count alone, which put the few-test, minute-long reliability
+    files last: one process then ran one alone while the other sat idle.
+    Longest first and the many short files last keeps the two busy to the end."""
+    slow: dict = {}
+    count: dict = {}
+    for item in items:
+        count[item.path] = count.get(item.path, 0) + 1
+        if item.get_closest_marker("slow"):
+            slow[item.path] = True
+    order = {path: (path not in slow, -count[path]) for path in count}
+    items.sort(key=lambda item: order[item.path])  # stable: a file's own order is kept
+
+
 def wait_for(predicate, timeout_s: float, what: str, explain=None):
     """Poll until `predicate()` is truthy; return its value. On a timeout,
     `explain()` (e.g. WorkerProc.diagnose) says what a person needs to debug it."""

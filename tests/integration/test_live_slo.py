@@ -286,6 +286,7 @@ def test_chart_slo_is_the_pages_document(live, monkeypatch):
     assert chart_slo(args, settings, {**bands, "rebucketed": True}) is None
 
 
+@pytest.mark.slow
 def test_attainment_row_refreshes_while_live(live, tmp_path):
     """Generations through Kafka -> worker -> store reach the attainment row
     at its next refresh (every 30 s) without a reload. Last: it adds rows."""

@@ -105,6 +105,7 @@ def check_rows(rows: list[dict], gens: list[dict]) -> None:
         assert row["schema_version"] == 2 and row["src_topic"].endswith(".joined")
 
 
+@pytest.mark.slow
 def test_shuffled_and_duplicated_phases_give_one_correct_row_each(worker, pm_env):
     worker.start()
     rng = random.Random(7)
@@ -122,6 +123,7 @@ def test_shuffled_and_duplicated_phases_give_one_correct_row_each(worker, pm_env
     assert dead_reasons(pm_env) == []
 
 
+@pytest.mark.slow
 def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env, busy_loops):
     worker.start()
     rng = random.Random(8)
@@ -159,6 +161,7 @@ def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env, bu
     assert dead_reasons(pm_env) == []
 
 
+@pytest.mark.slow
 def test_generations_that_never_end_are_written_as_abandoned(worker, pm_env):
     pm_env.update(PHASEMETER_ABANDON_AFTER_S="8", PHASEMETER_ORPHAN_GRACE_S="3", PHASEMETER_EXPIRY_TICK_S="0.5")
     worker.start()
@@ -206,6 +209,7 @@ def test_generations_that_never_end_are_written_as_abandoned(worker, pm_env):
     assert reasons == ["late_phase"] + ["orphan_phase"] * 5, reasons
 
 
+@pytest.mark.slow
 def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
     """Worker B joins mid-stream and worker A leaves mid-stream, while
     generations are half-way: table entries move between them through the

@@ -142,6 +142,7 @@ def test_emit_5000_stored_once_with_exact_values_and_bands(worker, pm_env):
             assert close(r[col], e[col]), (col, r[col], e[col])
 
 
+@pytest.mark.slow
 def test_kill9_and_restart_store_each_generation_exactly_once(worker, pm_env):
     worker.start()
     bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
