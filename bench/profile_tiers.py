@@ -2,7 +2,8 @@
 
 In-process on a store kept by `bench/bench_scale.py --rows N --keep DIR`, medians of 5:
 * 1 day at 1-minute steps merged from `generations_minute` and from a copy of it
-  with 1024-row granules (the minute tier's granule size is fixed at creation);
+  with 1024-row granules (the minute tier's granule size is fixed at creation),
+  and split into what each kind of state costs to read and to merge;
 * 30 days at 3 h steps on the minute and on the hour tier, split into the counts,
   the two TDigest merges and the four 16-value array merges.
 
@@ -28,6 +29,23 @@ MERGE_DAY = (
     "FROM {table:Identifier} WHERE minute >= {s:DateTime} AND minute < {e:DateTime} GROUP BY t, model, input_bucket")
 _BY_3H = ("FROM {table:Identifier} WHERE minute >= {s:DateTime} AND minute < {e:DateTime} "
           "GROUP BY toStartOfInterval(minute, toIntervalSecond(10800), 'UTC') AS t, model, input_bucket")
+# The 1-day answer's cost per kind of state, each read once per cell: the
+# counts alone, the two TDigest columns only deserialized (byteSize reads each
+# state), and each family merged per cell as the view does.
+_DAY = "FROM {table:Identifier} WHERE minute >= {s:DateTime} AND minute < {e:DateTime}"
+_BY_MINUTE = _DAY + " GROUP BY minute, model, input_bucket"
+DAY_PARTS = {
+    "sum(n) only": "SELECT minute, model, input_bucket, sum(n) " + _BY_MINUTE,
+    "2 TDigest columns read (byteSize), no merge": "SELECT sum(byteSize(prefill_td)), sum(byteSize(decode_td)) " + _DAY,
+    "4 array columns read (byteSize), no merge": "SELECT sum(byteSize(prefill_lo)), sum(byteSize(prefill_hi)), "
+                                                 "sum(byteSize(decode_lo)), sum(byteSize(decode_hi)) " + _DAY,
+    "2 TDigest merges": "SELECT minute, model, input_bucket, "
+                        "quantilesTDigestMerge(0.01, 0.05, 0.5, 0.95, 0.99)(prefill_td), "
+                        "quantilesTDigestMerge(0.01, 0.05, 0.5, 0.95, 0.99)(decode_td) " + _BY_MINUTE,
+    "4 groupArraySorted(16) merges": "SELECT minute, model, input_bucket, groupArraySortedMerge(16)(prefill_lo), "
+                                     "groupArraySortedMerge(16)(prefill_hi), groupArraySortedMerge(16)(decode_lo), "
+                                     "groupArraySortedMerge(16)(decode_hi) " + _BY_MINUTE,
+}
 PARTS = {
     "sum(n) only": "SELECT t, model, input_bucket, sum(n) " + _BY_3H,
     "2 TDigest merges": "SELECT t, model, input_bucket, quantilesTDigestMerge(0.01, 0.05, 0.5, 0.95, 0.99)(prefill_td), "
@@ -52,7 +70,9 @@ def main() -> int:
 
     client = clickhouse_connect.get_client(dsn=f"chdb://{sys.argv[1]}/store")
     client.database = "phasemeter"
-    end = datetime.fromtimestamp(time.time() // 86400 * 86400, timezone.utc).replace(tzinfo=None)
+    # Where the data ends (a whole UTC day), as bench_scale queries a kept store.
+    end_ts = int(client.command("SELECT toUnixTimestamp(max(ts)) FROM generations")) // 86400 * 86400 + 86400
+    end = datetime.fromtimestamp(end_ts, timezone.utc).replace(tzinfo=None)
     if not client.command("EXISTS TABLE minute_g1024"):
         client.command("CREATE TABLE minute_g1024 AS generations_minute ENGINE = AggregatingMergeTree "
                        "PARTITION BY toYYYYMM(minute) ORDER BY (model, input_bucket, minute) "
@@ -64,6 +84,9 @@ def main() -> int:
     for table in ("generations_minute", "minute_g1024"):
         timed(client, f"1 d at 1 min from {table}", MERGE_DAY,
               {"table": table, "s": end - timedelta(days=1), "e": end})
+    for label, sql in DAY_PARTS.items():
+        timed(client, f"1 d at 1 min from generations_minute: {label}", sql,
+              {"table": "generations_minute", "s": end - timedelta(days=1), "e": end})
     for table in ("generations_minute", "generations_hour"):
         for label, sql in PARTS.items():
             timed(client, f"30 d at 3 h from {table}: {label}", sql,
