@@ -143,6 +143,13 @@ def fill_params(rows: int, start: float) -> dict:
             "decode_sigma": t.decode_sigma, "fail_rate": t.fail_rate, "cancel_rate": t.cancel_rate}
 
 
+def data_end_ts(client) -> int:
+    """Where a store's data ends, as a whole UTC day (epoch seconds): a kept
+    store filled on an earlier day is queried over its own 30 days, not over
+    windows ending today."""
+    return int(client.command("SELECT toUnixTimestamp(max(ts)) FROM generations")) // 86400 * 86400 + 86400
+
+
 # Runs in a child process: an embedded store can be open in one process at a
 # time, and the CLI processes open it next.
 _FILL = """
@@ -172,9 +179,7 @@ sizes = dict(client.query("SELECT table, sum(bytes_on_disk) FROM system.parts WH
                           "currentDatabase() GROUP BY table").result_rows)
 cells = {t: int(client.command("SELECT count() FROM " + t))
          for t in ROLLUPS}
-# Where the data ends (a whole UTC day): a kept store filled on an earlier day
-# is queried over its own 30 days, not over windows ending today.
-end_ts = int(client.command("SELECT toUnixTimestamp(max(ts)) FROM generations")) // 86400 * 86400 + 86400
+end_ts = bench_scale.data_end_ts(client)
 print(json.dumps({"fill_s": fill_s, "refilled": have != rows, "bytes": {k: int(v) for k, v in sizes.items()},
                   "cells": cells, "end_ts": end_ts}))
 client.close()

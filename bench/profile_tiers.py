@@ -21,6 +21,8 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
+from bench_scale import data_end_ts  # the script's own folder is on sys.path
+
 MERGE_DAY = (
     "SELECT toStartOfInterval(minute, toIntervalSecond(60), 'UTC') AS t, model, input_bucket, sum(n), "
     "quantilesTDigestMerge(0.01, 0.05, 0.5, 0.95, 0.99)(prefill_td), "
@@ -70,9 +72,7 @@ def main() -> int:
 
     client = clickhouse_connect.get_client(dsn=f"chdb://{sys.argv[1]}/store")
     client.database = "phasemeter"
-    # Where the data ends (a whole UTC day), as bench_scale queries a kept store.
-    end_ts = int(client.command("SELECT toUnixTimestamp(max(ts)) FROM generations")) // 86400 * 86400 + 86400
-    end = datetime.fromtimestamp(end_ts, timezone.utc).replace(tzinfo=None)
+    end = datetime.fromtimestamp(data_end_ts(client), timezone.utc).replace(tzinfo=None)
     if not client.command("EXISTS TABLE minute_g1024"):
         client.command("CREATE TABLE minute_g1024 AS generations_minute ENGINE = AggregatingMergeTree "
                        "PARTITION BY toYYYYMM(minute) ORDER BY (model, input_bucket, minute) "
