@@ -24,6 +24,7 @@ from kafka_events import unwrap
 from phasemeter.producers import Meter
 from phasemeter.query.runner import HttpRunner
 from phasemeter.stream_jobs import reasons as R
+from phasemeter.store.rollup import TIERS
 from phasemeter.stream_jobs.ledger import all_tier_mismatches
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -103,7 +104,7 @@ def test_kill9_at_ten_points_during_20k_stream_stores_each_once(worker, pm_env):
         # Every tier, cell by cell, with what a person needs if one is off.
         unequal = all_tier_mismatches(client, datetime(2000, 1, 1, tzinfo=timezone.utc),
                                       datetime(2100, 1, 1, tzinfo=timezone.utc))
-        totals = {t: client.command(f"SELECT sum(n) FROM generations_{t}") for t in ("minute", "hour", "hour3", "day")}
+        totals = {t.name: client.command(f"SELECT sum(n) FROM {t.table}") for t in TIERS}
         parts = client.query("SELECT _part, count(), min(src_offset), max(src_offset) FROM generations "
                              "GROUP BY _part ORDER BY _part").result_rows
     finally:
