@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -31,13 +32,9 @@ def pytest_collection_modifyitems(config, items):
     by item count alone, which put the few-test, minute-long reliability
     files last: one process then ran one alone while the other sat idle.
     Longest first and the many short files last keeps the two busy to the end."""
-    slow: dict = {}
-    count: dict = {}
-    for item in items:
-        count[item.path] = count.get(item.path, 0) + 1
-        if item.get_closest_marker("slow"):
-            slow[item.path] = True
-    order = {path: (path not in slow, -count[path]) for path in count}
+    count = Counter(item.path for item in items)
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    order = {path: (path not in slow, -n) for path, n in count.items()}
     items.sort(key=lambda item: order[item.path])  # stable: a file's own order is kept
 
 
