@@ -1,0 +1,94 @@
+"""CSV text of a result frame: the bytes pandas' `to_csv` writes, formatted in C.
+
+Why not pandas itself: a day at 1-minute steps is 28,800 rows and about
+345,000 floats, and pandas formats each float in Python-level code at about
+1.6 µs (0.6-0.7 s of a 1-day answer on a 2-core machine, BENCHMARKS.md section 14).
+Arrow's cast of a float to text prints the same shortest round-trip digits
+in C++, about 10x faster, but writes some numbers differently from Python's
+`repr` (which pandas' output follows): `5` for 5.0 and scientific notation
+from 1e10 on. Those are mended here: integral values get their `.0`, and the
+few values outside [1e-4, 1e10) are formatted by `repr` one by one. So the
+output is byte for byte pandas' (tests/unit/render/test_csv_text.py checks it
+against pandas on generated frames); a frame with a column type this module
+does not know is written by pandas.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+import pandas as pd
+
+DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+_QUOTE_IF = (",", '"', *os.linesep)  # csv.QUOTE_MINIMAL: the separator, the quote, the line end
+
+
+def to_csv(df: pd.DataFrame) -> str:
+    """pandas' `df.to_csv(index=False, date_format=DATE_FORMAT)`, faster on float columns."""
+    texts = [_column(df[c]) for c in df.columns] if len(df) and len(df.columns) and df.columns.is_unique else [None]
+    if any(t is None for t in texts):  # also: no rows or columns (pandas' header rules), repeated names
+        buf = io.StringIO()
+        df.to_csv(buf, index=False, date_format=DATE_FORMAT)
+        return buf.getvalue()
+    import pyarrow.compute as pc
+
+    nl = os.linesep  # pandas' default line terminator
+    header = ",".join(_quote(str(c)) for c in df.columns)
+    rows = pc.binary_join_element_wise(*texts, ",").to_pylist()
+    return header + nl + nl.join(rows) + nl
+
+
+def _column(s: pd.Series):
+    """The column's CSV fields as an Arrow string array, or None: let pandas write the frame."""
+    import pyarrow as pa
+
+    dtype = s.dtype
+    if pd.api.types.is_float_dtype(dtype) and dtype == np.float64:
+        return _floats(s.to_numpy())
+    if pd.api.types.is_integer_dtype(dtype) and isinstance(dtype, np.dtype):
+        return pa.array(s.to_numpy()).cast(pa.string())
+    if pd.api.types.is_datetime64_dtype(dtype):  # naive: what the queries' frames hold
+        return pa.array(s.dt.strftime(DATE_FORMAT).fillna("").tolist(), pa.string())
+    if pd.api.types.is_string_dtype(dtype):
+        values = s.tolist()
+        if not all(v is None or isinstance(v, str) or _is_nan(v) for v in values):
+            return None  # object column of other things: pandas' str() of each
+        return pa.array(["" if v is None or not isinstance(v, str) else _quote(v) for v in values], pa.string())
+    return None
+
+
+def _floats(x: np.ndarray):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    finite = np.isfinite(x)
+    text = pc.cast(pa.array(x), pa.string())
+    # Integral values: Arrow writes 5, Python's repr 5.0.
+    whole = finite & (x == np.floor(x)) & (np.abs(x) < 1e10)
+    if whole.any():
+        text = pc.if_else(pa.array(whole), pc.binary_join_element_wise(text, ".0", ""), text)
+    # Where Arrow and repr choose a different notation, repr each one (rare in these frames).
+    odd = ~finite | ((x != 0) & ((np.abs(x) < 1e-4) | (np.abs(x) >= 1e10)))
+    odd &= ~np.isnan(x)
+    if odd.any():
+        values = text.to_pylist()
+        for i in np.flatnonzero(odd):
+            values[i] = repr(float(x[i]))
+        text = pa.array(values, pa.string())
+    nan = np.isnan(x)
+    if nan.any():  # pandas' na_rep
+        text = pc.if_else(pa.array(nan), "", text)
+    return text
+
+
+def _quote(v: str) -> str:
+    """csv.QUOTE_MINIMAL, as pandas writes a field."""
+    if any(ch in v for ch in _QUOTE_IF):
+        return '"' + v.replace('"', '""') + '"'
+    return v
+
+
+def _is_nan(v) -> bool:
+    return isinstance(v, float) and v != v
