@@ -34,7 +34,7 @@ def _table(client, table: str) -> tuple:
 
 def test_every_tier_has_the_minute_tiers_columns_key_and_engine(client):
     want = _columns(client, "generations_minute")
-    assert len(want) == 29  # schema/0003 + the held values and their counts (schema/0022)
+    assert len(want) == 25
     for tier in rollup.COARSE:
         assert _columns(client, tier.table) == want, tier
         engine, key, _ = _table(client, tier.table)
