@@ -47,15 +47,16 @@ def _column(s: pd.Series):
     dtype = s.dtype
     if pd.api.types.is_float_dtype(dtype) and dtype == np.float64:
         return _floats(s.to_numpy())
-    if pd.api.types.is_integer_dtype(dtype) and isinstance(dtype, np.dtype):
-        return pa.array(s.to_numpy()).cast(pa.string())
+    if pd.api.types.is_integer_dtype(dtype):  # numpy or pandas' nullable Int64 (the abandoned_* columns)
+        return pa.array(s, from_pandas=True).cast(pa.string()).fill_null("")
     if pd.api.types.is_datetime64_dtype(dtype):  # naive: what the queries' frames hold
         return pa.array(s.dt.strftime(DATE_FORMAT).fillna("").tolist(), pa.string())
     if pd.api.types.is_string_dtype(dtype):
-        values = s.tolist()
-        if not all(v is None or isinstance(v, str) or _is_nan(v) for v in values):
-            return None  # object column of other things: pandas' str() of each
-        return pa.array(["" if v is None or not isinstance(v, str) else _quote(v) for v in values], pa.string())
+        try:  # str, None, NaN, pd.NA only; anything else: pandas' str() of each
+            text = pa.array(s, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        return _quoted(text) if pa.types.is_string(text.type) or pa.types.is_large_string(text.type) else None
     return None
 
 
@@ -90,5 +91,15 @@ def _quote(v: str) -> str:
     return v
 
 
-def _is_nan(v) -> bool:
-    return isinstance(v, float) and v != v
+def _quoted(text):
+    """_quote over an Arrow string array, nulls as empty fields."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = text.cast(pa.string())  # pandas' string dtype arrives as large_string; the join wants one type
+    pattern = "[" + "".join({"\n": "\\n", "\r": "\\r"}.get(ch, ch) for ch in _QUOTE_IF) + "]"
+    needs = pc.fill_null(pc.match_substring_regex(text, pattern), False)
+    if pc.any(needs).as_py():
+        wrapped = pc.binary_join_element_wise('"', pc.replace_substring(text, '"', '""'), '"', "")
+        text = pc.if_else(needs, wrapped, text)
+    return pc.fill_null(text, "")
