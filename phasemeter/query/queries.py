@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import numpy as np
 import pandas as pd
 
 
@@ -44,6 +45,9 @@ def order_bands(df: pd.DataFrame, bucket_labels: list[str]) -> pd.DataFrame:
     if df.empty:
         return df
     rank = {label: i for i, label in enumerate(bucket_labels)}
-    key = df["input_bucket"].map(lambda b: rank.get(b, len(rank)))
+    # Ranked per distinct bucket, not per row: a 1-day answer at 1-minute steps has 28,800 rows
+    # and a handful of buckets (a per-row lambda took 0.06 s of it).
+    codes, uniques = pd.factorize(df["input_bucket"], use_na_sentinel=False)
+    key = np.array([rank.get(b, len(rank)) for b in uniques], dtype=np.int64)[codes]
     return (df.assign(_rank=key).sort_values(["model", "_rank", "input_bucket", "t"], kind="stable")
             .drop(columns="_rank").reset_index(drop=True))
