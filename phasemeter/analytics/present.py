@@ -113,9 +113,19 @@ def _json(df: pd.DataFrame, meta: dict, note: str, **extra) -> str:
     head = {k: meta[k] for k in ("kind", "path", "reason", "method", "step_s", "start", "end", "abandoned")}
     if meta["kind"] == "bands":
         head.update(prefill=meta["prefill"], prefill_definition=PREFILL_VARIANTS[meta["prefill"]])
-    return json.dumps({**head, "abandoned_split": meta["abandoned_split"], "note": note,
-                       "notes": header_lines(meta), **extra, "abandoned_legend": ABANDONED_LEGEND,
-                       "rows": json_records(df)}, indent=1, default=str)
+    doc = json.dumps({**head, "abandoned_split": meta["abandoned_split"], "note": note,
+                      "notes": header_lines(meta), **extra, "abandoned_legend": ABANDONED_LEGEND,
+                      "rows": _ROWS}, indent=1, default=str)
+    # The rows one per line, each by the C encoder: json.dumps with an indent
+    # is pure Python, 0.8 s for a day at 1-minute steps (28,800 rows). The
+    # document parses to the same value as with every row indented.
+    rows = json_records(df)
+    body = "[\n  " + ",\n  ".join(json.dumps(r, default=str) for r in rows) + "\n ]" if rows else "[]"
+    return doc.replace(json.dumps(_ROWS), body, 1)
+
+
+# Stands for the rows while the rest of the document is indented (no note or legend holds it).
+_ROWS = "\u0000phasemeter rows\u0000"
 
 
 def render(df: pd.DataFrame, fmt: str, meta: dict, columns: list[str] | None = None, wide: bool = False) -> str:

@@ -77,6 +77,14 @@ def test_render_table_csv_json():
     assert render(df, "csv", META).splitlines()[0].split(",") == STALL_COLUMNS
     doc = json.loads(render(df, "json", META))
     assert doc["kind"] == "stalls" and doc["rows"][0]["stalled_share"] == 0.25 and "gap_p99" in doc["legend"]
+    # One row per line (each by the C encoder), the rest indented; an empty answer has "rows": [].
+    from phasemeter.render.table import json_records
+
+    text = render(df, "json", META)
+    assert doc["rows"] == json.loads(json.dumps(json_records(df)))
+    assert [ln for ln in text.splitlines() if ln.startswith("  {")] == [
+        "  " + json.dumps(r) for r in json_records(df)]
+    assert json.loads(render(df.iloc[:0], "json", META))["rows"] == []
 
 
 def test_no_chart_of_stalls(tmp_path):

@@ -110,6 +110,24 @@ def test_num_and_json_records_treat_missing_as_unknown():
     assert json_records(df) == [{"t": "2026-11-29T00:00:00Z", "a": None, "b": 7}]
 
 
+def test_json_records_column_by_column_equal_a_value_by_value_reading():
+    # Every dtype a result frame has: numpy floats with NaN, numpy ints, bools, nullable Int64
+    # with pd.NA, pandas strings with pd.NA, objects; each value as the JSON reader should get it.
+    from phasemeter.render.table import json_records
+
+    df = pd.DataFrame({"t": pd.to_datetime([0, 60, 120], unit="s").astype("datetime64[s]"),
+                       "model": pd.array(["a", None, "c,\"d"], dtype=pd.StringDtype(na_value=pd.NA)),
+                       "n": np.int64([1, 2, 3]), "ok": [True, False, True], "p1": [1.5, np.nan, 1e-7],
+                       "ab": pd.array([None, 3, 4], dtype="Int64"), "variant": ["total", None, "total"]})
+    want = [{"t": f"1970-01-01T00:0{i}:00Z", "model": ["a", None, 'c,"d'][i], "n": i + 1, "ok": i != 1,
+             "p1": [1.5, None, 1e-7][i], "ab": [None, 3, 4][i], "variant": ["total", None, "total"][i]}
+            for i in range(3)]
+    got = json_records(df)
+    assert got == want
+    assert [type(v) for v in got[2].values()] == [str, str, int, bool, float, int, str]
+    assert json_records(df.iloc[:0]) == []
+
+
 def realistic(n: int = 2000) -> pd.DataFrame:
     """A cell as the demo gives it: long model names, five-digit throughputs."""
     from phasemeter.analytics.core import BANDS_COLUMNS
