@@ -85,11 +85,25 @@ def check_columns(columns: list[str] | None, valid: list[str]) -> None:
                        f"choose from {', '.join(valid)}")
 
 
-def _small(key: str, rec: dict) -> bool:
+def _small_mask(df: pd.DataFrame, key: str) -> np.ndarray | None:
+    """Rows whose `key` percentile rests on fewer samples than SMALL_N asks (None: no such rule)."""
     group, _, pct = key.rpartition("_")
     need = SMALL_N.get(pct)
-    n = rec.get(f"{group}_n")
-    return need is not None and not _missing(n) and not _missing(rec.get(key)) and n < need
+    if need is None or f"{group}_n" not in df.columns:
+        return None
+    n = pd.to_numeric(df[f"{group}_n"], errors="coerce")
+    value = df[key]
+    return (n.notna() & value.notna() & (n < need)).to_numpy(dtype=bool)
+
+
+def _time_cells(t: pd.Series) -> list[str]:
+    """Minutes when every time is on a whole minute, else seconds."""
+    values = t.tolist()
+    whole_minutes = all(getattr(v, "second", 1) == 0 for v in values)
+    form = "%Y-%m-%d %H:%M" if whole_minutes else "%Y-%m-%d %H:%M:%S"
+    if pd.api.types.is_datetime64_dtype(t.dtype) and not t.isna().any():
+        return t.dt.strftime(form).tolist()
+    return [v.strftime(form) if hasattr(v, "strftime") else str(v) for v in values]
 
 
 def format_table(df: pd.DataFrame, cols: list[tuple[str, str]], header: list[str],
@@ -98,26 +112,28 @@ def format_table(df: pd.DataFrame, cols: list[tuple[str, str]], header: list[str
     """`# header` lines, then an aligned table of `cols` (key, title); numbers right-aligned.
     With `groups` ({key prefix: label}), titles that start with their group's label print
     short under a group line ("prefill tok/s" over "slow p1  slow p5  median")."""
-    records = df.to_dict("records")
-    whole_minutes = all(getattr(r["t"], "second", 1) == 0 for r in records)
     titles, group_of = [], []
     for key, title in cols:
         label = (groups or {}).get(key.rpartition("_")[0])
         short = label is not None and title.startswith(label + " ")
         titles.append(title[len(label) + 1:] if short else title)
         group_of.append(label if short else None)
-    rows = [titles]
+    # Column by column, not record by record: a day at 1-minute steps is 28,800 rows.
+    columns = [_time_cells(df["t"])] if len(df) else [[]]
     marked = False
-    for rec in records:
-        t = rec["t"]
-        cells = [t.strftime("%Y-%m-%d %H:%M" if whole_minutes else "%Y-%m-%d %H:%M:%S")
-                 if hasattr(t, "strftime") else str(t)]
-        for c, _ in cols[1:]:
-            text = rec[c] if c in _LABELS else fmt(rec[c])
-            if c not in _LABELS and _small(c, rec):
-                text, marked = f"{text}*", True
-            cells.append(text)
-        rows.append(cells)
+    for c, _ in cols[1:]:
+        values = df[c].tolist()
+        if c in _LABELS:
+            columns.append(values)
+            continue
+        texts = [fmt(v) for v in values]
+        small = _small_mask(df, c)
+        if small is not None and small.any():
+            marked = True
+            for i in np.flatnonzero(small):
+                texts[i] = f"{texts[i]}*"
+        columns.append(texts)
+    rows = [titles] + [list(r) for r in zip(*columns)]
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(cols))]
     lines = [f"# {h}" for h in header]
     keys = [k for k, _ in cols]
