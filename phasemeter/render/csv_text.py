@@ -2,7 +2,7 @@
 
 Why not pandas itself: a day at 1-minute steps is 28,800 rows and about
 345,000 floats, and pandas formats each float in Python-level code at about
-1.6 µs (0.6-0.7 s of a 1-day answer on a 2-core machine, BENCHMARKS.md section 14).
+2 µs (0.7-1.0 s of a 1-day answer on a 2-core machine, BENCHMARKS.md section 14).
 Arrow's cast of a float to text prints the same shortest round-trip digits
 in C++, about 10x faster, but writes some numbers differently from Python's
 `repr` (which pandas' output follows): `5` for 5.0 and scientific notation
@@ -20,6 +20,8 @@ import os
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _QUOTE_IF = (",", '"', *os.linesep)  # csv.QUOTE_MINIMAL: the separator, the quote, the line end
@@ -32,18 +34,14 @@ def to_csv(df: pd.DataFrame) -> str:
         buf = io.StringIO()
         df.to_csv(buf, index=False, date_format=DATE_FORMAT)
         return buf.getvalue()
-    import pyarrow.compute as pc
-
     nl = os.linesep  # pandas' default line terminator
-    header = ",".join(_quote(str(c)) for c in df.columns)
+    header = ",".join(_quoted(pa.array([str(c) for c in df.columns])).to_pylist())
     rows = pc.binary_join_element_wise(*texts, ",").to_pylist()
     return header + nl + nl.join(rows) + nl
 
 
 def _column(s: pd.Series):
     """The column's CSV fields as an Arrow string array, or None: let pandas write the frame."""
-    import pyarrow as pa
-
     dtype = s.dtype
     if pd.api.types.is_float_dtype(dtype) and dtype == np.float64:
         return _floats(s.to_numpy())
@@ -61,9 +59,6 @@ def _column(s: pd.Series):
 
 
 def _floats(x: np.ndarray):
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     finite = np.isfinite(x)
     text = pc.cast(pa.array(x), pa.string())
     # Integral values: Arrow writes 5, Python's repr 5.0.
@@ -84,18 +79,8 @@ def _floats(x: np.ndarray):
     return text
 
 
-def _quote(v: str) -> str:
-    """csv.QUOTE_MINIMAL, as pandas writes a field."""
-    if any(ch in v for ch in _QUOTE_IF):
-        return '"' + v.replace('"', '""') + '"'
-    return v
-
-
 def _quoted(text):
-    """_quote over an Arrow string array, nulls as empty fields."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    """csv.QUOTE_MINIMAL over an Arrow string array, as pandas writes a field; nulls as empty fields."""
     text = text.cast(pa.string())  # pandas' string dtype arrives as large_string; the join wants one type
     pattern = "[" + "".join({"\n": "\\n", "\r": "\\r"}.get(ch, ch) for ch in _QUOTE_IF) + "]"
     needs = pc.fill_null(pc.match_substring_regex(text, pattern), False)
