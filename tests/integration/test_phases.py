@@ -7,6 +7,7 @@ independently of stream_jobs.join / derive.
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import random
@@ -260,15 +261,26 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
         tps = [TopicPartition(f"{topic}.joined", p) for p in range(4)]
         consumer.assign(tps)
 
-        def joined_ids():
+        def joined_records():
             consumer.seek_to_beginning(*tps)
             # the join publishes envelopes of joined generations
-            return [e["request_id"] for m in consumer for e in json.loads(m.value)["events"]]
+            return [(m.partition, m.offset, e) for m in consumer for e in json.loads(m.value)["events"]]
+
+        def joined_ids():
+            return [e["request_id"] for _, _, e in joined_records()]
         wait_for(lambda: len(set(joined_ids())) >= len(gens), 120, "all requests joined")
         time.sleep(3)
-        ids = joined_ids()
+        records = joined_records()
         consumer.close()
-        assert len(ids) == len(set(ids)) == len(gens), (len(ids), len(set(ids)))
+        ids = [e["request_id"] for _, _, e in records]
+        # On failure: which requests came twice, from which .joined partition and offset, as what
+        # (a join, an expiry), and both workers' /health and log tails (A's hand-off warnings).
+        twice = {rid for rid, k in collections.Counter(ids).items() if k > 1}
+        detail = [(part, off, {k: e.get(k) for k in ("request_id", "kind", "status", "finish_reason")})
+                  for part, off, e in records if e["request_id"] in twice]
+        assert len(ids) == len(set(ids)) == len(gens), (
+            f"{len(ids)} joined records for {len(set(ids))} requests (want {len(gens)} of each); "
+            f"requests twice: {detail[:24]}\n--- A ---\n{a.diagnose()}\n--- B ---\n{b.diagnose()}")
     finally:
         producer.close()
         a.stop()
