@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
+# How answers write a time (CSV, JSON, HTML charts): ISO 8601 in UTC, the frames' times being naive UTC.
+ISO_UTC = "%Y-%m-%dT%H:%M:%SZ"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 

@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+from phasemeter.timeparse import ISO_UTC as DATE_FORMAT
 _QUOTE_IF = (",", '"', *os.linesep)  # csv.QUOTE_MINIMAL: the separator, the quote, the line end
 
 
@@ -59,15 +59,15 @@ def _column(s: pd.Series):
 
 
 def _floats(x: np.ndarray):
-    finite = np.isfinite(x)
     text = pc.cast(pa.array(x), pa.string())
-    # Integral values: Arrow writes 5, Python's repr 5.0.
-    whole = finite & (x == np.floor(x)) & (np.abs(x) < 1e10)
+    size = np.abs(x)
+    # Integral values: Arrow writes 5, Python's repr 5.0 (NaN and inf are not integral here).
+    whole = (x == np.floor(x)) & (size < 1e10)
     if whole.any():
         text = pc.if_else(pa.array(whole), pc.binary_join_element_wise(text, ".0", ""), text)
-    # Where Arrow and repr choose a different notation, repr each one (rare in these frames).
-    odd = ~finite | ((x != 0) & ((np.abs(x) < 1e-4) | (np.abs(x) >= 1e10)))
-    odd &= ~np.isnan(x)
+    # Where Arrow and repr choose a different notation, repr each one (rare in these frames);
+    # inf is among them (size >= 1e10), NaN is not (every comparison with it is false).
+    odd = (x != 0) & ((size < 1e-4) | (size >= 1e10))
     if odd.any():
         values = text.to_pylist()
         for i in np.flatnonzero(odd):

@@ -29,6 +29,7 @@ import pandas as pd
 
 from phasemeter.query.served import write_file
 from phasemeter.render.assets import asset
+from phasemeter.timeparse import ISO_UTC
 
 BAND, MEDIAN, TAIL = "#4c72b0", "#1f3b73", "#c0392b"
 NOTES = {"throughput": ("throughput: lower = slower, so the LOW percentiles (p1, p5) are the slow tail",
@@ -89,7 +90,7 @@ def render_bands_html(df: pd.DataFrame, path, *, bucket_order: list[str] | None 
     title = title or "phasemeter — percentile bands"
     seen = list(dict.fromkeys(df["input_bucket"]))
     order = [b for b in (bucket_order or []) if b in seen] + [b for b in seen if b not in (bucket_order or [])]
-    records = json.loads(df.assign(t=df["t"].dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    records = json.loads(df.assign(t=df["t"].dt.strftime(ISO_UTC))
                          .to_json(orient="records", double_precision=15))
     data = json.dumps({"title": title, "note": note, "notes": notes, "bucket_order": order,
                        "prefill_label": prefill_label, "rows": records})

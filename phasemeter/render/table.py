@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from phasemeter.query.queries import METHOD, PERCENTILES, PHASES
+from phasemeter.timeparse import ISO_UTC
 
 HEADER_NOTE = ("throughput tokens/s; LOW percentiles are the slow tail "
                "(slow p1 = the slowest 1%), high ones the fast side")
@@ -209,7 +210,7 @@ def json_records(df: pd.DataFrame) -> list[dict]:
 
 def _json_column(col: pd.Series, name) -> list:
     if name == "t":
-        text = pd.to_datetime(col).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+        text = pd.to_datetime(col).dt.strftime(ISO_UTC)
         return [v if isinstance(v, str) else None for v in text.tolist()]
     numpy = isinstance(col.dtype, np.dtype)  # not pandas' nullable Int64/Float64 (pd.NA inside)
     if numpy and col.dtype.kind == "f":  # numpy floats: NaN -> None, the rest Python floats
