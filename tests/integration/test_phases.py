@@ -268,7 +268,13 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
 
         def joined_ids():
             return [e["request_id"] for _, _, e in joined_records()]
-        wait_for(lambda: len(set(joined_ids())) >= len(gens), 120, "all requests joined")
+
+        def missing():
+            seen = set(joined_ids())
+            gone = sorted(g["rid"] for g in gens if g["rid"] not in seen)
+            return (f"{len(gens) - len(gone)} of {len(gens)} requests joined; missing {len(gone)}: {gone[:24]}"
+                    f"\n--- A ---\n{a.diagnose()}\n--- B ---\n{b.diagnose()}")
+        wait_for(lambda: len(set(joined_ids())) >= len(gens), 120, "all requests joined", missing)
         time.sleep(3)
         records = joined_records()
         consumer.close()
