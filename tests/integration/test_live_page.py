@@ -28,9 +28,13 @@ from conftest import WorkerProc
 
 pytestmark = [pytest.mark.integration]
 
-NOW = time.time()
-T0 = (NOW - 50 * 60) // 60 * 60  # the rows span [T0, T0 + 45 min): inside the page's default last hour
 SPAN_S = 45 * 60
+# The rows span [T0, T0 + 45 min), inside the page's default last hour. Both
+# are set by the `live` fixture when it writes the rows, not at import: under
+# xdist this file can start 10 minutes after collection, by when the oldest
+# rows had left the page's hour (a fresh-clone run: 12 of 3,828 missing).
+T0 = 0.0
+WINDOW: dict[str, str] = {}
 N = 2000
 
 
@@ -64,6 +68,9 @@ def written() -> list[dict]:
 def live(kafka_bootstrap, tmp_path_factory):
     from phasemeter.kafka_local import free_port
 
+    global T0
+    T0 = (time.time() - 50 * 60) // 60 * 60
+    WINDOW.update({"from": _iso(T0), "to": _iso(T0 + SPAN_S)})
     tmp, tag = tmp_path_factory.mktemp("live"), uuid.uuid4().hex[:10]
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PHASEMETER_TOPIC": f"gen-{tag}",
            "PHASEMETER_DLQ_TOPIC": f"gen-{tag}.dlq", "PHASEMETER_GROUP_ID": f"grp-{tag}",
@@ -102,9 +109,6 @@ def cli_json(env: dict, monkeypatch, *argv: str) -> dict:
     with contextlib.redirect_stdout(out):
         assert main(list(argv)) == 0
     return json.loads(out.getvalue())
-
-
-WINDOW = {"from": _iso(T0), "to": _iso(T0 + SPAN_S)}
 
 
 @pytest.mark.parametrize("step,path", [("5m", "exact"), ("5m", "rollup"), ("auto", "auto")])
