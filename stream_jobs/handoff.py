@@ -37,11 +37,16 @@ class Handoff:
 
     With acks off Faust no longer waits for a batch in hand when it stops or
     revokes partitions, so `run` and `settle` do: a stop (SIGTERM, a rolling
-    deploy) or a rebalance lets the batch finish, then hands over."""
+    deploy) or a rebalance lets the batch finish, then hands over.
+
+    More than one piece of work can be in hand: the join's expiry timer
+    publishes and writes the table like a batch does, and a stop or a revoke
+    that cut it between the two would leave the new owner an entry it
+    expires again (a generation published twice)."""
 
     def __init__(self, grace_s: float):
         self.grace_s = grace_s
-        self.in_hand: asyncio.Future | None = None
+        self.in_hand: set[asyncio.Future] = set()
         self._want: dict = {}  # FaustTP -> newest durable position not committed yet
         self._committer: asyncio.Future | None = None
 
@@ -77,7 +82,8 @@ class Handoff:
         the batch keeps running through the cancellation for up to `grace_s`,
         then the cancellation goes on. A batch cut anyway (grace exceeded,
         SIGKILL) is re-read from the durable position: slower, never wrong."""
-        task = self.in_hand = asyncio.ensure_future(work)
+        task = asyncio.ensure_future(work)
+        self.in_hand.add(task)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -89,15 +95,15 @@ class Handoff:
                 task.cancel()
             raise
         finally:
-            self.in_hand = None
+            self.in_hand.discard(task)
 
     async def settle(self) -> bool:
-        """Wait (up to `grace_s` each) for the batch in hand, then for the
+        """Wait (up to `grace_s` each) for the work in hand, then for the
         commit of what it made durable; True once neither is pending."""
-        task = self.in_hand
-        if task is not None and not task.done():
-            done, _ = await asyncio.wait({task}, timeout=self.grace_s)
-            if not done:
+        pending = {t for t in self.in_hand if not t.done()}
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=self.grace_s)
+            if late:
                 return False
         committer = self._committer
         if committer is not None and not committer.done():

@@ -189,9 +189,12 @@ class Join:
     # -- the timer ----------------------------------------------------------
     async def on_tick(self) -> None:
         s = self.settings
-        if not is_ready(self.app):
-            return  # a half-replayed table could expire what its changelog has already ended
         async with self.lock:
+            # Checked once the batch before has ended: a half-replayed table
+            # could expire what its changelog has already ended, and a tick
+            # that waited through a revoke would expire entries handed over.
+            if not is_ready(self.app):
+                return
             now = time.time()
             entries = self.owned_entries()
             newest: dict[int, float] = {}
@@ -233,7 +236,8 @@ def install(app, settings, bucket, crash) -> Join:
     @app.timer(settings.expiry_tick_s, name="phasemeter.expire")
     async def expire_tick():
         try:
-            await state.on_tick()
+            # Published and written like a batch: a stop or a revoke waits for both.
+            await state.handoff.run(state.on_tick())
         except Exception:  # a failed tick is retried by the next one
             log.exception("expiry tick failed")
 

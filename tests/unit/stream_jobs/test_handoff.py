@@ -29,7 +29,7 @@ def test_a_stop_lets_the_batch_in_hand_finish_then_stops():
 
     steps, in_hand = asyncio.run(main())
     assert steps == ["stored", "committed"]
-    assert in_hand is None
+    assert in_hand == set()
 
 
 def test_a_batch_longer_than_the_grace_is_cut_and_the_stop_goes_on():
@@ -78,6 +78,31 @@ def test_settle_waits_for_the_batch_in_hand_and_is_immediate_without_one():
     settled, steps = asyncio.run(main())
     assert settled is True
     assert steps == ["done", "revoked"]
+
+
+def test_settle_waits_for_every_piece_of_work_in_hand():
+    # The join's batch and its expiry timer both publish and then write the
+    # table; a revoke must wait for both, whichever started first.
+    async def main():
+        h, steps = Handoff(grace_s=5), []
+
+        async def work(name, seconds):
+            await asyncio.sleep(seconds)
+            steps.append(name)
+
+        tick = asyncio.ensure_future(h.run(work("tick written", 0.3)))
+        await asyncio.sleep(0.01)
+        batch = asyncio.ensure_future(h.run(work("batch written", 0.1)))
+        await asyncio.sleep(0.01)
+        settled = await h.settle()
+        steps.append("revoked")
+        await asyncio.gather(tick, batch)
+        return settled, steps, h.in_hand
+
+    settled, steps, in_hand = asyncio.run(main())
+    assert settled is True
+    assert steps == ["batch written", "tick written", "revoked"]
+    assert in_hand == set()
 
 
 def test_an_error_in_the_batch_reaches_the_agent():
