@@ -6,9 +6,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-unit bench bench-scale chaos soak setup kafka-jars clean
 
+# uv installs the same pinned set as pip (constraints.txt) in ~20 s instead of
+# ~2.5 min on 2 cores; pip stays the fallback where uv cannot be had.
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e ".[all]"
+	( $(BIN)/pip install -q -c constraints.txt uv \
+	  && $(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e ".[all]" ) \
+	  || $(BIN)/pip install -q -c constraints.txt -e ".[all]"
 	touch $(STAMP)
 
 setup: $(STAMP) kafka-jars
