@@ -24,7 +24,7 @@ import faust
 from phasemeter.settings import Settings
 from phasemeter.store.client import connect
 
-from . import batching, handoff, join_agent, resume
+from . import batching, handoff, join_agent, publish, resume
 from .pipeline import Pipeline
 from .sink import Sink
 from .ready import is_ready, until_ready
@@ -118,7 +118,8 @@ def create_app(settings: Settings, client=None) -> faust.App:
     raw = app.topic(*settings.ingest_topics, key_type=bytes, value_type=bytes,
                     key_serializer="raw", value_serializer="raw", acks=False)
     ingest_handoff = handoff.Handoff(settings.stop_grace_s)
-    dlq = app.topic(settings.dlq_topic, key_serializer="raw", value_serializer="raw")
+    # Dead letters and phases reach Kafka before the batch's progress is recorded.
+    pipeline.publisher = publish.Publisher(app)
     joiner = join_agent.install(app, settings, pipeline.bucket, _crash_guard)
 
     @app.on_partitions_assigned.connect
@@ -180,13 +181,13 @@ def create_app(settings: Settings, client=None) -> faust.App:
                 log.warning("rollup repaired from raw in %d cell(s): %s", len(repaired), repaired[:3])
         pipeline.writing_since = None
         t_written = time.time()
-        for record in dead:
-            value = json.dumps({k: record[k] for k in record if k != "ts"} | {"rejected_at": record["ts"]})
-            await dlq.send(key=record["src_topic"].encode(), value=value.encode())
-        await joiner.forward(phases)
         # Progress is recorded only once everything this batch produced is
-        # durable: rows and dead letters in the store, phases on Kafka.
-        await app.producer.flush()
+        # durable: rows and dead letters in the store, dead letters and
+        # phases acknowledged by Kafka (a refused record is sent again).
+        await pipeline.publisher.deliver([
+            (settings.dlq_topic, record["src_topic"].encode(),
+             json.dumps({k: record[k] for k in record if k != "ts"} | {"rejected_at": record["ts"]}).encode(),
+             None) for record in dead] + joiner.phase_messages(phases))
         positions = pipeline.sequencer.position({(e.message.topic, e.message.partition) for e in events})
         await save(positions)
         await ingest_handoff.commit(app, positions)

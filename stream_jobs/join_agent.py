@@ -29,7 +29,7 @@ import logging
 import time
 from collections import Counter
 
-from . import handoff, join, resume
+from . import handoff, join, publish, resume
 from .ready import is_ready, until_ready
 from .sequence import Sequencer
 
@@ -115,10 +115,7 @@ class Join:
         return {progress_key(p): (p, {"p": p, "next": o}) for (_, p), o in positions.items()}
 
     async def _send(self, topic: str, key, value: bytes | None, partition: int | None):
-        # Straight to Faust's producer (aiokafka): Topic.send costs ~0.5 ms of
-        # bookkeeping per message, which the join pays several times per
-        # generation. The future resolves when Kafka acknowledged the record.
-        return await self.app.producer.send(topic, key, value, partition, None, None)
+        return await publish.send(self.app, topic, key, value, partition)
 
     async def _publish(self, outputs: list[join.Output]) -> None:
         """Step 2: joined generations (and orphan records) as envelopes, which
@@ -144,12 +141,11 @@ class Join:
         if futures:
             await asyncio.gather(*futures)
 
-    async def forward(self, phases: list[tuple[int, float, dict]]) -> None:
-        """Ingest hands over its batch's phases. Not awaited here: ingest
-        flushes the producer before it records its progress."""
+    def phase_messages(self, phases: list[tuple[int, float, dict]]) -> list:
+        """Ingest's batch's phases -> the messages for the phases topic, which
+        ingest delivers (publish.py) before it records its progress."""
         name = self.phases.get_topic_name()
-        for partition, value in phase_envelopes(phases):
-            await self._send(name, None, value, partition)
+        return [(name, None, value, partition) for partition, value in phase_envelopes(phases)]
 
     # -- the agent's batch --------------------------------------------------
     async def on_batch(self, events) -> None:

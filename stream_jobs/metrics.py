@@ -55,6 +55,7 @@ def render(health: dict, inflight: dict) -> str:
            [({"what": k}, v) for k, v in sorted(inflight["counts"].items())])
     for key, (name, help_) in _COUNTERS.items():
         family(name, "counter", help_, [({}, health.get(key, 0))])
-    family("phasemeter_worker_paused", "gauge", "1 while the store is unavailable and consumption is paused.",
+    family("phasemeter_worker_paused", "gauge",
+           "1 while consumption is paused: the store is unavailable, or Kafka refuses what a batch publishes.",
            [({}, 1 if health.get("status") == "paused" else 0)])
     return "\n".join(out) + "\n"

@@ -71,6 +71,7 @@ class Pipeline:
         self.consumed = self.skipped = self.accepted = self.rejected = self.duplicates = 0
         self.forwarded = self.rejoined = 0
         self.started = time.time()
+        self.publisher = None  # publish.Publisher, set by the app
         self.last_batch_at: float | None = None
         self.last_batch: dict | None = None
         self.writing_since: float | None = None
@@ -192,9 +193,13 @@ class Pipeline:
         return rows, kept, phases, suspects
 
     def health(self) -> dict:
+        # The store, or Kafka refusing what a batch publishes: either way the
+        # batch waits and retries.
+        paused = self.sink.paused_reason or getattr(self.publisher, "paused_reason", None)
         return {
-            "status": "paused" if self.sink.paused_reason else "ok",
-            "paused_reason": self.sink.paused_reason,
+            "status": "paused" if paused else "ok",
+            "paused_reason": paused,
+            "publish_retries": getattr(self.publisher, "retries", 0),
             "consumed": self.consumed, "accepted": self.accepted, "rejected": self.rejected,
             "skipped_redelivered": self.skipped, "duplicates": self.duplicates,
             "phases_forwarded": self.forwarded, "rejoined_dropped": self.rejoined,

@@ -162,6 +162,43 @@ def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env, bu
     assert dead_reasons(pm_env) == []
 
 
+def test_phases_kafka_refuses_wait_and_are_joined_once_it_takes_them(worker, pm_env):
+    """The phases topic refuses every record (its max.message.bytes is below
+    one phase envelope, as on a cluster whose limit is smaller than the
+    worker's). A producer's flush does not raise for a refused record, so a
+    batch that only flushed recorded its progress over phases Kafka never
+    took: lost without a word. Now the batch waits and /health says why;
+    once the limit is raised, every generation is joined and stored once."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+    boot, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
+    phases_topic = f"{topic}.phases"
+    admin = KafkaAdminClient(bootstrap_servers=boot)
+    try:
+        admin.create_topics([NewTopic(phases_topic, 4, 1, topic_configs={"max.message.bytes": "64"})])
+        rng = random.Random(7)
+        gens = [make_generation(i, time.time() - 60, rng) for i in range(300)]
+        worker.start()
+        produce(boot, topic, [p for g in gens for p in g["phases"]])
+        health = wait_for(lambda: (h := worker.health()) and h["status"] == "paused" and h, 60,
+                          "the worker to pause on the refused phases", worker.diagnose)
+        assert "Kafka refused" in health["paused_reason"] and phases_topic in health["paused_reason"], health
+        time.sleep(2)
+        assert worker.stored_count() == 0
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, phases_topic,
+                                            configs={"max.message.bytes": "1048588"})])
+        wait_for(lambda: worker.stored_count() >= len(gens), 120, f"all {len(gens)} generations joined",
+                 worker.diagnose)
+        time.sleep(2)  # a generation joined twice would land now
+        health = worker.health()
+        assert health["status"] == "ok" and health["publish_retries"] >= 1, health
+    finally:
+        admin.close()
+        worker.stop()
+    check_rows(store_rows(pm_env), gens)
+
+
 @pytest.mark.slow
 def test_generations_that_never_end_are_written_as_abandoned(worker, pm_env):
     pm_env.update(PHASEMETER_ABANDON_AFTER_S="8", PHASEMETER_ORPHAN_GRACE_S="3", PHASEMETER_EXPIRY_TICK_S="0.5")
