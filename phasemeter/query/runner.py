@@ -15,10 +15,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from datetime import datetime
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from phasemeter.store.client import load_sql
+
+if TYPE_CHECKING:  # imported where a frame is built: the worker's ingest path never needs pandas
+    import pandas as pd
 
 
 def encode_params(params: dict) -> str:
@@ -46,6 +48,8 @@ def frame_to_json(df: pd.DataFrame) -> dict:
     """Values as Python's json writes them: floats by repr, so every digit
     survives (pandas' to_json keeps at most 15 decimal places, which turned
     1e-20 into 0 and cut digits off small latencies). Nulls of any kind -> null."""
+    import pandas as pd
+
     dtypes = {c: str(t) for c, t in df.dtypes.items()}
     columns = []
     for col, kind in dtypes.items():
@@ -53,28 +57,27 @@ def frame_to_json(df: pd.DataFrame) -> dict:
         if kind.startswith("datetime64"):
             columns.append([None if pd.isna(t) else pd.Timestamp(t).isoformat() for t in values])
         else:
-            columns.append([_plain(v) for v in values.to_numpy(dtype=object)])
+            columns.append([_plain(v, pd.NA) for v in values.to_numpy(dtype=object)])
     return {"columns": list(df.columns), "dtypes": dtypes, "rows": [list(r) for r in zip(*columns)]}
 
 
-def _plain(v):
+def _plain(v, na):
     """One cell as JSON: numpy scalars as Python numbers, arrays (the SLO
-    `counts`) as lists, nulls as None."""
+    `counts`) as lists, nulls (None, NaN, pandas' `na`) as None."""
     if hasattr(v, "tolist") and getattr(v, "ndim", 0):
         return v.tolist()
     if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    return None if _is_null(v) else (v.item() if hasattr(v, "item") else v)
-
-
-def _is_null(v) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and v != v)
+        return [_plain(x, na) for x in v]
+    null = v is None or v is na or (isinstance(v, float) and v != v)
+    return None if null else (v.item() if hasattr(v, "item") else v)
 
 
 def frame_from_json(payload: dict) -> pd.DataFrame:
     """The worker's frame back, each column in the dtype it had there: a
     nullable integer column (the rollup's counts over no rows) stays nullable
     instead of failing an int64 cast on its nulls."""
+    import pandas as pd
+
     df = pd.DataFrame(payload["rows"], columns=payload["columns"])
     for col, kind in payload["dtypes"].items():
         if kind.startswith("datetime64"):
