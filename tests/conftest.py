@@ -30,8 +30,8 @@ def pytest_collection_modifyitems(config, items):
     runs with --dist loadfile --no-loadscope-reorder, so this order is the
     order the test processes take whole files in). xdist's own order is
     by item count alone, which put the few-test, minute-long reliability
-    files last: one process then ran one alone while the others sat idle.
-    Longest first and the many short files last keeps them busy to the end."""
+    files last: one process then ran one alone while the other sat idle.
+    Longest first and the many short files last keeps both busy to the end."""
     count = Counter(item.path for item in items)
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     order = {path: (path not in slow, -n) for path, n in count.items()}
