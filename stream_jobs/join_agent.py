@@ -114,14 +114,11 @@ class Join:
     def _progress_changes(positions: dict) -> dict:
         return {progress_key(p): (p, {"p": p, "next": o}) for (_, p), o in positions.items()}
 
-    async def _send(self, topic: str, key, value: bytes | None, partition: int | None):
-        return await publish.send(self.app, topic, key, value, partition)
-
     async def _publish(self, outputs: list[join.Output]) -> None:
         """Step 2: joined generations (and orphan records) as envelopes, which
         ingest reads like any other; on Kafka before the table says done."""
         name = self.joined.get_topic_name()
-        futures = [await self._send(name, None, _envelope([rec for _, rec in part]), None)
+        futures = [await publish.send(self.app, name, None, _envelope([rec for _, rec in part]), None)
                    for part in join.chunks(outputs)]
         if futures:
             await asyncio.gather(*futures)
@@ -134,10 +131,10 @@ class Join:
         for key, (partition, entry) in changes.items():
             if entry is None:
                 data.pop(key, None)  # a tombstone: compaction forgets the key
-                futures.append(await self._send(name, key, None, partition))
+                futures.append(await publish.send(self.app, name, key, None, partition))
             else:
                 data[key] = entry
-                futures.append(await self._send(name, key, _dumps(entry), partition))
+                futures.append(await publish.send(self.app, name, key, _dumps(entry), partition))
         if futures:
             await asyncio.gather(*futures)
 
