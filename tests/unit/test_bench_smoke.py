@@ -93,19 +93,10 @@ def test_worker_render_reports_missing_envelope_support(bench):
     assert "envelopes not supported by this worker" in text
 
 
-def test_run_all_markdown_and_kept_notes(bench, tmp_path):
+def test_run_all_stages(bench):
     ra = bench("run_all")
     keys = [s["key"] for s in ra.stages(False, "")]
     assert keys == ["emitter", "worker", "join", "sink", "freshness", "profile", "queries", "accuracy"]
-    missing = ra.run_stage({"key": "x", "title": "X", "note": "", "script": "no_such_bench.py", "json": False,
-                            "runs": [[]]}, 10, None)
-    assert "skipped" in missing
-    out = tmp_path / "B.md"
-    out.write_text(f"old\n{ra.NOTES_BEGIN}\nhot spot\n{ra.NOTES_END}\n")
-    notes = ra.kept_notes(out)
-    text = ra.markdown({"nproc": 2}, [missing], 1.0, [], notes)
-    assert "does not exist yet" in text and "## Machine" in text and "hot spot" not in text  # only under Profile
-    assert ra.kept_notes(tmp_path / "none.md") == ""
 
 
 def test_join_bench_phase_events_store_the_same_rows(bench):
@@ -153,6 +144,14 @@ def test_join_bench_summary_render_and_profile(bench, tmp_path):
     assert r["cpu_us_per_generation"] == {"single": 1000, "join": 1000, "join_env": 1000}
     assert "**join ÷ single: 0.075**" in bj.render(r) and "**yes**" in bj.render(r)
     assert "envelopes of 100 ÷ single: 0.350**" in bj.render(r)
+    # --compare-python: the old worker's join modes, read against the same round's single run
+    compared = [runs[0], runs[1], run("join@old", 50.0), runs[2], run("join_env@old", 250.0),
+                runs[3], runs[4], run("join@old", 300.0), runs[5], run("join_env@old", 600.0)]
+    c = {**r, "params": {"n": 1000, "compare_python": "/old/bin/python"}, **bj.summarize(compared)}
+    assert c["join_vs_single"] == 0.075 and c["join_env_vs_single"] == 0.35  # unchanged by the old runs
+    assert c["old_pair_ratios"] == [0.05, 0.1] and c["old_env_pair_ratios"] == [0.25, 0.2]
+    assert c["old_join_vs_single"] == 0.087 and c["old_join_env_vs_single"] == 0.212
+    assert "join ÷ single **0.087**" in bj.render(c) and "join ÷ single **" not in bj.render(r)
     runs[1] = run("join", 100.0, accepted=999)
     assert not bj.summarize(runs)["all_joined"]
     raw = tmp_path / "p.raw"
@@ -164,16 +163,32 @@ def test_join_bench_summary_render_and_profile(bench, tmp_path):
     assert "error" in bj.profile_shares(str(tmp_path / "none.raw"), 1.0)
 
 
-def test_run_all_keeps_notes_per_stage(bench, tmp_path):
+def test_run_all_writes_its_parts_and_keeps_everything_else(bench, tmp_path):
+    """`make bench` rewrites only what run_all wrote before: hand-written findings, sections
+    no stage writes, and (with --only) the other stages' parts stay as they were."""
     ra = bench("run_all")
-    out = tmp_path / "B.md"
-    begin, end = ra.markers("join")
-    out.write_text(f"x\n{begin}\njoin findings\n{end}\n{ra.NOTES_BEGIN}\nprofile findings\n{ra.NOTES_END}\n")
-    assert "join findings" in ra.kept_notes(out, "join") and "profile" not in ra.kept_notes(out, "join")
-    assert "profile findings" in ra.kept_notes(out)
-    section = {"key": "join", "title": "J", "note": "", "runs": []}
-    text = ra.markdown({"nproc": 2}, [section], 1.0, [], {"join": ra.kept_notes(out, "join")})
-    assert "join findings" in text and "profile findings" not in text
+    run = {"command": "python bench/bench_join.py", "rc": 0, "seconds": 1.0, "stdout": "| t |\n|---|\n| 2 |"}
+    join = {"key": "join", "title": "2b. Join", "note": "", "runs": [run]}
+    first = ra.merge("", ra.parts({"nproc": 2}, [join], 60.0, ["--only", "join"]))
+    assert first.startswith("# Benchmarks\n") and "`python bench/run_all.py --only join`" in first
+    assert "## Machine" in first and "## 2b. Join" in first and "| 2 |" in first
+    # a person adds findings under the generated part and a section of their own
+    edited = first.replace("<!-- /join-run -->", "<!-- /join-run -->\n\n### Findings\nkept words") + \
+        "\n## 14. At scale\n\nhand-made table\n"
+    again = ra.merge(edited, ra.parts({"nproc": 4}, [{**join, "runs": [{**run, "stdout": "| 3 |"}]}], 6.0, []))
+    assert "| 3 |" in again and "| 2 |" not in again and "| 4 |" in again
+    assert "### Findings\nkept words" in again and "hand-made table" in again
+    assert again.index("| 3 |") < again.index("kept words") < again.index("hand-made table")
+    assert again.count("## 2b. Join") == 1 and again.count("## Machine") == 1
+    # an existing heading without marks (a report from before the marks): the part goes right under it
+    old = "# Benchmarks\n\n## 2b. Join\n\nold findings\n\n## 3. Sink\n\nsink words\n"
+    merged = ra.merge(old, ra.parts({}, [join], 1.0, []))
+    assert merged.index("## 2b. Join") < merged.index("| 2 |") < merged.index("old findings") < merged.index("sink")
+    # a stage absent from the report becomes a new section at the end; a skipped script says so
+    missing = ra.run_stage({"key": "x", "title": "X", "note": "", "script": "no_such_bench.py", "json": False,
+                            "runs": [[]]}, 10, None)
+    tail = ra.merge(merged, ra.parts({}, [missing], 1.0, []))
+    assert tail.rstrip().endswith("<!-- /x-run -->") and "does not exist yet" in tail and "sink words" in tail
 
 
 def test_chunk_hook_bench_tiny(bench):
