@@ -1,6 +1,7 @@
 """Phase-join throughput next to single-event throughput, same worker, same run.
 
     python bench/bench_join.py [--n 20000] [--rounds 2] [--py-spy [OUT.raw]] [--bootstrap H:P] [--json OUT]
+                               [--compare-python OLD/bin/python]
 
 1. Pre-fills two topics with the same N synthetic generations: one as
    generation events (schema v1, one message each), one as phase events
@@ -17,6 +18,9 @@
 4. --py-spy [OUT.raw]: one more join run, not counted above, recorded with
    py-spy (kept in OUT.raw if given); prints the share of the worker's main
    thread (its event loop) spent in a few frames.
+5. --compare-python OLD/bin/python: each round also runs the two join modes
+   with that interpreter's worker (another checkout's venv), right after this
+   one's, so a change is read against the old code in the same run.
 Without --bootstrap a local broker is started in a tmp dir and stopped at the end.
 """
 
@@ -48,14 +52,17 @@ FRAMES = {"Topic.send": "Faust Topic.send (ingest forwarding phases; join publis
           "EpollSelector.select": "idle in select"}
 
 
+OLD = "@old"  # suffix of a mode run by --compare-python's worker
+
+
 def run_worker(bootstrap: str, topic: str, mode: str, n: int, messages: int, args, spy: str = "") -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix=f"pm-bench-join-{mode}-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"pm-bench-join-{mode.replace(OLD, '-old')}-"))
     tag = uuid.uuid4().hex[:8]
     # Abandon after 1 h, not 10 min: t0s are from the pre-fill, and a --big run lasts > 10 min.
     extra = {"PHASEMETER_PHASE_TOPIC": f"{topic}.phases-{tag}", "PHASEMETER_JOINED_TOPIC": f"{topic}.joined-{tag}",
              "PHASEMETER_ABANDON_AFTER_S": "3600"}
     w = U.Worker(bootstrap, topic, tmp, batch_rows=args.batch_rows, batch_seconds=args.batch_seconds,
-                 extra_env=extra)
+                 extra_env=extra, python=args.compare_python if mode.endswith(OLD) else sys.executable)
     out, prof = {"mode": mode, "generations": n, "messages": messages}, None
     try:
         w.migrate()
@@ -82,7 +89,8 @@ def run_worker(bootstrap: str, topic: str, mode: str, n: int, messages: int, arg
         h = out["health"] = w.health() or out["health"]
         out["all_joined"] = (h.get("accepted") == n and h.get("rejected") == 0 and h.get("duplicates") == 0
                              and not inflight.get("in_flight") and inflight.get("awaiting_start") == 0
-                             and (mode == "single" or inflight.get("counts", {}).get("generations_joined") == n))
+                             and (mode.startswith("single")
+                                  or inflight.get("counts", {}).get("generations_joined") == n))
     finally:
         U.stop_process(prof, kill=True)
         w.stop()
@@ -116,12 +124,26 @@ def summarize(runs: list[dict]) -> dict:
     def med(mode, key):
         return statistics.median([r.get(key) or 0.0 for r in runs if r["mode"] == mode])
 
-    rounds = [runs[i:i + len(MODES)] for i in range(0, len(runs), len(MODES))]
-    pairs = [U.ratio(r[1].get("drain_gens_per_s"), r[0].get("drain_gens_per_s")) for r in rounds]
-    env_pairs = [U.ratio(r[2].get("drain_gens_per_s"), r[0].get("drain_gens_per_s")) for r in rounds]
+    # A round starts at each single run; ratios are against that round's single.
+    rounds: list[dict] = []
+    for r in runs:
+        if r["mode"] == "single":
+            rounds.append({})
+        rounds[-1][r["mode"]] = r.get("drain_gens_per_s")
+
+    def per_round(mode):
+        return [U.ratio(r.get(mode), r.get("single")) for r in rounds if mode in r]
+
+    pairs, env_pairs = per_round("join"), per_round("join_env")
     single, join, env = (med(m, "drain_gens_per_s") for m in MODES)
-    cpu = {m: med(m, "cpu_s") / runs[0]["generations"] * 1e6 for m in MODES}
-    return {"single_gens_per_s": single, "join_gens_per_s": join, "join_vs_single": U.ratio(join, single),
+    modes = list(dict.fromkeys(r["mode"] for r in runs))
+    cpu = {m: med(m, "cpu_s") / runs[0]["generations"] * 1e6 for m in modes}
+    old = {}
+    if any(m.endswith(OLD) for m in modes):
+        old = {"old_join_vs_single": U.ratio(med("join" + OLD, "drain_gens_per_s"), single),
+               "old_join_env_vs_single": U.ratio(med("join_env" + OLD, "drain_gens_per_s"), single),
+               "old_pair_ratios": per_round("join" + OLD), "old_env_pair_ratios": per_round("join_env" + OLD)}
+    return {**old, "single_gens_per_s": single, "join_gens_per_s": join, "join_vs_single": U.ratio(join, single),
             "join_env_gens_per_s": env, "join_env_vs_single": U.ratio(env, single), "env_pair_ratios": env_pairs,
             "pair_ratios": pairs, "join_msgs_per_s": med("join", "msgs_per_s"),
             "cpu_us_per_generation": {m: round(v) for m, v in cpu.items()},
@@ -140,6 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--py-spy", nargs="?", const="-", default="", metavar="OUT.raw",
                     help="profile the last join run (into OUT.raw if given)")
     ap.add_argument("--json", default="", help="also write the result dict here")
+    ap.add_argument("--compare-python", default="", metavar="OLD/bin/python",
+                    help="also run the join modes with this interpreter's worker, each round")
     args = ap.parse_args(argv)
     U.exit_cleanly_on_sigterm()
 
@@ -162,9 +186,11 @@ def main(argv: list[str] | None = None) -> dict:
                              "avg_bytes": sum(len(v) for _, v in msgs) / len(msgs)}
         result["prefill"] = prefill
         del events, single, phases, bodies, enveloped
-        for mode in [m for _ in range(args.rounds) for m in MODES] + (["join"] if args.py_spy else []):
-            spy = args.py_spy if len(result["runs"]) == len(MODES) * args.rounds else ""
-            r = run_worker(bootstrap, topics[mode], mode, args.n, prefill[mode]["messages"], args, spy)
+        order = [m for m in MODES for m in ([m, m + OLD] if args.compare_python and m != "single" else [m])]
+        for mode in [m for _ in range(args.rounds) for m in order] + (["join"] if args.py_spy else []):
+            spy = args.py_spy if len(result["runs"]) == len(order) * args.rounds else ""
+            base = mode.removesuffix(OLD)  # the old worker reads the same pre-filled topic
+            r = run_worker(bootstrap, topics[base], mode, args.n, prefill[base]["messages"], args, spy)
             if spy:
                 result["profiled"] = r
             else:
@@ -204,6 +230,13 @@ def render(result: dict) -> str:
               f"(median {f(result.get('join_env_gens_per_s'))} generations/s; per round: "
               f"{', '.join(f(x, 3) for x in result.get('env_pair_ratios', []))}; worker CPU per generation "
               f"{cpu.get('join_env', 'n/a')} µs).",
+              *([f"With --compare-python's worker ({result['params']['compare_python']}), same rounds: "
+                 f"join ÷ single **{f(result.get('old_join_vs_single'), 3)}** (per round "
+                 f"{', '.join(f(x, 3) for x in result.get('old_pair_ratios', []))}), envelopes ÷ single "
+                 f"**{f(result.get('old_join_env_vs_single'), 3)}** (per round "
+                 f"{', '.join(f(x, 3) for x in result.get('old_env_pair_ratios', []))}); worker CPU per "
+                 f"generation {cpu.get('join' + OLD, 'n/a')} / {cpu.get('join_env' + OLD, 'n/a')} µs."]
+                if "old_join_vs_single" in result else []),
               "Every generation joined and stored, none rejected, nothing in flight: "
               + ("**yes**" if result.get("all_joined") else "**NO** (see the table)")]
     prof = dict((result.get("profiled") or {}).get("profile") or {})
