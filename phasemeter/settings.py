@@ -55,6 +55,10 @@ class Settings:
         "also how long a joined request_id is remembered to recognise duplicated phases.")
     expiry_tick_s: float = _f(5.0, "PHASEMETER_EXPIRY_TICK_S",
                               "How often the worker looks for abandoned generations and orphan phases.")
+    recovery_stall_s: float = _f(
+        120.0, "PHASEMETER_RECOVERY_STALL_S",
+        "If the join table's recovery after a rebalance reads no changelog record for this long while it "
+        "still expects some, the worker exits with code 75 so its supervisor restarts it.")
     topic_partitions: int = _f(4, "PHASEMETER_TOPIC_PARTITIONS",
                                "Partitions when phasemeter creates the topics (key = request_id).")
     group_id: str = _f("phasemeter-worker", "PHASEMETER_GROUP_ID", "Kafka consumer group of the workers.")

@@ -335,3 +335,52 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
         assert len(ids) == len(set(ids)), "a request stored twice in one store"
         check_rows(rows, [g for g in gens if g["rid"] in set(ids)])  # exact values
     assert {r["request_id"] for r in rows_a + rows_b} == {g["rid"] for g in gens}
+
+
+def test_a_table_recovery_that_stops_making_progress_exits_for_a_restart(pm_env, tmp_path):
+    """Faust's table recovery can wait for changelog records it is never given
+    (seen once in ten two-worker rebalance runs: two partitions, no record in
+    two minutes, nothing joined; a restart recovered in 0.6 s). Made certain
+    here: a committed transaction leaves a control marker at the end of one
+    changelog partition, which the highwater counts and no consumer is ever
+    handed, so the recovery waits for it forever. The worker must notice that
+    the records it expects stopped changing and exit with 75 for its
+    supervisor, instead of standing not ready. (Unlike the case seen, a
+    restart here would wait again: the marker stays.)"""
+    import subprocess
+    import sys
+
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from conftest import WorkerProc
+
+    boot = pm_env["KAFKA_BOOTSTRAP_SERVERS"]
+    env = {**pm_env, "PHASEMETER_RECOVERY_STALL_S": "8"}
+    w = WorkerProc(env, tmp_path, int(pm_env["PHASEMETER_WEB_PORT"]))
+    w.run("migrate")
+    changelog = f"{pm_env['PHASEMETER_GROUP_ID']}-phasemeter-join-changelog"
+    admin = KafkaAdminClient(bootstrap_servers=boot)
+    admin.create_topics([NewTopic(changelog, 4, 1, topic_configs={"cleanup.policy": "compact"})])
+    admin.close()
+    tx = KafkaProducer(bootstrap_servers=boot, transactional_id=f"tx-{uuid.uuid4().hex[:8]}")
+    tx.init_transactions()
+    tx.begin_transaction()
+    tx.send(changelog, key=b"forgotten", value=None, partition=0)
+    tx.commit_transaction()
+    tx.close()
+    with open(w.log, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "phasemeter", "worker", "--loglevel", "warn"], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        rc = proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        rc = None
+    finally:
+        health = w.health()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log_text = w.log.read_text(errors="replace")
+    assert rc == 75, f"exit code {rc} (None: still running after 120 s); /health {health}\n{log_text[-3000:]}"
+    assert "table recovery has read no changelog record" in log_text and f"{changelog}/0" in log_text, \
+        log_text[-3000:]
