@@ -108,12 +108,13 @@ def parts(info: dict, sections: list[dict], total_s: float, argv: list[str]) -> 
             lines += [s["note"], ""]
         if s.get("skipped"):
             lines += [s["skipped"], ""]
-        for r in s.get("runs", []) if not s.get("skipped") else []:
-            lines += ["```", r["command"], "```", ""]
-            if r["rc"] != 0:
-                lines += [f"**exit code {r['rc']}** after {r['seconds']} s; stderr tail:", "", "```",
-                          r["stderr_tail"], "```", ""]
-            lines += [r["stdout"] or "(no output)", "", f"_({r['seconds']} s)_", ""]
+        else:
+            for r in s["runs"]:
+                lines += ["```", r["command"], "```", ""]
+                if r["rc"] != 0:
+                    lines += [f"**exit code {r['rc']}** after {r['seconds']} s; stderr tail:", "", "```",
+                              r["stderr_tail"], "```", ""]
+                lines += [r["stdout"] or "(no output)", "", f"_({r['seconds']} s)_", ""]
         out.append((s["key"], f"## {s['title']}", "\n".join(lines).rstrip("\n")))
     return out
 
@@ -132,10 +133,10 @@ def merge(old: str, generated: list[tuple[str, str, str]]) -> str:
     for key, heading, body in generated:
         begin, end = run_marks(key)
         block = f"{begin}\n{body}\n{end}"
-        if begin in text and end in text[text.index(begin):]:
-            a = text.index(begin)
-            b = text.index(end, a) + len(end)
-            text = text[:a] + block + text[b:]
+        a = text.find(begin)
+        b = text.find(end, a) if a >= 0 else -1
+        if b >= 0:
+            text = text[:a] + block + text[b + len(end):]
             continue
         lines = text.split("\n")
         anchor = heading or "# Benchmarks"

@@ -146,14 +146,12 @@ def create_app(settings: Settings, client=None) -> faust.App:
             recovery = getattr(app.tables, "recovery", None)
             if recovery is None:
                 continue
-            remaining = recovery.active_remaining_total()
-            if watch.stalled(time.monotonic(), bool(recovery.in_recovery), remaining):
+            left = {tp: n for tp, n in recovery.active_remaining().items() if n > 0}
+            if watch.stalled(time.monotonic(), bool(recovery.in_recovery), sum(left.values())):
                 log.critical("table recovery has read no changelog record for %.0f s and still expects %d on %s; "
                              "exiting with %d so a supervisor restarts the worker",
-                             watch.stuck_for(time.monotonic()), remaining,
-                             sorted(f"{tp.topic}/{tp.partition}"
-                                    for tp, n in recovery.active_remaining().items() if n > 0),
-                             EXIT_RECOVERY_STALLED)
+                             watch.stuck_for(time.monotonic()), sum(left.values()),
+                             sorted(f"{tp.topic}/{tp.partition}" for tp in left), EXIT_RECOVERY_STALLED)
                 logging.shutdown()
                 os._exit(EXIT_RECOVERY_STALLED)
 

@@ -15,8 +15,8 @@ crash-only by design (every position it resumes from is durable).
 Progress is the number of changelog records the recovery still expects
 (Faust's `active_remaining_total`). A large changelog may take minutes to
 read, but that number keeps falling while it does; only a recovery whose
-count has not moved for `stall_s` is called stuck. Pure: the timer in
-app.py feeds it and exits.
+count has not moved for `stall_s` is called stuck. Pure: a task in app.py
+feeds it every few seconds and exits.
 """
 
 from __future__ import annotations
