@@ -8,6 +8,7 @@ Pure and dependency-free, so the gateway install can import it."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from . import reasons as R
@@ -31,6 +32,45 @@ LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway":
 STALL_FIELDS = ("chunks", "max_gap_s", "gaps_over", "gap_threshold_s")
 V2_OPTIONAL = STALL_FIELDS + ("output_tokens_estimated",)
 DEFAULT_STALL_THRESHOLD_S = 0.5
+
+
+# JSON may spell a character as a \u escape. One that is half of a
+# surrogate pair with no other half ("\ud800") parses to a lone surrogate:
+# a Python str that no UTF-8 encoder accepts. Stored text must be UTF-8, so
+# such an event is refused here, by name, before any code builds text from
+# it (the sink's Arrow tables, a dead letter's detail). Only a message that
+# holds such an escape at all is walked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def may_hold_lone_surrogate(raw: bytes) -> bool:
+    return b"\\u" in raw and _SURROGATE_ESCAPE.search(raw) is not None
+
+
+def lone_surrogate(value, path: str = "") -> Rejection | None:
+    """not_utf8 naming the first key or string of `value` (a parsed event)
+    that holds a lone surrogate; None when all its text is valid Unicode."""
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return Rejection(R.NOT_UTF8, f"{path or 'a string'} holds a lone surrogate (U+{ord(value[exc.start]):04X}, "
+                                         "half of a \\u escape pair); text must be valid Unicode")
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            bad = lone_surrogate(key, f"a field name in {path or 'the event'}") or lone_surrogate(
+                item, f"{path}.{key}" if path else str(key))
+            if bad is not None:
+                return bad
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            bad = lone_surrogate(item, f"{path}[{i}]")
+            if bad is not None:
+                return bad
+    return None
 
 
 @dataclass(frozen=True)

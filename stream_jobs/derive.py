@@ -13,7 +13,7 @@ import time
 from . import reasons as R
 from .buckets import Bucketer
 from .contract import LABEL_FIELDS, check_count, check_duration, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
-from .contract import V2_OPTIONAL, check_gap_within, check_v2_optional
+from .contract import V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate, may_hold_lone_surrogate
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
 __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_event", "process_message",
@@ -224,14 +224,24 @@ def process(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = No
     event = parse(raw, max_bytes)
     if isinstance(event, Rejection):
         return event
+    bad = lone_surrogate(event) if may_hold_lone_surrogate(raw) else None
+    if bad is not None:
+        return bad
     fields = validate(event, now)
     if isinstance(fields, Rejection):
         return fields
     return derive(fields, bucket)
 
 
-def process_event(event, bucket: Bucketer, now: float, internal: bool = False) -> dict | Phase | Rejection:
-    """One parsed event (a dict from a message or an envelope) -> row, Phase or Rejection."""
+def process_event(event, bucket: Bucketer, now: float, internal: bool = False,
+                  check_text: bool = False) -> dict | Phase | Rejection:
+    """One parsed event (a dict from a message or an envelope) -> row, Phase or
+    Rejection. `check_text`: its message holds an escape that may have parsed
+    to a lone surrogate (contract.may_hold_lone_surrogate)."""
+    if check_text:
+        bad = lone_surrogate(event)
+        if bad is not None:
+            return bad
     kind = event.get("kind") if isinstance(event, dict) else None
     if kind in PHASE_KINDS:
         fields = validate_phase(event, now)
@@ -267,8 +277,9 @@ def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | N
     if isinstance(event, Rejection):
         return [event]
     now = time.time() if now is None else now
+    check = may_hold_lone_surrogate(raw)
     if event.get("kind") != "batch":
-        return [process_event(event, bucket, now, internal)]
+        return [process_event(event, bucket, now, internal, check)]
     version = event.get("schema_version")
     if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
         return [Rejection(R.UNKNOWN_VERSION, f"envelope schema_version={version!r}")]
@@ -279,7 +290,7 @@ def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | N
         return [Rejection(R.BAD_VALUE, f"envelope must hold 1..{max_batch} events and nothing else")]
     out: list[dict | Phase | Rejection] = []
     for i, item in enumerate(inner):
-        result = process_event(item, bucket, now, internal)
+        result = process_event(item, bucket, now, internal, check)
         out.append(Rejection(result.reason, f"events[{i}]: {result.detail}") if isinstance(result, Rejection)
                    else result)
     return out

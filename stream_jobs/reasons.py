@@ -2,7 +2,7 @@
 strings, so they are part of the public contract: add, never rename."""
 
 OVERSIZE = "oversize"                # raw message larger than max_message_bytes
-NOT_UTF8 = "not_utf8"                # bytes are not valid UTF-8
+NOT_UTF8 = "not_utf8"                # bytes are not valid UTF-8, or a \u escape is half a surrogate pair
 MALFORMED_JSON = "malformed_json"    # not parseable as JSON
 NOT_OBJECT = "not_object"            # JSON, but not an object
 UNKNOWN_VERSION = "unknown_version"  # schema_version missing or not supported

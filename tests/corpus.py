@@ -101,6 +101,14 @@ POISON = [
     ("gaps_over above chunks", event(schema_version=2, chunks=2, gaps_over=3, gap_threshold_s=0.5),
      R.INCONSISTENT),
     ("max_gap_s longer than e2e", phase("end", chunks=3, max_gap_s=3.0), R.INCONSISTENT),
+    # json.dumps escapes a lone surrogate as "\ud800": valid JSON, valid
+    # UTF-8 bytes, but text no UTF-8 encoder (Arrow, the store) accepts.
+    ("lone surrogate in request_id", event(request_id="r\ud800"), R.NOT_UTF8),
+    ("lone low surrogate in model", event(model="m\udfff"), R.NOT_UTF8),
+    ("lone surrogate in gateway", event(gateway="gw\udc00x"), R.NOT_UTF8),
+    ("lone surrogate in a field name", event(**{"x\ud800": 1}), R.NOT_UTF8),
+    ("lone surrogate in a phase", phase("start", model="m\ud83d"), R.NOT_UTF8),
+    ("lone surrogate in a bad status", event(status="\ud800"), R.NOT_UTF8),
 ]
 
 

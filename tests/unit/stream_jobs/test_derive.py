@@ -123,6 +123,26 @@ def test_envelope_each_event_judged_alone():
     assert out[3].reason == R.NOT_OBJECT
 
 
+def test_a_lone_surrogate_rejects_only_its_event_and_every_text_it_yields_is_utf8():
+    from phasemeter.stream_jobs.derive import process_message
+
+    # A pair escaped by an ASCII-only encoder (json.dumps' default) is one
+    # character and valid; half a pair is not.
+    paired, lone = event(model="m\U0001F600", request_id="ok"), event(request_id="r\udbff")
+    raw = envelope([paired, lone, event(gateway="\ud800\ud800"), event(request_id="r\\ud800")])
+    assert b"\\ud83d\\ude00" in raw
+    out = process_message(raw, BUCKET, 1_000_000, NOW)
+    assert [type(r).__name__ for r in out] == ["dict", "Rejection", "Rejection", "dict"]
+    assert out[0]["model"] == "m\U0001F600" and out[3]["request_id"] == "r\\ud800"  # a backslash, then text
+    assert out[1].reason == out[2].reason == R.NOT_UTF8
+    assert out[1].detail.startswith("events[1]: request_id holds a lone surrogate (U+DBFF")
+    assert out[2].detail.startswith("events[2]: gateway holds")
+    for result in out:  # what the sink and the dead letters build from it
+        for text in (result.values() if isinstance(result, dict) else [result.detail]):
+            if isinstance(text, str):
+                text.encode("utf-8")
+
+
 @pytest.mark.parametrize("raw,reason", [
     (envelope([]), R.WRONG_TYPE),
     (envelope("nope"), R.WRONG_TYPE),
