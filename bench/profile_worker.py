@@ -50,14 +50,14 @@ class StubSink:
         return set()
 
 
-def make_events(n: int, envelope_size: int, topic: str = "bench.profile") -> list:
-    events = U.synthetic_events(n)
+def make_events(n: int, envelope_size: int, topic: str = "bench.profile", first_offset: int = 0) -> list:
+    events = U.synthetic_events(n)  # new request_ids on every call
     if envelope_size > 1:
         values = [U.envelope(events[i:i + envelope_size]) for i in range(0, n, envelope_size)]
     else:
         values = [U.encode_event(e) for e in events]
-    return [SimpleNamespace(message=SimpleNamespace(topic=topic, partition=i % 4, offset=i // 4), value=v)
-            for i, v in enumerate(values)]
+    return [SimpleNamespace(message=SimpleNamespace(topic=topic, partition=i % 4, offset=first_offset + i // 4),
+                            value=v) for i, v in enumerate(values)]
 
 
 def make_pipeline(with_store: bool, tmp: Path):
@@ -115,32 +115,39 @@ def overall(stats: pstats.Stats, limit: int) -> list[dict]:
 
 
 def run(n: int, batch: int, envelope_size: int, with_store: bool, top: int) -> dict:
-    events = make_events(n, envelope_size)
     per_msg = max(1, envelope_size)
     batch_msgs = max(1, batch // per_msg)
-    batches = [events[i:i + batch_msgs] for i in range(0, len(events), batch_msgs)]
+
+    def batches(first_offset: int = 0) -> list:
+        # With a store, each pass needs records the store has not seen: new
+        # request_ids and offsets past the last pass's (the same topic, so the
+        # pipeline treats them as the raw topic's, not another one's).
+        events = make_events(n, envelope_size, first_offset=first_offset)
+        return [events[i:i + batch_msgs] for i in range(0, len(events), batch_msgs)]
+
     tmp = Path(tempfile.mkdtemp(prefix="pm-bench-prof-"))
     try:
         # Pass 1: unprofiled wall time.
         pipeline, client = make_pipeline(with_store, tmp)
-        per_batch(pipeline, batches[:1], with_store)  # warm-up: imports, first-batch store reads
-        pipeline, client2 = (pipeline, client) if with_store else make_pipeline(False, tmp)
-        if with_store:  # fresh offsets for the timed pass: relabel the topic
-            for e in events:
-                e.message.topic = "bench.profile.2"
+        timed = batches()
+        messages = sum(map(len, timed))
+        per_batch(pipeline, timed[:1], with_store)  # warm-up: imports, first-batch store reads
+        if with_store:
+            timed = batches(n)
+        else:
+            pipeline, _ = make_pipeline(False, tmp)
         t = time.perf_counter()
-        rows = per_batch(pipeline, batches, with_store)
+        rows = per_batch(pipeline, timed, with_store)
         wall = time.perf_counter() - t
         # Pass 2: the same under cProfile.
         if with_store:
-            for e in events:
-                e.message.topic = "bench.profile.3"
+            timed = batches(2 * n)
         else:
             pipeline, _ = make_pipeline(False, tmp)
         prof = cProfile.Profile()
         t = time.perf_counter()
         prof.enable()
-        per_batch(pipeline, batches, with_store)
+        per_batch(pipeline, timed, with_store)
         prof.disable()
         prof_wall = time.perf_counter() - t
         if client is not None:
@@ -148,7 +155,7 @@ def run(n: int, batch: int, envelope_size: int, with_store: bool, top: int) -> d
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     stats = pstats.Stats(prof, stream=io.StringIO())
-    return {"messages": len(events), "generations": rows, "batch_rows": batch, "with_store": with_store,
+    return {"messages": messages, "generations": rows, "batch_rows": batch, "with_store": with_store,
             "envelope_size": envelope_size, "wall_s": wall, "us_per_generation": wall / max(1, rows) * 1e6,
             "generations_per_s": rows / wall if wall else None, "profiled_wall_s": prof_wall,
             "ours": ours(stats, top), "overall": overall(stats, top)}
