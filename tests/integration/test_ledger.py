@@ -5,6 +5,7 @@ view block (the view is not atomic with its source insert)."""
 from __future__ import annotations
 
 import time
+import zlib
 from datetime import datetime, timezone
 
 import clickhouse_connect
@@ -79,6 +80,36 @@ def write_with_a_lost_block(client, tier: str = "minute"):
     sink.write(lost, [])
     client.command(f"ATTACH TABLE generations_{tier}_mv")
     return sink, lost
+
+
+@pytest.mark.parametrize("slice_size", [ledger.CRC_SLICE, 3])
+def test_existing_request_ids_finds_exactly_the_stored_ones(client, slice_size):
+    """Any text an id may hold comes back as stored; an id whose CRC32 equals
+    a stored one's ("buckeroo" and "plumless") is not reported; slices of
+    the id list answer as one statement."""
+    tricky = ["plumless", "q'uote", "back\\slash", "tab\tnew\nline", "é😀中", "x" * 128, "{ids:String}"]
+    written = rows(len(tricky) + 30)
+    for row, rid in zip(written, tricky):
+        row["request_id"] = rid
+    Sink.over(client, "chdb").write(written, [])
+    stored = {r["request_id"] for r in written}
+    lo, hi = min(r["ts"] for r in written) - 1, max(r["ts"] for r in written) + 1
+    asked = [i for i in sorted(stored)[::2] + tricky if i != "plumless"] + ["buckeroo", "never-stored", "gen-0-9"]
+    assert zlib.crc32(b"buckeroo") == zlib.crc32(b"plumless")
+    assert ledger.existing_request_ids(client, "gen", asked, lo, hi, slice_size) == stored & set(asked)
+    assert ledger.existing_request_ids(client, "other-topic", asked, lo, hi, slice_size) == set()
+    assert ledger.existing_request_ids(client, "gen", asked, hi + 5, hi + 9, slice_size) == set()
+    assert ledger.existing_request_ids(client, "gen", [], lo, hi, slice_size) == set()
+
+
+def test_existing_request_ids_answers_a_batch_past_the_literal_list_cliff(client):
+    """30,000 ids: as a literal list this took 41 s on this store shape
+    (BENCHMARKS.md section 3); the answer must still be exact."""
+    written = rows(50)
+    Sink.over(client, "chdb").write(written, [])
+    asked = [f"new-{i}-{'y' * 30}" for i in range(30_000)] + [r["request_id"] for r in written[::5]]
+    lo, hi = min(r["ts"] for r in written) - 1, max(r["ts"] for r in written) + 1
+    assert ledger.existing_request_ids(client, "gen", asked, lo, hi) == {r["request_id"] for r in written[::5]}
 
 
 def test_repair_fills_cells_whose_view_block_was_lost(client):
