@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
-from phasemeter.stream_jobs.derive import MAX_DURATION_S, MAX_TOKENS, Rejection, process
+from phasemeter.stream_jobs.derive import MAX_DURATION_S, MAX_TOKENS, ROW_COLUMNS, Rejection, process
+from phasemeter.stream_jobs.sink import DLQ_COLUMNS, _arrow
 
 NOW = 1_800_000_000.0
 BUCKET = Bucketer(parse_edges("default"))
@@ -104,3 +105,39 @@ def test_mutations_derive_or_are_rejected_with_a_reason_never_raise(case):
 def test_arbitrary_bytes_are_rejected_never_raise(raw):
     out = process(raw, BUCKET, 1_000_000, now=NOW)
     assert isinstance(out, Rejection) and out.reason in REASONS
+
+
+# Text as a gateway may send it: any code point, and now and then half of a
+# surrogate pair, which json.dumps writes as a \ud800-style escape.
+# (st.text keeps surrogates out of its alphabets, so they are spliced in.)
+ANY_TEXT = st.one_of(st.text(min_size=1, max_size=40), st.builds(
+    lambda a, half, b: a + half + b, st.text(max_size=12), st.sampled_from(["\ud800", "\udbff", "\udc00", "\udfff"]),
+    st.text(max_size=12)))
+
+
+@st.composite
+def any_text_events(draw) -> dict:
+    event = draw(valid_events())
+    for name in draw(st.lists(st.sampled_from(["request_id", "model", "gateway", "replica", "finish_reason",
+                                               "status"]), max_size=3)):
+        event[name] = draw(ANY_TEXT)
+    if draw(st.booleans()):
+        event[draw(ANY_TEXT)] = draw(st.one_of(ANY_TEXT, st.integers(0, 10)))
+    return event
+
+
+# No deadline: the first example imports pyarrow (a timing is no property).
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(any_text_events())
+def test_whatever_derive_returns_the_store_can_hold(event):
+    """A row must build into the sink's Arrow table and a rejection into a
+    dead letter: either failing would stop the batch for good (the sink
+    retries a write until it succeeds)."""
+    out = process(_encode(event), BUCKET, 1_000_000, now=NOW)
+    source = {"src_topic": "t", "src_partition": 0, "src_offset": 1}
+    if isinstance(out, Rejection):
+        assert out.reason in REASONS, out
+        _arrow([{"ts": NOW, "reason": out.reason, "detail": out.detail, "payload": "", "payload_size": 0,
+                 **source}], DLQ_COLUMNS)
+    else:
+        _arrow([{**out, **source}], ROW_COLUMNS)
