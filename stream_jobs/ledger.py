@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 
 from phasemeter.store import rollup
 from phasemeter.store.client import load_sql
+from phasemeter.store.slices import MAX_BOUND_CHARS, cell_chars, slices
 
 from .sequence import TP
 
@@ -108,7 +109,7 @@ def all_tier_mismatches(client, start: datetime, end: datetime) -> list[tuple]:
     return [(t.name, *bad) for t in rollup.TIERS for bad in rollup.mismatches(client, start, end, tier=t)]
 
 
-def repair_rollup(client, cells: set[Cell], attempts: int = 3) -> list[tuple]:
+def repair_rollup(client, cells: set[Cell], attempts: int = 3, limit: int = MAX_BOUND_CHARS) -> list[tuple]:
     """Make every tier of the rollup equal raw on the cells that minute cells
     `cells` fall in; returns [(tier, model, bucket, cell start, raw_n,
     rollup_n)] found (empty when the crashed insert's view blocks had landed
@@ -122,7 +123,7 @@ def repair_rollup(client, cells: set[Cell], attempts: int = 3) -> list[tuple]:
     """
     if not cells:
         return []
-    return rollup.repair_cells(client, cells, attempts)
+    return rollup.repair_cells(client, cells, attempts, limit)
 
 
 def slo_mismatches(client, start: datetime, end: datetime, cells: set[Cell] = frozenset()) -> list[tuple]:
@@ -133,19 +134,26 @@ def slo_mismatches(client, start: datetime, end: datetime, cells: set[Cell] = fr
             for i, m, b, t, r, n in client.query(sql, parameters=params).result_rows]
 
 
-def repair_slo(client, cells: set[Cell], attempts: int = 3) -> list[tuple]:
+def repair_slo(client, cells: set[Cell], attempts: int = 3, limit: int = MAX_BOUND_CHARS) -> list[tuple]:
     """As a rollup tier's repair, for slo_minute (minute grain): delete the
-    unequal cells' counts, rebuild them from raw with the view's own SELECT."""
-    if not cells:
-        return []
+    unequal cells' counts, rebuild them from raw with the view's own SELECT.
+    A slice of the cells at a time, as the tiers' (store/slices.py)."""
+    found: list[tuple] = []
+    for part in slices(sorted(cells), cell_chars, limit):
+        found += _repair_slo(client, set(part), attempts, limit)
+    return found
+
+
+def _repair_slo(client, cells: set[Cell], attempts: int, limit: int) -> list[tuple]:
     start = min(t for _, _, t in cells)
     end = max(t for _, _, t in cells) + timedelta(minutes=1)
 
     def fix(bad):
-        client.command(load_sql("slo_delete_cells"),
-                       parameters={"cells": [(i, m, b, _naive(t)) for i, m, b, t, _, _ in bad]},
-                       settings={"lightweight_deletes_sync": 2})
-        rebuild = [(m, b, _naive(t)) for _, m, b, t, _, _ in bad]
+        # One row per declared SLO and cell: more than the cells themselves.
+        for held in slices([(i, m, b, _naive(t)) for i, m, b, t, _, _ in bad], cell_chars, limit):
+            client.command(load_sql("slo_delete_cells"), parameters={"cells": held},
+                           settings={"lightweight_deletes_sync": 2})
+        rebuild = sorted({(m, b, _naive(t)) for _, m, b, t, _, _ in bad})
         client.command(rollup.wrapped(client, "slo_backfill", SLO_VIEW),
                        parameters={"start": min(t for _, _, t in rebuild),
                                    "end": max(t for _, _, t in rebuild) + timedelta(minutes=1), "cells": rebuild},

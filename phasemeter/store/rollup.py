@@ -28,6 +28,7 @@ from datetime import datetime, timedelta, timezone
 
 from phasemeter.analytics.paths import TIER_GRAINS
 from phasemeter.store.client import StoreError, load_sql
+from phasemeter.store.slices import MAX_BOUND_CHARS, cell_chars, slices
 
 _MARKER = "(/* the tier's materialized view SELECT */)"
 
@@ -155,9 +156,18 @@ def converge(find, fix, attempts: int, what: str) -> list[tuple]:
     raise RuntimeError(f"{what} still unequal to raw after {attempts} repairs: {bad[:5]}")
 
 
-def repair_cells(client, cells: set[Cell], attempts: int = 3) -> list[tuple]:
+def repair_cells(client, cells: set[Cell], attempts: int = 3, limit: int = MAX_BOUND_CHARS) -> list[tuple]:
     """Repair every tier on the cells that minute cells `cells` fall in;
-    returns [(tier, model, bucket, cell start, raw_n, tier_n)] found."""
+    returns [(tier, model, bucket, cell start, raw_n, tier_n)] found. The
+    cells go a slice at a time (store/slices.py): a re-read batch can touch
+    more cells than one bound value of a server holds."""
+    found: list[tuple] = []
+    for part in slices(sorted(cells), cell_chars, limit):
+        found += _repair_cells(client, set(part), attempts)
+    return found
+
+
+def _repair_cells(client, cells: set[Cell], attempts: int) -> list[tuple]:
     found: list[tuple] = []
     for tier in TIERS:
         mine = {(m, b, tier.floor(t)) for m, b, t in cells}
