@@ -23,7 +23,8 @@ from . import reasons as R
 from .buckets import Bucketer, parse_edges
 from .ledger import Stored
 from .sequence import Sequencer
-from .derive import Phase, Rejection, process_message
+from .derive import Phase, Rejection
+from .fast_decode import process_message_fast
 from .join import phase_partition
 from .otlp_in import process_otlp
 from .sink import Sink
@@ -157,8 +158,8 @@ class Pipeline:
                                                    self.settings.otlp_model)
                     self.otlp_ignored += ignored
                 else:
-                    results = process_message(event.value, self.bucket, self.settings.max_message_bytes, now,
-                                              internal=msg.topic != self.settings.topic)
+                    results = process_message_fast(event.value, self.bucket, self.settings.max_message_bytes, now,
+                                                   internal=msg.topic != self.settings.topic)
             except Exception as exc:  # a bug must not turn one event into a stuck partition
                 log.exception("derivation failed at %s/%s", msg.partition, msg.offset)
                 results = [Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")]

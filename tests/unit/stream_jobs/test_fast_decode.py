@@ -1,0 +1,136 @@
+"""The worker's C decoder (stream_jobs/fast_decode.py) against the full path
+(derive.process_message): the same results for every message, and the
+common message really decoded in C."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from phasemeter.stream_jobs.derive import KNOWN, process_message
+from phasemeter.stream_jobs.fast_decode import Generation, common_fields, process_message_fast
+from tests.corpus import NOW_REF, POISON, as_bytes
+from tests.unit.stream_jobs.test_derive_properties import (BAD_VALUES, BUCKET, NOW, any_text_events, mutated,
+                                                           valid_events)
+
+LIMIT = 1_000_000
+
+
+def same(raw: bytes, now: float = NOW, max_batch: int = 10_000, internal: bool = False) -> list:
+    full = process_message(raw, BUCKET, LIMIT, now, max_batch, internal)
+    fast = process_message_fast(raw, BUCKET, LIMIT, now, max_batch, internal)
+    assert fast == full, (raw[:300], full, fast)
+    return fast
+
+
+def envelope(events: list, version=1) -> bytes:
+    return json.dumps({"schema_version": version, "kind": "batch", "events": events}).encode()
+
+
+def test_the_struct_holds_the_v1_generation_fields():
+    assert set(Generation.__struct_fields__) | {"kind"} == KNOWN
+
+
+def test_kind_is_required_alone_and_in_an_envelope():
+    event = {"schema_version": 1, "request_id": "r", "model": "m", "t0": NOW - 5, "ttft_s": 0.1, "e2e_s": 1.0,
+             "input_tokens": 5, "output_tokens": 2}
+    for raw in (json.dumps(event).encode(), envelope([event])):
+        assert common_fields(raw, NOW, 10_000) is None
+        assert same(raw)[0].reason == "bad_kind"
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(valid_events(), min_size=1, max_size=5), st.sampled_from([1, 2]))
+def test_common_messages_are_decoded_in_c_with_the_same_rows(events, version):
+    for e in events:
+        e["schema_version"] = version
+    for raw in [json.dumps(e).encode() for e in events] + [envelope(events, version)]:
+        assert common_fields(raw, NOW, 10_000) is not None, raw
+        same(raw)
+
+
+@pytest.mark.parametrize("internal", [False, True])
+@pytest.mark.parametrize("name,payload,reason", POISON, ids=[p[0] for p in POISON])
+def test_poison_gets_the_full_paths_reason(name, payload, reason, internal):
+    raw = as_bytes(payload)
+    assert common_fields(raw, NOW_REF, 10_000) is None
+    out = same(raw, NOW_REF, internal=internal)
+    if not internal:  # the joined topic's own records may say orphan or abandoned
+        assert [r.reason for r in out] == [reason]
+    if isinstance(payload, dict):  # inside an envelope, between good events: only it is refused, by index
+        good = {"schema_version": 1, "kind": "generation", "request_id": "ok", "model": "m", "t0": NOW_REF - 60,
+                "ttft_s": 0.5, "e2e_s": 2.5, "input_tokens": 1000, "output_tokens": 101}
+        out = same(envelope([good, payload, good]), NOW_REF, internal=internal)
+        assert out[0] == out[2] and isinstance(out[0], dict)
+        if not internal:
+            assert (out[1].reason, out[1].detail[:10]) == (reason, "events[1]:"), out[1]
+
+
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated(), st.booleans())
+def test_mutated_events_alone_or_in_an_envelope(case, wrap):
+    event, _ = case
+    good = json.loads(json.dumps({"schema_version": 1, "kind": "generation", "request_id": "a", "model": "m",
+                                  "t0": NOW - 10, "ttft_s": 0.1, "e2e_s": 1.0, "input_tokens": 5,
+                                  "output_tokens": 3}))
+    same(envelope([good, event]) if wrap else json.dumps(event).encode())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(any_text_events(), st.booleans())
+def test_any_text_alone_or_in_an_envelope(event, wrap):
+    same(envelope([event]) if wrap else json.dumps(event).encode())
+
+
+# JSON spellings json.dumps never writes but a gateway in another language
+# may: 5.0 or 5e0 for 5, exponents, \u escapes in names and strings, white
+# space, a key given twice (the last one counts), -0.
+def _spell(value, rnd: random.Random) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int):
+        return rnd.choice([str(value), f"{value}.0", f"{value}e0", f"{value}E+0", f"{value * 10}e-1"])
+    if isinstance(value, float):
+        return rnd.choice([repr(value), f"{value:.17e}", f"{value:.3f}", json.dumps(value)])
+    if isinstance(value, str):
+        if value and rnd.random() < 0.5:
+            i = rnd.randrange(len(value))
+            if not 0xD800 <= ord(value[i]) <= 0xDFFF and ord(value[i]) < 0x10000:
+                return json.dumps(value[:i]) [:-1] + f"\\u{ord(value[i]):04x}" + json.dumps(value[i + 1:])[1:]
+        return json.dumps(value, ensure_ascii=rnd.random() < 0.5)
+    if isinstance(value, list):
+        return "[" + ",".join(_spell(v, rnd) for v in value) + "]"
+    ws = rnd.choice(["", " ", "\n\t "])
+    parts = []
+    for key, item in value.items():
+        if rnd.random() < 0.1:  # the same key first with another value
+            parts.append(f"{_spell(key, rnd)}:{_spell(rnd.choice([None, -1, 'x', 1.5, 0]), rnd)}")
+        parts.append(f"{_spell(key, rnd)}{ws}:{ws}{_spell(item, rnd)}")
+    return "{" + ws + ("," + ws).join(parts) + ws + "}"
+
+
+@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(valid_events(), mutated().map(lambda c: c[0])), min_size=1, max_size=4),
+       st.booleans(), st.randoms(use_true_random=False))
+def test_other_spellings_of_the_same_json(events, wrap, rnd):
+    text = _spell({"schema_version": 1, "kind": "batch", "events": events} if wrap else events[0], rnd)
+    same(text.encode())
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes(raw):
+    same(raw)
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(valid_events(), min_size=1, max_size=6), st.integers(1, 6), BAD_VALUES)
+def test_envelope_limits_and_clock(events, max_batch, _):
+    raw = envelope(events)
+    same(raw, max_batch=max_batch)
+    same(raw, now=NOW - 7200)  # every t0 more than a day ahead of this clock? only if over the bound
+    same(raw, now=NOW - 90_000)
