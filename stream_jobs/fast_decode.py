@@ -1,19 +1,21 @@
 """The worker's common message, decoded and checked in C.
 
-Nearly every message is a well-formed v1/v2 `generation` event, or an
-envelope of them. For those, msgspec parses the JSON and checks every type
-and range of the contract in one pass, straight into Structs, instead of
-`json.loads` building dicts that Python then checks field by field: in the
-profile of the envelope path, the JSON parse and the checks were over half
-of the worker's time per generation (BENCHMARKS.md §2).
+Nearly every message is a well-formed v1/v2 `generation` event, a v2 phase
+event (start, first_token, end), or an envelope of them. For those, msgspec
+parses the JSON and checks every type and range of the contract in one
+pass, straight into Structs, instead of `json.loads` building dicts that
+Python then checks field by field: in the profile of the envelope path, the
+JSON parse and the checks were over half of the worker's time per
+generation (BENCHMARKS.md §2).
 
 This is an accelerator, not a second contract. Its Structs are built from
-the limits in contract.py and the field lists in derive.py, and the checks
-across fields are derive's own (`ordered_fields`). Anything it does not
-accept whole (a bad event, a phase event, chunk data, a lone surrogate, an
-envelope with one bad event in it) goes to `derive.process_message`
-unchanged, which alone names reasons. A test holds the two paths to the same
-result on the poison corpus and on generated messages.
+the limits in contract.py and the field lists in derive.py and
+phase_events.py, and the checks across fields are theirs (`ordered_fields`,
+`check_across`). Anything it does not accept whole (a bad event, an end with
+stall data, chunk data, a lone surrogate, an envelope with one bad event in
+it) goes to `derive.process_message` unchanged, which alone names reasons. A
+test holds the two paths to the same result on the poison corpus and on
+generated messages.
 """
 
 from __future__ import annotations
@@ -24,12 +26,16 @@ from typing import Annotated, Literal, Optional, Union
 import msgspec
 
 from .buckets import Bucketer
-from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES
+from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, V2_OPTIONAL
 from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, derive, ordered_fields, process_message
+from .phase_events import PHASE_VERSION, SPEC, check_across
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
 _Duration = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_DURATION_S)]
 _Version = Literal[SCHEMA_VERSIONS]  # type: ignore[valid-type]
+
+
+_EPOCHS = ("t0", "t_first", "t_end")
 
 
 def _type_of(name: str):
@@ -39,7 +45,7 @@ def _type_of(name: str):
         return _Count
     if name in DURATIONS:
         return _Duration
-    if name == "t0":  # its upper bound moves with the clock: checked per event below
+    if name in _EPOCHS:  # the upper bound moves with the clock: checked per event below
         return Annotated[float, msgspec.Meta(ge=MIN_T0)]
     if name == "status":
         return Literal[STATUSES]  # type: ignore[valid-type]
@@ -48,35 +54,56 @@ def _type_of(name: str):
     raise AssertionError(f"no C type for contract field {name!r}")
 
 
-def _generation_struct(title: str, tagged: bool) -> type:
-    """A v1 generation as derive's `_fast` accepts it, built from its lists:
-    required fields first, the optional ones with their defaults. At the top
-    level `kind` is the tag that tells a generation from an envelope; inside
-    an envelope it is a field, because msgspec lets a lone tagged type leave
-    its tag out, and the contract does not."""
-    fields = [(name, _type_of(name)) for name in REQUIRED if name != "kind"]
-    if not tagged:
-        fields.append(("kind", Literal["generation"]))
-    for field in sorted(KNOWN - set(REQUIRED)):
-        kind = _type_of(field)
-        fields.append((field, kind, "ok") if field == "status" else (field, Optional[kind], None))
-    tag = {"tag_field": "kind", "tag": "generation"} if tagged else {}
-    return msgspec.defstruct(title, fields, forbid_unknown_fields=True, frozen=True, **tag)
+def _struct(title: str, tag: str, required: list, optional: list) -> type:
+    # Every type is tagged by `kind`, and always decoded in a union of them,
+    # where the tag is required (a lone tagged type may leave it out).
+    fields = [(name, kind) for name, kind in required]
+    fields += [(name, kind, default) for name, kind, default in optional]
+    return msgspec.defstruct(title, fields, tag_field="kind", tag=tag, forbid_unknown_fields=True, frozen=True)
 
 
-Generation = _generation_struct("Generation", tagged=True)
-InnerGeneration = _generation_struct("InnerGeneration", tagged=False)
+# A v1/v2 generation as derive's `_fast` accepts it, built from its lists.
+Generation = _struct("Generation", "generation", [(n, _type_of(n)) for n in REQUIRED if n != "kind"],
+                     [(n, _type_of(n), "ok") if n == "status" else (n, Optional[_type_of(n)], None)
+                      for n in sorted(KNOWN - set(REQUIRED))])
+# The v2 phase events as validate_phase accepts them, built from its SPEC;
+# an end with stall data (V2_OPTIONAL) takes the full path.
+PHASES = {kind: _struct(kind.title().replace("_", ""), kind,
+                        [("schema_version", Literal[PHASE_VERSION]), ("request_id", _type_of("request_id"))]
+                        + [(n, _type_of(n)) for n in required],
+                        [(n, Optional[_type_of(n)], None) for n in optional + either if n not in V2_OPTIONAL])
+          for kind, (required, optional, either) in SPEC.items()}
+_EVENT = Union[(Generation, *PHASES.values())]
 Envelope = msgspec.defstruct(
-    "Envelope", [("schema_version", _Version),
-                 ("events", Annotated[list[InnerGeneration], msgspec.Meta(min_length=1)])],
+    "Envelope", [("schema_version", _Version), ("events", Annotated[list[_EVENT], msgspec.Meta(min_length=1)])],
     tag_field="kind", tag="batch", forbid_unknown_fields=True, frozen=True)
-_DECODER = msgspec.json.Decoder(Union[Generation, Envelope])
+_DECODER = msgspec.json.Decoder(Union[(Generation, *PHASES.values(), Envelope)])
+_PHASE_KIND = {struct: kind for kind, struct in PHASES.items()}
 _LIMIT = MAX_DURATION_S
 
 
-def common_fields(raw: bytes, now: float, max_batch: int) -> list[dict] | None:
-    """Validated fields of every event in `raw` when all of them are
-    well-formed generations; None sends the message to the full path."""
+def _generation(e, latest: float) -> dict | None:
+    if e.t0 > latest:
+        return None
+    return ordered_fields(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status,
+                          e.input_tokens, e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s,
+                          e.queue_s, e.schema_version)
+
+
+def _phase(e, kind: str, latest: float) -> Phase | None:
+    out = {"kind": kind}
+    for name in e.__struct_fields__:
+        value = getattr(e, name)
+        if value is not None and name != "schema_version":  # nulls dropped, as validate_phase does
+            if name in _EPOCHS and value > latest:
+                return None
+            out[name] = value
+    return None if check_across(kind, out) is not None else Phase(e.request_id, out)
+
+
+def common_fields(raw: bytes, now: float, max_batch: int) -> list[dict | Phase] | None:
+    """Validated fields of each generation in `raw`, and each phase, when all
+    its events are well-formed; None sends the message to the full path."""
     # msgspec refuses a lone surrogate escape as malformed, so that message
     # too goes to the full path, which names the field (not_utf8).
     try:
@@ -89,15 +116,11 @@ def common_fields(raw: bytes, now: float, max_batch: int) -> list[dict] | None:
     latest = now + _LIMIT
     out = []
     for e in events:
-        t0 = e.t0
-        if t0 > latest:
+        kind = _PHASE_KIND.get(type(e))
+        result = _generation(e, latest) if kind is None else _phase(e, kind, latest)
+        if result is None:
             return None
-        fields = ordered_fields(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status,
-                                e.input_tokens, e.output_tokens, e.cached_input_tokens, t0, e.ttft_s, e.e2e_s,
-                                e.queue_s, e.schema_version)
-        if fields is None:
-            return None
-        out.append(fields)
+        out.append(result)
     return out
 
 
@@ -108,5 +131,5 @@ def process_message_fast(raw: bytes, bucket: Bucketer, max_bytes: int, now: floa
     if raw is not None and len(raw) <= max_bytes:
         common = common_fields(raw, now, max_batch)
         if common is not None:
-            return [derive(fields, bucket) for fields in common]
+            return [derive(x, bucket) if type(x) is dict else x for x in common]
     return process_message(raw, bucket, max_bytes, now, max_batch, internal)

@@ -85,11 +85,9 @@ def validate_phase(event: dict, now: float) -> dict | Rejection:
             if name not in _COUNTS:
                 value = float(value)
         out[name] = value
-    if either and sum(name in out for name in either) != 1:
-        return Rejection(R.MISSING_FIELD if not any(n in out for n in either) else R.INCONSISTENT,
-                         f"{kind} needs exactly one of {' or '.join(either)}")
-    if kind == "end" and "ttft_s" in out and "t_first" in out:
-        return Rejection(R.INCONSISTENT, "end may repeat ttft_s or t_first, not both")
+    bad = check_across(kind, out)
+    if bad is not None:
+        return bad
     if kind == "end":
         extras: dict = {}
         bad = check_v2_optional(event, extras) or check_gap_within(extras["max_gap_s"], out.get("e2e_s"))
@@ -97,7 +95,19 @@ def validate_phase(event: dict, now: float) -> dict | Rejection:
             return bad
         # nulls dropped as for every phase field; False is carried (it was said)
         out.update((k, v) for k, v in extras.items() if event.get(k) is not None)
+    return out
+
+
+def check_across(kind: str, out: dict) -> Rejection | None:
+    """The checks across one phase's fields, on its normalised fields (stall
+    data apart). Shared with the worker's C decoder (fast_decode.py)."""
+    either = SPEC[kind][2]
+    if either and sum(name in out for name in either) != 1:
+        return Rejection(R.MISSING_FIELD if not any(n in out for n in either) else R.INCONSISTENT,
+                         f"{kind} needs exactly one of {' or '.join(either)}")
+    if kind == "end" and "ttft_s" in out and "t_first" in out:
+        return Rejection(R.INCONSISTENT, "end may repeat ttft_s or t_first, not both")
     cached = out.get("cached_input_tokens")
     if kind == "start" and cached is not None and cached > out["input_tokens"]:
         return Rejection(R.INCONSISTENT, f"cached_input_tokens={cached} > input_tokens")
-    return out
+    return None

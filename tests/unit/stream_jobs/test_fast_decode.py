@@ -11,8 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from phasemeter.stream_jobs.contract import V2_OPTIONAL
 from phasemeter.stream_jobs.derive import KNOWN, process_message
-from phasemeter.stream_jobs.fast_decode import Generation, common_fields, process_message_fast
+from phasemeter.stream_jobs.fast_decode import PHASES, Generation, common_fields, process_message_fast
+from phasemeter.stream_jobs.phase_events import SPEC
 from tests.corpus import NOW_REF, POISON, as_bytes
 from tests.unit.stream_jobs.test_derive_properties import (BAD_VALUES, BUCKET, NOW, any_text_events, mutated,
                                                            valid_events)
@@ -33,6 +35,12 @@ def envelope(events: list, version=1) -> bytes:
 
 def test_the_struct_holds_the_v1_generation_fields():
     assert set(Generation.__struct_fields__) | {"kind"} == KNOWN
+
+
+def test_the_phase_structs_hold_their_spec_fields_but_stall_data():
+    for kind, (required, optional, either) in SPEC.items():
+        names = {"schema_version", "request_id", *required, *optional, *either} - set(V2_OPTIONAL)
+        assert set(PHASES[kind].__struct_fields__) == names
 
 
 def test_kind_is_required_alone_and_in_an_envelope():
@@ -86,6 +94,57 @@ def test_any_text_alone_or_in_an_envelope(event, wrap):
     same(envelope([event]) if wrap else json.dumps(event).encode())
 
 
+@st.composite
+def valid_phases(draw) -> list[dict]:
+    """The three phases of one generation, each as an emitter may send it."""
+    rid, t0 = draw(st.text(min_size=1, max_size=20)), NOW - draw(st.floats(0, 3600))
+    ttft, decode = draw(st.floats(0, 60)), draw(st.floats(0, 600))
+    n_in = draw(st.integers(1, 100_000))
+    start = {"schema_version": 2, "kind": "start", "request_id": rid, "model": draw(st.text(min_size=1, max_size=20)),
+             "t0": t0, "input_tokens": n_in}
+    for name, value in (("cached_input_tokens", st.integers(0, n_in)), ("queue_s", st.floats(0, 1)),
+                        ("gateway", st.text(min_size=1, max_size=8)), ("replica", st.none())):
+        if draw(st.booleans()):
+            start[name] = draw(value)
+    first = {"schema_version": 2, "kind": "first_token", "request_id": rid}
+    first.update({"ttft_s": ttft} if draw(st.booleans()) else {"t_first": t0 + ttft})
+    end = {"schema_version": 2, "kind": "end", "request_id": rid, "output_tokens": draw(st.integers(0, 50_000))}
+    end.update({"e2e_s": ttft + decode} if draw(st.booleans()) else {"t_end": t0 + ttft + decode})
+    for name, value in (("status", st.sampled_from(["ok", "error", "cancelled", None])),
+                        ("finish_reason", st.text(min_size=1, max_size=8)), ("ttft_s", st.just(ttft)),
+                        ("queue_s", st.floats(0, 0.5)), ("cached_input_tokens", st.integers(0, 10))):
+        if draw(st.booleans()):
+            end[name] = draw(value)
+    if draw(st.integers(0, 5)) == 0:  # stall data: the full path's alone
+        end.update({"chunks": 3, "max_gap_s": 0.1})
+    return [start, first, end]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_phases(), valid_events())
+def test_phases_are_decoded_in_c_with_the_same_results(phases, event):
+    stall = "chunks" in phases[2]
+    messages = [(json.dumps(p).encode(), stall and p["kind"] == "end") for p in phases]
+    for raw, full_path in messages + [(envelope(phases + [event], 2), stall)]:
+        assert (common_fields(raw, NOW, 10_000) is None) == full_path, raw
+        same(raw)
+        same(raw, internal=True)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_phases(), st.integers(0, 2), st.sampled_from(["set", "drop", "add"]), st.data())
+def test_mutated_phases_alone_or_in_an_envelope(phases, which, how, data):
+    phase = phases[which]
+    if how == "drop":
+        phase.pop(data.draw(st.sampled_from(sorted(phase))))
+    else:
+        names = sorted(phase) + ["t_first", "ttft_s", "e2e_s", "t_end", "status", "model", "chunks", "kind"]
+        key = data.draw(st.text(min_size=1, max_size=12) if how == "add" else st.sampled_from(names))
+        phase[key] = data.draw(st.one_of(BAD_VALUES, st.sampled_from(["start", "end", "first_token", 2, 1])))
+    same(json.dumps(phase).encode())
+    same(envelope(phases, data.draw(st.sampled_from([1, 2]))))
+
+
 # JSON spellings json.dumps never writes but a gateway in another language
 # may: 5.0 or 5e0 for 5, exponents, \u escapes in names and strings, white
 # space, a key given twice (the last one counts), -0.
@@ -115,7 +174,8 @@ def _spell(value, rnd: random.Random) -> str:
 
 # 200 examples: 600 took 27 s of the full suite on two busy cores.
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.one_of(valid_events(), mutated().map(lambda c: c[0])), min_size=1, max_size=4),
+@given(st.lists(st.one_of(valid_events(), mutated().map(lambda c: c[0]), valid_phases().map(lambda p: p[0]),
+                          valid_phases().map(lambda p: p[2])), min_size=1, max_size=4),
        st.booleans(), st.randoms(use_true_random=False))
 def test_other_spellings_of_the_same_json(events, wrap, rnd):
     text = _spell({"schema_version": 1, "kind": "batch", "events": events} if wrap else events[0], rnd)
@@ -129,9 +189,10 @@ def test_arbitrary_bytes(raw):
 
 
 @settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(valid_events(), min_size=1, max_size=6), st.integers(1, 6), BAD_VALUES)
-def test_envelope_limits_and_clock(events, max_batch, _):
-    raw = envelope(events)
-    same(raw, max_batch=max_batch)
-    same(raw, now=NOW - 7200)  # every t0 more than a day ahead of this clock? only if over the bound
-    same(raw, now=NOW - 90_000)
+@given(st.lists(valid_events(), min_size=1, max_size=6), valid_phases(), st.integers(1, 9))
+def test_envelope_limits_and_clock(events, phases, max_batch):
+    for raw in (envelope(events + phases), envelope(phases), envelope(events)):
+        same(raw, max_batch=max_batch)
+        # clocks behind the events: within a day (accepted), over a day (too far ahead)
+        same(raw, now=NOW - 7200)
+        same(raw, now=NOW - 90_000)
