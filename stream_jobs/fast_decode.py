@@ -57,9 +57,8 @@ def _type_of(name: str):
 def _struct(title: str, tag: str, required: list, optional: list) -> type:
     # Every type is tagged by `kind`, and always decoded in a union of them,
     # where the tag is required (a lone tagged type may leave it out).
-    fields = [(name, kind) for name, kind in required]
-    fields += [(name, kind, default) for name, kind, default in optional]
-    return msgspec.defstruct(title, fields, tag_field="kind", tag=tag, forbid_unknown_fields=True, frozen=True)
+    return msgspec.defstruct(title, [*required, *optional], tag_field="kind", tag=tag,
+                             forbid_unknown_fields=True, frozen=True)
 
 
 # A v1/v2 generation as derive's `_fast` accepts it, built from its lists.
@@ -74,12 +73,10 @@ PHASES = {kind: _struct(kind.title().replace("_", ""), kind,
                         [(n, Optional[_type_of(n)], None) for n in optional + either if n not in V2_OPTIONAL])
           for kind, (required, optional, either) in SPEC.items()}
 _EVENT = Union[(Generation, *PHASES.values())]
-Envelope = msgspec.defstruct(
-    "Envelope", [("schema_version", _Version), ("events", Annotated[list[_EVENT], msgspec.Meta(min_length=1)])],
-    tag_field="kind", tag="batch", forbid_unknown_fields=True, frozen=True)
-_DECODER = msgspec.json.Decoder(Union[(Generation, *PHASES.values(), Envelope)])
+Envelope = _struct("Envelope", "batch", [("schema_version", _Version),
+                                         ("events", Annotated[list[_EVENT], msgspec.Meta(min_length=1)])], [])
+_DECODER = msgspec.json.Decoder(Union[_EVENT, Envelope])
 _PHASE_KIND = {struct: kind for kind, struct in PHASES.items()}
-_LIMIT = MAX_DURATION_S
 
 
 def _generation(e, latest: float) -> dict | None:
@@ -113,7 +110,7 @@ def common_fields(raw: bytes, now: float, max_batch: int) -> list[dict | Phase] 
     events = message.events if type(message) is Envelope else (message,)
     if len(events) > max_batch:
         return None
-    latest = now + _LIMIT
+    latest = now + MAX_DURATION_S
     out = []
     for e in events:
         kind = _PHASE_KIND.get(type(e))

@@ -97,7 +97,8 @@ def existing_request_ids(client, topic: str, ids: list[str], lo: float, hi: floa
               "hi": datetime.fromtimestamp(hi, timezone.utc)}
     found: set[str] = set()
     for k in range(0, len(crcs), slice_size):
-        found.update(r[0] for r in _rows(client, "existing_request_ids", {**params, "crcs": _UInts(crcs[k:k + slice_size])}))
+        crc_slice = _UInts(crcs[k:k + slice_size])
+        found.update(r[0] for r in _rows(client, "existing_request_ids", {**params, "crcs": crc_slice}))
     return found & wanted  # a stored id whose CRC matched one of ours is not ours
 
 
