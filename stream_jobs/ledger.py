@@ -42,8 +42,8 @@ def positions(client, topics: list[str]) -> dict[TP, int]:
 
 def record(client, progress: dict[TP, int]) -> None:
     if progress:
-        client.insert("consumer_progress", [[t, p, o, WORKER_ID] for (t, p), o in sorted(progress.items())],
-                      column_names=["src_topic", "src_partition", "next_offset", "worker"])
+        client.command(load_sql("record_progress"),
+                       parameters={"rows": [(t, p, o) for (t, p), o in sorted(progress.items())], "worker": WORKER_ID})
 
 
 def stored_max(client, topic: str) -> dict[int, int]:

@@ -119,3 +119,12 @@ def test_the_worker_starts_without_pandas_or_matplotlib(tmp_path):
     result = probe(["import", "phasemeter.stream_jobs.app"], tmp_path)
     assert "faust" in result["heavy"]  # the probe saw the worker's imports
     assert not {"pandas", "matplotlib"} & set(result["heavy"]), explain(result)
+
+
+def test_migrate_opens_the_store_without_pandas(tmp_path):
+    """`phasemeter migrate` (run by every deploy, and before every worker in
+    the tests) records each migration with a bound statement: the client's
+    row insert would import pandas for its DataFrame check (0.4-0.5 s)."""
+    result = probe(["migrate"], tmp_path)
+    assert result["code"] == 0 and "applied now" in result["out"], result["out"]
+    assert "chdb" in result["heavy"] and "pandas" not in result["heavy"], explain(result)
