@@ -108,6 +108,8 @@ def create_app(settings: Settings, client=None) -> faust.App:
         stream_buffer_maxsize=4096,
         producer_max_request_size=max(1_048_576, settings.max_message_bytes + 65_536),
         web_enabled=True,
+        # Without Faust's 1 s wait at start for tables declared late (lifecycle.py).
+        TableManager="phasemeter.stream_jobs.lifecycle:TableManager",
     )
     resume.deliver_everything(app)
     sloset = declared_slos(settings)
@@ -160,6 +162,12 @@ def create_app(settings: Settings, client=None) -> faust.App:
         # The first assignment comes before the first recovery (recovery_watch.py).
         if not watching:
             watching.append(asyncio.ensure_future(watch_recovery()))
+
+    @app.on_before_shutdown.connect
+    async def _stop_watching(app, **kwargs):  # noqa: ARG001
+        # Not left for the worker's stop to wait a second for (lifecycle.py).
+        for task in watching:
+            task.cancel()
 
     @app.timer(1.0, name="phasemeter.reseek")
     async def reseek():

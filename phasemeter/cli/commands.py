@@ -48,9 +48,8 @@ def cmd_migrate(args, settings: Settings) -> int:
 
 
 def cmd_worker(args, settings: Settings) -> int:
-    from faust import Worker
-
     from phasemeter.stream_jobs.app import create_app
+    from phasemeter.stream_jobs.lifecycle import Worker
 
     from phasemeter.kafka_local import bootstrap_servers, ensure_topics
     from phasemeter.query.remote import clear_state, write_state
