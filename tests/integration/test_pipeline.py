@@ -62,6 +62,18 @@ def emit(bootstrap: str, topic: str, n: int, seed: int, envelope_size: int = 1) 
     return sent
 
 
+def topic_messages(bootstrap: str, topic: str) -> int:
+    """Messages in every partition of `topic` (all from offset 0)."""
+    from kafka import TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        return sum(consumer.end_offsets(parts).values())
+    finally:
+        consumer.close()
+
+
 def stored_rows(env) -> list[dict]:
     client = clickhouse_connect.get_client(dsn=f"chdb://{env['PHASEMETER_DATA_DIR']}/store")
     try:
@@ -169,7 +181,12 @@ def test_envelopes_store_every_generation_once(worker, pm_env):
     sent = emit(pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"], 5000, seed=5, envelope_size=100)
     health = worker.wait_processed(5000)
     assert health["accepted"] == 5000 and health["rejected"] == 0
-    assert health["consumed"] <= 60  # ~50 messages, not 5000
+    # Each message in the topic consumed once, and they are envelopes, not one
+    # per event. How full each envelope is depends on how fast the sender
+    # drains its queue (it never waits to fill one): ~50 on a quiet machine,
+    # 66 seen beside another test (the emitter's tests hold the packing).
+    messages = topic_messages(pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"])
+    assert health["consumed"] == messages <= 5000 // 10, (health["consumed"], messages)
     # Everything taken: no lag on any partition it owns (and it does know them)
     assert health["lag"] == 0 and health["lag_by_partition"], health
     worker.stop()
