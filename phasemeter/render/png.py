@@ -122,6 +122,30 @@ def _draw_panel(ax, g: pd.DataFrame, phase: str, step) -> None:
             bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.75))
 
 
+# Margins of the grid, in inches: the y label and tick labels left of each
+# panel, its title above, the x tick labels and the date under the decode
+# row of each model (the prefill row above it shares its x range and hides
+# its own).
+LEFT, RIGHT, BOTTOM = 0.72, 0.14, 0.42
+COL_GAP, TITLE_H, MODEL_GAP = 0.5, 0.3, 0.62
+
+
+def _grid(fig: Figure, width: float, height: float, head_h: float, nrows: int, ncols: int):
+    """The panels' axes, rows of (prefill, decode) per model, placed in inches."""
+    models = max(1, nrows // 2)
+    pair = 2 if nrows > 1 else 1
+    top = head_h + TITLE_H
+    ax_w = (width - LEFT - RIGHT - (ncols - 1) * COL_GAP) / ncols
+    ax_h = (height - top - BOTTOM - (models - 1) * MODEL_GAP - models * (pair - 1) * TITLE_H) / nrows
+    axes = np.empty((nrows, ncols), dtype=object)
+    for r in range(nrows):
+        y_top = top + r * (ax_h + TITLE_H) + (r // pair) * (MODEL_GAP - TITLE_H)
+        for c in range(ncols):
+            x = LEFT + c * (ax_w + COL_GAP)
+            axes[r, c] = fig.add_axes((x / width, 1 - (y_top + ax_h) / height, ax_w / width, ax_h / height))
+    return axes
+
+
 def render_bands_png(
     df: pd.DataFrame,
     path: str | os.PathLike,
@@ -150,25 +174,25 @@ def render_bands_png(
     diffs = np.diff(ts)
     step = pd.Timedelta(np.median(diffs)) if len(diffs) else None
 
-    # Constrained layout does not stack a suptitle above an "outside" figure
-    # legend (they overlap), so title, note and legend live in a fixed-height
-    # header subfigure placed by hand, and the grid gets the rest.
+    # A fixed layout in inches, not matplotlib's constrained layout: every
+    # panel has the same size and the same kind of labels, so the margins are
+    # known in advance, and solving them took over 6 s of an 8.9 s chart of 40
+    # panels (BENCHMARKS.md §16). Title, notes and legend sit in a header band
+    # of fixed height above the grid.
     leg_cols = {1: 2, 2: 3}.get(ncols, len(LEGEND_ORDER))
     leg_rows = -(-len(LEGEND_ORDER) // leg_cols)
     notes = list(notes or [])
     head_h = 0.75 + 0.22 * leg_rows + 0.2 * len(notes)
-    fig = Figure(figsize=(PANEL_W * ncols + 0.4, PANEL_H * nrows + head_h), dpi=110,
-                 layout="constrained")
-    head, body = fig.subfigures(2, 1, height_ratios=[head_h, PANEL_H * nrows])
-    head.text(0.5, 1 - 0.12 / head_h, title or DEFAULT_TITLE, ha="center", va="top",
-              fontsize=13 if ncols > 1 else 10.5, fontweight="bold", wrap=True)
-    head.text(0.5, 1 - 0.42 / head_h, SLOW_TAIL_NOTE, ha="center", va="top",
-              fontsize=9.5 if ncols > 1 else 7.5, color=TAIL_P1, wrap=True)
+    width, height = PANEL_W * ncols + 0.4, PANEL_H * nrows + head_h
+    fig = Figure(figsize=(width, height), dpi=110)
+    fig.text(0.5, 1 - 0.12 / height, title or DEFAULT_TITLE, ha="center", va="top",
+             fontsize=13 if ncols > 1 else 10.5, fontweight="bold", wrap=True)
+    fig.text(0.5, 1 - 0.42 / height, SLOW_TAIL_NOTE, ha="center", va="top",
+             fontsize=9.5 if ncols > 1 else 7.5, color=TAIL_P1, wrap=True)
     for i, note in enumerate(notes):
-        head.text(0.5, 1 - (0.66 + 0.2 * i) / head_h, note, ha="center", va="top",
-                  fontsize=8.5 if ncols > 1 else 6.5, color="0.25", wrap=True)
-    axes = body.subplots(nrows, ncols, squeeze=False)
-
+        fig.text(0.5, 1 - (0.66 + 0.2 * i) / height, note, ha="center", va="top",
+                 fontsize=8.5 if ncols > 1 else 6.5, color="0.25", wrap=True)
+    axes = _grid(fig, width, height, head_h, nrows, ncols)
     if not models:  # empty query result: still produce an honest picture
         axes[0][0].text(0.5, 0.5, "no data", ha="center", va="center",
                         transform=axes[0][0].transAxes, color="0.5")
@@ -189,7 +213,9 @@ def render_bands_png(
                 ax = axes[row][ci]
                 _draw_panel(ax, panels[(model, bucket)], phase, step)
                 label = prefill_label if phase == "prefill" else phase
-                ax.set_title(f"{model} · {bucket} · {label}", fontsize=8.5, loc="left")
+                # y given: matplotlib then skips placing each title clear of the
+                # tick labels above it (there are none), 1.5 s of 40 panels.
+                ax.set_title(f"{model} · {bucket} · {label}", fontsize=8.5, loc="left", y=1.0)
                 ax.set_xlim(lo, hi)
                 loc = mdates.AutoDateLocator(minticks=3, maxticks=5)
                 ax.xaxis.set_major_locator(loc)
@@ -210,9 +236,9 @@ def render_bands_png(
         found = dict(zip(*reversed(ax.get_legend_handles_labels())))
         if found:
             labels = [lb for lb in LEGEND_ORDER if lb in found]
-            head.legend([found[lb] for lb in labels], labels, loc="lower center",
-                        ncol=leg_cols, fontsize=9, frameon=False, handlelength=2.6,
-                        bbox_to_anchor=(0.5, 0.0))
+            fig.legend([found[lb] for lb in labels], labels, loc="lower center",
+                       ncol=leg_cols, fontsize=9, frameon=False, handlelength=2.6,
+                       bbox_to_anchor=(0.5, 1 - head_h / height))
             break
 
     # The file's suffix picks the format: a .svg path gets a real SVG (text
