@@ -15,8 +15,6 @@ from datetime import datetime, timedelta, timezone
 from phasemeter.alerts.slo_rules import OBJECTIVES, SloSet
 from phasemeter.store.client import load_sql
 
-COLUMNS = (["slo_id", "name", "models", "buckets"] + [c for _, _, c in OBJECTIVES.values()]
-           + ["count_failed", "target", "registered_at"])
 # Counted from the first whole minute after registration, plus one minute for
 # gateway clocks running ahead of the store's (a row stamped after the
 # registration but inserted before it would be missing from its minute).
@@ -30,6 +28,14 @@ def registered(client) -> dict[int, datetime]:
         at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
         out[int(slo_id)] = covered_from(at)
     return out
+
+
+def epoch_ms(when: datetime) -> int:
+    """Milliseconds since the epoch; a naive time is UTC (the store's, as
+    clickhouse-connect returns DateTime64(3, 'UTC') values)."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return round(when.timestamp() * 1000)
 
 
 def covered_from(registered_at: datetime) -> datetime:
@@ -55,10 +61,9 @@ def register(client, sloset: SloSet, at: datetime | None = None) -> tuple[list[s
     new = [s for key, s in want.items() if key not in have]
     if new:
         now = at or datetime.now(timezone.utc)
-        client.insert("slo_definitions",
-                      [[s.slo_id, s.name, list(s.models), list(s.buckets)] + [s.limit(m) for m in OBJECTIVES]
-                       + [int(s.count_failed), s.target, first.get(s.slo_id, now)] for s in new],
-                      column_names=COLUMNS)
+        client.command(load_sql("slo_register"), parameters={"rows": [
+            (s.slo_id, s.name, list(s.models), list(s.buckets), *(s.limit(m) for m in OBJECTIVES),
+             int(s.count_failed), s.target, epoch_ms(first.get(s.slo_id, now))) for s in new]})
     stale = sorted(have - set(want))
     if stale:
         client.command(load_sql("slo_retire"), parameters={"rows": stale}, settings={"lightweight_deletes_sync": 2})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import random
 import time
 from datetime import datetime, timedelta, timezone
@@ -181,6 +182,54 @@ def test_registration_is_idempotent_and_retires_undeclared_slos(store):
 
     assert slo_defs.register(store, NONE) == ([], [changed.slos[0].slo_id])
     assert slo_defs.registered(store) == {}
+
+
+def test_registration_stores_each_field_as_declared_to_the_millisecond(store):
+    """The bound statement writes every column of slo_definitions in the
+    table's own order, objectives in OBJECTIVES order, and the registration
+    instant to the millisecond: cut to the second, 12:00:00.500 would claim
+    that minute's first half-second was counted."""
+    import re
+
+    from phasemeter.alerts.slo_rules import OBJECTIVES
+    from phasemeter.store.client import load_sql
+
+    listed = re.search(r"INSERT INTO slo_definitions \(([^)]*)\)", load_sql("slo_register")).group(1)
+    table = [name for name, *_ in store.query("DESCRIBE TABLE slo_definitions").result_rows]
+    assert [c.strip() for c in listed.split(",")] == table
+    at = datetime.fromtimestamp(T0 - 3600 + 0.5, timezone.utc)
+    assert slo_defs.register(store, SLOS, at=at)[0] == ["chat", "long"]
+    got = store.query("SELECT * FROM slo_definitions ORDER BY name").result_rows
+    want = [(s.slo_id, s.name, list(s.models), list(s.buckets), *(s.limit(m) for m in OBJECTIVES),
+             int(s.count_failed), s.target, at.replace(tzinfo=None)) for s in sorted(SLOS.slos, key=lambda s: s.name)]
+    assert got == want
+    assert set(slo_defs.registered(store).values()) == {slo_defs.covered_from(at)}
+    assert slo_defs.covered_from(at) == datetime.fromtimestamp(T0 - 3600 + 120, timezone.utc)
+
+
+def test_registration_does_not_import_pandas(tmp_path):
+    """A worker that starts with newly declared SLOs registers them without
+    pandas (the client's row insert would load it: 0.4-0.5 s of the start)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from phasemeter.settings import Settings\n"
+        "from phasemeter.store.client import connect\n"
+        "from phasemeter.store.migrate import migrate\n"
+        "from phasemeter.store import slo_defs\n"
+        "from phasemeter.alerts.slo_rules import parse_slos\n"
+        "client = connect(Settings())\n"
+        "migrate(client)\n"
+        "print(slo_defs.register(client, parse_slos({'slo': [{'name': 'chat', 'objectives': {'ttft_s': 1.0}, "
+        "'target': 0.95}]})))\n"
+        "print('pandas' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith(("PHASEMETER_", "CLICKHOUSE_"))},
+                               "PHASEMETER_DATA_DIR": str(tmp_path / "data")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == "False" and "['chat']" in proc.stdout, proc.stdout
 
 
 # "sink": the worker's call with the default limit; "thirds": the cells cut into

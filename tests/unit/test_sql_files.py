@@ -9,7 +9,8 @@ from phasemeter.store.client import is_read_only
 ROOT = Path(__file__).resolve().parents[2]
 # Writes, run by CLI commands or by the worker's own ingest, never by the web port.
 WRITES = {"rollup_backfill", "set_raw_ttl", "set_rollup_ttl", "rollup_delete_cells",
-          "slo_backfill", "slo_delete_cells", "slo_retire", "set_slo_ttl", "record_progress"}
+          "slo_backfill", "slo_delete_cells", "slo_retire", "set_slo_ttl", "record_progress",
+          "slo_register"}
 
 
 def test_named_queries_use_typed_parameters_only():
