@@ -20,7 +20,9 @@ import numpy as np
 import pandas as pd
 from matplotlib import dates as mdates
 from matplotlib import ticker
+from matplotlib.font_manager import FontProperties
 from matplotlib.figure import Figure
+from matplotlib.textpath import text_to_path
 
 from phasemeter.query.served import write_file
 
@@ -146,6 +148,44 @@ def _grid(fig: Figure, width: float, height: float, head_h: float, nrows: int, n
     return axes
 
 
+def _wrap(text: str, size: float, weight: str, max_w: float) -> list[str]:
+    """`text` broken at spaces into lines at most `max_w` inches wide, measured
+    with the font (a single longer word stays whole). Matplotlib's own
+    `wrap=True` breaks lines only when drawing, so the header's height could
+    not be known beforehand and a wrapped title ran into the line below it."""
+    font = FontProperties(size=size, weight=weight)
+    lines, line = [], ""
+    for word in text.split(" "):
+        trial = f"{line} {word}" if line else word
+        if line and text_to_path.get_text_width_height_descent(trial, font, ismath=False)[0] / 72 > max_w:
+            lines.append(line)
+            line = word
+        else:
+            line = trial
+    return [*lines, line]
+
+
+def _header(width: float, title: str, notes: list[str], ncols: int):
+    """The title, the slow-tail note and the notes, stacked top-down:
+    [(top in inches, text, font size, style)], and the depth they take."""
+    wide = ncols > 1
+    items = [(title, 13 if wide else 10.5, {"fontweight": "bold"}),
+             (SLOW_TAIL_NOTE, 9.5 if wide else 7.5, {"color": TAIL_P1}),
+             *((note, 8.5 if wide else 6.5, {"color": "0.25"}) for note in notes)]
+    y, placed = 0.12, []
+    for text, size, style in items:
+        lines = _wrap(text, size, style.get("fontweight", "normal"), width - 0.3)
+        placed.append((y, "\n".join(lines), size, style))
+        y += len(lines) * size * 1.25 / 72 + 0.05
+    return placed, y
+
+
+def _place(fig: Figure, texts) -> list:
+    height = fig.get_figheight()
+    return [fig.text(0.5, 1 - y / height, text, ha="center", va="top", fontsize=size, **style)
+            for y, text, size, style in texts]
+
+
 def render_bands_png(
     df: pd.DataFrame,
     path: str | os.PathLike,
@@ -181,17 +221,12 @@ def render_bands_png(
     # of fixed height above the grid.
     leg_cols = {1: 2, 2: 3}.get(ncols, len(LEGEND_ORDER))
     leg_rows = -(-len(LEGEND_ORDER) // leg_cols)
-    notes = list(notes or [])
-    head_h = 0.75 + 0.22 * leg_rows + 0.2 * len(notes)
-    width, height = PANEL_W * ncols + 0.4, PANEL_H * nrows + head_h
+    width = PANEL_W * ncols + 0.4
+    texts, text_h = _header(width, title or DEFAULT_TITLE, list(notes or []), ncols)
+    head_h = text_h + 0.135 + 0.22 * leg_rows
+    height = PANEL_H * nrows + head_h
     fig = Figure(figsize=(width, height), dpi=110)
-    fig.text(0.5, 1 - 0.12 / height, title or DEFAULT_TITLE, ha="center", va="top",
-             fontsize=13 if ncols > 1 else 10.5, fontweight="bold", wrap=True)
-    fig.text(0.5, 1 - 0.42 / height, SLOW_TAIL_NOTE, ha="center", va="top",
-             fontsize=9.5 if ncols > 1 else 7.5, color=TAIL_P1, wrap=True)
-    for i, note in enumerate(notes):
-        fig.text(0.5, 1 - (0.66 + 0.2 * i) / height, note, ha="center", va="top",
-                 fontsize=8.5 if ncols > 1 else 6.5, color="0.25", wrap=True)
+    _place(fig, texts)
     axes = _grid(fig, width, height, head_h, nrows, ncols)
     if not models:  # empty query result: still produce an honest picture
         axes[0][0].text(0.5, 0.5, "no data", ha="center", va="center",

@@ -134,3 +134,29 @@ def test_write_chart_refuses_an_unknown_suffix_and_writes_nothing(tmp_path):
     with pytest.raises(ArgError, match=r"--out .*x\.jpg: the file must end in \.png, \.svg or \.html"):
         write_chart(synthetic_bands(), {"kind": "bands", "path": "exact", "step_s": 60}, tmp_path / "x.jpg")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("ncols", [1, 2, 5])
+def test_header_lines_fit_the_width_and_never_overlap(ncols):
+    """Title, slow-tail note and notes are wrapped to the figure's width and
+    stacked by their real height: in one column the default title takes two
+    lines, and it used to be drawn over the red slow-tail note."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from phasemeter.render.png import DEFAULT_TITLE, PANEL_W, _header, _place
+
+    width = PANEL_W * ncols + 0.4
+    notes = ["prefill = input_tokens / ttft; abandoned generations included in the counts",
+             "rollup path: per-minute sketches merged; tails exact where the extremes cover them"]
+    texts, depth = _header(width, DEFAULT_TITLE + " for a long model name", notes, ncols)
+    fig = Figure(figsize=(width, depth + 1.0), dpi=110)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in _place(fig, texts)]
+    if ncols == 1:
+        assert texts[0][1].count("\n") >= 1  # the case that overlapped
+    for box in boxes:
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box, fig.bbox.width)
+    for upper, lower in zip(boxes, boxes[1:]):
+        assert lower.y1 <= upper.y0, (upper, lower)  # display y grows upward
+    assert boxes[-1].y0 >= fig.bbox.height - depth * fig.dpi
