@@ -113,9 +113,10 @@ def test_the_probe_sees_a_heavy_import(tmp_path):
 
 
 def test_the_worker_starts_without_pandas_or_matplotlib(tmp_path):
-    """The worker's ingest path builds Arrow tables, never frames: pandas loads
-    with the first read the worker serves, not at every (re)start (~0.6 s of
-    CPU per start on this machine, paid again after each crash)."""
+    """The worker's own code builds Arrow tables, never frames, so importing
+    it loads no pandas. pandas still loads with the first batch: pyarrow
+    imports it on its first array whenever it is installed (BENCHMARKS.md
+    §16). This keeps the worker from adding a second, earlier import."""
     result = probe(["import", "phasemeter.stream_jobs.app"], tmp_path)
     assert "faust" in result["heavy"]  # the probe saw the worker's imports
     assert not {"pandas", "matplotlib"} & set(result["heavy"]), explain(result)
