@@ -26,6 +26,7 @@ from phasemeter.store.client import connect
 
 from . import batching, handoff, join_agent, publish, resume
 from .pipeline import Pipeline
+from .preload import Preload
 from .recovery_watch import EXIT_RECOVERY_STALLED, RecoveryWatch
 from .sink import Sink
 from .ready import is_ready, until_ready
@@ -179,6 +180,12 @@ def create_app(settings: Settings, client=None) -> faust.App:
     async def loop_run(fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
+    preload = Preload()
+
+    @app.task
+    async def _preload():
+        preload.start()
+
     @app.agent(raw, name="phasemeter.ingest")
     async def ingest(stream):
         await _crash_guard("ingest", lambda: _ingest(stream))
@@ -193,6 +200,7 @@ def create_app(settings: Settings, client=None) -> faust.App:
         async for events in batching.gather(stream, settings.batch_rows, settings.batch_bytes,
                                             settings.batch_seconds):
             await until_ready(app)
+            await preload.wait()
             await ingest_handoff.run(_batch(events))
 
     async def _batch(events):

@@ -114,9 +114,10 @@ def test_the_probe_sees_a_heavy_import(tmp_path):
 
 def test_the_worker_starts_without_pandas_or_matplotlib(tmp_path):
     """The worker's own code builds Arrow tables, never frames, so importing
-    it loads no pandas. pandas still loads with the first batch: pyarrow
-    imports it on its first array whenever it is installed (BENCHMARKS.md
-    §16). This keeps the worker from adding a second, earlier import."""
+    it loads no pandas. pyarrow still imports pandas on its first array
+    whenever it is installed; the worker does that import in a thread while
+    it waits for Kafka (stream_jobs/preload.py, tested in
+    tests/integration/test_pipeline.py), never on the start's own path."""
     result = probe(["import", "phasemeter.stream_jobs.app"], tmp_path)
     assert "faust" in result["heavy"]  # the probe saw the worker's imports
     assert not {"pandas", "matplotlib"} & set(result["heavy"]), explain(result)
