@@ -29,6 +29,8 @@ def _import(name: str) -> None:
         importlib.import_module(name)
     except ImportError:  # not installed: pyarrow will not import it either
         log.debug("preload: %s is not installed", name)
+    except Exception:  # broken: said here, and left to the first batch as before
+        log.warning("preload: importing %s failed", name, exc_info=True)
 
 
 class Preload:

@@ -38,3 +38,19 @@ def test_a_module_that_is_not_installed_is_no_error():
 
     asyncio.run(run())
     assert "pm_no_such_module_here" not in sys.modules
+
+
+def test_a_module_that_fails_to_import_is_logged_not_raised(tmp_path, monkeypatch, caplog):
+    """A broken install is said in the log; the batches go on as they would
+    without the preload (the first one meets the same error itself)."""
+    (tmp_path / "pm_preload_broken.py").write_text("raise RuntimeError('broken install')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    async def run():
+        preload = Preload("pm_preload_broken")
+        preload.start()
+        await preload.wait()
+
+    with caplog.at_level("WARNING", logger="phasemeter.worker"):
+        asyncio.run(run())
+    assert "importing pm_preload_broken failed" in caplog.text and "broken install" in caplog.text
