@@ -1,0 +1,93 @@
+"""The ingest agent, a thin loop over `pipeline.Pipeline`: take a batch of
+records, admit them in strict offset order from the position the store
+records (resume.py over sequence.py), split them into rows, dead letters and
+phase events, write rows and dead letters in one idempotent step, forward
+the phases to the join, and only then record the new positions in the store
+(docs/delivery.md). Registered on the app by `create_app` (app.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+from . import batching, resume
+from .preload import Preload
+from .ready import until_ready
+
+log = logging.getLogger("phasemeter.worker")
+
+
+def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, crash) -> None:
+    """Register the ingest agent over `raw` and the start-up preload; `crash`
+    wraps the agent's body so a bug exits the process (app._crash_guard)."""
+    async def loop_run(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    preload = Preload()
+
+    @app.task
+    async def _preload():
+        preload.start()
+
+    @app.agent(raw, name="phasemeter.ingest")
+    async def ingest(stream):
+        await crash("ingest", lambda: _ingest(stream))
+
+    async def load(tps):
+        return await loop_run(sink.positions, sorted({t for t, _ in tps}))
+
+    async def save(positions):
+        await loop_run(sink.record_progress, positions)
+
+    async def _ingest(stream):
+        async for events in batching.gather(stream, settings.batch_rows, settings.batch_bytes,
+                                            settings.batch_seconds):
+            await until_ready(app)
+            await preload.wait()
+            await ingest_handoff.run(_batch(events))
+
+    async def _batch(events):
+        pipeline.consumed += len(events)
+        t_start = time.time()
+        admitted = await resume.admit(app, pipeline.sequencer, events, load, save, pipeline.counts)
+        events = admitted.events
+        if not events:
+            return
+        rows, dead, phases, suspects = await loop_run(pipeline.split, events)
+        t_split = time.time()
+        # Blocks (retrying) while the store is down: the stream stops being
+        # consumed (backpressure) and no progress is recorded.
+        pipeline.writing_since = t_split
+        await loop_run(sink.write, rows, dead)
+        if suspects:  # re-read rows whose insert may not have reached the rollup
+            repaired = await loop_run(sink.repair_rollup, suspects)
+            pipeline.counts["rollup_cells_checked"] += len(suspects)
+            pipeline.counts["rollup_cells_repaired"] += len(repaired)
+            if repaired:
+                log.warning("rollup repaired from raw in %d cell(s): %s", len(repaired), repaired[:3])
+        pipeline.writing_since = None
+        t_written = time.time()
+        # Progress is recorded only once everything this batch produced is
+        # durable: rows and dead letters in the store, dead letters and
+        # phases acknowledged by Kafka (a refused record is sent again).
+        await pipeline.publisher.deliver([
+            (settings.dlq_topic, record["src_topic"].encode(),
+             json.dumps({k: record[k] for k in record if k != "ts"} | {"rejected_at": record["ts"]}).encode(),
+             None) for record in dead] + joiner.phase_messages(phases))
+        positions = pipeline.sequencer.position({(e.message.topic, e.message.partition) for e in events})
+        await save(positions)
+        await ingest_handoff.commit(app, positions)
+        pipeline.accepted += len(rows)
+        pipeline.rejected += len(dead)
+        pipeline.last_batch_at = time.time()
+        # Where a batch's time goes, for /health and the freshness benchmark.
+        pipeline.last_batch = {
+            "messages": len(events), "rows": len(rows), "dead": len(dead),
+            "split_s": round(t_split - t_start, 4), "write_s": round(t_written - t_split, 4),
+            "forward_s": round(pipeline.last_batch_at - t_written, 4), "phases": len(phases),
+            "oldest_age_s": round(t_start - min(r["ts"] for r in rows), 3) if rows else None,
+            "newest_age_s": round(t_start - max(r["ts"] for r in rows), 3) if rows else None,
+        }
