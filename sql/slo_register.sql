@@ -1,9 +1,10 @@
 -- SLOs new to the store, one row per declared name, written by the worker at
 -- start (store/slo_defs.py builds each tuple, objectives in OBJECTIVES order;
--- a test checks this column list against the table). A statement with bound values rather than the client's row insert:
--- that one imports pandas on first use (0.4-0.5 s of the start that
--- registers new SLOs, before the worker joins Kafka; stream_jobs/preload.py
--- imports it while the worker waits for Kafka instead).
+-- a test checks this column list against the table). A statement with bound
+-- values rather than the client's row insert: that one imports pandas on
+-- first use (0.4-0.5 s of the start that registers new SLOs, before the
+-- worker joins Kafka; stream_jobs/preload.py imports it while the worker
+-- waits for Kafka instead).
 -- registered_at is bound as epoch milliseconds, which means the same instant
 -- on chDB and on a server whatever the client's datetime binding setting
 -- (naive or aware, legacy or not): coverage starts from it (docs/slo.md).

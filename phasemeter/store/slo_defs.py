@@ -25,17 +25,18 @@ def registered(client) -> dict[int, datetime]:
     """slo_id -> the first minute its per-minute counts are complete from (UTC)."""
     out = {}
     for slo_id, _name, at in client.query(load_sql("slo_registered")).result_rows:
-        at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
-        out[int(slo_id)] = covered_from(at)
+        out[int(slo_id)] = covered_from(_utc(at))
     return out
 
 
+def _utc(when: datetime) -> datetime:
+    """A naive time is UTC: clickhouse-connect returns the store's
+    DateTime64(3, 'UTC') values naive."""
+    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+
+
 def epoch_ms(when: datetime) -> int:
-    """Milliseconds since the epoch; a naive time is UTC (the store's, as
-    clickhouse-connect returns DateTime64(3, 'UTC') values)."""
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return round(when.timestamp() * 1000)
+    return round(_utc(when).timestamp() * 1000)
 
 
 def covered_from(registered_at: datetime) -> datetime:

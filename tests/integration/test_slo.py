@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import random
 import time
 from datetime import datetime, timedelta, timezone
@@ -205,31 +204,6 @@ def test_registration_stores_each_field_as_declared_to_the_millisecond(store):
     assert got == want
     assert set(slo_defs.registered(store).values()) == {slo_defs.covered_from(at)}
     assert slo_defs.covered_from(at) == datetime.fromtimestamp(T0 - 3600 + 120, timezone.utc)
-
-
-def test_registration_does_not_import_pandas(tmp_path):
-    """A worker that starts with newly declared SLOs registers them without
-    pandas (the client's row insert would load it: 0.4-0.5 s of the start)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "from phasemeter.settings import Settings\n"
-        "from phasemeter.store.client import connect\n"
-        "from phasemeter.store.migrate import migrate\n"
-        "from phasemeter.store import slo_defs\n"
-        "from phasemeter.alerts.slo_rules import parse_slos\n"
-        "client = connect(Settings())\n"
-        "migrate(client)\n"
-        "print(slo_defs.register(client, parse_slos({'slo': [{'name': 'chat', 'objectives': {'ttft_s': 1.0}, "
-        "'target': 0.95}]})))\n"
-        "print('pandas' in sys.modules)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**{k: v for k, v in os.environ.items() if not k.startswith(("PHASEMETER_", "CLICKHOUSE_"))},
-                               "PHASEMETER_DATA_DIR": str(tmp_path / "data")})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split()[-1] == "False" and "['chat']" in proc.stdout, proc.stdout
 
 
 # "sink": the worker's call with the default limit; "thirds": the cells cut into

@@ -45,6 +45,8 @@ out, code = io.StringIO(), None
 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
     if argv[0] == "import":
         __import__(argv[1])
+    elif argv[0] == "exec":
+        exec(argv[1])
     else:
         from phasemeter.cli.main import build_parser, main
         if argv == ["build_parser"]:
@@ -129,4 +131,21 @@ def test_migrate_opens_the_store_without_pandas(tmp_path):
     row insert would import pandas for its DataFrame check (0.4-0.5 s)."""
     result = probe(["migrate"], tmp_path)
     assert result["code"] == 0 and "applied now" in result["out"], result["out"]
+    assert "chdb" in result["heavy"] and "pandas" not in result["heavy"], explain(result)
+
+
+def test_registering_new_slos_imports_no_pandas(tmp_path):
+    """A worker that starts with newly declared SLOs registers them with a
+    bound statement (sql/slo_register.sql): the client's row insert would
+    import pandas for its DataFrame check (0.4-0.5 s of that start)."""
+    code = ("from phasemeter.settings import Settings\n"
+            "from phasemeter.store.client import connect\n"
+            "from phasemeter.store.migrate import migrate\n"
+            "from phasemeter.store import slo_defs\n"
+            "from phasemeter.alerts.slo_rules import parse_slos\n"
+            "client = connect(Settings())\n"
+            "migrate(client)\n"
+            "sloset = parse_slos({'slo': [{'name': 'chat', 'objectives': {'ttft_s': 1.0}, 'target': 0.95}]})\n"
+            "assert slo_defs.register(client, sloset)[0] == ['chat']\n")
+    result = probe(["exec", code], tmp_path)
     assert "chdb" in result["heavy"] and "pandas" not in result["heavy"], explain(result)
