@@ -117,7 +117,7 @@ def create_app(settings: Settings, client=None) -> faust.App:
     # (handoff.Handoff), never from what Faust's batching acked.
     raw = app.topic(*settings.ingest_topics, key_type=bytes, value_type=bytes,
                     key_serializer="raw", value_serializer="raw", acks=False)
-    ingest_handoff = handoff.Handoff(settings.stop_grace_s)
+    ingest_handoff = handoff.Handoff(settings.stop_grace_s, on_cut=sink.stop_retrying)
     # Dead letters and phases reach Kafka before the batch's progress is recorded.
     pipeline.publisher = publish.Publisher(app)
     joiner = join_agent.install(app, settings, pipeline.bucket, _crash_guard)

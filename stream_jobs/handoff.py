@@ -44,8 +44,12 @@ class Handoff:
     that cut it between the two would leave the new owner an entry it
     expires again (a generation published twice)."""
 
-    def __init__(self, grace_s: float):
+    def __init__(self, grace_s: float, on_cut=None):
         self.grace_s = grace_s
+        # Called when a stop cuts a batch: work the batch left in a thread
+        # (a store write retrying while the store is down) cannot be
+        # cancelled from here, and would keep the process from exiting.
+        self.on_cut = on_cut
         self.in_hand: set[asyncio.Future] = set()
         self._want: dict = {}  # FaustTP -> newest durable position not committed yet
         self._committer: asyncio.Future | None = None
@@ -93,6 +97,8 @@ class Handoff:
                 log.warning("stopping: the batch in hand did not finish in %.0f s; it will be re-read",
                             self.grace_s)
                 task.cancel()
+                if self.on_cut is not None:
+                    self.on_cut()
             raise
         finally:
             self.in_hand.discard(task)

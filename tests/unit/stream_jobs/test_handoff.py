@@ -141,3 +141,20 @@ def test_commits_run_in_the_background_newest_wins_and_settle_waits_for_them():
     calls = asyncio.run(main())
     # The in-flight one, then the rest coalesced: the newest position of each partition.
     assert calls == [{("t", 0): 10}, {("t", 0): 30, ("t", 1): 5}]
+
+
+def test_a_cut_batch_calls_on_cut_and_a_finished_one_does_not():
+    """on_cut (the ingest agent's: the sink stops retrying) runs when the
+    grace runs out, never when the batch ends in time."""
+    async def stop_during(h: Handoff, seconds: float) -> None:
+        agent = asyncio.ensure_future(h.run(asyncio.sleep(seconds)))
+        await asyncio.sleep(0.05)
+        agent.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await agent
+
+    cuts: list[str] = []
+    asyncio.run(stop_during(Handoff(grace_s=0.1, on_cut=lambda: cuts.append("cut")), 10))
+    assert cuts == ["cut"]
+    asyncio.run(stop_during(Handoff(grace_s=5, on_cut=lambda: cuts.append("late")), 0.2))
+    assert cuts == ["cut"]

@@ -75,10 +75,10 @@ def test_each_insert_sends_its_token_and_dedup_in_the_views():
     assert settings["deduplicate_blocks_in_dependent_materialized_views"] == 1
 
 
-def test_a_retried_insert_resends_the_same_rows_and_token(monkeypatch):
-    monkeypatch.setattr("phasemeter.stream_jobs.sink.time.sleep", lambda s: None)
+def test_a_retried_insert_resends_the_same_rows_and_token():
     client = Recorder(fail_first=2)
     sink = Sink.over(client, "chdb")
+    sink._stopping.wait = lambda backoff_s: False  # no backoff sleep: never stopped, retry at once
     sink.write([row(i) for i in range(3)], [])
     assert len(client.calls) == 3 and sink.retries == 2
     first, *_, last = client.calls
@@ -106,3 +106,40 @@ def test_tables_are_built_outside_the_lock_and_inserted_inside_it(monkeypatch):
     sink.write([row(0)], dead)
     assert [c[0] for c in client.calls] == ["generations", "dead_letters"]
     assert sink.rows_written == 1 and sink.dead_written == 1
+
+
+def test_a_stop_ends_a_write_retrying_on_a_store_that_is_down():
+    """Sink.stop_retrying (a stopping worker past its grace): the retry loop,
+    in a thread asyncio cannot cancel, raises SinkStopped at once instead of
+    sleeping out its backoff and retrying for ever."""
+    import threading
+
+    from phasemeter.stream_jobs.sink import SinkStopped
+
+    rec, outcome = Recorder(fail_first=10**9), []
+    sink = Sink.over(rec, "chdb:///x")
+
+    def write():
+        try:
+            sink.write([row(0)], [])
+            outcome.append("written")
+        except SinkStopped as exc:
+            outcome.append(str(exc))
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    while len(rec.calls) < 3:  # retrying: 0.2 s, 0.4 s, then 0.8 s of backoff
+        threading.Event().wait(0.01)
+    sink.stop_retrying()
+    writer.join(5)
+    assert not writer.is_alive() and len(outcome) == 1
+    assert outcome[0].startswith("store write failed: store away") and "stopped retrying" in outcome[0]
+    assert sink.rows_written == 0  # not counted as written: the batch is re-read
+
+
+def test_after_a_stop_a_write_the_store_accepts_still_lands():
+    rec = Recorder()
+    sink = Sink.over(rec, "chdb:///x")
+    sink.stop_retrying()
+    sink.write([row(0)], [])
+    assert len(rec.calls) == 1 and sink.rows_written == 1
