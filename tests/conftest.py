@@ -90,6 +90,7 @@ class WorkerProc:
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
         self.log = data_dir / "worker.log"
+        self.restarts = 0
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "phasemeter", *args], env=self.env,
@@ -107,6 +108,21 @@ class WorkerProc:
                 return self
             time.sleep(0.2)
         raise AssertionError("worker did not start:\n" + self.log.read_text()[-3000:])
+
+    def restart_after_exit_75(self) -> bool:
+        """What the worker's supervisor does (systemd Restart=on-failure, a
+        Kubernetes pod): a worker that exited with 75 (its table recovery
+        stopped making progress inside Faust; docs/delivery.md) is started
+        again. Any other exit fails the test. -> True when it restarted."""
+        from phasemeter.stream_jobs.recovery_watch import EXIT_RECOVERY_STALLED
+
+        rc = self.proc.poll() if self.proc else None
+        if rc is None:
+            return False
+        assert rc == EXIT_RECOVERY_STALLED, f"worker exited with {rc}\n{self.diagnose()}"
+        self.restarts += 1
+        self.start()
+        return True
 
     def health(self) -> dict | None:
         try:
