@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import clickhouse_connect
 import pytest
@@ -83,18 +84,29 @@ def test_sigterm_mid_batch_hands_over_to_a_fresh_member_exactly(pm_env, tmp_path
             produce(bootstrap, topic, [json.dumps(e).encode() for e in chunk], [e["request_id"].encode() for e in chunk])
             time.sleep(0.4)
 
+    def member(k: int) -> WorkerProc:
+        data = tmp_path / f"member-{k}"
+        # Large batches: a SIGTERM at a random moment often finds one in hand.
+        env = {**pm_env, "PHASEMETER_DATA_DIR": str(data), "PHASEMETER_WEB_PORT": str(free_port()),
+               "PHASEMETER_BATCH_ROWS": "20000", "PHASEMETER_BATCH_SECONDS": "2"}
+        data.mkdir()
+        w = WorkerProc(env, data, int(env["PHASEMETER_WEB_PORT"]))
+        w.run("migrate")
+        return w
+
     emitter = threading.Thread(target=emit, daemon=True)
     emitter.start()
     members: list[WorkerProc] = []
+    prior: Counter = Counter()  # rows per partition of the members stopped so far (final once stopped)
+    # Each member's store is migrated while the member before it works, as a
+    # deploy prepares the next replica: a round's time is the hand-off's.
+    prepare = ThreadPoolExecutor(1)
     try:
+        upcoming = prepare.submit(member, 0)
         for k in range(ROUNDS + 1):
-            data = tmp_path / f"member-{k}"
-            # Large batches: a SIGTERM at a random moment often finds one in hand.
-            env = {**pm_env, "PHASEMETER_DATA_DIR": str(data), "PHASEMETER_WEB_PORT": str(free_port()),
-                   "PHASEMETER_BATCH_ROWS": "20000", "PHASEMETER_BATCH_SECONDS": "2"}
-            w = WorkerProc(env, data, int(env["PHASEMETER_WEB_PORT"]))
-            data.mkdir()
-            w.run("migrate")
+            w = upcoming.result()
+            if k < ROUNDS:
+                upcoming = prepare.submit(member, k + 1)
             members.append(w.start())
             if k == ROUNDS:
                 break
@@ -105,20 +117,25 @@ def test_sigterm_mid_batch_hands_over_to_a_fresh_member_exactly(pm_env, tmp_path
             before = w.health()
             w.proc.send_signal(signal.SIGTERM)
             w.proc.wait(60)
-            ledger, rows, _ = store_state(data, database, topic)
+            ledger, rows, _ = store_state(w.data_dir, database, topic)
             group_at = committed(bootstrap, group, topic)
             # Partitions this member never stored anything of keep the group's
             # offset from before; only what it touched must agree three ways.
+            # A member starts where the group committed, so its rows continue
+            # those of the members before it.
             touched = set(ledger) | set(rows)
             assert {p: group_at.get(p, 0) for p in touched} == {p: ledger.get(p) for p in touched} == \
-                {p: rows.get(p, 0) + _prior(members[:-1], database, topic, p) for p in touched}, (
-                f"round {k} {seed_note}: committed {group_at}, ledger {ledger}, rows {rows}; "
+                {p: rows.get(p, 0) + prior[p] for p in touched}, (
+                f"round {k} {seed_note}: committed {group_at}, ledger {ledger}, rows {rows}, "
+                f"rows of earlier members {dict(prior)}; "
                 f"/health before SIGTERM: {json.dumps(before)}\n{w.diagnose()}")
+            prior.update(rows)
         emitter.join()
         last = members[-1]
         wait_for(lambda: sum(committed(bootstrap, group, topic).values()) >= EVENTS, 240,
                  "the last member to commit every event", last.diagnose)
     finally:
+        prepare.shutdown(cancel_futures=True)
         for m in members:
             m.stop()
     stored = Counter()
@@ -130,8 +147,3 @@ def test_sigterm_mid_batch_hands_over_to_a_fresh_member_exactly(pm_env, tmp_path
         f"{seed_note}: {len(lost)} lost, {len(twice)} stored twice across {len(members)} members; "
         f"committed {committed(bootstrap, group, topic)}")
 
-
-def _prior(members: list[WorkerProc], database: str, topic: str, partition: int) -> int:
-    """Rows of `partition` the earlier members stored: a member starts where
-    the group committed, so its rows continue theirs."""
-    return sum(store_state(m.data_dir, database, topic)[1].get(partition, 0) for m in members)
