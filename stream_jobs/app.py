@@ -14,16 +14,14 @@ import asyncio
 import logging
 import os
 import ssl
-import time
 
 import faust
 
 from phasemeter.settings import Settings
 from phasemeter.store.client import connect
 
-from . import handoff, ingest_agent, join_agent, publish, resume
+from . import handoff, ingest_agent, join_agent, publish, recovery_task, resume
 from .pipeline import Pipeline
-from .recovery_watch import EXIT_RECOVERY_STALLED, RecoveryWatch
 from .sink import Sink
 from .ready import is_ready
 from .web import register_views
@@ -134,37 +132,7 @@ def create_app(settings: Settings, client=None) -> faust.App:
         await ingest_handoff.settle()
         await joiner.handoff.settle()
 
-    watch = RecoveryWatch(settings.recovery_stall_s)
-    watching: list[asyncio.Future] = []
-
-    async def watch_recovery():
-        # A plain task, not a Faust timer: Faust starts its timers only once
-        # the first recovery has completed, and that one can hang too.
-        while not app.should_stop:
-            await asyncio.sleep(min(5.0, settings.recovery_stall_s / 2))
-            recovery = getattr(app.tables, "recovery", None)
-            if recovery is None:
-                continue
-            left = {tp: n for tp, n in recovery.active_remaining().items() if n > 0}
-            if watch.stalled(time.monotonic(), bool(recovery.in_recovery), sum(left.values())):
-                log.critical("table recovery has read no changelog record for %.0f s and still expects %d on %s; "
-                             "exiting with %d so a supervisor restarts the worker",
-                             watch.stuck_for(time.monotonic()), sum(left.values()),
-                             sorted(f"{tp.topic}/{tp.partition}" for tp in left), EXIT_RECOVERY_STALLED)
-                logging.shutdown()
-                os._exit(EXIT_RECOVERY_STALLED)
-
-    @app.on_partitions_assigned.connect
-    async def _start_watching(app, assigned, **kwargs):  # noqa: ARG001
-        # The first assignment comes before the first recovery (recovery_watch.py).
-        if not watching:
-            watching.append(asyncio.ensure_future(watch_recovery()))
-
-    @app.on_before_shutdown.connect
-    async def _stop_watching(app, **kwargs):  # noqa: ARG001
-        # Not left for the worker's stop to wait a second for (lifecycle.py).
-        for task in watching:
-            task.cancel()
+    recovery_task.install(app, settings.recovery_stall_s)
 
     @app.timer(1.0, name="phasemeter.reseek")
     async def reseek():

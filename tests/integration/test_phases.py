@@ -397,3 +397,6 @@ def test_a_table_recovery_that_stops_making_progress_exits_for_a_restart(pm_env,
     assert rc == 75, f"exit code {rc} (None: still running after 120 s); /health {health}\n{log_text[-3000:]}"
     assert "table recovery has read no changelog record" in log_text and f"{changelog}/0" in log_text, \
         log_text[-3000:]
+    # Where it stood, for whoever reads the log: the marker is counted by the
+    # highwater and passed by the fetch position, and nothing after offset 0 applied.
+    assert f"{changelog}/0: applied 0, highwater 1, fetch position 2" in log_text, log_text[-3000:]

@@ -1,0 +1,69 @@
+"""The Faust side of the recovery watch (recovery_watch.py holds its rule):
+a task that reads how many changelog records the join table's recovery
+still expects, and exits the worker with 75 for its supervisor once that
+number has stopped changing for `PHASEMETER_RECOVERY_STALL_S`.
+
+A plain task, not a Faust timer: Faust starts its timers only once the
+first recovery has completed, and that one can hang too. It starts at the
+first assignment, which comes before the first recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+from .recovery_watch import EXIT_RECOVERY_STALLED, RecoveryWatch
+
+log = logging.getLogger("phasemeter.worker")
+
+
+def install(app, stall_s: float) -> None:
+    watch = RecoveryWatch(stall_s)
+    watching: list[asyncio.Future] = []
+
+    async def watch_recovery():
+        while not app.should_stop:
+            await asyncio.sleep(min(5.0, stall_s / 2))
+            recovery = getattr(app.tables, "recovery", None)
+            if recovery is None:
+                continue
+            left = {tp: n for tp, n in recovery.active_remaining().items() if n > 0}
+            if watch.stalled(time.monotonic(), bool(recovery.in_recovery), sum(left.values())):
+                log.critical("table recovery has read no changelog record for %.0f s and still expects %d on %s; "
+                             "exiting with %d so a supervisor restarts the worker (%s)",
+                             watch.stuck_for(time.monotonic()), sum(left.values()),
+                             sorted(f"{tp.topic}/{tp.partition}" for tp in left), EXIT_RECOVERY_STALLED,
+                             await where_recovery_stands(app, recovery, left))
+                logging.shutdown()
+                os._exit(EXIT_RECOVERY_STALLED)
+
+    @app.on_partitions_assigned.connect
+    async def _start_watching(app, assigned, **kwargs):  # noqa: ARG001
+        if not watching:
+            watching.append(asyncio.ensure_future(watch_recovery()))
+
+    @app.on_before_shutdown.connect
+    async def _stop_watching(app, **kwargs):  # noqa: ARG001
+        # Not left for the worker's stop to wait a second for (lifecycle.py).
+        for task in watching:
+            task.cancel()
+
+
+async def where_recovery_stands(app, recovery, left) -> str:
+    """Per stuck changelog partition: the last offset the recovery applied,
+    the highwater it waits for, and the consumer's fetch position. A position
+    at the highwater with records unapplied means they were fetched and never
+    handed to the recovery; a position at the applied offset, that they were
+    never fetched."""
+    parts = []
+    for tp in sorted(left):
+        try:
+            position = await app.consumer.position(tp)
+        except Exception as exc:  # a diagnostic: never the reason the exit fails
+            position = f"? ({exc.__class__.__name__})"
+        parts.append(f"{tp.topic}/{tp.partition}: applied {recovery.active_offsets.get(tp)}, "
+                     f"highwater {recovery.active_highwaters.get(tp)}, fetch position {position}")
+    return "; ".join(parts)
