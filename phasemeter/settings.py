@@ -58,7 +58,8 @@ class Settings:
     recovery_stall_s: float = _f(
         120.0, "PHASEMETER_RECOVERY_STALL_S",
         "If the join table's recovery after a rebalance reads no changelog record for this long while it "
-        "still expects some, the worker exits with code 75 so its supervisor restarts it.")
+        "still expects some (after seeking the stuck partitions back once, at a third of it, at most 10 s), "
+        "the worker exits with code 75 so its supervisor restarts it.")
     topic_partitions: int = _f(4, "PHASEMETER_TOPIC_PARTITIONS",
                                "Partitions when phasemeter creates the topics (key = request_id).")
     group_id: str = _f("phasemeter-worker", "PHASEMETER_GROUP_ID", "Kafka consumer group of the workers.")

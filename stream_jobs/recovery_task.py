@@ -1,7 +1,8 @@
 """The Faust side of the recovery watch (recovery_watch.py holds its rule):
 a task that reads how many changelog records the join table's recovery
-still expects, and exits the worker with 75 for its supervisor once that
-number has stopped changing for `PHASEMETER_RECOVERY_STALL_S`.
+still expects; once that number has stopped changing it seeks the stuck
+partitions back, and if that does not help within
+`PHASEMETER_RECOVERY_STALL_S` it exits the worker with 75 for its supervisor.
 
 A plain task, not a Faust timer: Faust starts its timers only once the
 first recovery has completed, and that one can hang too. It starts at the
@@ -15,7 +16,7 @@ import logging
 import os
 import time
 
-from .recovery_watch import EXIT_RECOVERY_STALLED, RecoveryWatch
+from .recovery_watch import EXIT, EXIT_RECOVERY_STALLED, RESEEK, RecoveryWatch
 
 log = logging.getLogger("phasemeter.worker")
 
@@ -31,7 +32,14 @@ def install(app, stall_s: float) -> None:
             if recovery is None:
                 continue
             left = {tp: n for tp, n in recovery.active_remaining().items() if n > 0}
-            if watch.stalled(time.monotonic(), bool(recovery.in_recovery), sum(left.values())):
+            verdict = watch.verdict(time.monotonic(), bool(recovery.in_recovery), sum(left.values()))
+            if verdict == RESEEK:
+                log.warning("table recovery has read no changelog record for %.0f s and still expects %d; "
+                            "seeking its partitions back to what it applied (%s)",
+                            watch.stuck_for(time.monotonic()), sum(left.values()),
+                            await where_recovery_stands(app, recovery, left))
+                await reseek(app, recovery, left)
+            elif verdict == EXIT:
                 log.critical("table recovery has read no changelog record for %.0f s and still expects %d on %s; "
                              "exiting with %d so a supervisor restarts the worker (%s)",
                              watch.stuck_for(time.monotonic()), sum(left.values()),
@@ -50,6 +58,18 @@ def install(app, stall_s: float) -> None:
         # Not left for the worker's stop to wait a second for (lifecycle.py).
         for task in watching:
             task.cancel()
+
+
+async def reseek(app, recovery, left) -> None:
+    """Fetch the stuck changelog partitions again from the last offset the
+    recovery applied (-1: none, so from 0). A record it already applied is
+    skipped by Faust's own offset check, so reading one twice is harmless."""
+    for tp in left:
+        applied = recovery.active_offsets.get(tp)
+        try:
+            await app.consumer.seek(tp, max(applied if applied is not None else 0, 0))
+        except Exception as exc:  # e.g. revoked meanwhile: the watch goes on, and exits if still stuck
+            log.warning("seeking %s/%d back failed (%s)", tp.topic, tp.partition, exc)
 
 
 async def where_recovery_stands(app, recovery, left) -> str:

@@ -262,10 +262,11 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
 
     Faust's table recovery of the partitions B takes over has been seen to
     wait for changelog records it is never given (once in a full suite run
-    under load; stream_jobs/recovery_watch.py). The worker then exits with
-    75 and, as its supervisor would, the test starts it again: the join's
-    guarantee must hold across that restart too. The stall limit is 30 s
-    here (120 s by default) so that such a run stays short."""
+    under load; stream_jobs/recovery_watch.py). The worker then seeks those
+    partitions back (after 10 s) and, if that does not help, exits with 75;
+    as its supervisor would, the test starts it again: the join's guarantee
+    must hold across either. The stall limit is 30 s here (120 s by
+    default) so that such a run stays short."""
     from kafka import KafkaConsumer, TopicPartition
 
     from conftest import WorkerProc
@@ -400,3 +401,7 @@ def test_a_table_recovery_that_stops_making_progress_exits_for_a_restart(pm_env,
     # Where it stood, for whoever reads the log: the marker is counted by the
     # highwater and passed by the fetch position, and nothing after offset 0 applied.
     assert f"{changelog}/0: applied 0, highwater 1, fetch position 2" in log_text, log_text[-3000:]
+    # Before exiting it sought the partition back once (what helps when Faust
+    # dropped fetched records); a marker stays where it is, so it still exits.
+    sought = log_text.find("seeking its partitions back to what it applied")
+    assert 0 <= sought < log_text.find("exiting with 75"), log_text[-3000:]
