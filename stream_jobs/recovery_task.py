@@ -32,17 +32,18 @@ def install(app, stall_s: float) -> None:
             if recovery is None:
                 continue
             left = {tp: n for tp, n in recovery.active_remaining().items() if n > 0}
-            verdict = watch.verdict(time.monotonic(), bool(recovery.in_recovery), sum(left.values()))
+            now = time.monotonic()
+            verdict = watch.verdict(now, bool(recovery.in_recovery), sum(left.values()))
             if verdict == RESEEK:
                 log.warning("table recovery has read no changelog record for %.0f s and still expects %d; "
                             "seeking its partitions back to what it applied (%s)",
-                            watch.stuck_for(time.monotonic()), sum(left.values()),
+                            watch.stuck_for(now), sum(left.values()),
                             await where_recovery_stands(app, recovery, left))
                 await reseek(app, recovery, left)
             elif verdict == EXIT:
                 log.critical("table recovery has read no changelog record for %.0f s and still expects %d on %s; "
                              "exiting with %d so a supervisor restarts the worker (%s)",
-                             watch.stuck_for(time.monotonic()), sum(left.values()),
+                             watch.stuck_for(now), sum(left.values()),
                              sorted(f"{tp.topic}/{tp.partition}" for tp in left), EXIT_RECOVERY_STALLED,
                              await where_recovery_stands(app, recovery, left))
                 logging.shutdown()
@@ -67,7 +68,7 @@ async def reseek(app, recovery, left) -> None:
     for tp in left:
         applied = recovery.active_offsets.get(tp)
         try:
-            await app.consumer.seek(tp, max(applied if applied is not None else 0, 0))
+            await app.consumer.seek(tp, max(applied or 0, 0))
         except Exception as exc:  # e.g. revoked meanwhile: the watch goes on, and exits if still stuck
             log.warning("seeking %s/%d back failed (%s)", tp.topic, tp.partition, exc)
 

@@ -135,10 +135,11 @@ class Sink:
             except Exception as exc:  # store down/locked: pause, keep the batch
                 self.retries += 1
                 self.paused_reason = f"{what} failed: {redact(str(exc))[:300]}"
-                if self._stopping.is_set():
-                    raise SinkStopped(f"{self.paused_reason}; stopped retrying") from None
-                log.warning("%s; retrying in %.1fs", self.paused_reason, backoff)
-                if self._stopping.wait(backoff):
+                stopped = self._stopping.is_set()
+                if not stopped:
+                    log.warning("%s; retrying in %.1fs", self.paused_reason, backoff)
+                    stopped = self._stopping.wait(backoff)  # wakes at once on stop_retrying
+                if stopped:
                     raise SinkStopped(f"{self.paused_reason}; stopped retrying") from None
                 backoff = min(backoff * 2, self.max_backoff_s)
 
