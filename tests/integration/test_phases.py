@@ -19,6 +19,7 @@ import clickhouse_connect
 from conftest import wait_for
 import pytest
 from kafka import KafkaProducer
+from kafka_events import records_in
 
 pytestmark = pytest.mark.integration
 
@@ -267,8 +268,6 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
     as its supervisor would, the test starts it again: the join's guarantee
     must hold across either. The stall limit is 30 s here (120 s by
     default) so that such a run stays short."""
-    from kafka import KafkaConsumer, TopicPartition
-
     from conftest import WorkerProc
     from phasemeter.kafka_local import free_port
 
@@ -303,14 +302,10 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
             time.sleep(0.5)
         wait_for(lambda: b.restart_after_exit_75() or (b.health() or {}).get("accepted", 0) >= 1, 60, "B storing")
 
-        consumer = KafkaConsumer(bootstrap_servers=boot, consumer_timeout_ms=4000)
-        tps = [TopicPartition(f"{topic}.joined", p) for p in range(4)]
-        consumer.assign(tps)
-
         def joined_records():
-            consumer.seek_to_beginning(*tps)
             # the join publishes envelopes of joined generations
-            return [(m.partition, m.offset, e) for m in consumer for e in json.loads(m.value)["events"]]
+            return [(m.partition, m.offset, e) for m in records_in(boot, f"{topic}.joined")
+                    for e in json.loads(m.value)["events"]]
 
         def joined_ids():
             return [e["request_id"] for _, _, e in joined_records()]
@@ -328,7 +323,6 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
         wait_for(all_joined, 120, "all requests joined", missing)
         time.sleep(3)
         records = joined_records()
-        consumer.close()
         ids = [e["request_id"] for _, _, e in records]
         # On failure: which requests came twice, from which .joined partition and offset, as what
         # (a join, an expiry), and both workers' /health and log tails (A's hand-off warnings).

@@ -15,6 +15,7 @@ import clickhouse_connect
 import numpy as np
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
+from kafka_events import records_in
 
 from phasemeter.producers import Meter
 from phasemeter.demo.synthetic import SyntheticGateway
@@ -137,8 +138,7 @@ def test_emit_5000_stored_once_with_exact_values_and_bands(worker, pm_env):
                 else:
                     assert math.isclose(got, np.percentile(values, q, method="linear"), rel_tol=1e-9)
 
-    dlq = KafkaConsumer(pm_env["PHASEMETER_DLQ_TOPIC"], bootstrap_servers=pm_env["KAFKA_BOOTSTRAP_SERVERS"],
-                        auto_offset_reset="earliest", consumer_timeout_ms=5000, group_id=None)
+    dlq = records_in(pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_DLQ_TOPIC"], at_least=len(poison))
     reasons = sorted(json.loads(m.value)["reason"] for m in dlq)
     assert reasons == sorted(["malformed_json", "unknown_version", "not_utf8", "impossible_order"])
 
