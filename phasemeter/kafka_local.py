@@ -89,7 +89,14 @@ class LocalBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self._config()
         classpath = os.pathsep.join(str(p) for p in sorted(libs.glob("*.jar")))
-        java = ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-cp", classpath]
+        # A loopback broker on a developer's (or CI's) few cores: the C1 JIT
+        # only and the serial collector. Measured over the same load (20,000
+        # produced envelopes, read back by three groups): 13.8 s of broker CPU
+        # instead of 24.1 s with the JVM's defaults and G1, 4.8 s instead of
+        # 8.1 s to start, and the clients' time unchanged (90.9 s vs 93.6 s).
+        # A production cluster is not started here (KAFKA_BOOTSTRAP_SERVERS).
+        java = ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+                "-cp", classpath]
         if not (self.data_dir / "logs" / "meta.properties").exists():
             fmt = subprocess.run(java + ["kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22],
                                          "-c", str(config), "--ignore-formatted"],
