@@ -50,8 +50,9 @@ class Cell:
     """One run: its own topic, group, database and store(s); the shared broker."""
 
     def __init__(self, broker, fault: str, load: int, protocol: str, seed: int, events: int,
-                 workdir: Path, python: str, kills: int, freeze_s: float, log):
+                 workdir: Path, python: str, kills: int, freeze_s: float, log, session_s: float = 6.0):
         self.broker, self.fault, self.load, self.protocol = broker, fault, load, protocol
+        self.session_s = session_s
         self.seed, self.events, self.kills, self.freeze_s, self.log = seed, events, kills, freeze_s, log
         self.rng = random.Random(seed)
         self.workdir, self.python = workdir, python
@@ -66,7 +67,7 @@ class Cell:
     # -- processes ------------------------------------------------------------
     def new_worker(self, name: str) -> U.Worker:
         w = U.Worker(self.broker.bootstrap, self.topic, self.workdir / name, batch_seconds=0.5,
-                     extra_env={"PHASEMETER_SESSION_TIMEOUT_S": "6", "PHASEMETER_DATABASE": "chaos",
+                     extra_env={"PHASEMETER_SESSION_TIMEOUT_S": f"{self.session_s:g}", "PHASEMETER_DATABASE": "chaos",
                                 "PHASEMETER_GROUP_ID": f"grp-{self.tag}-{os.getpid()}",
                                 # An SLO declared, so its per-minute counts face the same crashes.
                                 "PHASEMETER_SLOS": "example"}, python=self.python)
@@ -339,9 +340,10 @@ def tail(w: U.Worker, n: int = 2500) -> str:
         return ""
 
 
-def rerun_command(fault: str, load: int, protocol: str, seed: int, events: int, kills: int) -> str:
+def rerun_command(fault: str, load: int, protocol: str, seed: int, events: int, kills: int,
+                  session_s: float = 6.0) -> str:
     return (f"python bench/chaos.py --cell {fault}:{load}:{protocol} --seed {seed} --events {events} "
-            f"--kills {kills}")
+            f"--kills {kills}" + (f" --session-s {session_s:g}" if session_s != 6.0 else ""))
 
 
 def report_failure(cell: str, v: dict, command: str) -> str:
@@ -365,11 +367,11 @@ def report_failure(cell: str, v: dict, command: str) -> str:
 def run_one(broker, fault, load, protocol, seed, args, workroot: Path) -> dict:
     events = args.events or (40_000 if protocol == "single" else 10_000)
     cell = Cell(broker, fault, load, protocol, seed, events, workroot / f"{fault}-{load}-{protocol}-{seed}",
-                args.python, args.kills, args.freeze_s, print)
+                args.python, args.kills, args.freeze_s, print, session_s=args.session_s)
     v = cell.run()
     v.update(fault=fault, load=load, protocol=protocol, seed=seed, events=events, topic=cell.topic,
              matrix_args=" ".join(a for a in sys.argv[1:] if a != "--write-docs"),
-             command=rerun_command(fault, load, protocol, seed, events, args.kills))
+             command=rerun_command(fault, load, protocol, seed, events, args.kills, args.session_s))
     return v
 
 
@@ -411,6 +413,8 @@ def main(argv=None) -> int:
     p.add_argument("--events", type=int, default=0, help="generations per cell (default 40,000 single, 10,000 phases)")
     p.add_argument("--kills", type=int, default=15, help="worker kills/terms per cell")
     p.add_argument("--freeze-s", type=float, default=60.0, help="broker_stop: seconds frozen")
+    p.add_argument("--session-s", type=float, default=6.0,
+                   help="the workers' consumer session timeout (a killed member keeps its partitions this long)")
     p.add_argument("--python", default=sys.executable, help="interpreter whose phasemeter runs the worker")
     p.add_argument("--negative-control", action="store_true", help="also damage one passing store and re-check")
     p.add_argument("--write-docs", action="store_true", help="write the results table into docs/delivery.md")
