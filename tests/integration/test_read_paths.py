@@ -11,11 +11,12 @@ objective), `dlq inspect`, `inflight`. Data: a normal window, a
 sparse one (cells of one or two generations), a null-heavy one (no first
 token, output_tokens = 1, no queue, no cache) and an empty one.
 
-First a subprocess writes the store and runs every command with the store
-opened directly (chDB: a path opens in one process only). Then a worker is
-started on the same data dir, owning the store, and the test process runs
-the same commands, which now read through the worker's HTTP API. Exit codes
-and output must be equal; exact bands must equal numpy on the rows written.
+First a subprocess writes the store. Then, at the same time, a subprocess
+runs every command with the store opened directly (chDB: a path opens in one
+process only), and a worker started on a byte-for-byte copy of that store
+owns it while the test process runs the same commands, which now read
+through the worker's HTTP API. Exit codes and output must be equal; exact
+bands must equal numpy on the rows written.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -179,17 +181,14 @@ def run_all(cmds: dict[str, list[str]]) -> dict[str, dict]:
     return results
 
 
-def direct_phase(result_path: str, out_dir: str) -> None:
-    """In a subprocess: write the store, then run every command on it directly."""
+def write_phase() -> None:
+    """In a subprocess: write the store that both paths read."""
     from phasemeter.settings import Settings
     from phasemeter.store.client import connect
     from phasemeter.store.migrate import migrate
     from phasemeter.stream_jobs.sink import Sink
 
-    from phasemeter.query.remote import worker_url
-
     settings = Settings.from_env()
-    assert worker_url(settings.data_path) is None  # no worker: commands open the store themselves
     client = connect(settings)
     migrate(client)
     from phasemeter.stream_jobs.app import declared_slos
@@ -205,6 +204,14 @@ def direct_phase(result_path: str, out_dir: str) -> None:
             sink.write(rows, [])
     sink.write([], dead_letters())
     client.close()
+
+
+def direct_phase(result_path: str, out_dir: str) -> None:
+    """In a subprocess: every command on the store, opened directly."""
+    from phasemeter.query.remote import worker_url
+    from phasemeter.settings import Settings
+
+    assert worker_url(Settings.from_env().data_path) is None  # no worker: commands open the store themselves
     Path(result_path).write_text(json.dumps(run_all(commands(Path(out_dir)))))
 
 
@@ -220,15 +227,29 @@ def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tm
     pm_env = {**pm_env, "PHASEMETER_SLOS": str(tmp_path / "slos.toml")}
     env = {**pm_env, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1]),
                                                      os.environ.get("PYTHONPATH", "")])}
-    script = ("import sys, test_read_paths as t; t.direct_phase(sys.argv[1], sys.argv[2])")
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "direct.json"), str(tmp_path / "direct")],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    direct = json.loads((tmp_path / "direct.json").read_text())
+    written = subprocess.run([sys.executable, "-c", "import test_read_paths as t; t.write_phase()"],
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert written.returncode == 0, written.stderr[-3000:]
+    # The worker owns a byte-for-byte copy of the store written above, so the
+    # direct commands (a subprocess on the original: a chDB path opens in one
+    # process) run while the same commands go through the worker; one after
+    # the other they took 59 s + 41 s.
+    # symlinks=True: ClickHouse's databases link to their tables' folders by
+    # relative symlinks, which must stay links (followed, the copy won't open).
+    shutil.copytree(pm_env["PHASEMETER_DATA_DIR"], tmp_path / "data-w", symlinks=True)
+    pm_env = {**pm_env, "PHASEMETER_DATA_DIR": str(tmp_path / "data-w")}
+    script = "import sys, test_read_paths as t; t.direct_phase(sys.argv[1], sys.argv[2])"
+    # A port no worker listens on: `inflight` asks the worker of its settings'
+    # port, and the direct run must find none, as with no worker running.
+    from phasemeter.kafka_local import free_port
 
+    env = {**env, "PHASEMETER_WEB_PORT": str(free_port())}
+    direct_run = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "direct.json"),
+                                   str(tmp_path / "direct")], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
     w = WorkerProc(pm_env, tmp_path, int(pm_env["PHASEMETER_WEB_PORT"]))
-    w.start()
     try:
+        w.start()
         for k, v in pm_env.items():
             monkeypatch.setenv(k, v)
         monkeypatch.delenv("CLICKHOUSE_URL", raising=False)
@@ -236,10 +257,16 @@ def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tm
 
         assert worker_url(Path(pm_env["PHASEMETER_DATA_DIR"]))  # commands go through its HTTP API
         via = run_all(commands(tmp_path / "worker"))
+        _, direct_err = direct_run.communicate(timeout=600)
+        assert direct_run.returncode == 0, direct_err[-3000:]
+        direct = json.loads((tmp_path / "direct.json").read_text())
         (tmp_path / "worker-light").mkdir()
         lightweight = run_light(commands(tmp_path / "worker"), direct, pm_env, tmp_path)
     finally:
         w.stop()
+        if direct_run.poll() is None:
+            direct_run.kill()
+            direct_run.wait()
 
     assert direct.keys() == via.keys()
     for name in direct:
