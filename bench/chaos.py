@@ -44,13 +44,15 @@ import chaos_check as C  # noqa: E402
 FAULTS = ("kill", "kill_insert", "term", "broker_kill", "broker_stop", "store_lock", "members")
 PROTOCOLS = ("single", "phases")
 MODELS = ("m-a", "m-b")
+# The workers' consumer session: a SIGKILLed member keeps its partitions this long.
+SESSION_S = 6.0
 
 
 class Cell:
     """One run: its own topic, group, database and store(s); the shared broker."""
 
     def __init__(self, broker, fault: str, load: int, protocol: str, seed: int, events: int,
-                 workdir: Path, python: str, kills: int, freeze_s: float, log, session_s: float = 6.0):
+                 workdir: Path, python: str, kills: int, freeze_s: float, log, session_s: float = SESSION_S):
         self.broker, self.fault, self.load, self.protocol = broker, fault, load, protocol
         self.session_s = session_s
         self.seed, self.events, self.kills, self.freeze_s, self.log = seed, events, kills, freeze_s, log
@@ -341,9 +343,9 @@ def tail(w: U.Worker, n: int = 2500) -> str:
 
 
 def rerun_command(fault: str, load: int, protocol: str, seed: int, events: int, kills: int,
-                  session_s: float = 6.0) -> str:
+                  session_s: float = SESSION_S) -> str:
     return (f"python bench/chaos.py --cell {fault}:{load}:{protocol} --seed {seed} --events {events} "
-            f"--kills {kills}" + (f" --session-s {session_s:g}" if session_s != 6.0 else ""))
+            f"--kills {kills}" + (f" --session-s {session_s:g}" if session_s != SESSION_S else ""))
 
 
 def report_failure(cell: str, v: dict, command: str) -> str:
@@ -413,7 +415,7 @@ def main(argv=None) -> int:
     p.add_argument("--events", type=int, default=0, help="generations per cell (default 40,000 single, 10,000 phases)")
     p.add_argument("--kills", type=int, default=15, help="worker kills/terms per cell")
     p.add_argument("--freeze-s", type=float, default=60.0, help="broker_stop: seconds frozen")
-    p.add_argument("--session-s", type=float, default=6.0,
+    p.add_argument("--session-s", type=float, default=SESSION_S,
                    help="the workers' consumer session timeout (a killed member keeps its partitions this long)")
     p.add_argument("--python", default=sys.executable, help="interpreter whose phasemeter runs the worker")
     p.add_argument("--negative-control", action="store_true", help="also damage one passing store and re-check")

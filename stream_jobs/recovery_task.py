@@ -32,18 +32,18 @@ def install(app, stall_s: float) -> None:
             if recovery is None:
                 continue
             left = {tp: n for tp, n in recovery.active_remaining().items() if n > 0}
-            now = time.monotonic()
-            verdict = watch.verdict(now, bool(recovery.in_recovery), sum(left.values()))
+            expected, now = sum(left.values()), time.monotonic()
+            verdict = watch.verdict(now, bool(recovery.in_recovery), expected)
             if verdict == RESEEK:
                 log.warning("table recovery has read no changelog record for %.0f s and still expects %d; "
                             "seeking its partitions back to what it applied (%s)",
-                            watch.stuck_for(now), sum(left.values()),
+                            watch.stuck_for(now), expected,
                             await where_recovery_stands(app, recovery, left))
                 await reseek(app, recovery, left)
             elif verdict == EXIT:
                 log.critical("table recovery has read no changelog record for %.0f s and still expects %d on %s; "
                              "exiting with %d so a supervisor restarts the worker (%s)",
-                             watch.stuck_for(now), sum(left.values()),
+                             watch.stuck_for(now), expected,
                              sorted(f"{tp.topic}/{tp.partition}" for tp in left), EXIT_RECOVERY_STALLED,
                              await where_recovery_stands(app, recovery, left))
                 logging.shutdown()

@@ -33,7 +33,7 @@ def run_cell(broker, tmp_path, fault: str, protocol: str, events: int, kills: in
     # restart waits that out: 3 s instead of 6 s where the worker has no
     # join table to recover (that recovery runs on the event loop, whose
     # heartbeats a 3 s session could miss beside the busy loop).
-    session_s = 3.0 if protocol == "single" else 6.0
+    session_s = 3.0 if protocol == "single" else chaos.SESSION_S
     cell = chaos.Cell(broker, fault, 1, protocol, seed, events, tmp_path / "cell", sys.executable, kills, 0, print,
                       session_s=session_s)
     v = cell.run()
