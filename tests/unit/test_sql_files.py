@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 from phasemeter.store.migrate import discover
-from phasemeter.store.client import is_read_only
+from phasemeter.store.client import is_read_only, load_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 # Writes, run by CLI commands or by the worker's own ingest, never by the web port.
@@ -121,3 +121,12 @@ def test_the_stall_frame_splits_windows_as_the_alert_frame_does():
 
     [view] = (ROOT / "schema").glob("*_alert_window_view.sql")
     assert parts((ROOT / "sql" / "stall_window.sql").read_text()) == parts(view.read_text())
+
+
+def test_the_rollup_band_and_latency_queries_read_small_ranges_on_every_core():
+    # A day of minute cells is a read under ClickHouse's default threshold for
+    # splitting it across threads; the sketches' merge made it worth splitting
+    # (BENCHMARKS.md, section 14). The same line in both: one reading policy.
+    lines = {name: load_sql(name).rstrip().splitlines()[-1] for name in ("bands_rollup", "latency_rollup")}
+    assert set(lines.values()) == {"SETTINGS merge_tree_min_rows_for_concurrent_read = 8192, "
+                                   "merge_tree_min_bytes_for_concurrent_read = 1048576"}, lines
