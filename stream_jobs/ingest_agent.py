@@ -13,7 +13,7 @@ import json
 import logging
 import time
 
-from . import batching, resume
+from . import batching, columnar, resume
 from .preload import Preload
 from .ready import until_ready
 
@@ -83,11 +83,12 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, crash) -
         pipeline.accepted += len(rows)
         pipeline.rejected += len(dead)
         pipeline.last_batch_at = time.time()
+        span = columnar.ts_bounds(rows)
         # Where a batch's time goes, for /health and the freshness benchmark.
         pipeline.last_batch = {
             "messages": len(events), "rows": len(rows), "dead": len(dead),
             "split_s": round(t_split - t_start, 4), "write_s": round(t_written - t_split, 4),
             "forward_s": round(pipeline.last_batch_at - t_written, 4), "phases": len(phases),
-            "oldest_age_s": round(t_start - min(r["ts"] for r in rows), 3) if rows else None,
-            "newest_age_s": round(t_start - max(r["ts"] for r in rows), 3) if rows else None,
+            "oldest_age_s": round(t_start - span[0], 3) if span else None,
+            "newest_age_s": round(t_start - span[1], 3) if span else None,
         }

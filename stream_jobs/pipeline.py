@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 
 from phasemeter.settings import Settings
 
+from . import columnar
 from . import reasons as R
 from .buckets import Bucketer, parse_edges
 from .ledger import Stored
@@ -83,10 +84,9 @@ class Pipeline:
         self.stored = None
         self.since_resume = {}
 
-    def _already_stored(self, events) -> dict[tuple[str, int], Stored]:
-        """What the store already holds of this batch's re-read records, per
-        partition (only records at or below a partition's stored maximum,
-        i.e. right after a crash or a rebalance, cost a query)."""
+    def _rereads(self, events) -> dict[tuple[str, int], list[int]]:
+        """Per partition, the offsets [lo, hi] of this batch's records at or
+        below what the store holds there: a re-read after a crash or a rebalance."""
         if self.stored is None:
             self.stored = {(t, p): o for t in self.topics for p, o in self.sink.stored_max(t).items()}
         spans: dict[tuple[str, int], list[int]] = {}
@@ -95,7 +95,34 @@ class Pipeline:
             if o <= self.stored.get(tp, -1):
                 span = spans.setdefault(tp, [o, o])
                 span[0], span[1] = min(span[0], o), max(span[1], o)
-        return {(t, p): self.sink.stored_in_range(t, p, lo, hi) for (t, p), (lo, hi) in spans.items()}
+        return spans
+
+    def _already_stored(self, events) -> dict[tuple[str, int], Stored]:
+        """What the store already holds of this batch's re-read records, per
+        partition (only re-read records cost a query)."""
+        return {(t, p): self.sink.stored_in_range(t, p, lo, hi) for (t, p), (lo, hi) in self._rereads(events).items()}
+
+    def _as_columns(self, events):
+        """The batch as columns (stream_jobs/columnar.py) when nothing in it
+        needs the row path: all records from the raw topic, none re-read, every
+        message well-formed generations, no request_id twice or already
+        stored. Decided before any bookkeeping, so the row path can still
+        take the batch whole."""
+        topic = self.settings.topic
+        if any(e.message.topic != topic for e in events) or self._rereads(events):
+            return None
+        gens = columnar.from_events(events, self.bucket, self.settings.max_message_bytes, time.time())
+        if gens is None or len(set(gens.request_ids)) != len(gens):
+            return None
+        lo, hi = columnar.ts_bounds(gens)
+        if self.sink.existing_request_ids(topic, gens.request_ids, lo - 0.002, hi + 0.002):
+            return None  # a duplicate delivery: the row path dead-letters it
+        inside, first = [], 0
+        for event, n in zip(events, gens.per_message):
+            if self._maybe_in_the_previous_batch(event.message, len(event.value or b"")):
+                inside += range(first, first + n)
+            first += n
+        return gens, [], [], gens.cells(inside) if inside else set()
 
     def _drop_duplicates(self, rows: list[dict], dead: list[dict], now: float) -> list[dict]:
         """A generation whose request_id is already stored (or earlier in this
@@ -142,7 +169,12 @@ class Pipeline:
 
     def split(self, events):
         """Admitted events -> (rows, dead letters, phases to forward as
-        (partition, timestamp, fields), suspect rollup cells)."""
+        (partition, timestamp, fields), suspect rollup cells). The rows are
+        dicts, or columns (columnar.Generations) for a batch of nothing but
+        new, well-formed generations."""
+        fast = self._as_columns(events)
+        if fast is not None:
+            return fast
         rows, dead, phases = [], [], []
         suspects: set = set()
         now = time.time()

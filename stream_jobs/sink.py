@@ -25,6 +25,7 @@ from phasemeter.query.runner import DirectRunner
 from phasemeter.settings import redact
 
 from . import ledger
+from .columnar import Generations
 from .derive import ROW_COLUMNS
 
 log = logging.getLogger("phasemeter.sink")
@@ -65,6 +66,14 @@ def _arrow(rows: list[dict], columns: tuple[str, ...]):
     return pa.Table.from_arrays(arrays, names=list(columns))
 
 
+def _table(table: str, items, columns: tuple[str, ...]):
+    """(Arrow table, batch token) of `table`'s rows, given as dicts or as columns."""
+    if isinstance(items, Generations):
+        return items.arrow(), batch_token(table, items.offsets())
+    return _arrow(items, columns), batch_token(table, [(r["src_topic"], r["src_partition"], r["src_offset"])
+                                                       for r in items])
+
+
 class StoreUnavailable(RuntimeError):
     pass
 
@@ -99,6 +108,9 @@ class Sink:
         self.paused_reason: str | None = None
         self.rows_written = self.dead_written = self.retries = 0
         self._stopping = threading.Event()
+        # The duplicate check's statements: sliced for a server's limit on a
+        # bound value, one per batch on the embedded store (ledger.CRC_SLICE).
+        self.crc_slice = None if dsn.startswith("chdb") else ledger.CRC_SLICE
 
     @classmethod
     def over(cls, client, dsn: str) -> "Sink":
@@ -164,10 +176,8 @@ class Sink:
     def _insert(self, client, rows: list[dict], dead: list[dict]) -> None:
         # Built before taking the lock: the web API's reads share it, and need
         # not wait while Python builds tables (14-39 % of a write, BENCHMARKS.md §3).
-        inserts = [(table, _arrow(items, columns),
-                    batch_token(table, [(r["src_topic"], r["src_partition"], r["src_offset"]) for r in items]))
-                   for table, items, columns in (("generations", rows, ROW_COLUMNS),
-                                                 ("dead_letters", dead, DLQ_COLUMNS)) if items]
+        inserts = [(table, *_table(table, items, columns)) for table, items, columns in
+                   (("generations", rows, ROW_COLUMNS), ("dead_letters", dead, DLQ_COLUMNS)) if len(items)]
         with self.lock:
             for table, arrow_table, token in inserts:
                 client.insert_arrow(table, arrow_table,
@@ -192,7 +202,7 @@ class Sink:
 
     def existing_request_ids(self, topic: str, ids: list[str], lo: float, hi: float) -> set[str]:
         return self.retrying("checking duplicates", self._locked, ledger.existing_request_ids,
-                             topic, ids, lo, hi)
+                             topic, ids, lo, hi, self.crc_slice)
 
     def repair_rollup(self, cells: set) -> list[tuple]:
         """Both per-minute views of the cells: the bands rollup and the SLO counts."""

@@ -83,7 +83,7 @@ def write_with_a_lost_block(client, tier: str = "minute"):
     return sink, lost
 
 
-@pytest.mark.parametrize("slice_size", [ledger.CRC_SLICE, 3])
+@pytest.mark.parametrize("slice_size", [ledger.CRC_SLICE, 3, None])
 def test_existing_request_ids_finds_exactly_the_stored_ones(client, slice_size):
     """Any text an id may hold comes back as stored; an id whose CRC32 equals
     a stored one's ("buckeroo" and "plumless") is not reported; slices of

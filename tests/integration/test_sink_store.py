@@ -62,3 +62,40 @@ def test_a_resent_batch_is_stored_once_everywhere(client):
     for table in ("generations_minute", "generations_hour", "generations_hour3", "generations_day"):
         assert int(client.command(f"SELECT sum(n) FROM {table}")) == 50, table
     assert int(client.command("SELECT count() FROM generations_minute")) == 1  # one cell, counted once
+
+
+def test_a_batch_as_columns_is_stored_as_its_rows_and_once_when_re_sent(client):
+    """stream_jobs/columnar.py's batch against the same rows as dicts: every
+    stored value equal (ts to the millisecond, nulls null), and a retry of the
+    columns (same table, same token) stored once everywhere."""
+    import json
+    from types import SimpleNamespace
+
+    from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
+    from phasemeter.stream_jobs.columnar import from_events
+
+    def gen(i: int) -> dict:
+        return {"schema_version": 1, "kind": "generation", "request_id": f"g{i}", "model": f"m{i % 2}",
+                "t0": T0 + i * 0.0137 + 0.00049, "ttft_s": None if i % 5 == 0 else 0.25 + i / 1000,
+                "e2e_s": 2.0, "input_tokens": 50 * i + 1, "output_tokens": 0 if i % 5 == 0 else i,
+                **({"queue_s": 0.01} if i % 3 else {}), **({"cached_input_tokens": i} if i % 4 else {}),
+                **({"finish_reason": "stop", "gateway": "gw"} if i % 2 else {})}
+
+    records = [SimpleNamespace(message=SimpleNamespace(topic=topic, partition=p, offset=o), value=json.dumps(
+        {"schema_version": 1, "kind": "batch", "events": [gen(10 * o + k) for k in range(10)]}).encode())
+        for topic in ("cols", "rows") for p, o in ((0, 0), (1, 1), (0, 2))]
+    bucket = Bucketer(parse_edges("default"))
+    columns = from_events(records[:3], bucket, 1_000_000, time.time())
+    as_rows = list(from_events(records[3:], bucket, 1_000_000, time.time()))
+    assert len(columns) == len(as_rows) == 30 and isinstance(as_rows[0], dict)
+    sink = Sink.over(client, "chdb")
+    sink.write(columns, [])
+    sink.write(columns, [])  # a retry: the same table and token
+    sink.write(as_rows, [])
+    cols = ", ".join(c for c in ROW_COLUMNS if c != "src_topic")
+    got = {t: client.query(f"SELECT {cols}, toUnixTimestamp64Milli(ts) FROM generations WHERE src_topic = "
+                           "{t:String} ORDER BY request_id", parameters={"t": t}).result_rows
+           for t in ("cols", "rows")}
+    assert len(got["cols"]) == 30 and got["cols"] == got["rows"]
+    for table in ("generations_minute", "generations_hour", "generations_hour3", "generations_day"):
+        assert int(client.command(f"SELECT sum(n) FROM {table}")) == 60, table

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from phasemeter.settings import Settings
 from phasemeter.stream_jobs import reasons as R
+from phasemeter.stream_jobs.columnar import Generations
 from phasemeter.stream_jobs.ledger import Stored
 from phasemeter.stream_jobs.pipeline import Pipeline
 
@@ -173,3 +174,25 @@ def test_stored_maximum_is_re_read_after_a_rebalance():
     p.forget_offsets()
     rows, _, _, suspects = p.split([rec(5, gen("z"))])
     assert rows == [] and suspects == {CELL}
+
+
+def test_only_a_batch_of_new_well_formed_generations_goes_as_columns():
+    """stream_jobs/columnar.py takes a batch only when the row path would
+    write every generation of it and nothing else; any reason for the row
+    path sends the whole batch there (the tests above hold its rules)."""
+    envelope = {"schema_version": 1, "kind": "batch", "events": [gen("b"), gen("c")]}
+    rows = pipeline(FakeSink()).split([rec(0, gen("a")), rec(1, envelope)])[0]
+    assert isinstance(rows, Generations) and [r["request_id"] for r in rows] == ["a", "b", "c"]
+    s = Settings(topic=TOPIC)
+    phase = {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": T0, "input_tokens": 5}
+    row_path = {
+        "a request twice": (FakeSink(), [rec(0, gen("a")), rec(1, gen("a"))]),
+        "a request stored": (FakeSink(ids={"a"}), [rec(0, gen("a"))]),
+        "a re-read": (FakeSink(rows=[(TOPIC, 0, 0, "z", CELL)]), [rec(0, gen("a"))]),
+        "a bad event": (FakeSink(), [rec(0, gen("a")), rec(1, {"kind": "generation"})]),
+        "a phase": (FakeSink(), [rec(0, gen("a")), rec(1, phase)]),
+        "the joined topic": (FakeSink(), [rec(0, gen("a"), topic=s.joined_topic_name)]),
+    }
+    for why, (sink, batch) in row_path.items():
+        rows = Pipeline(s, sink).split(batch)[0]
+        assert isinstance(rows, list), why

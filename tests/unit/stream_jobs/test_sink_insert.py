@@ -143,3 +143,10 @@ def test_after_a_stop_a_write_the_store_accepts_still_lands():
     sink.stop_retrying()
     sink.write([row(0)], [])
     assert len(rec.calls) == 1 and sink.rows_written == 1
+
+
+def test_the_duplicate_check_is_sliced_for_a_server_only():
+    from phasemeter.stream_jobs import ledger
+
+    assert Sink.over(None, "chdb:///tmp/x").crc_slice is None  # in-process parameters: no size limit
+    assert Sink.over(None, "https://ch.example:8443").crc_slice == ledger.CRC_SLICE

@@ -1,0 +1,187 @@
+"""A batch of well-formed generations decoded straight into columns.
+
+With envelopes, nearly every batch of the raw topic is generations and
+nothing else, all well-formed, none stored before. For such a batch the
+worker's row path built two dicts per generation (the checked fields, then
+the derived row), gathered the rows' values back into columns for Arrow, and
+looped over the rows to stamp their source: in the profile of a batch of
+22,600 generations, about 240 of its 530 ms, all of it Python holding the GIL
+(BENCHMARKS.md §16). Here the C decoder's Structs go to columns once, and the
+derivation runs on whole columns.
+
+This is an accelerator, not a second definition. The metrics are
+`derive.derive`'s and the checks across fields `derive.ordered_fields`'s: a
+test holds this module to the row path, value for value, on generated
+batches. Anything else sends the whole batch to the row path, unchanged:
+a message that is not all well-formed generations (`from_events` returns
+None), a re-read, a duplicate (stream_jobs/pipeline.py decides those).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from .contract import MAX_DURATION_S
+from .derive import ROW_COLUMNS, NO_EXTRAS
+from .fast_decode import _DECODER, Envelope, Generation
+
+# Fields of the C decoder's Generation, and the row's columns they fill as they are.
+_TEXT = ("request_id", "model", "status")
+_LABELS = ("finish_reason", "gateway", "replica")  # null -> "" (ordered_fields)
+_NULL_COLUMNS = tuple(k for k in NO_EXTRAS if k != "output_tokens_estimated") + ("stalled",)
+_SOURCE = ("src_topic", "src_partition", "src_offset")
+
+
+def _rate(count: np.ndarray, seconds: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """derive._rate on columns: (values, null mask). Null without a time,
+    with a time <= 0, or where the rate overflows."""
+    ok = known & (seconds > 0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        value = np.where(ok, count / np.where(ok, seconds, 1.0), np.nan)
+    ok &= np.isfinite(value)
+    return value, ~ok
+
+
+class Generations(Sequence):
+    """The rows of a batch as columns. A Sequence of the row path's dicts
+    (built on demand, for tests and small callers); the sink takes `arrow()`."""
+
+    def __init__(self, columns: dict[str, pa.Array], ts: np.ndarray, request_ids: list[str], per_message: list[int]):
+        self.columns = columns
+        self.ts = ts  # epoch seconds, t0
+        self.request_ids = request_ids
+        self.per_message = per_message  # rows of each message, in the batch's order
+        self._rows: list[dict] | None = None
+
+    def __len__(self) -> int:
+        return len(self.request_ids)
+
+    def __getitem__(self, i):
+        if self._rows is None:
+            self._rows = self.columns_to_rows()
+        return self._rows[i]
+
+    def columns_to_rows(self) -> list[dict]:
+        names = list(self.columns)
+        values = [self.columns[n].to_pylist() for n in names]
+        rows = [dict(zip(names, vs)) for vs in zip(*values)]
+        for row, t0 in zip(rows, self.ts.tolist()):
+            row["ts"] = row["t0"] = t0
+        return rows
+
+    def arrow(self) -> pa.Table:
+        """The table the sink inserts: ROW_COLUMNS, as sink._arrow builds them."""
+        ms = np.round(self.ts * 1000.0).astype("int64")
+        arrays = [pa.array(ms, type=pa.timestamp("ms", tz="UTC")) if c == "ts" else self.columns[c]
+                  for c in ROW_COLUMNS]
+        return pa.Table.from_arrays(arrays, names=list(ROW_COLUMNS))
+
+    def offsets(self) -> list[tuple[str, int, int]]:
+        """Each row's source, as the sink's batch token takes them."""
+        return list(zip(*(self.columns[c].to_pylist() for c in _SOURCE)))
+
+    def cells(self, rows: np.ndarray) -> set:
+        """The minute cells of the rows at these indexes (pipeline._cell)."""
+        model, bucket = self.columns["model"].to_pylist(), self.columns["input_bucket"].to_pylist()
+        ts = self.ts.tolist()
+        return {(model[i], bucket[i], datetime.fromtimestamp(ts[i] // 60 * 60, timezone.utc)) for i in rows}
+
+
+def from_events(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000) -> Generations | None:
+    """The batch's rows as columns when every message is a well-formed
+    generation or an envelope of them (what the row path would give, with
+    no rejection and no phase); else None."""
+    gens: list = []
+    counts: list[int] = []
+    for event in events:
+        raw = event.value
+        if raw is None or len(raw) > max_bytes:
+            return None
+        try:
+            message = _DECODER.decode(raw)
+        except msgspec.MsgspecError:  # malformed, a lone surrogate, a bad field: the row path names it
+            return None
+        inner = message.events if type(message) is Envelope else (message,)
+        if len(inner) > max_batch or any(type(g) is not Generation for g in inner):
+            return None
+        gens += inner
+        counts.append(len(inner))
+    if not gens:
+        return None
+    return _derive(gens, counts, events, bucket, now)
+
+
+def _derive(gens: list, counts: list[int], events, bucket, now: float) -> Generations | None:
+    def col(name):
+        return [getattr(g, name) for g in gens]
+
+    t0 = np.array(col("t0"), dtype=np.float64)
+    e2e = np.array(col("e2e_s"), dtype=np.float64)
+    n_in = np.array(col("input_tokens"), dtype=np.int64)
+    n_out = np.array(col("output_tokens"), dtype=np.int64)
+    nullable = {name: pa.array(col(name), type=pa.float64()) for name in ("ttft_s", "queue_s")}
+    nullable["cached_input_tokens"] = pa.array(col("cached_input_tokens"), type=pa.int64())
+    ttft_known = ~np.asarray(nullable["ttft_s"].is_null())
+    queue_known = ~np.asarray(nullable["queue_s"].is_null())
+    cached_known = ~np.asarray(nullable["cached_input_tokens"].is_null())
+    ttft = nullable["ttft_s"].to_numpy(zero_copy_only=False)
+    queue = nullable["queue_s"].to_numpy(zero_copy_only=False)
+    cached = nullable["cached_input_tokens"].fill_null(0).to_numpy()
+
+    # The checks of fast_decode._generation and derive.ordered_fields: a
+    # batch with any event they send to the full path takes the row path.
+    until = np.where(ttft_known, ttft, e2e)
+    bad = ((t0 > now + MAX_DURATION_S) | (ttft_known & (e2e < ttft)) | (queue_known & (queue > until))
+           | (~ttft_known & (n_out > 0)) | (cached_known & (cached > n_in)))
+    if bad.any():
+        return None
+
+    # derive.derive, column by column.
+    decode_s = e2e - np.where(ttft_known, ttft, 0.0)
+    prefill, prefill_null = _rate(n_in, ttft, ttft_known)
+    uncached, uncached_null = _rate(n_in - cached, ttft - np.where(queue_known, queue, 0.0),
+                                    cached_known & ttft_known)
+    decode, decode_null = _rate(n_out - 1, decode_s, ttft_known & (n_out > 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(decode_null, np.nan, decode_s / np.where(decode_null, 1, n_out - 1))
+    labels = np.array(bucket.labels, dtype=object)[np.searchsorted(bucket.edges, n_in, side="right") - 1]
+
+    n = len(gens)
+    columns: dict[str, pa.Array] = {name: pa.array(col(name), type=pa.string()) for name in _TEXT}
+    columns.update({name: pa.array([v or "" for v in col(name)], type=pa.string()) for name in _LABELS})
+    columns.update(nullable)
+    columns.update({
+        "input_bucket": pa.array(labels, type=pa.string()),
+        "input_tokens": pa.array(n_in), "output_tokens": pa.array(n_out),
+        "e2e_s": pa.array(e2e),
+        "decode_s": pa.array(decode_s, mask=~ttft_known),
+        "prefill_tps": pa.array(prefill, mask=prefill_null),
+        "prefill_tps_uncached": pa.array(uncached, mask=uncached_null),
+        "decode_tps": pa.array(decode, mask=decode_null),
+        "tpot_s": pa.array(tpot, mask=decode_null),
+        "output_tokens_estimated": pa.array(np.zeros(n, dtype=np.int64)),
+        "schema_version": pa.array(col("schema_version"), type=pa.int64()),
+    })
+    columns.update({name: pa.nulls(n) for name in _NULL_COLUMNS})
+    sizes = np.array(counts)
+    columns["src_topic"] = pa.array(np.repeat(np.array([e.message.topic for e in events], dtype=object), sizes),
+                                    type=pa.string())
+    columns["src_partition"] = pa.array(np.repeat(np.array([e.message.partition for e in events], dtype=np.int64),
+                                                  sizes))
+    columns["src_offset"] = pa.array(np.repeat(np.array([e.message.offset for e in events], dtype=np.int64), sizes))
+    return Generations(columns, t0, columns["request_id"].to_pylist(), counts)
+
+
+def ts_bounds(rows) -> tuple[float, float] | None:
+    """(oldest, newest) ts of a batch's rows, dicts or columns."""
+    if not len(rows):
+        return None
+    if isinstance(rows, Generations):
+        return float(rows.ts.min()), float(rows.ts.max())
+    ts = [r["ts"] for r in rows]
+    return min(ts), max(ts)
