@@ -34,7 +34,6 @@ from .fast_decode import _DECODER, Envelope, Generation
 _TEXT = ("request_id", "model", "status")
 _LABELS = ("finish_reason", "gateway", "replica")  # null -> "" (ordered_fields)
 _NULL_COLUMNS = tuple(k for k in NO_EXTRAS if k != "output_tokens_estimated") + ("stalled",)
-_SOURCE = ("src_topic", "src_partition", "src_offset")
 
 
 def _rate(count: np.ndarray, seconds: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -51,11 +50,13 @@ class Generations(Sequence):
     """The rows of a batch as columns. A Sequence of the row path's dicts
     (built on demand, for tests and small callers); the sink takes `arrow()`."""
 
-    def __init__(self, columns: dict[str, pa.Array], ts: np.ndarray, request_ids: list[str], per_message: list[int]):
+    def __init__(self, columns: dict[str, pa.Array], ts: np.ndarray, request_ids: list[str],
+                 sources: list[tuple[str, int, int]], per_message: list[int]):
         self.columns = columns
         self.ts = ts  # epoch seconds, t0
         self.request_ids = request_ids
-        self.per_message = per_message  # rows of each message, in the batch's order
+        self.sources = sources  # (topic, partition, offset) of each message, in the batch's order
+        self.per_message = per_message  # its rows
         self._rows: list[dict] | None = None
 
     def __len__(self) -> int:
@@ -81,15 +82,18 @@ class Generations(Sequence):
                   for c in ROW_COLUMNS]
         return pa.Table.from_arrays(arrays, names=list(ROW_COLUMNS))
 
-    def offsets(self) -> list[tuple[str, int, int]]:
-        """Each row's source, as the sink's batch token takes them."""
-        return list(zip(*(self.columns[c].to_pylist() for c in _SOURCE)))
+    def counted_offsets(self) -> list[tuple[tuple[str, int, int], int]]:
+        """((topic, partition, offset), rows) per message, for the sink's
+        batch token (sink.counted_token)."""
+        return list(zip(self.sources, self.per_message))
 
-    def cells(self, rows: np.ndarray) -> set:
-        """The minute cells of the rows at these indexes (pipeline._cell)."""
+    def cells(self, rows) -> set:
+        """The minute cells of the rows at these indexes (pipeline._cell);
+        each distinct minute turned into a datetime once."""
         model, bucket = self.columns["model"].to_pylist(), self.columns["input_bucket"].to_pylist()
         ts = self.ts.tolist()
-        return {(model[i], bucket[i], datetime.fromtimestamp(ts[i] // 60 * 60, timezone.utc)) for i in rows}
+        keys = {(model[i], bucket[i], ts[i] // 60 * 60) for i in rows}
+        return {(m, b, datetime.fromtimestamp(t, timezone.utc)) for m, b, t in keys}
 
 
 def from_events(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000) -> Generations | None:
@@ -168,13 +172,13 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float) -> Genera
         "schema_version": pa.array(col("schema_version"), type=pa.int64()),
     })
     columns.update({name: pa.nulls(n) for name in _NULL_COLUMNS})
+    sources = [(e.message.topic, e.message.partition, e.message.offset) for e in events]
+    topics, partitions, offsets = zip(*sources)
     sizes = np.array(counts)
-    columns["src_topic"] = pa.array(np.repeat(np.array([e.message.topic for e in events], dtype=object), sizes),
-                                    type=pa.string())
-    columns["src_partition"] = pa.array(np.repeat(np.array([e.message.partition for e in events], dtype=np.int64),
-                                                  sizes))
-    columns["src_offset"] = pa.array(np.repeat(np.array([e.message.offset for e in events], dtype=np.int64), sizes))
-    return Generations(columns, t0, columns["request_id"].to_pylist(), counts)
+    columns["src_topic"] = pa.array(np.repeat(np.array(topics, dtype=object), sizes), type=pa.string())
+    columns["src_partition"] = pa.array(np.repeat(np.array(partitions, dtype=np.int64), sizes))
+    columns["src_offset"] = pa.array(np.repeat(np.array(offsets, dtype=np.int64), sizes))
+    return Generations(columns, t0, columns["request_id"].to_pylist(), sources, counts)
 
 
 def ts_bounds(rows) -> tuple[float, float] | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+from collections import Counter
 from operator import itemgetter
 
 import numpy as np
@@ -37,9 +38,16 @@ def batch_token(kind: str, offsets: list[tuple[str, int, int]]) -> str:
     of records another. Every offset counts, not only each partition's first
     and last: a re-read batch that completes a half-landed insert can span
     the same offsets with fewer rows, and must not be dropped as a retry."""
+    return counted_token(kind, Counter(offsets).items())
+
+
+def counted_token(kind: str, counted) -> str:
+    """`batch_token` of rows given as ((topic, partition, offset), rows from
+    it) pairs: the same bytes hashed, written once per record instead of once
+    per row (an envelope's rows share its offset)."""
     h = hashlib.sha256()
-    for topic, partition, offset in sorted(offsets):
-        h.update(f"{topic}/{partition}:{offset};".encode())
+    for (topic, partition, offset), n in sorted(counted):
+        h.update(f"{topic}/{partition}:{offset};".encode() * n)
     return f"{kind}:" + h.hexdigest()[:32]
 
 
@@ -69,7 +77,7 @@ def _arrow(rows: list[dict], columns: tuple[str, ...]):
 def _table(table: str, items, columns: tuple[str, ...]):
     """(Arrow table, batch token) of `table`'s rows, given as dicts or as columns."""
     if isinstance(items, Generations):
-        return items.arrow(), batch_token(table, items.offsets())
+        return items.arrow(), counted_token(table, items.counted_offsets())
     return _arrow(items, columns), batch_token(table, [(r["src_topic"], r["src_partition"], r["src_offset"])
                                                        for r in items])
 

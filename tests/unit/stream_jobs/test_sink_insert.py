@@ -150,3 +150,23 @@ def test_the_duplicate_check_is_sliced_for_a_server_only():
 
     assert Sink.over(None, "chdb:///tmp/x").crc_slice is None  # in-process parameters: no size limit
     assert Sink.over(None, "https://ch.example:8443").crc_slice == ledger.CRC_SLICE
+
+
+def test_the_token_counts_every_row_of_a_record():
+    """An envelope's rows share its offset: a re-read that completes a
+    half-landed insert has the same offsets and fewer rows, so it must get
+    another token. And the bytes hashed are one `topic/partition:offset;` per
+    row in sorted order, as in every earlier version (a retry after an
+    upgrade keeps its token)."""
+    import hashlib
+
+    from phasemeter.stream_jobs.sink import counted_token
+
+    rows = [("t", 1, 7)] * 3 + [("t", 0, 9), ("s", 2, 1)]
+    assert batch_token("generations", rows) != batch_token("generations", rows[1:])
+    h = hashlib.sha256()
+    for t, p, o in sorted(rows):
+        h.update(f"{t}/{p}:{o};".encode())
+    assert batch_token("generations", rows) == "generations:" + h.hexdigest()[:32]
+    assert counted_token("generations", [(("t", 1, 7), 3), (("s", 2, 1), 1), (("t", 0, 9), 1)]) == \
+        batch_token("generations", rows)
