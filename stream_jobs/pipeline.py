@@ -104,19 +104,21 @@ class Pipeline:
 
     def _as_columns(self, events):
         """The batch as columns (stream_jobs/columnar.py) when nothing in it
-        needs the row path: all records from the raw topic, none re-read, every
-        message well-formed generations, no request_id twice or already
+        needs the row path: all records from one topic, the raw one or the
+        join's (whose records are the generations it joined), none re-read,
+        every message well-formed generations, no request_id twice or already
         stored. Decided before any bookkeeping, so the row path can still
-        take the batch whole."""
-        topic = self.settings.topic
-        if any(e.message.topic != topic for e in events) or self._rereads(events):
+        take the batch whole. The OTLP topic has its own decoder."""
+        topic = events[0].message.topic if events else None
+        if (topic not in (self.settings.topic, self.settings.joined_topic_name)
+                or any(e.message.topic != topic for e in events) or self._rereads(events)):
             return None
         gens = columnar.from_events(events, self.bucket, self.settings.max_message_bytes, time.time())
         if gens is None or len(set(gens.request_ids)) != len(gens):
             return None
         lo, hi = columnar.ts_bounds(gens)
         if self.sink.existing_request_ids(topic, gens.request_ids, lo - 0.002, hi + 0.002):
-            return None  # a duplicate delivery: the row path dead-letters it
+            return None  # a duplicate delivery (or a re-join): the row path decides what it is
         inside, first = [], 0
         for event, n in zip(events, gens.per_message):
             if self._maybe_in_the_previous_batch(event.message, len(event.value or b"")):

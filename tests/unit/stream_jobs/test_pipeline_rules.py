@@ -183,7 +183,7 @@ def test_only_a_batch_of_new_well_formed_generations_goes_as_columns():
     envelope = {"schema_version": 1, "kind": "batch", "events": [gen("b"), gen("c")]}
     rows = pipeline(FakeSink()).split([rec(0, gen("a")), rec(1, envelope)])[0]
     assert isinstance(rows, Generations) and [r["request_id"] for r in rows] == ["a", "b", "c"]
-    s = Settings(topic=TOPIC)
+    s = Settings(topic=TOPIC, otlp_topic="gen.otlp")
     phase = {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": T0, "input_tokens": 5}
     row_path = {
         "a request twice": (FakeSink(), [rec(0, gen("a")), rec(1, gen("a"))]),
@@ -191,8 +191,17 @@ def test_only_a_batch_of_new_well_formed_generations_goes_as_columns():
         "a re-read": (FakeSink(rows=[(TOPIC, 0, 0, "z", CELL)]), [rec(0, gen("a"))]),
         "a bad event": (FakeSink(), [rec(0, gen("a")), rec(1, {"kind": "generation"})]),
         "a phase": (FakeSink(), [rec(0, gen("a")), rec(1, phase)]),
-        "the joined topic": (FakeSink(), [rec(0, gen("a"), topic=s.joined_topic_name)]),
+        "two topics": (FakeSink(), [rec(0, gen("a")), rec(0, gen("b"), topic=s.joined_topic_name)]),
+        "a generation the join gave up on": (FakeSink(), [rec(0, dict(gen("a"), status="abandoned"),
+                                                              topic=s.joined_topic_name)]),
+        "an orphan from the join": (FakeSink(), [rec(0, {"schema_version": 2, "kind": "orphan", "request_id": "o",
+                                                         "reason": R.ORPHAN_PHASE, "detail": "x"},
+                                                     topic=s.joined_topic_name)]),
+        "a re-joined generation": (FakeSink(ids={"a"}), [rec(0, gen("a"), topic=s.joined_topic_name)]),
+        "the OTLP topic": (FakeSink(), [rec(0, b"{}", topic=s.otlp_topic)]),
     }
     for why, (sink, batch) in row_path.items():
         rows = Pipeline(s, sink).split(batch)[0]
         assert isinstance(rows, list), why
+    joined = Pipeline(s, FakeSink()).split([rec(0, gen("j"), topic=s.joined_topic_name)])[0]
+    assert isinstance(joined, Generations) and joined[0]["src_topic"] == s.joined_topic_name
