@@ -48,7 +48,11 @@ def _column(s: pd.Series):
     if pd.api.types.is_integer_dtype(dtype):  # numpy or pandas' nullable Int64 (the abandoned_* columns)
         return pa.array(s, from_pandas=True).cast(pa.string()).fill_null("")
     if pd.api.types.is_datetime64_dtype(dtype):  # naive: what the queries' frames hold
-        return pa.array(s.dt.strftime(DATE_FORMAT).fillna("").tolist(), pa.string())
+        # pandas' own strftime, once per distinct time: a day of minute steps
+        # repeats each of its 1,440 times once per series (46 -> ~3 ms).
+        codes, times = pd.factorize(s)  # NaT: code -1
+        text = pa.array(times.strftime(DATE_FORMAT).tolist(), pa.string())
+        return text.take(pa.array(codes, mask=codes < 0)).fill_null("")
     if pd.api.types.is_string_dtype(dtype):
         try:  # str, None, NaN, pd.NA only; anything else: pandas' str() of each
             text = pa.array(s, from_pandas=True)
