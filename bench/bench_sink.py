@@ -18,6 +18,9 @@ its rows spread over the same span of time as the sink's, so the views get
 as many rows per minute). The paths:
 * Sink.write(rows, []) at each --batch (rows -> Arrow -> token -> insert_arrow);
 * Sink.write at the first batch size with the --try settings added;
+* Sink.write of the same rows as columns (stream_jobs/columnar.py, decoded
+  from envelopes of 100 of their events before the clock): what the worker
+  hands the sink for a batch of envelopes;
 * client.insert_arrow of the same batches, their Arrow tables built before
   the clock started, into a copy of `generations` without the views (with the
   sink's settings): what the insert costs without the views. Sink.write
@@ -46,14 +49,16 @@ import bench_scale  # noqa: E402  (FILL_SQL: the SQL-side fill, defined once the
 GOAL = 0.6  # x the SQL-side rate (issue 16)
 
 
-def derived_rows(n: int, topic: str = "bench.sink", seed: int = 11) -> list[dict]:
+def derived_rows(n: int, topic: str = "bench.sink", seed: int = 11, events: list | None = None) -> list[dict]:
+    """Rows derived from `n` synthetic events (from `events`, when given, which
+    the caller keeps: each call of synthetic_events makes new request_ids)."""
     from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
     from phasemeter.stream_jobs.derive import process
 
     bucket = Bucketer(parse_edges("default"))
     now = time.time()
     rows = []
-    for i, event in enumerate(U.synthetic_events(n, seed=seed)):
+    for i, event in enumerate(events if events is not None else U.synthetic_events(n, seed=seed)):
         row = process(U.encode_event(event), bucket, 1_000_000, now)
         if isinstance(row, dict):
             row.update(src_topic=topic, src_partition=i % 4, src_offset=i)
@@ -136,7 +141,8 @@ def run(n: int, batches: list[int], path: Path, rounds: int = 1, tries: list[str
         views = [v[0] for v in client.query("SELECT name FROM system.tables WHERE database = currentDatabase() "
                                             "AND engine = 'MaterializedView' ORDER BY name").result_rows]
         t = time.perf_counter()
-        rows = derived_rows(n)
+        events = U.synthetic_events(n, seed=11)
+        rows = derived_rows(n, events=events)
         prep_s = time.perf_counter() - t
         # The run holds every row for its whole length, which a worker (one batch
         # in hand) does not: keep the collector from rescanning them on each pass.
@@ -185,6 +191,38 @@ def run(n: int, batches: list[int], path: Path, rounds: int = 1, tries: list[str
                                            f"{len(views)} views, batches of {batch:,}", batch, write)
 
         paths += [plain_path(b) for b in batches]
+
+        # The same rows as the worker's envelope path hands them to the sink:
+        # columns (stream_jobs/columnar.py) decoded from envelopes of 100 of the
+        # events they were derived from, built before the clock, as the rows are.
+        from types import SimpleNamespace
+
+        from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
+        from phasemeter.stream_jobs.columnar import from_events
+
+        by_rid = {e["request_id"]: e for e in events}
+        bucket = Bucketer(parse_edges("default"))
+
+        def columns_path(batch, sink):
+            offsets = itertools.count()
+
+            def write(rs, topic):
+                prepared = []
+                for i in range(0, len(rs), batch):
+                    evs = [by_rid[r["request_id"]] for r in rs[i:i + batch]]
+                    records = [SimpleNamespace(message=SimpleNamespace(topic=topic, partition=0, offset=next(offsets)),
+                                               value=U.envelope(evs[j:j + 100])) for j in range(0, len(evs), 100)]
+                    gens = from_events(records, bucket, 1 << 30, time.time())
+                    assert gens is not None and len(gens) == len(evs), "the events must decode to columns"
+                    prepared.append(gens)
+                t = clock()
+                for gens in prepared:
+                    bounded_write(sink, gens)
+                return clock() - t
+            return Way(f"columns.{batch}", f"Sink.write, batches of {batch:,} as columns (the envelope path)",
+                       batch, write)
+
+        paths += [columns_path(b, make_sink(client, settings.store_dsn)) for b in batches]
 
         # The SQL side at the sink's insert size, over each batch's own span of
         # time (shifted by a fraction of a millisecond: other rows than the reference's).
@@ -253,7 +291,9 @@ def run(n: int, batches: list[int], path: Path, rounds: int = 1, tries: list[str
             "views": views, "prep_s": round(prep_s, 3), "paths": out, "split": split,
             "sql_rows_per_s": ref_rate, "goal": GOAL, "refs_per_round": refs,
             "sql_stored": stored.get("bench", 0), "sql_expected": sql_expected,
-            "meets": {b: bool(by[f"sink.{b}"]["vs_sql"] and by[f"sink.{b}"]["vs_sql"] >= GOAL) for b in batches}}
+            "meets": {b: bool(by[f"sink.{b}"]["vs_sql"] and by[f"sink.{b}"]["vs_sql"] >= GOAL) for b in batches},
+            "meets_columns": {b: bool(by[f"columns.{b}"]["vs_sql"] and by[f"columns.{b}"]["vs_sql"] >= GOAL)
+                              for b in batches}}
 
 
 def render(r: dict) -> str:
@@ -268,8 +308,12 @@ def render(r: dict) -> str:
          for b, s in r["split"].items()])
     verdicts = "; ".join(f"batches of {b:,}: {next(p['vs_sql'] for p in r['paths'] if p['key'] == f'sink.{b}')}× "
                          f"({'meets' if ok else 'MISSES'})" for b, ok in r["meets"].items())
+    as_columns = "; ".join(
+        f"batches of {b:,}: {next(p['vs_sql'] for p in r['paths'] if p['key'] == f'columns.{b}')}× "
+        f"({'meets' if ok else 'MISSES'})" for b, ok in r.get("meets_columns", {}).items())
     return (table + "\n\n" + split +
-            f"\n\n**Sink.write ÷ SQL-side ({r['sql_rows_per_s']:,.0f} rows/s) in the same run: {verdicts}** "
+            f"\n\n**Sink.write ÷ SQL-side ({r['sql_rows_per_s']:,.0f} rows/s) in the same run: {verdicts}; "
+            f"as columns, {as_columns}** "
             f"against the goal ≥ {r['goal']}×. {r['rounds']} round(s) of {r['rows_per_round']:,} rows, "
             f"{r['refs_per_round']} SQL-side statement(s) per round; SQL-side rows stored "
             f"{r['sql_stored']:,} of {r['sql_expected']:,}; "

@@ -56,7 +56,8 @@ def test_sink_bench_tiny(bench, tmp_path):
     r = bench("bench_sink").run(2000, [500, 1000], tmp_path / "store", rounds=2, tries=["optimize_on_insert=0"])
     assert r["rows"] == 2000 and r["rows_per_round"] == 1000 and r["batches"] == [500, 1000]
     paths = {p["key"]: p for p in r["paths"]}
-    assert set(paths) == {"sql", "sink.500", "sink.1000", "try.2", "plain.500", "plain.1000", "sql.small"}
+    assert set(paths) == {"sql", "sink.500", "sink.1000", "try.2", "plain.500", "plain.1000", "columns.500",
+                          "columns.1000", "sql.small"}
     # every path wrote every row, and each of its rows is stored once (no block taken for another's duplicate)
     for key, p in paths.items():
         assert p["rows"] == (2 * 2000 if key == "sql" else 2000), key
@@ -64,6 +65,7 @@ def test_sink_bench_tiny(bench, tmp_path):
         if not key.startswith("sql"):
             assert p["stored"] == 2000, key
     assert paths["sink.500"]["inserts"] == 4 and paths["sink.1000"]["inserts"] == 2 and paths["sql"]["inserts"] == 4
+    assert paths["columns.500"]["inserts"] == 4 and set(r["meets_columns"]) == {500, 1000}
     assert r["sql_stored"] == r["sql_expected"] > 2 * 2000
     for b, s in r["split"].items():
         assert s["arrow_s"] > 0 and s["insert_s"] > 0 and s["sink_s"] >= s["views_s"] >= 0, b
