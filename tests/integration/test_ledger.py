@@ -111,6 +111,10 @@ def test_existing_request_ids_answers_a_batch_past_the_literal_list_cliff(client
     asked = [f"new-{i}-{'y' * 30}" for i in range(30_000)] + [r["request_id"] for r in written[::5]]
     lo, hi = min(r["ts"] for r in written) - 1, max(r["ts"] for r in written) + 1
     assert ledger.existing_request_ids(client, "gen", asked, lo, hi) == {r["request_id"] for r in written[::5]}
+    # The embedded store in one statement, as the sink asks it: 120,000 CRCs are
+    # ~1.2 MB of text, past ClickHouse's max_query_size were they in the query.
+    asked += [f"more-{i}" for i in range(90_000)]
+    assert ledger.existing_request_ids(client, "gen", asked, lo, hi, None) == {r["request_id"] for r in written[::5]}
 
 
 # 40 characters: one or two cells per statement, as a server's bound-value
