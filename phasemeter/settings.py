@@ -81,10 +81,10 @@ class Settings:
                            "Input-token bucket lower edges, comma separated, or a preset name: default, litellm.")
     batch_rows: int = _f(20_000, "PHASEMETER_BATCH_ROWS",
                          "A batch is written when it holds this many Kafka messages...")
-    # 32 MB: with envelopes, a backlog is written in inserts of ~90,000 rows,
-    # which pay the rollup views' per-insert cost a quarter as often as at
-    # 8 MB (BENCHMARKS.md §3, §16). Below a backlog the linger closes batches.
-    batch_bytes: int = _f(32_000_000, "PHASEMETER_BATCH_BYTES",
+    # Also the re-read window after a resume (pipeline.py): 32 MB drained a
+    # backlog of envelopes faster but checked 4x as many batches' rollup cells
+    # after a start, and freshness p99 went over 1 s (BENCHMARKS.md §16).
+    batch_bytes: int = _f(8_000_000, "PHASEMETER_BATCH_BYTES",
                           "...or this many bytes of messages (an envelope carries many generations)...")
     batch_seconds: float = _f(0.5, "PHASEMETER_BATCH_SECONDS",
                               "...or when its oldest message arrived this many seconds ago.")
