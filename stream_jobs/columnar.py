@@ -36,6 +36,12 @@ _LABELS = ("finish_reason", "gateway", "replica")  # null -> "" (ordered_fields)
 _NULL_COLUMNS = tuple(k for k in NO_EXTRAS if k != "output_tokens_estimated") + ("stalled",)
 
 
+def ts_array(seconds) -> pa.Array:
+    """Epoch seconds -> the stored ts column: the exact millisecond, UTC."""
+    ms = np.round(np.asarray(seconds, dtype="float64") * 1000.0).astype("int64")
+    return pa.array(ms, type=pa.timestamp("ms", tz="UTC"))
+
+
 def _rate(count: np.ndarray, seconds: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """derive._rate on columns: (values, null mask). Null without a time,
     with a time <= 0, or where the rate overflows."""
@@ -77,9 +83,7 @@ class Generations(Sequence):
 
     def arrow(self) -> pa.Table:
         """The table the sink inserts: ROW_COLUMNS, as sink._arrow builds them."""
-        ms = np.round(self.ts * 1000.0).astype("int64")
-        arrays = [pa.array(ms, type=pa.timestamp("ms", tz="UTC")) if c == "ts" else self.columns[c]
-                  for c in ROW_COLUMNS]
+        arrays = [ts_array(self.ts) if c == "ts" else self.columns[c] for c in ROW_COLUMNS]
         return pa.Table.from_arrays(arrays, names=list(ROW_COLUMNS))
 
     def counted_offsets(self) -> list[tuple[tuple[str, int, int], int]]:

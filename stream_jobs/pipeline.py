@@ -116,8 +116,7 @@ class Pipeline:
         gens = columnar.from_events(events, self.bucket, self.settings.max_message_bytes, time.time())
         if gens is None or len(set(gens.request_ids)) != len(gens):
             return None
-        lo, hi = columnar.ts_bounds(gens)
-        if self.sink.existing_request_ids(topic, gens.request_ids, lo - 0.002, hi + 0.002):
+        if self._stored_ids(topic, gens.request_ids, gens):
             return None  # a duplicate delivery (or a re-join): the row path decides what it is
         inside, first = [], 0
         for event, n in zip(events, gens.per_message):
@@ -125,6 +124,13 @@ class Pipeline:
                 inside += range(first, first + n)
             first += n
         return gens, [], [], gens.cells(inside) if inside else set()
+
+    def _stored_ids(self, topic: str, ids: list[str], rows) -> set[str]:
+        """Which of `ids` the store holds on `topic` within the time range of
+        `rows` (dicts or columns), widened by 2 ms for the store's ts, which
+        is the row's rounded to the millisecond."""
+        lo, hi = columnar.ts_bounds(rows)
+        return self.sink.existing_request_ids(topic, ids, lo - 0.002, hi + 0.002)
 
     def _drop_duplicates(self, rows: list[dict], dead: list[dict], now: float) -> list[dict]:
         """A generation whose request_id is already stored (or earlier in this
@@ -141,9 +147,7 @@ class Pipeline:
     def _drop_duplicates_of(self, topic: str, rows: list[dict], dead: list[dict], now: float) -> list[dict]:
         if not rows:
             return rows
-        ts = [r["ts"] for r in rows]
-        ids = list({r["request_id"] for r in rows})
-        seen = self.sink.existing_request_ids(topic, ids, min(ts) - 0.002, max(ts) + 0.002)
+        seen = self._stored_ids(topic, list({r["request_id"] for r in rows}), rows)
         kept = []
         for row in rows:
             if row["request_id"] in seen and topic == self.settings.joined_topic_name:

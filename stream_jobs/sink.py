@@ -20,13 +20,11 @@ import threading
 from collections import Counter
 from operator import itemgetter
 
-import numpy as np
-
 from phasemeter.query.runner import DirectRunner
 from phasemeter.settings import redact
 
 from . import ledger
-from .columnar import Generations
+from .columnar import Generations, ts_array
 from .derive import ROW_COLUMNS
 
 log = logging.getLogger("phasemeter.sink")
@@ -67,8 +65,7 @@ def _arrow(rows: list[dict], columns: tuple[str, ...]):
     arrays = []
     for col, values in zip(columns, by_column, strict=True):
         if col == "ts":  # epoch seconds -> exact milliseconds
-            ms = np.round(np.asarray(values, dtype="float64") * 1000.0).astype("int64")
-            arrays.append(pa.array(ms, type=pa.timestamp("ms", tz="UTC")))
+            arrays.append(ts_array(values))
         else:
             arrays.append(pa.array(values))
     return pa.Table.from_arrays(arrays, names=list(columns))
