@@ -13,6 +13,8 @@ import json
 import logging
 import time
 
+from faust.types import TP as FaustTP
+
 from . import batching, columnar, resume
 from .preload import Preload
 from .ready import until_ready
@@ -37,6 +39,9 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, crash) -
         await crash("ingest", lambda: _ingest(stream))
 
     async def load(tps):
+        # Called for partitions this owner has just been assigned, before any
+        # of their records is processed: the previous owner has stopped.
+        pipeline.bound_rereads(await log_ends(app, tps))
         return await loop_run(sink.positions, sorted({t for t, _ in tps}))
 
     async def save(positions):
@@ -92,3 +97,16 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, crash) -
             "oldest_age_s": round(t_start - span[0], 3) if span else None,
             "newest_age_s": round(t_start - span[1], 3) if span else None,
         }
+
+
+async def log_ends(app, tps) -> dict[tuple[str, int], int]:
+    """{(topic, partition): end offset} as Kafka has it now, for the re-read
+    window (Pipeline.bound_rereads). On failure, none: the window keeps its
+    batch bounds, which are safe, only wider."""
+    try:
+        ends = await app.consumer.highwaters(*(FaustTP(*tp) for tp in tps))
+    except Exception as exc:  # e.g. the broker away: the wider window costs only time
+        log.warning("end offsets of %d partition(s) not read (%s); checking the batch bounds after the resume",
+                    len(tps), exc)
+        return {}
+    return {(tp.topic, tp.partition): int(o) for tp, o in ends.items() if o is not None}

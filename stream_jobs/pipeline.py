@@ -69,6 +69,13 @@ class Pipeline:
         # another token), or dropped as a duplicate block after a repair
         # removed the orphaned states (the same token).
         self.since_resume: dict[tuple[str, int], list[int]] = {}
+        # (topic, partition) -> the log's end offset read once this owner had
+        # the partition (`bound_rereads`). The previous owner had stopped
+        # fetching by then, so its last batch held only records below it: a
+        # record at or past it was produced later and needs no check. Without
+        # it (a fresh start on a quiet topic) every batch of the first minutes
+        # would be checked, which cost freshness (BENCHMARKS.md §17).
+        self.resume_end: dict[tuple[str, int], int] = {}
         self.counts: Counter = Counter()
         self.consumed = self.skipped = self.accepted = self.rejected = self.duplicates = 0
         self.forwarded = self.rejoined = 0
@@ -83,6 +90,13 @@ class Pipeline:
         self.sequencer.forget()
         self.stored = None
         self.since_resume = {}
+        self.resume_end = {}
+
+    def bound_rereads(self, ends: dict[tuple[str, int], int]) -> None:
+        """The end offsets of partitions this owner has just taken, read
+        after it was assigned them (stream_jobs/ingest_agent.py). A partition
+        without one keeps the batch bounds alone."""
+        self.resume_end.update(ends)
 
     def _rereads(self, events) -> dict[tuple[str, int], list[int]]:
         """Per partition, the offsets [lo, hi] of this batch's records at or
@@ -167,8 +181,10 @@ class Pipeline:
         """Whether the previous owner's last batch may have held this record
         (records come in offset order per partition, from where this owner
         resumed)."""
-        seen = self.since_resume.setdefault((msg.topic, msg.partition), [0, 0])
-        inside = seen[0] < self.settings.batch_rows and seen[1] < self.settings.batch_bytes
+        tp = (msg.topic, msg.partition)
+        seen = self.since_resume.setdefault(tp, [0, 0])
+        inside = (seen[0] < self.settings.batch_rows and seen[1] < self.settings.batch_bytes
+                  and msg.offset < self.resume_end.get(tp, msg.offset + 1))
         seen[0] += 1
         seen[1] += size
         return inside

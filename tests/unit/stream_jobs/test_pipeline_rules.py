@@ -98,6 +98,18 @@ def test_rows_the_previous_owner_may_have_been_writing_are_checked_after_the_wri
     assert len(rows) == 1 and suspects == {cell(T0 + 960)}
 
 
+def test_records_produced_after_the_owner_took_the_partition_are_not_checked():
+    # The previous owner had stopped fetching when this one read the log's
+    # end: its last batch held only records below that end offset.
+    p = Pipeline(Settings(topic=TOPIC, batch_rows=1000), FakeSink())
+    p.bound_rereads({(TOPIC, 0): 12})
+    batch = [rec(o, gen(f"r{o}", t0=T0 + 60 * o)) for o in range(10, 15)]
+    assert p.split(batch)[3] == {cell(T0 + 600), cell(T0 + 660)}
+    assert p.split([rec(40, gen("q0", t0=T0), partition=1)])[3] == {cell(T0)}  # no end read: the batch bounds
+    p.forget_offsets()  # a rebalance: the end read before it no longer bounds anything
+    assert p.split([rec(15, gen("r15", t0=T0 + 900))])[3] == {cell(T0 + 900)}
+
+
 def test_the_previous_batch_is_bounded_by_bytes_too():
     # A batch ends at the record that reaches batch_bytes (stream_jobs/batching.gather),
     # so with envelopes the window is a few records, not batch_rows of them.
