@@ -19,6 +19,12 @@ cell of a window): cells whose `n` differs from the raw count at the tier's
 grain are deleted and rebuilt by the backfill, which fills only cells the
 tier lacks. The worker runs it after a crash (stream_jobs/ledger.py) and
 `phasemeter analytics backfill` runs it for the coarser tiers.
+
+`repair_cells`, the worker's check of each re-read batch, first asks every
+tier at once (`tier_mismatches`, one statement that reads raw once): after a
+resume it runs on every batch of the re-read window, and almost always finds
+all equal. Only a tier found unequal then gets `repair`, on all of its cells,
+as when each tier was asked on its own.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ class Tier:
 MINUTE = Tier("minute", 60)
 TIERS: tuple[Tier, ...] = (MINUTE, *(Tier(name, grain) for name, grain in TIER_GRAINS))
 COARSE: tuple[Tier, ...] = TIERS[1:]
+_BY_GRAIN = {tier.grain_s: tier for tier in TIERS}
 
 Cell = tuple[str, str, datetime]  # model, input_bucket, the cell's first minute
 
@@ -168,12 +175,37 @@ def repair_cells(client, cells: set[Cell], attempts: int = 3, limit: int = MAX_B
 
 
 def _repair_cells(client, cells: set[Cell], attempts: int) -> list[tuple]:
+    """One statement for every tier; a tier it finds unequal is repaired on
+    all its cells, found again there first: the check decides only which
+    tiers to repair, each repair finds, fixes and converges as on its own."""
+    unequal = {name for name, *_ in tier_mismatches(client, cells)}
     found: list[tuple] = []
     for tier in TIERS:
-        mine = {(m, b, tier.floor(t)) for m, b, t in cells}
-        if not mine:
-            continue
-        start = min(t for _, _, t in mine)
-        end = max(t for _, _, t in mine) + timedelta(seconds=tier.grain_s)
-        found += [(tier.name, *bad) for bad in repair(client, tier, start, end, mine, attempts)]
+        if tier.name in unequal:
+            found += _repair_tier(client, tier, cells, attempts)
     return found
+
+
+def _repair_tier(client, tier: Tier, cells: set[Cell], attempts: int) -> list[tuple]:
+    mine = {(m, b, tier.floor(t)) for m, b, t in cells}
+    start = min(t for _, _, t in mine)
+    end = max(t for _, _, t in mine) + timedelta(seconds=tier.grain_s)
+    return [(tier.name, *bad) for bad in repair(client, tier, start, end, mine, attempts)]
+
+
+def tier_mismatches(client, cells: set[Cell]) -> list[tuple]:
+    """[(tier, model, bucket, cell start UTC, raw_n, tier_n)] where a tier !=
+    raw, on the cells of each tier that minute cells `cells` fall in: what
+    `mismatches` finds tier by tier, in one statement
+    (sql/rollup_tier_mismatches.sql). Binds the minute cells, not each
+    tier's, and their model x bucket pairs (fewer): the same slices fit a
+    server's bound value."""
+    listed = sorted({(m, b, MINUTE.floor(t)) for m, b, t in cells})
+    if not listed:
+        return []
+    days = TIERS[-1]  # the coarsest: its cells hold every other tier's
+    start = days.floor(min(t for _, _, t in listed))
+    end = days.floor(max(t for _, _, t in listed)) + timedelta(seconds=days.grain_s)
+    params = {"cells": listed, "pairs": sorted({(m, b) for m, b, _ in listed}), "start": start, "end": end}
+    rows = client.query(load_sql("rollup_tier_mismatches"), parameters=params).result_rows
+    return [(_BY_GRAIN[g].name, m, b, _utc(t), int(r), int(n)) for g, m, b, t, r, n in rows]

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import time
 import zlib
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import clickhouse_connect
 import pytest
 
+from phasemeter.demo.rows import synthetic_rows
 from phasemeter.store import migrate as mig
+from phasemeter.store import rollup
 from phasemeter.store.slices import MAX_BOUND_CHARS, cell_chars, slices
 from phasemeter.stream_jobs import ledger
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
@@ -203,6 +205,78 @@ def test_repair_fixes_a_doubled_day_cell_and_keeps_its_states(client):
     found = ledger.repair_rollup(client, _cells_of(rows(25)))
     assert found and {f[0] for f in found} == {"day"} and all(roll == 2 * raw for *_, raw, roll in found)
     assert client.query(q).result_rows == before and _tier_totals(client)["day"] == 25
+
+
+# Yesterday's midnight UTC: rows two hours either side of it fill cells of
+# two days, two 3-hour blocks and four hours.
+MIDNIGHT = datetime.fromtimestamp((NOW // 86400 - 1) * 86400, timezone.utc)
+
+
+def _around_midnight(n: int, seed: int, offset0: int = 0) -> list[dict]:
+    return synthetic_rows(n, MIDNIGHT.timestamp() - 7200, 4 * 3600, seed=seed, topic="gen", first_offset=offset0)
+
+
+def _tier_by_tier(client, cells) -> list[tuple]:
+    """What the repair asked before the all-tier statement: each tier with
+    sql/rollup_mismatches.sql on the cells the minute cells fall in."""
+    out = []
+    for tier in rollup.TIERS:
+        mine = {(m, b, tier.floor(t)) for m, b, t in cells}
+        start, end = min(t for *_, t in mine), max(t for *_, t in mine) + timedelta(seconds=tier.grain_s)
+        out += [(tier.name, *bad) for bad in rollup.mismatches(client, start, end, mine, tier)]
+    return out
+
+
+def _delete_cells(client, tier: str, cells) -> None:
+    client.command(f"DELETE FROM generations_{tier} WHERE (model, input_bucket, minute) "
+                   "IN {cells:Array(Tuple(String, String, DateTime))}",
+                   parameters={"cells": [(m, b, t.replace(tzinfo=None)) for m, b, t in cells]},
+                   settings={"lightweight_deletes_sync": 2})
+
+
+def test_the_all_tier_check_finds_what_each_tier_s_own_check_finds(client):
+    sink = Sink.over(client, "chdb")
+    first = _around_midnight(1500, seed=21)
+    sink.write(first, [])
+    assert rollup.tier_mismatches(client, _cells_of(first)) == []  # all equal
+    client.command("DETACH TABLE generations_hour3_mv")  # raw rows the 3-hour tier never saw
+    later = _around_midnight(40, seed=22, offset0=5000)
+    sink.write(later, [])
+    client.command("ATTACH TABLE generations_hour3_mv")
+    cells = _cells_of(first + later)
+    at_midnight = sorted(c for c in cells if c[2] in (MIDNIGHT - timedelta(minutes=1), MIDNIGHT))
+    _delete_cells(client, "minute", at_midnight[::2])  # states deleted, either side of midnight
+    before = (MIDNIGHT - timedelta(hours=1)).replace(tzinfo=None)
+    client.command("INSERT INTO generations_hour SELECT * FROM generations_hour WHERE minute = {h:DateTime}",
+                   parameters={"h": before}, settings={"insert_deduplicate": 0})  # cells doubled
+    model, bucket, _ = at_midnight[0]
+    _delete_cells(client, "day", [(model, bucket, MIDNIGHT)])
+    everywhere = _tier_by_tier(client, cells)
+    assert {bad[0] for bad in everywhere} == {"minute", "hour", "hour3", "day"}
+    assert rollup.tier_mismatches(client, cells) == everywhere
+    far_from_midnight = {min(cells, key=lambda c: c[2]), max(cells, key=lambda c: c[2])}
+    one_pair = {c for c in cells if c[:2] == (model, bucket)}
+    for some in (set(at_midnight), set(at_midnight[1::2]), far_from_midnight, one_pair,
+                 {(model, bucket, MIDNIGHT + timedelta(days=3))}):  # a minute without rows
+        assert rollup.tier_mismatches(client, some) == _tier_by_tier(client, some)
+    assert {t < MIDNIGHT for *_, t, _, _ in rollup.tier_mismatches(client, set(at_midnight))} == {True, False}
+    assert {r[0] for r in ledger.repair_rollup(client, cells)} == {"minute", "hour", "hour3", "day"}
+    assert rollup.tier_mismatches(client, cells) == []
+    assert _tier_by_tier(client, cells) == [] and ledger.all_tier_mismatches(client, *WINDOW) == []
+
+
+@pytest.mark.parametrize("tier", ["minute", "hour", "hour3", "day"])
+def test_the_all_tier_check_sees_damage_in_any_one_tier(client, tier):
+    written = _around_midnight(300, seed=23)
+    Sink.over(client, "chdb").write(written, [])
+    cells = _cells_of(written)
+    model, bucket, last = max(cells, key=lambda c: c[2])
+    cell = {t.name: t for t in rollup.TIERS}[tier].floor(last).replace(tzinfo=timezone.utc)
+    _delete_cells(client, tier, [(model, bucket, cell)])
+    [found] = rollup.tier_mismatches(client, cells)
+    assert found[:4] == (tier, model, bucket, cell) and found[4] > found[5] == 0
+    assert [r[:4] for r in ledger.repair_rollup(client, cells)] == [found[:4]]
+    assert rollup.tier_mismatches(client, cells) == [] and ledger.repair_rollup(client, cells) == []
 
 
 def test_batch_token_depends_on_every_offset_not_only_the_span():

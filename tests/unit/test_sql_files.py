@@ -130,3 +130,14 @@ def test_the_rollup_band_and_latency_queries_read_small_ranges_on_every_core():
     lines = {name: load_sql(name).rstrip().splitlines()[-1] for name in ("bands_rollup", "latency_rollup")}
     assert set(lines.values()) == {"SETTINGS merge_tree_min_rows_for_concurrent_read = 8192, "
                                    "merge_tree_min_bytes_for_concurrent_read = 1048576"}, lines
+
+
+def test_the_all_tier_check_reads_every_tier_at_its_own_grain():
+    # The tables and grains are written out in the SQL (a table name cannot be
+    # a bound list): they must stay those of phasemeter.store.rollup.TIERS.
+    from phasemeter.store.rollup import TIERS
+
+    code = " ".join(_code("rollup_tier_mismatches"))
+    assert f"WITH [{', '.join(str(t.grain_s) for t in TIERS)}] AS grains" in code
+    branches = re.findall(r"SELECT (\d+)(?: AS grain_s)?, model, input_bucket, minute, n FROM (\w+)", code)
+    assert branches == [(str(t.grain_s), t.table) for t in TIERS]
