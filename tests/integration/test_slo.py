@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 import clickhouse_connect
 import pytest
 
+from phasemeter.alerts import slo_rules
 from phasemeter.alerts.slo_rules import SLO_COUNTS, parse_slos
 from phasemeter.analytics.slo import attainment
 from phasemeter.query.runner import DirectRunner
@@ -241,6 +242,20 @@ def test_repair_rebuilds_lost_and_doubled_slo_counts(store, how):
         out, _ = attainment(runner, slo, start, end, 600, bucket_labels=LABELS, force="rollup")
         assert got(out) == expected(rows, slo, T0, T0 + 6 * 3600, 600)
     assert sink.repair_rollup(cells) == []  # idempotent
+
+
+def test_with_no_slo_declared_there_is_nothing_to_check(store):
+    # repair_slo skips its check when no SLO is declared (the default): the
+    # check itself could find nothing, a retired SLO's counts not being raw's.
+    slo_defs.register(store, SLOS, at=datetime.fromtimestamp(T0 - 60, timezone.utc))
+    Sink.over(store, "chdb").write(make_rows(300), [])
+    store.command("INSERT INTO slo_minute SELECT * FROM slo_minute", settings={"insert_deduplicate": 0})
+    far = (datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc))
+    cells = {(m, b, t) for _, m, b, t, _, _ in ledger.slo_mismatches(store, *far)}
+    assert cells and ledger.slos_declared(store)
+    slo_defs.register(store, slo_rules.NONE)
+    assert not ledger.slos_declared(store)
+    assert ledger.slo_mismatches(store, *far) == [] and ledger.repair_slo(store, cells) == []
 
 
 def _cli(*argv: str) -> tuple[int, str, str]:
