@@ -41,8 +41,13 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, crash) -
     async def load(tps):
         # Called for partitions this owner has just been assigned, before any
         # of their records is processed: the previous owner has stopped.
-        pipeline.bound_rereads(await log_ends(app, tps))
-        return await loop_run(sink.positions, sorted({t for t, _ in tps}))
+        ends = await log_ends(app, tps)
+        found = await loop_run(sink.positions, sorted({t for t, _ in tps}))
+        # A partition with no position in this store was never written to it:
+        # a start is recorded before a single record is processed
+        # (resume.admit). No previous owner's batch to check there.
+        pipeline.bound_rereads(ends | {tp: 0 for tp in tps if tp not in found})
+        return found
 
     async def save(positions):
         await loop_run(sink.record_progress, positions)
