@@ -282,6 +282,17 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def peak_rss_mib(pid: int) -> float | None:
+    """A process's peak resident memory so far, MiB (Linux VmHWM)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def run_script(cmd: list[str], timeout_s: float, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run a bench script to completion (bounded); its own process group is killed on timeout."""
     proc = subprocess.Popen(cmd, cwd=cwd or ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

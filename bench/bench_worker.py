@@ -151,6 +151,7 @@ def measure_worker(bootstrap: str, topic: str, generations: int, messages: int, 
                 break
             time.sleep(0.1)
         out["health"] = h
+        out["peak_rss_mib"] = U.peak_rss_mib(w.proc.pid) if w.proc else None
         if not out["complete"] and out["supported"]:
             out["note"] = f"timed out after {args.timeout}s: {h}"
     finally:
@@ -307,7 +308,8 @@ def render(result: dict) -> str:
     for r in rows:
         if r.get("startup_s") is not None:
             lines.append(f"- {r['reader']}: start-up to /health {r['startup_s']} s (excluded); "
-                         f"first consumed → all stored {r.get('from_first_consumed_s', 'n/a')} s")
+                         f"first consumed → all stored {r.get('from_first_consumed_s', 'n/a')} s; "
+                         f"peak RSS {r.get('peak_rss_mib', 'n/a')} MiB")
     return "\n".join(lines)
 
 
