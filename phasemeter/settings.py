@@ -81,10 +81,11 @@ class Settings:
                            "Input-token bucket lower edges, comma separated, or a preset name: default, litellm.")
     batch_rows: int = _f(20_000, "PHASEMETER_BATCH_ROWS",
                          "A batch is written when it holds this many Kafka messages...")
-    # Also the re-read window after a resume (pipeline.py): 32 MB drained a
-    # backlog of envelopes faster but checked 4x as many batches' rollup cells
-    # after a start, and freshness p99 went over 1 s (BENCHMARKS.md §16).
-    batch_bytes: int = _f(8_000_000, "PHASEMETER_BATCH_BYTES",
+    # 32 MB: an insert of ~90,000 rows drains a backlog of envelopes
+    # 1.1-1.4x faster than 8 MB did. It also bounds the re-read window after
+    # a resume (pipeline.py), which ends at the log's end offset seen then,
+    # so a start on a live topic checks no more than before (BENCHMARKS.md §17).
+    batch_bytes: int = _f(32_000_000, "PHASEMETER_BATCH_BYTES",
                           "...or this many bytes of messages (an envelope carries many generations)...")
     batch_seconds: float = _f(0.5, "PHASEMETER_BATCH_SECONDS",
                               "...or when its oldest message arrived this many seconds ago.")
