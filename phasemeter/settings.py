@@ -82,7 +82,7 @@ class Settings:
     batch_rows: int = _f(20_000, "PHASEMETER_BATCH_ROWS",
                          "A batch is written when it holds this many Kafka messages...")
     # 32 MB: an insert of ~90,000 rows drains a backlog of envelopes
-    # 1.1-1.4x faster than 8 MB did. It also bounds the re-read window after
+    # 1.04-1.45x faster than 8 MB did. It also bounds the re-read window after
     # a resume (pipeline.py), which ends at the log's end offset seen then,
     # so a start on a live topic checks no more than before (BENCHMARKS.md §17).
     batch_bytes: int = _f(32_000_000, "PHASEMETER_BATCH_BYTES",
