@@ -282,12 +282,13 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def peak_rss_mib(pid: int) -> float | None:
-    """A process's peak resident memory so far, MiB (Linux VmHWM)."""
+def memory_mib(pid: int, field: str = "VmRSS") -> float | None:
+    """A process's memory from /proc/<pid>/status, MiB: resident now (VmRSS)
+    or its peak so far (VmHWM). None once the process is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         return None
     return None

@@ -151,7 +151,8 @@ def measure_worker(bootstrap: str, topic: str, generations: int, messages: int, 
                 break
             time.sleep(0.1)
         out["health"] = h
-        out["peak_rss_mib"] = U.peak_rss_mib(w.proc.pid) if w.proc else None
+        peak = U.memory_mib(w.proc.pid, "VmHWM") if w.proc else None
+        out["peak_rss_mib"] = round(peak, 1) if peak is not None else None
         if not out["complete"] and out["supported"]:
             out["note"] = f"timed out after {args.timeout}s: {h}"
     finally:

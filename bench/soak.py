@@ -23,16 +23,6 @@ import _util as U  # noqa: E402
 import chaos_check as C  # noqa: E402
 
 
-def rss_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
 def gateway(bootstrap: str, topic: str, rate: float, seconds: float, stats: dict, stop: threading.Event) -> None:
     """`rate` generations/s as phase events, each open for 0.2-2 s, paced per tick."""
     from phasemeter.producers import Meter
@@ -116,7 +106,7 @@ def soak(args, bootstrap: str, topic: str, w: U.Worker) -> tuple[dict, list]:
         while gw.is_alive():
             gw.join(60.0)
             h = w.health() or {}
-            samples.append((round((time.monotonic() - t0) / 60, 1), rss_mib(w.proc.pid) or 0.0,
+            samples.append((round((time.monotonic() - t0) / 60, 1), U.memory_mib(w.proc.pid) or 0.0,
                             {k: h.get(k) for k in ("consumed", "accepted", "rejected")}))
             print(f"{samples[-1][0]:6.1f} min  RSS {samples[-1][1]:7.1f} MiB  {samples[-1][2]}", flush=True)
     finally:
