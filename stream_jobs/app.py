@@ -20,7 +20,7 @@ import faust
 from phasemeter.settings import Settings
 from phasemeter.store.client import connect
 
-from . import handoff, ingest_agent, join_agent, publish, recovery_task, resume
+from . import handoff, ingest_agent, inline_delivery, join_agent, publish, recovery_task, resume
 from .pipeline import Pipeline
 from .sink import Sink
 from .ready import is_ready
@@ -107,6 +107,7 @@ def create_app(settings: Settings, client=None) -> faust.App:
         TableManager="phasemeter.stream_jobs.lifecycle:TableManager",
     )
     resume.deliver_everything(app)
+    inline_delivery.install(app)
     sloset = declared_slos(settings)
     sink = (Sink.over(_with_slos(client, sloset), settings.store_dsn) if client is not None
             else Sink(lambda: _with_slos(open_store_for_worker(settings), sloset), settings.store_dsn))

@@ -1,0 +1,121 @@
+"""stream_jobs/inline_delivery.py: a delivery that does not wait runs inline;
+one that waits (a full queue) goes on in a task, and is abandoned as mode's
+`wait_first` abandons it. Driven over a real mode Service and real asyncio
+queues, as Faust's fetch loop calls it."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import warnings
+
+import pytest
+from mode import Service
+
+from phasemeter.stream_jobs.inline_delivery import inline_first
+
+
+class Fetcher(Service):
+    """What Faust's consumer is to `wait_first`: a Service with a flow flag."""
+
+    def __init__(self):
+        super().__init__()
+        self.suspend_flow = asyncio.Event()
+
+
+def delivery(queue, log):
+    async def deliver(value):  # as Faust's conductor: put the event on the stream's queue
+        log.append(("task", asyncio.current_task()))
+        try:
+            await queue.put(value)
+        except asyncio.CancelledError:
+            log.append(("cancelled", value))
+            raise
+        return value
+    return deliver
+
+
+def run(body):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a coroutine never awaited fails the test
+        out = asyncio.run(body())
+        gc.collect()
+    return out
+
+
+def test_a_delivery_that_does_not_wait_runs_inline_and_returns_its_result():
+    async def body():
+        f = Fetcher()
+        wait_first = inline_first(f, f.suspend_flow)
+        queue, log = asyncio.Queue(maxsize=10), []
+        res = await wait_first(delivery(queue, log)(7), f.suspend_flow.wait())
+        return res, log, asyncio.current_task(), queue.get_nowait()
+
+    res, log, me, queued = run(body)
+    assert (res.results, res.stopped, queued) == ([7], False, 7)
+    assert log == [("task", me)]  # no task was made for it
+
+
+def test_a_delivery_that_waits_goes_on_in_a_task_until_the_queue_has_room():
+    async def body():
+        f = Fetcher()
+        wait_first = inline_first(f, f.suspend_flow)
+        queue, log = asyncio.Queue(maxsize=1), []
+        queue.put_nowait("full")
+        call = asyncio.ensure_future(wait_first(delivery(queue, log)(8), f.suspend_flow.wait()))
+        await asyncio.sleep(0.05)
+        assert not call.done()  # backpressure: it waits, nothing dropped
+        assert queue.get_nowait() == "full"
+        res = await asyncio.wait_for(call, 5)
+        return res, queue.get_nowait(), log
+
+    res, queued, log = run(body)
+    assert (res.results, res.stopped, queued) == ([8], False, 8)
+
+
+def test_a_waiting_delivery_is_abandoned_when_the_flow_is_suspended():
+    async def body():
+        f = Fetcher()
+        wait_first = inline_first(f, f.suspend_flow)
+        queue, log = asyncio.Queue(maxsize=1), []
+        queue.put_nowait("full")
+        call = asyncio.ensure_future(wait_first(delivery(queue, log)(9), f.suspend_flow.wait()))
+        await asyncio.sleep(0.05)
+        f.suspend_flow.set()  # a rebalance: the fetch loop must not stay blocked
+        res = await asyncio.wait_for(call, 5)
+        await asyncio.sleep(0)
+        return res, log, queue.qsize()
+
+    res, log, size = run(body)
+    assert res.stopped is False and res.results == [True]  # suspend_flow.wait() won
+    assert ("cancelled", 9) in log  # the delivery itself was cancelled, as mode does
+    assert size == 1  # and never reached the queue
+
+
+@pytest.mark.parametrize("flag", ["suspend_flow", "_stopped", "_crashed"])
+def test_with_a_flag_already_set_the_call_is_modes_own(flag):
+    async def body():
+        f = Fetcher()
+        wait_first = inline_first(f, f.suspend_flow)
+        getattr(f, flag).set()
+        queue, log = asyncio.Queue(maxsize=10), []
+        await wait_first(delivery(queue, log)(1), f.suspend_flow.wait())
+        await asyncio.sleep(0)
+        return log, asyncio.current_task()
+
+    log, me = run(body)
+    assert log and log[0][1] is not me  # it ran in mode's task, not inline
+
+
+def test_an_error_in_the_delivery_propagates_and_leaves_nothing_unawaited():
+    async def body():
+        f = Fetcher()
+        wait_first = inline_first(f, f.suspend_flow)
+
+        async def broken(_):
+            raise ValueError("no such stream")
+
+        with pytest.raises(ValueError, match="no such stream"):
+            await wait_first(broken(1), f.suspend_flow.wait())
+
+    run(body)
