@@ -24,21 +24,22 @@ otherwise take it from. Faust recovers the dict from that changelog.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import Counter
+
+import msgspec
 
 from . import handoff, join, publish, resume
 from .ready import is_ready, until_ready
 from .sequence import Sequencer
 
 log = logging.getLogger("phasemeter.join")
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
-
-def _dumps(obj) -> bytes:
-    return _encode(obj).encode()
+# msgspec, as the decoding of events (fast_decode.py): the same compact
+# JSON as the standard library's, about 10x faster, and the join's encoding
+# of envelopes and changelog entries was 9 % of the worker's event loop.
+_dumps = msgspec.json.encode
+_loads = msgspec.json.decode
 
 
 # The join's position per phases partition lives in the table itself, so it
@@ -161,7 +162,7 @@ class Join:
             for event in events:
                 p = event.message.partition
                 # [[gateway timestamp, phase fields], ...], validated by ingest
-                for ts, fields in json.loads(event.value)["phases"]:
+                for ts, fields in _loads(event.value)["phases"]:
                     self.clocks.observe(p, ts, now)
                     rid = fields["request_id"]
                     key = rid.encode()
