@@ -253,6 +253,9 @@ def watch_stored(worker: Worker, generations: int, timeout_s: float, poll_s: flo
     h: dict = {}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if worker.proc is not None and worker.proc.poll() is not None:
+            out["exited"] = worker.proc.returncode  # crashed: say so now, not after the timeout
+            break
         h = worker.health() or h
         now = time.time()
         acc = h.get("accepted", 0)
