@@ -5,10 +5,10 @@ Faust's fetch loop delivers every record with
 delivery blocked on a full stream buffer is abandoned when a rebalance
 suspends the flow or the consumer stops. `mode`'s `wait_first` makes a task of
 each of the two plus one for `stopped` and one for `crashed`, waits on them
-all and cancels the losers: measured, 63 µs a record on this project's
-machine against 0.2 µs for the delivery itself, and Faust's whole cost per
-record is about 80 µs. A phase-protocol generation is three records, so this
-was most of what the join paid per generation.
+all and cancels the losers: measured, 63 µs a record against 0.2 µs for the
+delivery itself, about a third of bare Faust's whole cost per record on the
+same machine (BENCHMARKS.md section 18). A phase-protocol generation is three
+records, so the join paid it three times a generation.
 
 The delivery almost never waits: it puts the event on a stream's queue and
 returns. `install` runs it inline first; only if it suspends (the buffer is

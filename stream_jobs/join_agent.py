@@ -35,9 +35,9 @@ from .ready import is_ready, until_ready
 from .sequence import Sequencer
 
 log = logging.getLogger("phasemeter.join")
-# msgspec, as the decoding of events (fast_decode.py): the same compact
-# JSON as the standard library's, about 10x faster, and the join's encoding
-# of envelopes and changelog entries was 9 % of the worker's event loop.
+# msgspec, as the decoding of events (fast_decode.py): compact JSON of the
+# same values as the standard library's, which had been 9 % of the worker's
+# event loop in a join run (envelopes and changelog entries).
 _dumps = msgspec.json.encode
 _loads = msgspec.json.decode
 
