@@ -21,6 +21,10 @@ class Fetcher(Service):
     def __init__(self):
         super().__init__()
         self.suspend_flow = asyncio.Event()
+        self.inline = inline_first(self, self.suspend_flow)  # as install() sets it on the consumer
+
+    def deliver(self, coro):
+        return self.inline(coro, self.suspend_flow.wait())  # the fetch loop's call
 
 
 def delivery(queue, log):
@@ -35,6 +39,16 @@ def delivery(queue, log):
     return deliver
 
 
+async def blocked(value):
+    """A delivery of `value` that finds its queue full: -> (fetcher, call, queue, log)."""
+    f = Fetcher()
+    queue, log = asyncio.Queue(maxsize=1), []
+    queue.put_nowait("full")
+    call = asyncio.ensure_future(f.deliver(delivery(queue, log)(value)))
+    await asyncio.sleep(0.05)
+    return f, call, queue, log
+
+
 def run(body):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a coroutine never awaited fails the test
@@ -45,10 +59,8 @@ def run(body):
 
 def test_a_delivery_that_does_not_wait_runs_inline_and_returns_its_result():
     async def body():
-        f = Fetcher()
-        wait_first = inline_first(f, f.suspend_flow)
         queue, log = asyncio.Queue(maxsize=10), []
-        res = await wait_first(delivery(queue, log)(7), f.suspend_flow.wait())
+        res = await Fetcher().deliver(delivery(queue, log)(7))
         return res, log, asyncio.current_task(), queue.get_nowait()
 
     res, log, me, queued = run(body)
@@ -58,12 +70,7 @@ def test_a_delivery_that_does_not_wait_runs_inline_and_returns_its_result():
 
 def test_a_delivery_that_waits_goes_on_in_a_task_until_the_queue_has_room():
     async def body():
-        f = Fetcher()
-        wait_first = inline_first(f, f.suspend_flow)
-        queue, log = asyncio.Queue(maxsize=1), []
-        queue.put_nowait("full")
-        call = asyncio.ensure_future(wait_first(delivery(queue, log)(8), f.suspend_flow.wait()))
-        await asyncio.sleep(0.05)
+        _, call, queue, log = await blocked(8)
         assert not call.done()  # backpressure: it waits, nothing dropped
         assert queue.get_nowait() == "full"
         res = await asyncio.wait_for(call, 5)
@@ -75,12 +82,7 @@ def test_a_delivery_that_waits_goes_on_in_a_task_until_the_queue_has_room():
 
 def test_a_waiting_delivery_is_abandoned_when_the_flow_is_suspended():
     async def body():
-        f = Fetcher()
-        wait_first = inline_first(f, f.suspend_flow)
-        queue, log = asyncio.Queue(maxsize=1), []
-        queue.put_nowait("full")
-        call = asyncio.ensure_future(wait_first(delivery(queue, log)(9), f.suspend_flow.wait()))
-        await asyncio.sleep(0.05)
+        f, call, queue, log = await blocked(9)
         f.suspend_flow.set()  # a rebalance: the fetch loop must not stay blocked
         res = await asyncio.wait_for(call, 5)
         await asyncio.sleep(0)
@@ -96,10 +98,9 @@ def test_a_waiting_delivery_is_abandoned_when_the_flow_is_suspended():
 def test_with_a_flag_already_set_the_call_is_modes_own(flag):
     async def body():
         f = Fetcher()
-        wait_first = inline_first(f, f.suspend_flow)
         getattr(f, flag).set()
         queue, log = asyncio.Queue(maxsize=10), []
-        await wait_first(delivery(queue, log)(1), f.suspend_flow.wait())
+        await f.deliver(delivery(queue, log)(1))
         await asyncio.sleep(0)
         return log, asyncio.current_task()
 
@@ -109,13 +110,10 @@ def test_with_a_flag_already_set_the_call_is_modes_own(flag):
 
 def test_an_error_in_the_delivery_propagates_and_leaves_nothing_unawaited():
     async def body():
-        f = Fetcher()
-        wait_first = inline_first(f, f.suspend_flow)
-
         async def broken(_):
             raise ValueError("no such stream")
 
         with pytest.raises(ValueError, match="no such stream"):
-            await wait_first(broken(1), f.suspend_flow.wait())
+            await Fetcher().deliver(broken(1))
 
     run(body)
