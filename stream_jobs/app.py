@@ -20,7 +20,7 @@ import faust
 from phasemeter.settings import Settings
 from phasemeter.store.client import connect
 
-from . import handoff, ingest_agent, inline_delivery, join_agent, publish, recovery_task, resume
+from . import handoff, ingest_agent, inline_delivery, join_agent, log_offsets, publish, recovery_task, resume
 from .pipeline import Pipeline
 from .sink import Sink
 from .ready import is_ready
@@ -80,9 +80,10 @@ def create_app(settings: Settings, client=None) -> faust.App:
 
     faust_dir = settings.data_path / "faust"
     faust_dir.mkdir(parents=True, exist_ok=True)  # also with a server store (no chDB folder)
+    bootstrap = bootstrap_servers(settings)
     app = faust.App(
         settings.group_id,
-        broker=[f"kafka://{hp}" for hp in bootstrap_servers(settings).split(",")],
+        broker=[f"kafka://{hp}" for hp in bootstrap.split(",")],
         broker_credentials=_broker_credentials(settings),
         store="memory://",
         # Faust's own state folder: under our data dir, not the current directory.
@@ -119,7 +120,16 @@ def create_app(settings: Settings, client=None) -> faust.App:
     ingest_handoff = handoff.Handoff(settings.stop_grace_s, on_cut=sink.stop_retrying)
     # Dead letters and phases reach Kafka before the batch's progress is recorded.
     pipeline.publisher = publish.Publisher(app)
-    joiner = join_agent.install(app, settings, pipeline.bucket, _crash_guard)
+    offsets = log_offsets.LogOffsets(app, settings, bootstrap)
+    joiner = join_agent.install(app, settings, pipeline.bucket, offsets, _crash_guard)
+
+    @app.task
+    async def _connect_offsets():
+        offsets.warm()
+
+    @app.on_before_shutdown.connect
+    async def _close_offsets(app, **kwargs):  # noqa: ARG001
+        offsets.close()
 
     @app.on_partitions_assigned.connect
     async def _reload_offsets(app, assigned, **kwargs):  # noqa: ARG001
@@ -142,7 +152,7 @@ def create_app(settings: Settings, client=None) -> faust.App:
             await resume.reseek_overdue(app, pipeline.sequencer, pipeline.counts)
             await resume.reseek_overdue(app, joiner.sequencer, joiner.counts)
 
-    ingest_agent.install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, _crash_guard)
+    ingest_agent.install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets, _crash_guard)
 
     register_views(app, settings, pipeline, sink, joiner)
     return app

@@ -13,8 +13,6 @@ import json
 import logging
 import time
 
-from faust.types import TP as FaustTP
-
 from . import batching, columnar, resume
 from .preload import Preload
 from .ready import until_ready
@@ -22,9 +20,10 @@ from .ready import until_ready
 log = logging.getLogger("phasemeter.worker")
 
 
-def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, crash) -> None:
-    """Register the ingest agent over `raw` and the start-up preload; `crash`
-    wraps the agent's body so a bug exits the process (app._crash_guard)."""
+def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets, crash) -> None:
+    """Register the ingest agent over `raw` and the start-up preload; `offsets`
+    is the worker's log_offsets.LogOffsets; `crash` wraps the agent's body so
+    a bug exits the process (app._crash_guard)."""
     async def loop_run(fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
@@ -41,7 +40,7 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, crash) -
     async def load(tps):
         # Called for partitions this owner has just been assigned, before any
         # of their records is processed: the previous owner has stopped.
-        ends = await log_ends(app, tps)
+        ends = await log_ends(offsets, tps)
         found = await loop_run(sink.positions, sorted({t for t, _ in tps}))
         # A partition with no position in this store was never written to it:
         # a start is recorded before a single record is processed
@@ -62,7 +61,7 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, crash) -
     async def _batch(events):
         pipeline.consumed += len(events)
         t_start = time.time()
-        admitted = await resume.admit(app, pipeline.sequencer, events, load, save, pipeline.counts)
+        admitted = await resume.admit(app, offsets, pipeline.sequencer, events, load, save, pipeline.counts)
         events = admitted.events
         if not events:
             return
@@ -104,14 +103,13 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, crash) -
         }
 
 
-async def log_ends(app, tps) -> dict[tuple[str, int], int]:
+async def log_ends(offsets, tps) -> dict[tuple[str, int], int]:
     """{(topic, partition): end offset} as Kafka has it now, for the re-read
     window (Pipeline.bound_rereads). On failure, none: the window keeps its
     batch bounds, which are safe, only wider."""
     try:
-        ends = await app.consumer.highwaters(*(FaustTP(*tp) for tp in tps))
+        return await offsets.ends(tps)
     except Exception as exc:  # e.g. the broker away: the wider window costs only time
         log.warning("end offsets of %d partition(s) not read (%s); checking the batch bounds after the resume",
                     len(tps), exc)
         return {}
-    return {(tp.topic, tp.partition): int(o) for tp, o in ends.items() if o is not None}

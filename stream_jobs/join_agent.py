@@ -70,8 +70,8 @@ def phase_envelopes(phases: list[tuple[int, float, dict]]) -> list[tuple[int, by
 class Join:
     """State shared by the agent, the timer and the web views."""
 
-    def __init__(self, app, settings, bucket):
-        self.app, self.settings, self.bucket = app, settings, bucket
+    def __init__(self, app, settings, bucket, offsets):
+        self.app, self.settings, self.bucket, self.offsets = app, settings, bucket, offsets
         n = settings.topic_partitions
         self.phases = app.topic(settings.phase_topic_name, key_type=bytes, value_type=bytes,
                                 key_serializer="raw", value_serializer="raw", partitions=n, internal=True,
@@ -151,7 +151,7 @@ class Join:
             # Strictly in offset order from the position the table recorded
             # (resume.py): Faust's committed offset may be past phases it
             # never delivered.
-            events = (await resume.admit(self.app, self.sequencer, events, self._positions,
+            events = (await resume.admit(self.app, self.offsets, self.sequencer, events, self._positions,
                                          self._save_positions, self.counts)).events
             if not events:
                 return
@@ -214,10 +214,10 @@ class Join:
                 "abandon_after_s": self.settings.abandon_after_s, "counts": dict(self.counts)}
 
 
-def install(app, settings, bucket, crash) -> Join:
+def install(app, settings, bucket, offsets, crash) -> Join:
     """Register the join agent and timer on `app`; `crash` wraps an agent body
     so a bug exits the process (as the ingest agent does) instead of idling."""
-    state = Join(app, settings, bucket)
+    state = Join(app, settings, bucket, offsets)
 
     @app.agent(state.phases, name="phasemeter.join")
     async def join_phases(stream):

@@ -67,23 +67,24 @@ async def reseek_overdue(app, seq, counts) -> None:
             log.warning("%s/%d: seek to %d failed (%s)", *tp, offset, exc)
 
 
-async def group_start(app, tps: set[TP]) -> dict[TP, int]:
+async def group_start(app, offsets, tps: set[TP]) -> dict[TP, int]:
     """Where a partition with no durable position begins: the group's
     committed offset (Faust read it from the broker when it seeked after
     assignment), else the first offset Kafka still has."""
     committed = app.consumer._committed_offset  # noqa: SLF001 -- no public getter
     out = {tp: committed.get(FaustTP(*tp)) for tp in tps}
-    missing = [FaustTP(*tp) for tp, o in out.items() if not o]
+    missing = [tp for tp, o in out.items() if not o]
     if missing:
-        earliest = await app.consumer.earliest_offsets(*missing)
+        earliest = await offsets.starts(missing)
         for tp in missing:
-            out[(tp.topic, tp.partition)] = int(earliest.get(tp) or 0)
+            out[tp] = earliest.get(tp) or 0
     return {tp: int(o) for tp, o in out.items()}
 
 
-async def admit(app, seq: Sequencer, events, load, save, counts) -> Admitted:
+async def admit(app, offsets, seq: Sequencer, events, load, save, counts) -> Admitted:
     """-> the events of this batch to process, in offset order per partition.
-    `load(tps)` and `save(positions)` are awaitables over the agent's state."""
+    `load(tps)` and `save(positions)` are awaitables over the agent's state;
+    `offsets` is the worker's log_offsets.LogOffsets."""
     # Records of a partition this worker no longer owns (prefetched before a
     # rebalance moved it) are the new owner's to process.
     owned = app.consumer.assignment()
@@ -96,7 +97,7 @@ async def admit(app, seq: Sequencer, events, load, save, counts) -> Admitted:
         found = await load(unknown)
         missing = unknown - found.keys()
         if missing:
-            start = await group_start(app, missing)
+            start = await group_start(app, offsets, missing)
             await save(start)
             found.update(start)
         seq.load({tp: found[tp] for tp in unknown})
@@ -112,7 +113,7 @@ async def admit(app, seq: Sequencer, events, load, save, counts) -> Admitted:
             log.warning("%s/%d: seek to %d failed (%s); retried on the next gap", *tp, offset, exc)
             seq.forget_seek(tp)
     for tp, (expected, first) in out.stuck.items():
-        earliest = (await app.consumer.earliest_offsets(FaustTP(*tp))).get(FaustTP(*tp)) or 0
+        earliest = (await offsets.starts([tp])).get(tp) or 0
         if earliest > expected:
             # Kafka deleted them (retention) before any worker read them:
             # nothing can bring them back; say so and count them.

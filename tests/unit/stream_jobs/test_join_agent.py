@@ -61,7 +61,7 @@ def _installed():
     settings = SimpleNamespace(topic_partitions=1, phase_topic_name="phases", joined_topic_name="joined",
                                stop_grace_s=5.0, abandon_after_s=60.0, orphan_grace_s=60.0,
                                expiry_tick_s=1.0)
-    state = join_agent.install(app, settings, Bucketer(parse_edges("default")), crash=None)
+    state = join_agent.install(app, settings, Bucketer(parse_edges("default")), offsets=None, crash=None)
     # One generation started an hour ago and never ended, on a partition
     # whose newest record is from now: due as abandoned.
     now = time.time()

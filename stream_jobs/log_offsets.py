@@ -1,0 +1,94 @@
+"""Where a partition's log starts and ends, asked over a Kafka connection of
+the worker's own.
+
+The worker asks both before a partition's first batch: its end when the
+partition is assigned (the re-read window, ingest_agent.log_ends), its start
+when it has no position yet (resume.group_start). Faust's consumer answers
+them through its consumer thread, and in a starting worker each answer took
+1.1-1.5 s (BENCHMARKS.md §19). Those waits came before the first row of every
+topic: on a fresh store 2.6 s of a 20,000-row first batch's 3.1 s, and three
+topics' worth for the phase join (raw, phases, joined). This client answers
+in a few milliseconds.
+
+kafka-python, a core dependency, with the worker's own security settings. Its
+client is not thread-safe, so one thread of its own makes every call. If it
+fails, the caller falls back on Faust's consumer: slower, never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from faust.types import TP as FaustTP
+
+from phasemeter.settings import Settings
+
+log = logging.getLogger("phasemeter.worker")
+
+TP = tuple[str, int]
+# A call that takes longer falls back on Faust's consumer, which answered in
+# 1.1-1.5 s: a worker whose own connection fails waits at most this more.
+TIMEOUT_MS = 3000
+
+
+class LogOffsets:
+    def __init__(self, app, settings: Settings, bootstrap: str):
+        self.app = app  # its consumer is the fallback
+        self._config = dict(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False,
+                            client_id=f"{settings.group_id}-offsets", bootstrap_timeout_ms=TIMEOUT_MS,
+                            reconnect_backoff_max_ms=1000, **settings.kafka_client_config())
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="phasemeter-offsets")
+        self._client = None
+
+    def _consumer(self):
+        if self._client is None:
+            from kafka import KafkaConsumer
+
+            self._client = KafkaConsumer(**self._config)
+        return self._client
+
+    def _ask(self, which: str, tps: list[TP]) -> dict[TP, int]:
+        from kafka import TopicPartition
+
+        got = getattr(self._consumer(), which)([TopicPartition(t, p) for t, p in tps], timeout_ms=TIMEOUT_MS)
+        return {(tp.topic, tp.partition): int(o) for tp, o in got.items() if o is not None}
+
+    async def _call(self, which: str, tps, faust_call) -> dict[TP, int]:
+        tps = sorted(tps)
+        if not tps:
+            return {}
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, self._ask, which, tps)
+        except Exception as exc:
+            log.warning("offsets client: %s of %d partition(s) failed (%s); asking Faust's consumer",
+                        which, len(tps), exc)
+        got = await faust_call(*(FaustTP(*tp) for tp in tps))
+        return {(tp.topic, tp.partition): int(o) for tp, o in got.items() if o is not None}
+
+    async def ends(self, tps) -> dict[TP, int]:
+        """{(topic, partition): the log's end offset (high watermark)}."""
+        return await self._call("end_offsets", tps, self.app.consumer.highwaters)
+
+    async def starts(self, tps) -> dict[TP, int]:
+        """{(topic, partition): the first offset the log still has}."""
+        return await self._call("beginning_offsets", tps, self.app.consumer.earliest_offsets)
+
+    def warm(self) -> None:
+        """Connect while the worker waits for its assignment, not in its
+        first batch (the first answer costs a connection and metadata)."""
+        def connect():
+            try:
+                self._consumer().topics()
+            except Exception as exc:  # the first real call tries again, then falls back
+                log.warning("offsets client: no connection yet (%s)", exc)
+        self._executor.submit(connect)
+
+    def close(self) -> None:
+        def close():
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+        self._executor.submit(close)
+        self._executor.shutdown(wait=False)
