@@ -103,6 +103,10 @@ def create_app(settings: Settings, client=None) -> faust.App:
         # ~35 kB, 40,000 queued messages would be 1.4 GB).
         stream_buffer_maxsize=4096,
         producer_max_request_size=max(1_048_576, settings.max_message_bytes + 65_536),
+        # Records to one partition share a batch up to the message size Kafka
+        # takes (not 16 kB): the join's changelog (publish.send_batched) and the
+        # forwarded phases went out in hundreds of small produce requests.
+        producer_max_batch_size=settings.max_message_bytes,
         web_enabled=True,
         # Without Faust's 1 s wait at start for tables declared late (lifecycle.py).
         TableManager="phasemeter.stream_jobs.lifecycle:TableManager",

@@ -128,14 +128,15 @@ class Join:
         """Step 3, awaited: the batch is acked only once the changelog has it
         (not left to Faust's send_soon buffer, whose flush gives up after 0.1 s).
         One record per key: that is what Faust replays into the table."""
-        data, name, futures = self.table.data, self.table.changelog_topic.get_topic_name(), []
+        data, records = self.table.data, []
         for key, (partition, entry) in changes.items():
             if entry is None:
                 data.pop(key, None)  # a tombstone: compaction forgets the key
-                futures.append(await publish.send(self.app, name, key, None, partition))
+                records.append((key, None, partition))
             else:
                 data[key] = entry
-                futures.append(await publish.send(self.app, name, key, _dumps(entry), partition))
+                records.append((key, _dumps(entry), partition))
+        futures = await publish.send_batched(self.app, self.table.changelog_topic.get_topic_name(), records)
         if futures:
             await asyncio.gather(*futures)
 
