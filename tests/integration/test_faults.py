@@ -67,12 +67,19 @@ def test_kill9_at_ten_points_during_20k_stream_stores_each_once(worker, pm_env):
     pm_env["PHASEMETER_SESSION_TIMEOUT_S"] = "3"
     bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
     events = [good_event(i) for i in range(20_000)]
+    slices = [events[start:start + 1000] for start in range(0, len(events), 1000)]
+    # One slice for each kill right after an insert, produced once that worker
+    # is up: a worker that starts fast could otherwise have stored the whole
+    # stream before the next one starts, leaving it no batch to be killed after.
+    reserved, streamed = slices[:5], slices[5:]
     rng = random.Random(20)
 
+    def send(part):
+        produce(bootstrap, topic, [json.dumps(e).encode() for e in part], [e["request_id"].encode() for e in part])
+
     def emit_slowly():  # the stream keeps flowing while the worker dies and restarts
-        for start in range(0, len(events), 1000):
-            produce(bootstrap, topic, [json.dumps(e).encode() for e in events[start:start + 1000]],
-                    [e["request_id"].encode() for e in events[start:start + 1000]])
+        for part in streamed:
+            send(part)
             time.sleep(0.8)
 
     emitter = threading.Thread(target=emit_slowly)
@@ -84,6 +91,7 @@ def test_kill9_at_ten_points_during_20k_stream_stores_each_once(worker, pm_env):
             if k % 2:
                 # Right after a store insert: before Faust commits the batch's offsets.
                 first = (worker.health() or {}).get("last_batch_at")
+                send(reserved.pop())
                 wait_for(lambda: (worker.health() or {}).get("last_batch_at") not in (None, first), 30,
                          "a batch to be stored")
             else:
