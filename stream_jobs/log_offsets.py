@@ -41,6 +41,7 @@ class LogOffsets:
                             reconnect_backoff_max_ms=1000, **settings.kafka_client_config())
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="phasemeter-offsets")
         self._client = None
+        self._closed = False
 
     def _consumer(self):
         if self._client is None:
@@ -86,9 +87,12 @@ class LogOffsets:
         self._executor.submit(connect)
 
     def close(self) -> None:
+        """Once the app stops; a second call does nothing."""
         def close():
             if self._client is not None:
                 self._client.close()
                 self._client = None
-        self._executor.submit(close)
-        self._executor.shutdown(wait=False)
+        if not self._closed:
+            self._closed = True
+            self._executor.submit(close)
+            self._executor.shutdown(wait=False)

@@ -72,6 +72,7 @@ def test_starts_and_ends_are_the_logs(kafka_bootstrap, topic):
     assert ends == {(topic, 0): 7, (topic, 1): 3, (topic, 2): 0}
     assert none == {}
     assert faust_consumer.calls == []  # answered over its own connection
+    offsets.close()  # a second stop is harmless
 
 
 def test_a_failed_connection_falls_back_on_fausts_consumer(caplog):
