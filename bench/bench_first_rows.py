@@ -28,18 +28,9 @@ def backlog(bootstrap: str, topic: str, n: int) -> None:
     U.prefill(bootstrap, topic, [(None, U.envelope(events[i:i + 100])) for i in range(0, n, 100)], 4)
 
 
-def drain(worker: U.Worker, n: int, timeout_s: float = 120.0) -> float | None:
+def drain(worker: U.Worker, n: int) -> float | None:
     """Seconds from the first consumed record to `n` rows stored by this process."""
-    first, deadline = None, time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        h = worker.health() or {}
-        now = time.monotonic()
-        if first is None and h.get("consumed", 0) > 0:
-            first = now
-        if h.get("accepted", 0) >= n:
-            return round(now - first, 3)
-        time.sleep(0.02)
-    return None
+    return U.watch_stored(worker, n, 120.0, poll_s=0.02).get("from_first_consumed_s")
 
 
 def one(bootstrap: str, python: str, n: int) -> dict:

@@ -33,6 +33,11 @@ TP = tuple[str, int]
 TIMEOUT_MS = 3000
 
 
+def _plain(got) -> dict[TP, int]:
+    """kafka-python's or Faust's {TopicPartition: offset} -> {(topic, partition): offset}."""
+    return {(tp.topic, tp.partition): int(o) for tp, o in got.items() if o is not None}
+
+
 class LogOffsets:
     def __init__(self, app, settings: Settings, bootstrap: str):
         self.app = app  # its consumer is the fallback
@@ -53,8 +58,7 @@ class LogOffsets:
     def _ask(self, which: str, tps: list[TP]) -> dict[TP, int]:
         from kafka import TopicPartition
 
-        got = getattr(self._consumer(), which)([TopicPartition(t, p) for t, p in tps], timeout_ms=TIMEOUT_MS)
-        return {(tp.topic, tp.partition): int(o) for tp, o in got.items() if o is not None}
+        return _plain(getattr(self._consumer(), which)([TopicPartition(t, p) for t, p in tps], timeout_ms=TIMEOUT_MS))
 
     async def _call(self, which: str, tps, faust_call) -> dict[TP, int]:
         tps = sorted(tps)
@@ -65,8 +69,7 @@ class LogOffsets:
         except Exception as exc:
             log.warning("offsets client: %s of %d partition(s) failed (%s); asking Faust's consumer",
                         which, len(tps), exc)
-        got = await faust_call(*(FaustTP(*tp) for tp in tps))
-        return {(tp.topic, tp.partition): int(o) for tp, o in got.items() if o is not None}
+        return _plain(await faust_call(*(FaustTP(*tp) for tp in tps)))
 
     async def ends(self, tps) -> dict[TP, int]:
         """{(topic, partition): the log's end offset (high watermark)}."""
