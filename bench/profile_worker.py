@@ -46,7 +46,7 @@ class StubSink:
 
         return Stored()
 
-    def existing_request_ids(self, topic, ids, lo, hi):
+    def existing_request_ids(self, topics, ids, lo, hi):
         return set()
 
 

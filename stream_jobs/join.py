@@ -23,6 +23,9 @@ from . import reasons as R
 from .contract import MAX_DURATION_S, V2_OPTIONAL
 
 Output = tuple[str, dict]
+# The kind of the note ingest forwards for a generation it joined itself.
+# Not a phase of the contract: only ingest writes it, after validation.
+JOINED_IN_INGEST = "joined_in_ingest"
 ENVELOPE_MAX = 500  # records per internal message (well under the 1 MB message limit)
 
 
@@ -95,10 +98,18 @@ def apply(entry: dict | None, rid: str, fields: dict, partition: int, ts: float
           ) -> tuple[dict | None, list[Output], str]:
     """One phase onto an entry -> (new entry, outputs, what happened).
 
-    "what happened" is one of joined, partial, duplicate, late (counted by
-    the worker). A phase kind already present is a duplicate: the first wins.
+    "what happened" is one of joined, partial, duplicate, late, joined_in_ingest
+    (counted by the worker). A phase kind already present is a duplicate: the
+    first wins.
     """
     kind = fields["kind"]
+    if kind == JOINED_IN_INGEST:
+        # Ingest joined this generation within one of its batches and wrote
+        # it (batch_join.py): remember it as joined, so that a copy of any of
+        # its phases arriving later is a duplicate, as after a join here.
+        if entry is not None and "done" in entry:
+            return entry, [], "duplicate"
+        return {"p": partition, "done": ts, "how": "joined", "kinds": list(fields["kinds"])}, [], "joined_in_ingest"
     if entry is not None and "done" in entry:
         # After a join, any phase is a copy (a first_token overtaken by an end
         # that carried everything is one too).

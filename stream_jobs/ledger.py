@@ -91,12 +91,13 @@ class _UInts:
         return self.text
 
 
-def existing_request_ids(client, topic: str, ids: list[str], lo: float, hi: float,
+def existing_request_ids(client, topics: tuple[str, ...], ids: list[str], lo: float, hi: float,
                          slice_size: int | None = CRC_SLICE) -> set[str]:
-    """Which of `ids` are already stored with ts in [lo, hi] (epoch seconds)."""
+    """Which of `ids` are already stored from one of `topics` with ts in
+    [lo, hi] (epoch seconds)."""
     wanted = set(ids)
     crcs = sorted({zlib.crc32(i.encode("utf-8")) for i in wanted})
-    params = {"topic": topic, "lo": datetime.fromtimestamp(lo, timezone.utc),
+    params = {"topics": list(topics), "lo": datetime.fromtimestamp(lo, timezone.utc),
               "hi": datetime.fromtimestamp(hi, timezone.utc)}
     found: set[str] = set()
     slice_size = slice_size or max(1, len(crcs))

@@ -13,9 +13,12 @@ _COUNTERS = {
     "accepted": ("phasemeter_worker_generations_stored_total", "Generation rows written to the store."),
     "rejected": ("phasemeter_worker_dead_letters_total", "Records dead-lettered (any reason)."),
     "duplicates": ("phasemeter_worker_duplicates_total", "Duplicate deliveries from gateways (dead-lettered)."),
-    "phases_forwarded": ("phasemeter_worker_phases_forwarded_total", "Valid phase events forwarded to the join."),
+    "phases_forwarded": ("phasemeter_worker_phases_forwarded_total",
+                         "Valid phase events, and notes of generations joined in a batch, forwarded to the join."),
+    "joined_in_batch": ("phasemeter_worker_joined_in_batch_total",
+                        "Generations whose phases all came in one ingest batch, joined there."),
     "rejoined_dropped": ("phasemeter_worker_rejoined_dropped_total",
-                         "Joined generations published twice by the join after a crash; stored once."),
+                         "Joined generations that were already stored (a re-publish or re-read after a crash)."),
     "store_retries": ("phasemeter_worker_store_retries_total", "Store operations retried (store down/locked)."),
 }
 

@@ -19,12 +19,12 @@ from datetime import datetime, timezone
 
 from phasemeter.settings import Settings
 
-from . import columnar
+from . import batch_join, columnar
 from . import reasons as R
 from .buckets import Bucketer, parse_edges
 from .ledger import Stored
 from .sequence import Sequencer
-from .derive import Phase, Rejection
+from .derive import Phase, Rejection, process_event
 from .fast_decode import process_message_fast
 from .join import phase_partition
 from .otlp_in import process_otlp
@@ -78,7 +78,7 @@ class Pipeline:
         self.resume_end: dict[tuple[str, int], int] = {}
         self.counts: Counter = Counter()
         self.consumed = self.skipped = self.accepted = self.rejected = self.duplicates = 0
-        self.forwarded = self.rejoined = 0
+        self.forwarded = self.rejoined = self.joined_in_batch = 0
         self.started = time.time()
         self.publisher = None  # publish.Publisher, set by the app
         self.last_batch_at: float | None = None
@@ -130,7 +130,7 @@ class Pipeline:
         gens = columnar.from_events(events, self.bucket, self.settings.max_message_bytes, time.time())
         if gens is None or len(set(gens.request_ids)) != len(gens):
             return None
-        if self._stored_ids(topic, gens.request_ids, gens):
+        if self._stored_ids(self._dup_scope(topic), gens.request_ids, gens):
             return None  # a duplicate delivery (or a re-join): the row path decides what it is
         inside, first = [], 0
         for event, n in zip(events, gens.per_message):
@@ -139,32 +139,46 @@ class Pipeline:
             first += n
         return gens, [], [], gens.cells(inside) if inside else set()
 
-    def _stored_ids(self, topic: str, ids: list[str], rows) -> set[str]:
-        """Which of `ids` the store holds on `topic` within the time range of
+    def _dup_scope(self, topic: str) -> tuple[str, ...]:
+        """Where a copy of a row from `topic` may be stored. A joined
+        generation is stored from the joined topic (the join agent) or from
+        the raw one (joined in ingest's batch, batch_join.py); after a crash
+        the same generation may come back by the other way."""
+        if topic == self.settings.joined_topic_name:
+            return self.settings.topic, topic
+        return (topic,)
+
+    def _stored_ids(self, topics: tuple[str, ...], ids: list[str], rows) -> set[str]:
+        """Which of `ids` the store holds on `topics` within the time range of
         `rows` (dicts or columns), widened by 2 ms for the store's ts, which
         is the row's rounded to the millisecond."""
         lo, hi = columnar.ts_bounds(rows)
-        return self.sink.existing_request_ids(topic, ids, lo - 0.002, hi + 0.002)
+        return self.sink.existing_request_ids(topics, ids, lo - 0.002, hi + 0.002)
 
-    def _drop_duplicates(self, rows: list[dict], dead: list[dict], now: float) -> list[dict]:
+    def _drop_duplicates(self, rows: list[dict], joined: list[dict], dead: list[dict], now: float) -> list[dict]:
         """A generation whose request_id is already stored (or earlier in this
-        batch) is a duplicate delivery from the gateway: dead-letter it. On
-        the joined topic it is the join re-publishing after a crash
-        (at-least-once by design, docs/phases.md): drop it and count it.
-        The OTLP topic is a source like the raw one: a span exported twice is
-        a duplicate."""
-        kept = []
+        batch) is a duplicate delivery from the gateway: dead-letter it. A
+        joined one (`joined`: those ingest joined in this batch, and the
+        joined topic's) is the join re-publishing after a crash (at-least-once
+        by design, docs/phases.md), or a re-read batch joining what the agent
+        had joined: drop it and count it. The OTLP topic is a source like the
+        raw one: a span exported twice is a duplicate."""
+        name = self.settings.joined_topic_name
+        kept = self._drop_duplicates_of(self._dup_scope(name), [r for r in rows if r["src_topic"] == name] + joined,
+                                        dead, now, rejoin=True)
         for topic in self.topics:
-            kept += self._drop_duplicates_of(topic, [r for r in rows if r["src_topic"] == topic], dead, now)
+            if topic != name:
+                kept += self._drop_duplicates_of((topic,), [r for r in rows if r["src_topic"] == topic], dead, now)
         return kept
 
-    def _drop_duplicates_of(self, topic: str, rows: list[dict], dead: list[dict], now: float) -> list[dict]:
+    def _drop_duplicates_of(self, topics: tuple[str, ...], rows: list[dict], dead: list[dict], now: float,
+                            rejoin: bool = False) -> list[dict]:
         if not rows:
             return rows
-        seen = self._stored_ids(topic, list({r["request_id"] for r in rows}), rows)
+        seen = self._stored_ids(topics, list({r["request_id"] for r in rows}), rows)
         kept = []
         for row in rows:
-            if row["request_id"] in seen and topic == self.settings.joined_topic_name:
+            if row["request_id"] in seen and rejoin:
                 self.rejoined += 1
             elif row["request_id"] in seen:
                 dead.append({"ts": now, "reason": R.DUPLICATE,
@@ -197,7 +211,7 @@ class Pipeline:
         fast = self._as_columns(events)
         if fast is not None:
             return fast
-        rows, dead, phases = [], [], []
+        rows, dead, phases, sources = [], [], [], []
         suspects: set = set()
         now = time.time()
         cap = self.settings.dlq_payload_bytes
@@ -230,6 +244,7 @@ class Pipeline:
                     # keyed. The gateway's timestamp travels along: the join's clock.
                     phases.append((phase_partition(result.request_id, self.settings.topic_partitions),
                                    _timestamp(msg, now), result.fields))
+                    sources.append((source, recheck))
                 elif held is not None and (msg.offset, result["request_id"]) in held.rows:
                     # Stored before a crash or a rebalance. Its insert may
                     # have stopped before the rollup view got its block.
@@ -240,12 +255,41 @@ class Pipeline:
                     rows.append(result)
                     if recheck:
                         suspects.add(_cell(result))
+        joined, phases = self._join_in_batch(phases, sources, stored, suspects, now)
         self.forwarded += len(phases)
-        rows = self._drop_duplicates(rows, dead, now)
+        rows = self._drop_duplicates(rows, joined, dead, now)
         kept = [d for d in dead if d["src_offset"] not in
                 getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
         self.skipped += len(dead) - len(kept)
         return rows, kept, phases, suspects
+
+    def _join_in_batch(self, phases, sources, stored, suspects: set, now: float):
+        """The rows of the generations this batch's phases complete
+        (batch_join.py), each from the record of the phase that completed
+        it, with the re-read rule every row follows; and the phases and
+        notes still to forward to the join agent."""
+        if not phases:
+            return [], phases
+
+        def derive(event: dict) -> dict | None:
+            row = process_event(event, self.bucket, now, internal=True)
+            return None if isinstance(row, Rejection) else row
+        folded = batch_join.fold(phases, derive)
+        joined = []
+        for row, i in folded.rows:
+            source, recheck = sources[i]
+            held = stored.get((source["src_topic"], source["src_partition"]))
+            if held is not None and (source["src_offset"], row["request_id"]) in held.rows:
+                suspects.add(held.rows[source["src_offset"], row["request_id"]])
+                self.skipped += 1
+                continue
+            row.update(source)
+            joined.append(row)
+            if recheck:
+                suspects.add(_cell(row))
+        self.joined_in_batch += len(folded.rows)
+        self.counts["phases_duplicate_in_batch"] += folded.duplicates
+        return joined, folded.forward
 
     def health(self) -> dict:
         # The store, or Kafka refusing what a batch publishes: either way the
@@ -258,6 +302,7 @@ class Pipeline:
             "consumed": self.consumed, "accepted": self.accepted, "rejected": self.rejected,
             "skipped_redelivered": self.skipped, "duplicates": self.duplicates,
             "phases_forwarded": self.forwarded, "rejoined_dropped": self.rejoined,
+            "joined_in_batch": self.joined_in_batch,
             "otlp_spans_ignored": self.otlp_ignored,
             "store_retries": self.sink.retries, "writing_since": self.writing_since,
             **dict(self.counts),

@@ -205,9 +205,9 @@ class Sink:
         return self.retrying("reading stored offsets", self._locked, ledger.stored_in_range,
                              topic, partition, lo, hi)
 
-    def existing_request_ids(self, topic: str, ids: list[str], lo: float, hi: float) -> set[str]:
+    def existing_request_ids(self, topics: tuple[str, ...], ids: list[str], lo: float, hi: float) -> set[str]:
         return self.retrying("checking duplicates", self._locked, ledger.existing_request_ids,
-                             topic, ids, lo, hi, self.crc_slice)
+                             topics, ids, lo, hi, self.crc_slice)
 
     def repair_rollup(self, cells: set) -> list[tuple]:
         """Both per-minute views of the cells: the bands rollup and the SLO counts."""

@@ -99,10 +99,13 @@ def test_existing_request_ids_finds_exactly_the_stored_ones(client, slice_size):
     lo, hi = min(r["ts"] for r in written) - 1, max(r["ts"] for r in written) + 1
     asked = [i for i in sorted(stored)[::2] + tricky if i != "plumless"] + ["buckeroo", "never-stored", "gen-0-9"]
     assert zlib.crc32(b"buckeroo") == zlib.crc32(b"plumless")
-    assert ledger.existing_request_ids(client, "gen", asked, lo, hi, slice_size) == stored & set(asked)
-    assert ledger.existing_request_ids(client, "other-topic", asked, lo, hi, slice_size) == set()
-    assert ledger.existing_request_ids(client, "gen", asked, hi + 5, hi + 9, slice_size) == set()
-    assert ledger.existing_request_ids(client, "gen", [], lo, hi, slice_size) == set()
+    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi, slice_size) == stored & set(asked)
+    assert ledger.existing_request_ids(client, ("other-topic",), asked, lo, hi, slice_size) == set()
+    # A joined generation is asked about on the raw and the joined topic at once.
+    both = ledger.existing_request_ids(client, ("other-topic", "gen"), asked, lo, hi, slice_size)
+    assert both == stored & set(asked)
+    assert ledger.existing_request_ids(client, ("gen",), asked, hi + 5, hi + 9, slice_size) == set()
+    assert ledger.existing_request_ids(client, ("gen",), [], lo, hi, slice_size) == set()
 
 
 def test_existing_request_ids_answers_a_batch_past_the_literal_list_cliff(client):
@@ -112,11 +115,11 @@ def test_existing_request_ids_answers_a_batch_past_the_literal_list_cliff(client
     Sink.over(client, "chdb").write(written, [])
     asked = [f"new-{i}-{'y' * 30}" for i in range(30_000)] + [r["request_id"] for r in written[::5]]
     lo, hi = min(r["ts"] for r in written) - 1, max(r["ts"] for r in written) + 1
-    assert ledger.existing_request_ids(client, "gen", asked, lo, hi) == {r["request_id"] for r in written[::5]}
+    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi) == {r["request_id"] for r in written[::5]}
     # The embedded store in one statement, as the sink asks it: 120,000 CRCs are
     # ~1.2 MB of text, past ClickHouse's max_query_size were they in the query.
     asked += [f"more-{i}" for i in range(90_000)]
-    assert ledger.existing_request_ids(client, "gen", asked, lo, hi, None) == {r["request_id"] for r in written[::5]}
+    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi, None) == {r["request_id"] for r in written[::5]}
 
 
 # 40 characters: one or two cells per statement, as a server's bound-value

@@ -64,6 +64,17 @@ def produce(bootstrap: str, topic: str, events: list[dict]) -> None:
     producer.close()
 
 
+def produce_whole(bootstrap: str, topic: str, gens: list[dict], per_message: int = 33) -> None:
+    """Each generation's three phases in one envelope message (as
+    Meter(phase_events=True) sends them), so one batch reads them together."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    for i in range(0, len(gens), per_message):
+        events = [p for g in gens[i:i + per_message] for p in g["phases"]]
+        producer.send(topic, json.dumps({"schema_version": 2, "kind": "batch", "events": events}).encode())
+    producer.flush()
+    producer.close()
+
+
 def store_rows(env, where: str = "1") -> list[dict]:
     client = clickhouse_connect.get_client(dsn=f"chdb://{env['PHASEMETER_DATA_DIR']}/store")
     try:
@@ -95,7 +106,9 @@ def close(a, b) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
 
 
-def check_rows(rows: list[dict], gens: list[dict]) -> None:
+def check_rows(rows: list[dict], gens: list[dict], via: str = "either") -> None:
+    """Exact values; `via`: "agent" (each row from the joined topic), "batch"
+    (joined in ingest's batch, from the raw topic) or "either"."""
     by_id = {r["request_id"]: r for r in rows}
     assert len(rows) == len(by_id) == len(gens), (len(rows), len(by_id), len(gens))
     for g in gens:
@@ -104,7 +117,9 @@ def check_rows(rows: list[dict], gens: list[dict]) -> None:
             got = row[name]
             ok = close(got, want) if isinstance(want, float) or want is None else got == want
             assert ok, (g["rid"], name, got, want)
-        assert row["schema_version"] == 2 and row["src_topic"].endswith(".joined")
+        assert row["schema_version"] == 2, row
+        agent = row["src_topic"].endswith(".joined")
+        assert {"agent": agent, "batch": not agent, "either": True}[via], (via, row["src_topic"])
 
 
 @pytest.mark.slow
@@ -159,7 +174,7 @@ def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env, bu
     time.sleep(2)
     assert get_json(f"{worker.url}/inflight")["in_flight"] == []
     worker.stop()
-    check_rows(store_rows(pm_env), gens)
+    check_rows(store_rows(pm_env), gens, via="agent")
     assert dead_reasons(pm_env) == []
 
 
@@ -169,7 +184,9 @@ def test_phases_kafka_refuses_wait_and_are_joined_once_it_takes_them(worker, pm_
     worker's). A producer's flush does not raise for a refused record, so a
     batch that only flushed recorded its progress over phases Kafka never
     took: lost without a word. Now the batch waits and /health says why;
-    once the limit is raised, every generation is joined and stored once."""
+    once the limit is raised, every generation is joined and stored once.
+    Half the generations end in that first batch: their rows are written
+    with it (joined in the batch), and only their notes to the join wait."""
     from kafka import KafkaAdminClient
     from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
@@ -180,13 +197,17 @@ def test_phases_kafka_refuses_wait_and_are_joined_once_it_takes_them(worker, pm_
         admin.create_topics([NewTopic(phases_topic, 4, 1, topic_configs={"max.message.bytes": "64"})])
         rng = random.Random(7)
         gens = [make_generation(i, time.time() - 60, rng) for i in range(300)]
+        whole, open_ = gens[:150], gens[150:]
         worker.start()
-        produce(boot, topic, [p for g in gens for p in g["phases"]])
+        produce(boot, topic, [p for g in whole for p in g["phases"]] + [p for g in open_ for p in g["phases"][:2]])
         health = wait_for(lambda: (h := worker.health()) and h["status"] == "paused" and h, 60,
                           "the worker to pause on the refused phases", worker.diagnose)
         assert "Kafka refused" in health["paused_reason"] and phases_topic in health["paused_reason"], health
         time.sleep(2)
-        assert worker.stored_count() == 0
+        assert worker.stored_count() <= len(whole)  # the open ones' phases never reached the join
+        produce(boot, topic, [g["phases"][2] for g in open_])
+        time.sleep(2)
+        assert worker.stored_count() <= len(whole)  # the batch still waits: nothing after it is taken
         admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, phases_topic,
                                             configs={"max.message.bytes": "1048588"})])
         wait_for(lambda: worker.stored_count() >= len(gens), 120, f"all {len(gens)} generations joined",
@@ -197,7 +218,53 @@ def test_phases_kafka_refuses_wait_and_are_joined_once_it_takes_them(worker, pm_
     finally:
         admin.close()
         worker.stop()
-    check_rows(store_rows(pm_env), gens)
+    rows = {r["request_id"]: r for r in store_rows(pm_env)}
+    check_rows(list(rows.values()), gens)
+    check_rows([rows[g["rid"]] for g in open_], open_, via="agent")
+
+
+def test_phases_read_in_one_batch_are_joined_there_and_later_copies_are_duplicates(worker, pm_env):
+    """Generations whose three phases are read together are joined in
+    ingest's batch (stream_jobs/batch_join.py) and stored from the raw topic;
+    the join agent gets one note each, so a copy of a phase read later is a
+    duplicate there, not an orphan or a second row. Generations whose end
+    comes later are joined by the agent as before."""
+    boot, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
+    rng = random.Random(11)
+    gens = [make_generation(i, time.time() - 60, rng) for i in range(400)]
+    whole, split = gens[:200], gens[200:]
+    worker.start()
+    produce_whole(boot, topic, whole)
+    produce(boot, topic, [p for g in split for p in g["phases"][:2]])
+    wait_for(lambda: (worker.health() or {}).get("accepted", 0) >= len(whole), 60, "the whole ones stored",
+             worker.diagnose)
+    inflight = wait_for(lambda: (v := get_json(f"{worker.url}/inflight")) and
+                        sum(c["in_flight"] for c in v["in_flight"]) == len(split) and v, 30,
+                        "the split ones open in the join", worker.diagnose)
+    # Copies: lone ends and starts go to the join; a whole copy is joined in the
+    # batch again and found stored.
+    copies = [g["phases"][2] for g in whole[:50]] + [g["phases"][0] for g in whole[50:100]]
+    produce(boot, topic, [g["phases"][2] for g in split] + copies)
+    produce_whole(boot, topic, whole[100:120])
+    wait_for(lambda: (worker.health() or {}).get("accepted", 0) >= len(gens), 60, "all stored", worker.diagnose)
+
+    def counted():
+        counts = get_json(f"{worker.url}/inflight")["counts"]
+        return counts.get("phases_duplicate", 0) >= 100 + 20 and counts  # + the second notes
+    counts = wait_for(counted, 30, "the later copies counted as duplicates by the join", worker.diagnose)
+    time.sleep(2)  # a copy that made an orphan or a second row would land now
+    health = worker.health()
+    worker.stop()
+    assert (health["accepted"], health["rejected"]) == (len(gens), 0), health
+    assert (health["joined_in_batch"], health["rejoined_dropped"]) == (len(whole) + 20, 20), health
+    assert counts["phases_joined_in_ingest"] == len(whole) and counts["generations_joined"] == len(split), counts
+    assert counts["phases_duplicate"] == 100 + 20, counts
+    assert counts.get("orphaned", 0) == 0 and inflight["awaiting_start"] == 0, (counts, inflight)
+    rows = {r["request_id"]: r for r in store_rows(pm_env)}
+    assert len(rows) == len(gens)
+    check_rows([rows[g["rid"]] for g in whole], whole, via="batch")
+    check_rows([rows[g["rid"]] for g in split], split, via="agent")
+    assert dead_reasons(pm_env) == []
 
 
 @pytest.mark.slow

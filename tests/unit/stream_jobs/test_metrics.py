@@ -191,13 +191,14 @@ def test_reader_accepts_the_format():
 # -- render() -----------------------------------------------------------------------------------
 HEALTH = {"status": "ok", "paused_reason": None, "consumed": 120, "accepted": 100, "rejected": 7,
           "skipped_redelivered": 2, "duplicates": 3, "phases_forwarded": 60, "rejoined_dropped": 1,
-          "store_retries": 4, "uptime_s": 12.5, "last_batch_at": 1.8e9, "last_batch": {"rows": 3}}
+          "joined_in_batch": 5, "store_retries": 4, "uptime_s": 12.5, "last_batch_at": 1.8e9, "last_batch": {"rows": 3}}
 COUNTER_OF = {"consumed": "phasemeter_worker_messages_consumed_total",
               "accepted": "phasemeter_worker_generations_stored_total",
               "rejected": "phasemeter_worker_dead_letters_total",
               "duplicates": "phasemeter_worker_duplicates_total",
               "phases_forwarded": "phasemeter_worker_phases_forwarded_total",
               "rejoined_dropped": "phasemeter_worker_rejoined_dropped_total",
+              "joined_in_batch": "phasemeter_worker_joined_in_batch_total",
               "store_retries": "phasemeter_worker_store_retries_total"}
 NASTY = ['llama "3" 70b', "C:\\models\\q4", "multi\nline", 'all \\" of\\n them\n', "ünï {c}=,ode"]
 

@@ -8,6 +8,8 @@ import json
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
+import pytest
+
 from phasemeter.settings import Settings
 from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.columnar import Generations
@@ -27,6 +29,7 @@ class FakeSink:
         self.dead = set(dead)
         self.ids = set(ids)
         self.range_queries = []
+        self.id_queries = []
 
     def stored_max(self, topic):
         out = {}
@@ -44,8 +47,10 @@ class FakeSink:
         into.dead |= {o for t, p, o in self.dead if (t, p) == (topic, partition) and lo <= o <= hi}
         return into
 
-    def existing_request_ids(self, topic, ids, lo, hi):
-        return self.ids & set(ids)
+    def existing_request_ids(self, topics, ids, lo, hi):
+        """`ids` holds request_ids stored from any topic, or (topic, request_id)."""
+        self.id_queries.append(tuple(topics))
+        return {i for i in ids if i in self.ids or any((t, i) in self.ids for t in topics)}
 
 
 def gen(rid: str, t0: float = T0, model: str = "m") -> dict:
@@ -217,3 +222,66 @@ def test_only_a_batch_of_new_well_formed_generations_goes_as_columns():
         assert isinstance(rows, list), why
     joined = Pipeline(s, FakeSink()).split([rec(0, gen("j"), topic=s.joined_topic_name)])[0]
     assert isinstance(joined, Generations) and joined[0]["src_topic"] == s.joined_topic_name
+
+
+def phases_of(rid: str, t0: float = T0) -> list[dict]:
+    """start, first_token, end of one generation (docs/phases.md)."""
+    return [{"schema_version": 2, "kind": "start", "request_id": rid, "model": "m", "t0": t0, "input_tokens": 1000},
+            {"schema_version": 2, "kind": "first_token", "request_id": rid, "ttft_s": 0.5},
+            {"schema_version": 2, "kind": "end", "request_id": rid, "output_tokens": 50, "e2e_s": 2.0}]
+
+
+def test_a_generation_whose_phases_are_all_in_the_batch_is_written_from_the_raw_topic():
+    """batch_join.py: one row, from the record of the phase that completed it;
+    the join agent gets a note for it, and the phases of the open one."""
+    a, b = phases_of("a"), phases_of("b")
+    p = Pipeline(Settings(topic=TOPIC, batch_rows=1), FakeSink())
+    p.split([rec(0, gen("first"))])  # past the previous owner's batch: no checks below
+    rows, dead, phases, suspects = p.split([rec(1, a[0]), rec(2, b[0]), rec(3, a[1]), rec(4, a[2], partition=0)])
+    assert [(r["request_id"], r["src_topic"], r["src_offset"], r["schema_version"]) for r in rows] == \
+        [("a", TOPIC, 4, 2)]
+    assert (rows[0]["prefill_tps"], rows[0]["decode_tps"]) == (2000.0, 49 / 1.5)
+    assert [(f["request_id"], f["kind"]) for _, _, f in phases] == [("b", "start"), ("a", "joined_in_ingest")]
+    assert (dead, suspects, p.joined_in_batch, p.forwarded) == ([], set(), 1, 2)
+
+
+def test_a_re_read_batch_skips_the_row_it_had_joined_and_hands_over_its_cell():
+    a = phases_of("a")
+    sink = FakeSink(rows=[(TOPIC, 0, 2, "a", CELL)])
+    p = pipeline(sink)
+    rows, dead, phases, suspects = p.split([rec(i, ph) for i, ph in enumerate(a)])
+    assert (rows, dead, suspects, p.skipped) == ([], [], {CELL}, 1)
+    # The note goes again (the agent takes a second one as a duplicate).
+    assert [f["kind"] for _, _, f in phases] == ["joined_in_ingest"]
+
+
+@pytest.mark.parametrize("stored_from", ["raw", "joined"])
+def test_a_generation_joined_both_ways_is_stored_once_and_never_dead_lettered(stored_from):
+    """After a crash the batch boundaries move: a generation joined in one
+    batch may come back through the agent, and one the agent joined may be
+    complete in a re-read batch. Either copy is dropped and counted."""
+    s = Settings(topic=TOPIC)
+    topic = TOPIC if stored_from == "raw" else s.joined_topic_name
+    sink = FakeSink(ids={(topic, "a")})
+    p = Pipeline(s, sink)
+    rows, dead, phases, _ = p.split([rec(i, ph) for i, ph in enumerate(phases_of("a"))])
+    assert (rows, dead, p.rejoined, [f["kind"] for _, _, f in phases]) == ([], [], 1, ["joined_in_ingest"])
+    assert (TOPIC, s.joined_topic_name) in sink.id_queries
+    envelope = {"schema_version": 2, "kind": "batch", "events": [dict(gen("a"), schema_version=2)]}
+    rows, dead, _, _ = p.split([rec(0, envelope, topic=s.joined_topic_name)])
+    assert (rows, dead, p.rejoined) == ([], [], 2)
+    # A single event's copy is still the gateway's duplicate, asked about on its own topic only.
+    sink.id_queries.clear()
+    rows, dead, _, _ = p.split([rec(5, gen("a"))])
+    assert set(sink.id_queries) == {(TOPIC,)}  # the columns path asks first, then the row path
+    want = ([], [R.DUPLICATE]) if stored_from == "raw" else (["a"], [])
+    assert ([r["request_id"] for r in rows], [d["reason"] for d in dead]) == want
+
+
+def test_a_joined_and_an_agent_joined_copy_in_one_batch_keep_one_row():
+    s = Settings(topic=TOPIC)
+    p = Pipeline(s, FakeSink())
+    envelope = {"schema_version": 2, "kind": "batch", "events": [dict(gen("a"), schema_version=2)]}
+    batch = [rec(0, envelope, topic=s.joined_topic_name)] + [rec(i, ph) for i, ph in enumerate(phases_of("a"))]
+    rows, dead, _, _ = p.split(batch)
+    assert [r["src_topic"] for r in rows] == [s.joined_topic_name] and dead == [] and p.rejoined == 1
