@@ -99,6 +99,11 @@ def run_worker(bootstrap: str, topic: str, mode: str, n: int, messages: int, arg
         if out.get("drain_gens_per_s"):
             out["msgs_per_s"] = out["drain_gens_per_s"] * messages / n
         inflight = U.get_json(f"{w.url}/inflight") or {}
+        deadline = time.monotonic() + 30  # the notes of rows joined in ingest's batch reach the agent after them
+        while not mode.startswith("single") and joined(inflight.get("counts") or {}) < n \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+            inflight = U.get_json(f"{w.url}/inflight") or {}
         out["inflight"] = {k: inflight.get(k) for k in ("in_flight", "awaiting_start", "counts")}
         h = out["health"] = w.health() or out["health"]
         out["all_joined"] = (h.get("accepted") == n and h.get("rejected") == 0 and h.get("duplicates") == 0

@@ -43,10 +43,19 @@ def fold(phases: list[Forwarded], derive: Callable[[dict], dict | None]) -> Fold
     """A batch's phases, in offset order -> the rows of the generations they
     complete, and what still goes to the join agent. `derive` turns a joined
     event into its row, or None when the derivation rejects it."""
+    # Only a request with a start and an end here can complete here: the rest
+    # (most phases, when a batch covers less than a generation's duration)
+    # go to the agent without being applied twice.
+    kinds: dict[str, set] = {}
+    for _, _, fields in phases:
+        kinds.setdefault(fields["request_id"], set()).add(fields["kind"])
+    candidates = {rid for rid, ks in kinds.items() if "start" in ks and "end" in ks}
     entries: dict[str, dict | None] = {}
     completed: dict[str, tuple[int, dict]] = {}  # request_id -> (completing index, joined event)
     for i, (partition, ts, fields) in enumerate(phases):
         rid = fields["request_id"]
+        if rid not in candidates:
+            continue
         # The same function the join agent applies, from no entry: a batch
         # knows nothing of earlier ones, which the agent's table remembers.
         new, outputs, what = join.apply(entries.get(rid), rid, fields, partition, ts)

@@ -244,7 +244,11 @@ class Pipeline:
                     # keyed. The gateway's timestamp travels along: the join's clock.
                     phases.append((phase_partition(result.request_id, self.settings.topic_partitions),
                                    _timestamp(msg, now), result.fields))
-                    sources.append((source, recheck))
+                    # Only phases that came in envelopes are joined in the batch:
+                    # with one message per phase, ingest's own loop is the bottleneck,
+                    # and the inserts the batch join adds to it cost more than the
+                    # hops it saves (BENCHMARKS.md §20).
+                    sources.append((source, recheck) if len(results) > 1 else None)
                 elif held is not None and (msg.offset, result["request_id"]) in held.rows:
                     # Stored before a crash or a rebalance. Its insert may
                     # have stopped before the rollup view got its block.
@@ -267,9 +271,14 @@ class Pipeline:
         """The rows of the generations this batch's phases complete
         (batch_join.py), each from the record of the phase that completed
         it, with the re-read rule every row follows; and the phases and
-        notes still to forward to the join agent."""
-        if not phases:
+        notes still to forward to the join agent. Phases that came one per
+        message are forwarded as they are (see split)."""
+        lone = [ph for ph, src in zip(phases, sources) if src is None]
+        if len(lone) == len(phases):
             return [], phases
+        if lone:
+            pairs = [(ph, src) for ph, src in zip(phases, sources) if src is not None]
+            phases, sources = [ph for ph, _ in pairs], [src for _, src in pairs]
 
         def derive(event: dict) -> dict | None:
             row = process_event(event, self.bucket, now, internal=True)
@@ -289,7 +298,7 @@ class Pipeline:
                 suspects.add(_cell(row))
         self.joined_in_batch += len(folded.rows)
         self.counts["phases_duplicate_in_batch"] += folded.duplicates
-        return joined, folded.forward
+        return joined, lone + folded.forward
 
     def health(self) -> dict:
         # The store, or Kafka refusing what a batch publishes: either way the

@@ -231,25 +231,43 @@ def phases_of(rid: str, t0: float = T0) -> list[dict]:
             {"schema_version": 2, "kind": "end", "request_id": rid, "output_tokens": 50, "e2e_s": 2.0}]
 
 
+def env(*events) -> dict:
+    return {"schema_version": 2, "kind": "batch", "events": list(events)}
+
+
 def test_a_generation_whose_phases_are_all_in_the_batch_is_written_from_the_raw_topic():
     """batch_join.py: one row, from the record of the phase that completed it;
     the join agent gets a note for it, and the phases of the open one."""
     a, b = phases_of("a"), phases_of("b")
     p = Pipeline(Settings(topic=TOPIC, batch_rows=1), FakeSink())
     p.split([rec(0, gen("first"))])  # past the previous owner's batch: no checks below
-    rows, dead, phases, suspects = p.split([rec(1, a[0]), rec(2, b[0]), rec(3, a[1]), rec(4, a[2], partition=0)])
+    rows, dead, phases, suspects = p.split([rec(1, env(a[0], b[0])), rec(2, env(a[1], b[1])), rec(4, env(a[2], a[1]))])
     assert [(r["request_id"], r["src_topic"], r["src_offset"], r["schema_version"]) for r in rows] == \
         [("a", TOPIC, 4, 2)]
     assert (rows[0]["prefill_tps"], rows[0]["decode_tps"]) == (2000.0, 49 / 1.5)
-    assert [(f["request_id"], f["kind"]) for _, _, f in phases] == [("b", "start"), ("a", "joined_in_ingest")]
-    assert (dead, suspects, p.joined_in_batch, p.forwarded) == ([], set(), 1, 2)
+    assert [(f["request_id"], f["kind"]) for _, _, f in phases] == [("b", "start"), ("b", "first_token"),
+                                                                   ("a", "joined_in_ingest")]
+    assert (dead, suspects, p.joined_in_batch, p.forwarded) == ([], set(), 1, 3)
+    assert p.counts["phases_duplicate_in_batch"] == 1  # the second first_token
+
+
+def test_phases_one_per_message_all_go_to_the_join_agent():
+    """With one message per phase ingest's loop is the bottleneck: the inserts
+    a batch join would add to it cost more than the hops it saves (§20)."""
+    a = phases_of("a")
+    p = pipeline(FakeSink())
+    # An envelope of one event is one message per phase too.
+    rows, dead, phases, _ = p.split([rec(i, ph) for i, ph in enumerate(a)] + [rec(3, env(phases_of("b")[0]))])
+    assert (rows, dead, p.joined_in_batch) == ([], [], 0)
+    assert [(f["request_id"], f["kind"]) for _, _, f in phases] == [("a", "start"), ("a", "first_token"),
+                                                                   ("a", "end"), ("b", "start")]
 
 
 def test_a_re_read_batch_skips_the_row_it_had_joined_and_hands_over_its_cell():
     a = phases_of("a")
     sink = FakeSink(rows=[(TOPIC, 0, 2, "a", CELL)])
     p = pipeline(sink)
-    rows, dead, phases, suspects = p.split([rec(i, ph) for i, ph in enumerate(a)])
+    rows, dead, phases, suspects = p.split([rec(2, env(*a))])
     assert (rows, dead, suspects, p.skipped) == ([], [], {CELL}, 1)
     # The note goes again (the agent takes a second one as a duplicate).
     assert [f["kind"] for _, _, f in phases] == ["joined_in_ingest"]
@@ -264,7 +282,7 @@ def test_a_generation_joined_both_ways_is_stored_once_and_never_dead_lettered(st
     topic = TOPIC if stored_from == "raw" else s.joined_topic_name
     sink = FakeSink(ids={(topic, "a")})
     p = Pipeline(s, sink)
-    rows, dead, phases, _ = p.split([rec(i, ph) for i, ph in enumerate(phases_of("a"))])
+    rows, dead, phases, _ = p.split([rec(0, env(*phases_of("a")))])
     assert (rows, dead, p.rejoined, [f["kind"] for _, _, f in phases]) == ([], [], 1, ["joined_in_ingest"])
     assert (TOPIC, s.joined_topic_name) in sink.id_queries
     envelope = {"schema_version": 2, "kind": "batch", "events": [dict(gen("a"), schema_version=2)]}
@@ -282,6 +300,6 @@ def test_a_joined_and_an_agent_joined_copy_in_one_batch_keep_one_row():
     s = Settings(topic=TOPIC)
     p = Pipeline(s, FakeSink())
     envelope = {"schema_version": 2, "kind": "batch", "events": [dict(gen("a"), schema_version=2)]}
-    batch = [rec(0, envelope, topic=s.joined_topic_name)] + [rec(i, ph) for i, ph in enumerate(phases_of("a"))]
+    batch = [rec(0, envelope, topic=s.joined_topic_name), rec(0, env(*phases_of("a")))]
     rows, dead, _, _ = p.split(batch)
     assert [r["src_topic"] for r in rows] == [s.joined_topic_name] and dead == [] and p.rejoined == 1
