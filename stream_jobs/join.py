@@ -125,13 +125,13 @@ def apply(entry: dict | None, rid: str, fields: dict, partition: int, ts: float
     if entry is None:
         entry = {"p": partition, "seen": ts, "last": ts, "ph": {}}
     ph = {**entry["ph"], kind: {k: v for k, v in fields.items() if k not in ("kind", "request_id")}}
-    if _complete(ph):
+    if is_complete(ph):
         done = {"p": partition, "done": ts, "how": "joined", "kinds": sorted(ph)}
         return done, [(rid, joined_event(rid, ph))], "joined"
     return {**entry, "last": max(entry["last"], ts), "seen": min(entry["seen"], ts), "ph": ph}, [], "partial"
 
 
-def _complete(ph: dict) -> bool:
+def is_complete(ph: dict) -> bool:
     """start and end, and the first-token time unless the end says none can
     exist: shuffled phases may bring the end before the first_token. An end
     with 0 output tokens and no repeated ttft completes at once (an error
