@@ -48,7 +48,6 @@ def cmd_migrate(args, settings: Settings) -> int:
 
 
 def cmd_worker(args, settings: Settings) -> int:
-    from phasemeter.stream_jobs import gc_tuning
     from phasemeter.stream_jobs.app import create_app
     from phasemeter.stream_jobs.lifecycle import Worker
 
@@ -80,7 +79,6 @@ def cmd_worker(args, settings: Settings) -> int:
         # level is warn or above, so every aiokafka send and fetch built a
         # debug record (~10 % of the worker's time); it only animates a TTY.
         worker.spinner = None
-        gc_tuning.tune()
         worker.execute_from_commandline()
     finally:
         clear_state(settings.data_path)
