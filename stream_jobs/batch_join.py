@@ -5,10 +5,10 @@ phases topic and the join, the joined topic and ingest again), so a
 generation is stored a batch or two after its last phase was read, and each
 phase costs the join agent a table entry and a changelog record
 (BENCHMARKS.md §20). Most generations are short: their start, first token and
-end are read in one batch. Ingest joins those on the spot, with the join's
-own pure `join.apply`, writes the row with the rest of the batch, and
-forwards the join agent one note per generation instead of its phases
-(`join.JOINED_IN_INGEST`). The note leaves the join a done marker, so that a
+end are read in one batch. Ingest joins those on the spot, by the join's
+own rules (`join.is_complete`, `join.joined_event`), writes the row with the
+rest of the batch, and forwards the join agent one note per generation
+instead of its phases (`join.JOINED_IN_INGEST`). The note leaves the join a done marker, so that a
 copy of any of the phases arriving later is a duplicate, exactly as after a
 join in the agent (docs/phases.md).
 

@@ -211,7 +211,8 @@ class Pipeline:
         fast = self._as_columns(events)
         if fast is not None:
             return fast
-        rows, dead, phases, sources = [], [], [], []
+        rows, dead, phases = [], [], []
+        enveloped = []  # (phase, source, recheck) of phases that came in envelopes: _join_in_batch
         suspects: set = set()
         now = time.time()
         cap = self.settings.dlq_payload_bytes
@@ -242,13 +243,16 @@ class Pipeline:
                     # Partitioned by request_id, so all phases of a generation
                     # meet in one partition of the join, whatever the gateway
                     # keyed. The gateway's timestamp travels along: the join's clock.
-                    phases.append((phase_partition(result.request_id, self.settings.topic_partitions),
-                                   _timestamp(msg, now), result.fields))
+                    phase = (phase_partition(result.request_id, self.settings.topic_partitions),
+                             _timestamp(msg, now), result.fields)
                     # Only phases that came in envelopes are joined in the batch:
                     # with one message per phase, ingest's own loop is the bottleneck,
                     # and the inserts the batch join adds to it cost more than the
                     # hops it saves (BENCHMARKS.md §20).
-                    sources.append((source, recheck) if len(results) > 1 else None)
+                    if len(results) > 1:
+                        enveloped.append((phase, source, recheck))
+                    else:
+                        phases.append(phase)
                 elif held is not None and (msg.offset, result["request_id"]) in held.rows:
                     # Stored before a crash or a rebalance. Its insert may
                     # have stopped before the rollup view got its block.
@@ -259,7 +263,8 @@ class Pipeline:
                     rows.append(result)
                     if recheck:
                         suspects.add(_cell(result))
-        joined, phases = self._join_in_batch(phases, sources, stored, suspects, now)
+        joined, forward = self._join_in_batch(enveloped, stored, suspects, now)
+        phases += forward
         self.forwarded += len(phases)
         rows = self._drop_duplicates(rows, joined, dead, now)
         kept = [d for d in dead if d["src_offset"] not in
@@ -267,26 +272,21 @@ class Pipeline:
         self.skipped += len(dead) - len(kept)
         return rows, kept, phases, suspects
 
-    def _join_in_batch(self, phases, sources, stored, suspects: set, now: float):
-        """The rows of the generations this batch's phases complete
-        (batch_join.py), each from the record of the phase that completed
-        it, with the re-read rule every row follows; and the phases and
-        notes still to forward to the join agent. Phases that came one per
-        message are forwarded as they are (see split)."""
-        lone = [ph for ph, src in zip(phases, sources) if src is None]
-        if len(lone) == len(phases):
-            return [], phases
-        if lone:
-            pairs = [(ph, src) for ph, src in zip(phases, sources) if src is not None]
-            phases, sources = [ph for ph, _ in pairs], [src for _, src in pairs]
+    def _join_in_batch(self, enveloped, stored, suspects: set, now: float):
+        """The rows of the generations that the phases of this batch's
+        envelopes complete (batch_join.py), each from the record of the phase
+        that completed it, with the re-read rule every row follows; and the
+        phases and notes still to forward to the join agent."""
+        if not enveloped:
+            return [], []
 
         def derive(event: dict) -> dict | None:
             row = process_event(event, self.bucket, now, internal=True)
             return None if isinstance(row, Rejection) else row
-        folded = batch_join.fold(phases, derive)
+        folded = batch_join.fold([phase for phase, _, _ in enveloped], derive)
         joined = []
         for row, i in folded.rows:
-            source, recheck = sources[i]
+            _, source, recheck = enveloped[i]
             held = stored.get((source["src_topic"], source["src_partition"]))
             if held is not None and (source["src_offset"], row["request_id"]) in held.rows:
                 suspects.add(held.rows[source["src_offset"], row["request_id"]])
@@ -298,7 +298,7 @@ class Pipeline:
                 suspects.add(_cell(row))
         self.joined_in_batch += len(folded.rows)
         self.counts["phases_duplicate_in_batch"] += folded.duplicates
-        return joined, lone + folded.forward
+        return joined, folded.forward
 
     def health(self) -> dict:
         # The store, or Kafka refusing what a batch publishes: either way the
