@@ -113,6 +113,13 @@ def phase_events(event: dict) -> list[dict]:
     return [{k: v for k, v in e.items() if v is not None} for e in out]
 
 
+def phase_time(event: dict, phase: dict) -> float:
+    """When a gateway sends `phase` (one of phase_events(event)): at t0, at the
+    first token, at the end."""
+    return event["t0"] + {"start": 0.0, "first_token": event.get("ttft_s") or 0.0,
+                          "end": event["e2e_s"]}[phase["kind"]]
+
+
 def encode_event(event: dict) -> bytes:
     return json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 

@@ -60,12 +60,6 @@ def joined(counts: dict) -> int:
     return counts.get("generations_joined", 0) + counts.get("phases_joined_in_ingest", 0)
 
 
-def when(event: dict, phase: dict) -> float:
-    """The moment a gateway sends `phase` of `event`: at t0, the first token, the end."""
-    return event["t0"] + {"start": 0.0, "first_token": event.get("ttft_s") or 0.0,
-                          "end": event["e2e_s"]}[phase["kind"]]
-
-
 OLD = "@old"  # suffix of a mode run by --compare-python's worker
 
 
@@ -196,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict:
         # PHASEMETER_ABANDON_AFTER_S whose end is still in the backlog would be abandoned.
         events = U.synthetic_events(args.n, start=time.time() - 90, span_s=60)
         single = [(e["request_id"].encode(), U.encode_event(e)) for e in events]
-        timed = [(when(e, p), p) for e in events for p in U.phase_events(e)]
+        timed = [(U.phase_time(e, p), p) for e in events for p in U.phase_events(e)]
         if args.order == "time":  # as gateways send them: each phase when it happens
             timed.sort(key=lambda tp: tp[0])
         phases = [(p["request_id"].encode(), U.encode_event(p)) for _, p in timed]
