@@ -16,10 +16,15 @@ full: backpressure) or the consumer is already suspended, stopping or
 crashed does the call go on through `mode`'s `wait_first`, with the
 partly-run delivery continuing in its task exactly where it stopped. Either
 way the result, the exceptions and the abandoning are those of `wait_first`.
+
+`after_drop` keeps deliveries from reaching a buffer that Faust has already
+marked full: a record of a held partition waits for the buffer's drop, once,
+instead of waking the fetch loop for each slot freed (section 21).
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 
 from mode.services import WaitResults
@@ -75,8 +80,47 @@ def inline_first(service, *flags):
     return wait_first
 
 
+def after_drop(consumer, deliver, poll_s: float = 0.05):
+    """-> `deliver` (the consumer's callback) that first waits while its
+    record's partition is held for a full stream buffer.
+
+    Faust holds a partition when its stream's buffer reaches 4/5 full
+    (`Consumer.on_buffer_full`) and fetches it again at 2/5
+    (`on_buffer_drop`), but it still delivers the records already fetched,
+    one by one, into the buffer's last fifth, and then into a full buffer:
+    each of those puts waits for one free slot, so every record the stream
+    takes wakes the fetch loop again through mode's `wait_first` (four
+    tasks). On a backlog of one event per message that ping-pong set the
+    pace (BENCHMARKS.md section 21). Waiting here for the drop instead costs
+    one wait per fill, and the next ~1,600 records go inline. The wait is
+    the delivery's own, so a rebalance or a stop abandons it as it abandons
+    a put; it looks again every `poll_s`, in case Faust forgets the hold
+    without a drop (its state is reset on a restart)."""
+    dropped = asyncio.Event()
+
+    async def deliver_after_drop(message):
+        # Read anew each time: Faust replaces the set when it resets its state.
+        while message.tp in consumer._buffered_partitions:  # noqa: SLF001 -- Faust's own hold
+            dropped.clear()
+            try:
+                await asyncio.wait_for(dropped.wait(), poll_s)
+            except asyncio.TimeoutError:
+                pass
+        return await deliver(message)
+
+    def on_buffer_drop(tp, _faust=consumer.on_buffer_drop) -> None:
+        _faust(tp)
+        dropped.set()
+
+    consumer.on_buffer_drop = on_buffer_drop
+    return deliver_after_drop
+
+
 def install(app) -> None:
     """Before the consumer starts. Its fetch loop looks `wait_first` up on
-    each record, so an attribute of the instance takes the class's place."""
+    each record and its `callback` once as it starts, and the conductor
+    `on_buffer_drop` once per partition it is assigned, so attributes of the
+    instance take the class's place."""
     consumer = app.consumer
     consumer.wait_first = inline_first(consumer, consumer.suspend_flow)
+    consumer.callback = after_drop(consumer, consumer.callback)

@@ -12,7 +12,7 @@ import warnings
 import pytest
 from mode import Service
 
-from phasemeter.stream_jobs.inline_delivery import inline_first
+from phasemeter.stream_jobs.inline_delivery import after_drop, inline_first
 
 
 class Fetcher(Service):
@@ -117,3 +117,90 @@ def test_an_error_in_the_delivery_propagates_and_leaves_nothing_unawaited():
             await Fetcher().deliver(broken(1))
 
     run(body)
+
+
+class HoldingFetcher(Fetcher):
+    """A Fetcher with Faust's per-partition hold for a full stream buffer:
+    `_buffered_partitions`, and `on_buffer_drop` as the consumer's."""
+
+    def __init__(self):
+        super().__init__()
+        self._buffered_partitions = set()
+        self.dropped = []
+
+    def on_buffer_drop(self, tp):
+        self.dropped.append(tp)
+        self._buffered_partitions.discard(tp)
+
+
+class Record:
+    def __init__(self, tp, value):
+        self.tp, self.value = tp, value
+
+
+def held_delivery(poll_s=5.0):
+    """-> (fetcher, deliver(record) as the fetch loop calls it, queue, log)."""
+    f = HoldingFetcher()
+    queue, log = asyncio.Queue(maxsize=100), []
+    put = delivery(queue, log)
+    callback = after_drop(f, lambda record: put(record.value), poll_s=poll_s)
+    return f, (lambda record: f.inline(callback(record), f.suspend_flow.wait())), queue, log
+
+
+def test_a_record_of_a_partition_not_held_is_delivered_inline():
+    async def body():
+        f, deliver, queue, log = held_delivery()
+        f._buffered_partitions.add("other")
+        res = await deliver(Record("tp0", 1))
+        return res, log, asyncio.current_task(), queue.get_nowait()
+
+    res, log, me, queued = run(body)
+    assert (res.results, queued) == ([1], 1)
+    assert log == [("task", me)]
+
+
+def test_a_record_of_a_held_partition_waits_for_the_drop_then_is_delivered():
+    async def body():
+        f, deliver, queue, log = held_delivery()
+        f._buffered_partitions.add("tp0")
+        call = asyncio.ensure_future(deliver(Record("tp0", 2)))
+        await asyncio.sleep(0.1)
+        waited = (call.done(), queue.qsize(), list(log))
+        f.on_buffer_drop("tp0")  # as the conductor calls it, through the wrapper
+        res = await asyncio.wait_for(call, 1)  # well before poll_s: woken by the drop
+        return waited, res, queue.get_nowait(), f.dropped
+
+    waited, res, queued, dropped = run(body)
+    assert waited == (False, 0, [])  # held: nothing reached the buffer
+    assert (res.results, queued, dropped) == ([2], 2, ["tp0"])
+
+
+def test_a_wait_for_the_drop_is_abandoned_when_the_flow_is_suspended():
+    async def body():
+        f, deliver, queue, log = held_delivery()
+        f._buffered_partitions.add("tp0")
+        call = asyncio.ensure_future(deliver(Record("tp0", 3)))
+        await asyncio.sleep(0.05)
+        f.suspend_flow.set()
+        res = await asyncio.wait_for(call, 1)
+        f.on_buffer_drop("tp0")
+        await asyncio.sleep(0.05)
+        return res, queue.qsize(), log
+
+    res, size, log = run(body)
+    assert res.results == [True]  # suspend_flow.wait() won
+    assert (size, log) == (0, [])  # the record never reached the buffer
+
+
+def test_a_hold_forgotten_without_a_drop_is_seen_by_the_next_look():
+    async def body():
+        f, deliver, queue, _ = held_delivery(poll_s=0.05)
+        f._buffered_partitions.add("tp0")
+        call = asyncio.ensure_future(deliver(Record("tp0", 4)))
+        await asyncio.sleep(0.1)
+        f._buffered_partitions = set()  # as Faust's _reset_state replaces it
+        res = await asyncio.wait_for(call, 1)
+        return res, queue.get_nowait()
+
+    res, queued = run(body)
+    assert (res.results, queued) == ([4], 4)
