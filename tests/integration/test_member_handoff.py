@@ -33,7 +33,12 @@ from test_faults import good_event, produce
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROUNDS = 6
-EVENTS = 24_000
+# The emitter sends CHUNK events every 0.4 s until the last member has
+# started (at most MAX_EVENTS): a fixed total ran out before the later rounds
+# on a host where members drained it faster than the rounds went by, and a
+# round that waits for an insert then found nothing left to insert.
+CHUNK = 500
+MAX_EVENTS = 60_000
 PARTITIONS = 2
 
 
@@ -74,14 +79,16 @@ def test_sigterm_mid_batch_hands_over_to_a_fresh_member_exactly(pm_env, tmp_path
     bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
     group, database = pm_env["PHASEMETER_GROUP_ID"], pm_env["PHASEMETER_DATABASE"]
     ensure_topics(bootstrap, [topic], PARTITIONS)
-    events = [good_event(i) for i in range(EVENTS)]
+    events: list[dict] = []  # those sent so far, in order
+    last_started = threading.Event()
     rng = random.Random(time.time_ns())
     seed_note = f"(random choices seeded {rng.random():.6f})"
 
     def emit():  # the stream keeps flowing through every hand-off
-        for start in range(0, EVENTS, 1500):
-            chunk = events[start:start + 1500]
+        while not last_started.is_set() and len(events) < MAX_EVENTS:
+            chunk = [good_event(i) for i in range(len(events), len(events) + CHUNK)]
             produce(bootstrap, topic, [json.dumps(e).encode() for e in chunk], [e["request_id"].encode() for e in chunk])
+            events.extend(chunk)
             time.sleep(0.4)
 
     def member(k: int) -> WorkerProc:
@@ -109,9 +116,11 @@ def test_sigterm_mid_batch_hands_over_to_a_fresh_member_exactly(pm_env, tmp_path
                 upcoming = prepare.submit(member, k + 1)
             members.append(w.start())
             if k == ROUNDS:
+                last_started.set()
                 break
             if k % 2:  # while an insert is under way: the batch in hand is mid-write
-                wait_for(lambda: (w.health() or {}).get("writing_since"), 60, "an insert under way", w.diagnose)
+                wait_for(lambda: (w.health() or {}).get("writing_since"), 60,
+                         f"an insert under way in round {k} {seed_note}", w.diagnose)
             else:
                 time.sleep(rng.uniform(0.5, 3.0))
             before = w.health()
@@ -132,9 +141,10 @@ def test_sigterm_mid_batch_hands_over_to_a_fresh_member_exactly(pm_env, tmp_path
             prior.update(rows)
         emitter.join()
         last = members[-1]
-        wait_for(lambda: sum(committed(bootstrap, group, topic).values()) >= EVENTS, 240,
+        wait_for(lambda: sum(committed(bootstrap, group, topic).values()) >= len(events), 240,
                  "the last member to commit every event", last.diagnose)
     finally:
+        last_started.set()
         prepare.shutdown(cancel_futures=True)
         for m in members:
             m.stop()
