@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 
 from mode.services import WaitResults
 
@@ -80,7 +81,7 @@ def inline_first(service, *flags):
     return wait_first
 
 
-def after_drop(consumer, deliver, poll_s: float = 0.05):
+def after_drop(consumer, deliver, poll_s: float = 0.05, max_wait_s: float = 2.0):
     """-> `deliver` (the consumer's callback) that first waits while its
     record's partition is held for a full stream buffer.
 
@@ -92,26 +93,43 @@ def after_drop(consumer, deliver, poll_s: float = 0.05):
     takes wakes the fetch loop again through mode's `wait_first` (four
     tasks). On a backlog of one event per message that ping-pong set the
     pace (BENCHMARKS.md section 21). Waiting here for the drop instead costs
-    one wait per fill, and the next ~1,600 records go inline. The wait is
-    the delivery's own, so a rebalance or a stop abandons it as it abandons
-    a put; it looks again every `poll_s`, in case Faust forgets the hold
-    without a drop (its state is reset on a restart)."""
+    one wait per fill, and the next ~1,600 records go inline.
+
+    The wait is the delivery's own, so a rebalance or a stop abandons it as
+    it abandons a put. It looks again every `poll_s`, in case Faust forgets
+    the hold without a drop (its state is reset on a restart), and a hold
+    older than `max_wait_s` (a batch held up by the store, a hold Faust left
+    behind) no longer stops a record: the delivery is then Faust's own, and
+    a full buffer makes it wait exactly as before."""
     dropped = asyncio.Event()
+    held_since: dict = {}  # tp -> monotonic time Faust held it
 
     async def deliver_after_drop(message):
+        tp = message.tp
         # Read anew each time: Faust replaces the set when it resets its state.
-        while message.tp in consumer._buffered_partitions:  # noqa: SLF001 -- Faust's own hold
+        while tp in consumer._buffered_partitions:  # noqa: SLF001 -- Faust's own hold
+            left = held_since.get(tp, 0.0) + max_wait_s - time.monotonic()
+            if left <= 0:
+                break
             dropped.clear()
             try:
-                await asyncio.wait_for(dropped.wait(), poll_s)
+                await asyncio.wait_for(dropped.wait(), min(poll_s, left))
             except asyncio.TimeoutError:
                 pass
         return await deliver(message)
 
+    def on_buffer_full(tp, _faust=consumer.on_buffer_full) -> None:
+        fresh = tp not in consumer._buffered_partitions  # noqa: SLF001
+        _faust(tp)
+        if fresh:
+            held_since[tp] = time.monotonic()
+
     def on_buffer_drop(tp, _faust=consumer.on_buffer_drop) -> None:
         _faust(tp)
+        held_since.pop(tp, None)
         dropped.set()
 
+    consumer.on_buffer_full = on_buffer_full
     consumer.on_buffer_drop = on_buffer_drop
     return deliver_after_drop
 
@@ -119,7 +137,7 @@ def after_drop(consumer, deliver, poll_s: float = 0.05):
 def install(app) -> None:
     """Before the consumer starts. Its fetch loop looks `wait_first` up on
     each record and its `callback` once as it starts, and the conductor
-    `on_buffer_drop` once per partition it is assigned, so attributes of the
+    `on_buffer_full` and `on_buffer_drop` once per partition it is assigned, so attributes of the
     instance take the class's place."""
     consumer = app.consumer
     consumer.wait_first = inline_first(consumer, consumer.suspend_flow)

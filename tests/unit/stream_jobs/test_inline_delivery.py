@@ -128,6 +128,9 @@ class HoldingFetcher(Fetcher):
         self._buffered_partitions = set()
         self.dropped = []
 
+    def on_buffer_full(self, tp):
+        self._buffered_partitions.add(tp)
+
     def on_buffer_drop(self, tp):
         self.dropped.append(tp)
         self._buffered_partitions.discard(tp)
@@ -138,19 +141,29 @@ class Record:
         self.tp, self.value = tp, value
 
 
-def held_delivery(poll_s=5.0):
+def held_delivery(poll_s=5.0, max_wait_s=30.0):
     """-> (fetcher, deliver(record) as the fetch loop calls it, queue, log)."""
     f = HoldingFetcher()
     queue, log = asyncio.Queue(maxsize=100), []
     put = delivery(queue, log)
-    callback = after_drop(f, lambda record: put(record.value), poll_s=poll_s)
+    callback = after_drop(f, lambda record: put(record.value), poll_s=poll_s, max_wait_s=max_wait_s)
     return f, (lambda record: f.inline(callback(record), f.suspend_flow.wait())), queue, log
+
+
+async def held_call(value, wait_s, **kw):
+    """A delivery of `value` whose partition is held, `wait_s` after it began:
+    -> (fetcher, call, queue, log)."""
+    f, deliver, queue, log = held_delivery(**kw)
+    f.on_buffer_full("tp0")  # as the conductor calls it, through the wrapper
+    call = asyncio.ensure_future(deliver(Record("tp0", value)))
+    await asyncio.sleep(wait_s)
+    return f, call, queue, log
 
 
 def test_a_record_of_a_partition_not_held_is_delivered_inline():
     async def body():
         f, deliver, queue, log = held_delivery()
-        f._buffered_partitions.add("other")
+        f.on_buffer_full("other")
         res = await deliver(Record("tp0", 1))
         return res, log, asyncio.current_task(), queue.get_nowait()
 
@@ -161,10 +174,7 @@ def test_a_record_of_a_partition_not_held_is_delivered_inline():
 
 def test_a_record_of_a_held_partition_waits_for_the_drop_then_is_delivered():
     async def body():
-        f, deliver, queue, log = held_delivery()
-        f._buffered_partitions.add("tp0")
-        call = asyncio.ensure_future(deliver(Record("tp0", 2)))
-        await asyncio.sleep(0.1)
+        f, call, queue, log = await held_call(2, 0.1)
         waited = (call.done(), queue.qsize(), list(log))
         f.on_buffer_drop("tp0")  # as the conductor calls it, through the wrapper
         res = await asyncio.wait_for(call, 1)  # well before poll_s: woken by the drop
@@ -177,10 +187,7 @@ def test_a_record_of_a_held_partition_waits_for_the_drop_then_is_delivered():
 
 def test_a_wait_for_the_drop_is_abandoned_when_the_flow_is_suspended():
     async def body():
-        f, deliver, queue, log = held_delivery()
-        f._buffered_partitions.add("tp0")
-        call = asyncio.ensure_future(deliver(Record("tp0", 3)))
-        await asyncio.sleep(0.05)
+        f, call, queue, log = await held_call(3, 0.05)
         f.suspend_flow.set()
         res = await asyncio.wait_for(call, 1)
         f.on_buffer_drop("tp0")
@@ -194,13 +201,22 @@ def test_a_wait_for_the_drop_is_abandoned_when_the_flow_is_suspended():
 
 def test_a_hold_forgotten_without_a_drop_is_seen_by_the_next_look():
     async def body():
-        f, deliver, queue, _ = held_delivery(poll_s=0.05)
-        f._buffered_partitions.add("tp0")
-        call = asyncio.ensure_future(deliver(Record("tp0", 4)))
-        await asyncio.sleep(0.1)
+        f, call, queue, _ = await held_call(4, 0.1, poll_s=0.05)
         f._buffered_partitions = set()  # as Faust's _reset_state replaces it
         res = await asyncio.wait_for(call, 1)
         return res, queue.get_nowait()
 
     res, queued = run(body)
     assert (res.results, queued) == ([4], 4)
+
+
+def test_a_hold_older_than_max_wait_no_longer_stops_a_record():
+    async def body():
+        f, call, queue, log = await held_call(5, 0.1, max_wait_s=0.3)
+        waited = (call.done(), queue.qsize())
+        res = await asyncio.wait_for(call, 1)  # no drop came: delivered once the hold is 0.3 s old
+        return waited, res, queue.get_nowait(), f._buffered_partitions
+
+    waited, res, queued, held = run(body)
+    assert waited == (False, 0)
+    assert (res.results, queued, held) == ([5], 5, {"tp0"})  # Faust's hold itself is left alone
