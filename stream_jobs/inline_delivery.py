@@ -137,8 +137,8 @@ def after_drop(consumer, deliver, poll_s: float = 0.05, max_wait_s: float = 2.0)
 def install(app) -> None:
     """Before the consumer starts. Its fetch loop looks `wait_first` up on
     each record and its `callback` once as it starts, and the conductor
-    `on_buffer_full` and `on_buffer_drop` once per partition it is assigned, so attributes of the
-    instance take the class's place."""
+    `on_buffer_full` and `on_buffer_drop` once per partition it is
+    assigned, so attributes of the instance take the class's place."""
     consumer = app.consumer
     consumer.wait_first = inline_first(consumer, consumer.suspend_flow)
     consumer.callback = after_drop(consumer, consumer.callback)

@@ -64,6 +64,11 @@ def rec(offset: int, value, partition: int = 0, topic: str = TOPIC):
                            value=data)
 
 
+def env(*events, version: int = 2) -> dict:
+    """An envelope of `events` (producers/envelopes.py's shape)."""
+    return {"schema_version": version, "kind": "batch", "events": list(events)}
+
+
 def pipeline(sink) -> Pipeline:
     return Pipeline(Settings(topic=TOPIC), sink)
 
@@ -136,8 +141,7 @@ def test_a_re_read_row_is_skipped_and_its_cell_is_handed_over_for_the_rollup_che
 def test_an_envelope_half_stored_writes_only_its_missing_rows():
     # One record, three generations; a crash left two of them stored (their
     # day partition's part landed, the other's did not).
-    envelope = {"schema_version": 1, "kind": "batch",
-                "events": [gen("a"), gen("b", t0=T0 + 86_400), gen("c")]}
+    envelope = env(gen("a"), gen("b", t0=T0 + 86_400), gen("c"), version=1)
     sink = FakeSink(rows=[(TOPIC, 0, 7, "a", CELL), (TOPIC, 0, 7, "c", CELL)])
     rows, _, _, suspects = pipeline(sink).split([rec(7, envelope)])
     # b's cell too: a record right after the resume position (the test below)
@@ -146,7 +150,7 @@ def test_an_envelope_half_stored_writes_only_its_missing_rows():
 
 def test_a_record_whose_rows_landed_but_not_its_dead_letters_gets_its_dead_letters():
     # A crash between the two inserts: generations held, dead_letters not.
-    envelope = {"schema_version": 1, "kind": "batch", "events": [gen("a"), {"kind": "generation"}]}
+    envelope = env(gen("a"), {"kind": "generation"}, version=1)
     sink = FakeSink(rows=[(TOPIC, 0, 3, "a", CELL)])
     rows, dead, _, _ = pipeline(sink).split([rec(3, envelope)])
     assert rows == [] and [d["src_offset"] for d in dead] == [3]
@@ -178,7 +182,7 @@ def test_a_rejoined_generation_on_the_joined_topic_is_dropped_not_dead_lettered(
     s = Settings(topic=TOPIC)
     sink = FakeSink(ids={"j"})
     p = Pipeline(s, sink)
-    envelope = {"schema_version": 2, "kind": "batch", "events": [dict(gen("j"), schema_version=2)]}
+    envelope = env(dict(gen("j"), schema_version=2))
     rows, dead, _, _ = p.split([rec(0, envelope, topic=s.joined_topic_name)])
     assert (rows, dead, p.rejoined) == ([], [], 1)
 
@@ -197,7 +201,7 @@ def test_only_a_batch_of_new_well_formed_generations_goes_as_columns():
     """stream_jobs/columnar.py takes a batch only when the row path would
     write every generation of it and nothing else; any reason for the row
     path sends the whole batch there (the tests above hold its rules)."""
-    envelope = {"schema_version": 1, "kind": "batch", "events": [gen("b"), gen("c")]}
+    envelope = env(gen("b"), gen("c"), version=1)
     rows = pipeline(FakeSink()).split([rec(0, gen("a")), rec(1, envelope)])[0]
     assert isinstance(rows, Generations) and [r["request_id"] for r in rows] == ["a", "b", "c"]
     s = Settings(topic=TOPIC, otlp_topic="gen.otlp")
@@ -229,10 +233,6 @@ def phases_of(rid: str, t0: float = T0) -> list[dict]:
     return [{"schema_version": 2, "kind": "start", "request_id": rid, "model": "m", "t0": t0, "input_tokens": 1000},
             {"schema_version": 2, "kind": "first_token", "request_id": rid, "ttft_s": 0.5},
             {"schema_version": 2, "kind": "end", "request_id": rid, "output_tokens": 50, "e2e_s": 2.0}]
-
-
-def env(*events) -> dict:
-    return {"schema_version": 2, "kind": "batch", "events": list(events)}
 
 
 def test_a_generation_whose_phases_are_all_in_the_batch_is_written_from_the_raw_topic():
@@ -285,7 +285,7 @@ def test_a_generation_joined_both_ways_is_stored_once_and_never_dead_lettered(st
     rows, dead, phases, _ = p.split([rec(0, env(*phases_of("a")))])
     assert (rows, dead, p.rejoined, [f["kind"] for _, _, f in phases]) == ([], [], 1, ["joined_in_ingest"])
     assert (TOPIC, s.joined_topic_name) in sink.id_queries
-    envelope = {"schema_version": 2, "kind": "batch", "events": [dict(gen("a"), schema_version=2)]}
+    envelope = env(dict(gen("a"), schema_version=2))
     rows, dead, _, _ = p.split([rec(0, envelope, topic=s.joined_topic_name)])
     assert (rows, dead, p.rejoined) == ([], [], 2)
     # A single event's copy is still the gateway's duplicate, asked about on its own topic only.
@@ -299,7 +299,7 @@ def test_a_generation_joined_both_ways_is_stored_once_and_never_dead_lettered(st
 def test_a_joined_and_an_agent_joined_copy_in_one_batch_keep_one_row():
     s = Settings(topic=TOPIC)
     p = Pipeline(s, FakeSink())
-    envelope = {"schema_version": 2, "kind": "batch", "events": [dict(gen("a"), schema_version=2)]}
+    envelope = env(dict(gen("a"), schema_version=2))
     batch = [rec(0, envelope, topic=s.joined_topic_name), rec(0, env(*phases_of("a")))]
     rows, dead, _, _ = p.split(batch)
     assert [r["src_topic"] for r in rows] == [s.joined_topic_name] and dead == [] and p.rejoined == 1
