@@ -22,13 +22,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 
 from .contract import MAX_DURATION_S
 from .derive import ROW_COLUMNS, NO_EXTRAS
-from .fast_decode import _DECODER, Envelope, Generation
+from .fast_decode import Generation, decoded_events
 
 # Fields of the C decoder's Generation, and the row's columns they fill as they are.
 _TEXT = ("request_id", "model", "status")
@@ -110,12 +109,8 @@ def from_events(events, bucket, max_bytes: int, now: float, max_batch: int = 10_
         raw = event.value
         if raw is None or len(raw) > max_bytes:
             return None
-        try:
-            message = _DECODER.decode(raw)
-        except msgspec.MsgspecError:  # malformed, a lone surrogate, a bad field: the row path names it
-            return None
-        inner = message.events if type(message) is Envelope else (message,)
-        if len(inner) > max_batch or any(type(g) is not Generation for g in inner):
+        inner = decoded_events(raw, max_batch)  # None: malformed, a bad field...: the row path names it
+        if inner is None or any(type(g) is not Generation for g in inner):
             return None
         gens += inner
         counts.append(len(inner))
