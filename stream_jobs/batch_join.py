@@ -32,6 +32,13 @@ from . import join
 Forwarded = tuple[int, float, dict]
 
 
+def message_time(msg, now: float) -> float:
+    """The gateway's timestamp of a record, which a phase carries to the
+    join as its clock; `now` where the record has none."""
+    ts = getattr(msg, "timestamp", None)
+    return ts if isinstance(ts, (int, float)) and ts > 0 else now
+
+
 @dataclass
 class Folded:
     rows: list[tuple[dict, int]] = field(default_factory=list)  # (row, index of the completing phase)

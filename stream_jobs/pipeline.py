@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 from phasemeter.settings import Settings
 
-from . import batch_join, columnar
+from . import batch_join, columnar, columnar_join
 from . import reasons as R
 from .buckets import Bucketer, parse_edges
 from .ledger import Stored
@@ -36,11 +36,6 @@ log = logging.getLogger("phasemeter.worker")
 def _cell(row: dict) -> tuple:
     """A row's minute cell, as the ledger gives a stored row's (ledger.Stored)."""
     return row["model"], row["input_bucket"], datetime.fromtimestamp(row["ts"] // 60 * 60, timezone.utc)
-
-
-def _timestamp(msg, now: float) -> float:
-    ts = getattr(msg, "timestamp", None)
-    return ts if isinstance(ts, (int, float)) and ts > 0 else now
 
 
 class Pipeline:
@@ -132,12 +127,36 @@ class Pipeline:
             return None
         if self._stored_ids(self._dup_scope(topic), gens.request_ids, gens):
             return None  # a duplicate delivery (or a re-join): the row path decides what it is
+        return gens, [], [], self._recheck(events, gens)
+
+    def _phases_as_columns(self, events):
+        """The batch through ingest's join in columns (columnar_join.py) when
+        nothing in it needs the row path: all records phases from the raw
+        topic, none re-read, every one well-formed, the generations they
+        complete new and joined whole. As `_as_columns`, decided before any
+        bookkeeping."""
+        if any(e.message.topic != self.settings.topic for e in events) or self._rereads(events):
+            return None
+        joined = columnar_join.fold(events, self.bucket, self.settings.max_message_bytes, time.time(),
+                                    self.settings.topic_partitions)
+        if joined is None or self._stored_ids(self._dup_scope(self.settings.joined_topic_name),
+                                              joined.gens.request_ids, joined.gens):
+            return None  # a re-join after a crash: the row path drops it and counts it
+        self.forwarded += len(joined.forward)
+        self.joined_in_batch += len(joined.gens)
+        self.counts["phases_duplicate_in_batch"] += joined.duplicates
+        return joined.gens, [], joined.forward, self._recheck(events, joined.gens)
+
+    def _recheck(self, events, gens: columnar.Generations) -> set:
+        """The minute cells of the rows from records the previous owner's
+        last batch may have held (`_maybe_in_the_previous_batch`, asked once
+        of every record, in order)."""
         inside, first = [], 0
         for event, n in zip(events, gens.per_message):
             if self._maybe_in_the_previous_batch(event.message, len(event.value or b"")):
                 inside += range(first, first + n)
             first += n
-        return gens, [], [], gens.cells(inside) if inside else set()
+        return gens.cells(inside) if inside else set()
 
     def _dup_scope(self, topic: str) -> tuple[str, ...]:
         """Where a copy of a row from `topic` may be stored. A joined
@@ -208,7 +227,7 @@ class Pipeline:
         (partition, timestamp, fields), suspect rollup cells). The rows are
         dicts, or columns (columnar.Generations) for a batch of nothing but
         new, well-formed generations."""
-        fast = self._as_columns(events)
+        fast = self._as_columns(events) or self._phases_as_columns(events)
         if fast is not None:
             return fast
         rows, dead, phases = [], [], []
@@ -244,7 +263,7 @@ class Pipeline:
                     # meet in one partition of the join, whatever the gateway
                     # keyed. The gateway's timestamp travels along: the join's clock.
                     phase = (phase_partition(result.request_id, self.settings.topic_partitions),
-                             _timestamp(msg, now), result.fields)
+                             batch_join.message_time(msg, now), result.fields)
                     # Only phases that came in envelopes are joined in the batch:
                     # with one message per phase, ingest's own loop is the bottleneck,
                     # and the inserts the batch join adds to it cost more than the

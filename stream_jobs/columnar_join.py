@@ -1,0 +1,167 @@
+"""Ingest's batch join (batch_join.py) for a batch of phase envelopes, on the
+C decoder's Structs and into columns.
+
+Why: a batch of 20,000 generations sent as phases in envelopes of 100 spent
+0.6-0.75 s in `Pipeline.split`, against 0.05-0.07 s for the same generations
+sent whole (BENCHMARKS.md §22). Nearly all of it was per phase in Python: a
+dict of each phase's fields and its checks across fields, the fold over
+those dicts, then per generation the joined event as a dict, validated
+and derived again, and the rows written as dicts. Here the phases stay the
+Structs msgspec decoded and checked, the fold keeps Structs, and each
+completed generation becomes one `Generation` Struct for columnar.py's
+derivation on whole columns. Dicts are built only for what is forwarded.
+
+This is an accelerator, not a second definition: the join's rules are
+`join.is_complete` and `join.joined_event`, the checks are
+`fast_decode._phase`'s, and a test holds `Pipeline.split` on this path to the
+row path on generated batches. Whatever this module does not take whole (a
+message that is not an envelope of phases, a phase the row path would
+dead-letter, a joined generation the derivation would reject or check
+further) returns None, and the whole batch takes the row path, unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from .batch_join import Forwarded, message_time
+from .columnar import Generations, _derive
+from .contract import MAX_DURATION_S
+from .fast_decode import PHASES, Generation, _phase, decoded_events
+from .join import JOINED_IN_INGEST, phase_partition
+
+_KINDS = ("start", "first_token", "end")  # join._pick's order: the earliest phase wins
+_INDEX = {PHASES[kind]: i for i, kind in enumerate(_KINDS)}
+# The kinds a note names (sorted, as batch_join's), by which of _KINDS a
+# generation had: one list per combination, shared by the notes (read-only:
+# they are only serialised, and join.apply copies them).
+_NOTED = {have: sorted(k for k, h in zip(_KINDS, have) if h) for have in itertools.product((False, True), repeat=3)}
+
+
+@dataclass
+class Joined:
+    gens: Generations  # the completed generations, grouped by the message whose phase completed each
+    forward: list[Forwarded]  # as the row path forwards: lone phases, open generations' phases, then notes
+    duplicates: int  # copies of a phase of a generation joined here, dropped
+
+
+def _accepted(e, kind: int, latest: float) -> bool:
+    """`fast_decode._phase(e, _KINDS[kind], latest) is not None` without
+    building its dict: the epochs within the clock, and
+    `phase_events.check_across`. A test holds the two equal on generated phases."""
+    if kind == 0:
+        return e.t0 <= latest and (e.cached_input_tokens is None or e.cached_input_tokens <= e.input_tokens)
+    if e.t_first is not None and e.t_first > latest:
+        return False
+    if kind == 1:
+        return (e.ttft_s is None) != (e.t_first is None)
+    return ((e.e2e_s is None) != (e.t_end is None) and (e.t_end is None or e.t_end <= latest)
+            and (e.ttft_s is None or e.t_first is None))
+
+
+def _pick(ph: list, name: str):
+    """join._pick: the earliest phase that knew an optional field."""
+    for phase in ph:
+        if phase is not None and getattr(phase, name) is not None:
+            return getattr(phase, name)
+    return None
+
+
+def _ttft(ph: list, t0: float):
+    """join._ttft: from the first token, else as the end repeats it."""
+    for phase in ph[1:]:
+        if phase is not None:
+            if phase.ttft_s is not None:
+                return phase.ttft_s
+            if phase.t_first is not None:
+                return phase.t_first - t0
+    return None
+
+
+def _generation(rid: str, ph: list):
+    """join.joined_event as a Generation Struct, or None where a computed
+    duration is out of the contract's range (the row path's full validation
+    names that)."""
+    start, _, end = ph
+    ttft = _ttft(ph, start.t0)
+    e2e = end.e2e_s if end.e2e_s is not None else end.t_end - start.t0
+    if not 0.0 <= e2e <= MAX_DURATION_S or (ttft is not None and not 0.0 <= ttft <= MAX_DURATION_S):
+        return None
+    return Generation(schema_version=2, request_id=rid, model=start.model, t0=start.t0, e2e_s=e2e,
+                      input_tokens=start.input_tokens, output_tokens=end.output_tokens,
+                      cached_input_tokens=_pick(ph, "cached_input_tokens"), finish_reason=end.finish_reason,
+                      gateway=start.gateway, queue_s=_pick(ph, "queue_s"), replica=start.replica,
+                      status=end.status or "ok", ttft_s=ttft)
+
+
+def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch: int = 10_000) -> Joined | None:
+    """A batch of phase messages -> what the row path makes of it (its rows
+    as columns), or None for the row path. As there, only phases that came
+    in a message of more than one event are joined in the batch."""
+    latest = now + MAX_DURATION_S
+    lone: list[tuple[int, object]] = []  # (message, phase): forwarded as they are
+    enveloped: list[tuple[int, object]] = []
+    for m, event in enumerate(events):
+        raw = event.value
+        if raw is None or len(raw) > max_bytes:
+            return None
+        inner = decoded_events(raw, max_batch)
+        if inner is None:
+            return None
+        for e in inner:
+            kind = _INDEX.get(type(e))
+            if kind is None or not _accepted(e, kind, latest):
+                return None
+        (enveloped if len(inner) > 1 else lone).extend((m, e) for e in inner)
+
+    # batch_join.fold's rules: the first copy of a kind wins, and a
+    # generation is complete at the phase after which join.is_complete
+    # holds (start and end, and a first-token time unless the end says
+    # none can exist). Phases by kind, in _KINDS' order.
+    seen: dict[str, list] = {}
+    completed: dict[str, int] = {}  # request_id -> index in `enveloped` of the completing phase
+    for i, (_, e) in enumerate(enveloped):
+        rid = e.request_id
+        if rid in completed:
+            continue
+        ph = seen.get(rid)
+        if ph is None:
+            ph = seen[rid] = [None, None, None]
+        kind = _INDEX[type(e)]
+        if ph[kind] is None:
+            ph[kind] = e
+            start, first, end = ph
+            if start is not None and end is not None and (
+                    first is not None or end.ttft_s is not None or end.t_first is not None or end.output_tokens == 0):
+                completed[rid] = i
+    if not completed:
+        return None
+    gens, counts = [], [0] * len(events)
+    for rid, i in completed.items():  # in the order of completion, so grouped by message
+        g = _generation(rid, seen[rid])
+        if g is None:
+            return None
+        gens.append(g)
+        counts[enveloped[i][0]] += 1
+    columns = _derive(gens, counts, events, bucket, now)
+    if columns is None:
+        return None
+
+    clocks = [message_time(event.message, now) for event in events]
+
+    def forwarded(m: int, e) -> Forwarded:
+        return (phase_partition(e.request_id, partitions), clocks[m], _phase(e, _KINDS[_INDEX[type(e)]], latest).fields)
+    forward = [forwarded(m, e) for m, e in lone]
+    duplicates = 0
+    for m, e in enveloped:
+        if e.request_id in completed:
+            duplicates += 1
+        else:
+            forward.append(forwarded(m, e))
+    for rid, i in completed.items():
+        kinds = _NOTED[tuple(p is not None for p in seen[rid])]
+        duplicates -= len(kinds)
+        forward.append((phase_partition(rid, partitions), clocks[enveloped[i][0]],
+                        {"kind": JOINED_IN_INGEST, "request_id": rid, "kinds": kinds}))
+    return Joined(columns, forward, duplicates)
