@@ -85,11 +85,14 @@ def write_with_a_lost_block(client, tier: str = "minute"):
     return sink, lost
 
 
-@pytest.mark.parametrize("slice_size", [ledger.CRC_SLICE, 3, None])
-def test_existing_request_ids_finds_exactly_the_stored_ones(client, slice_size):
+@pytest.mark.parametrize("slice_size,near_share", [(ledger.CRC_SLICE, None), (3, None), (None, None),
+                                                   (None, 1), (None, ledger.NEAR_SHARE)])
+def test_existing_request_ids_finds_exactly_the_stored_ones(client, slice_size, near_share):
     """Any text an id may hold comes back as stored; an id whose CRC32 equals
     a stored one's ("buckeroo" and "plumless") is not reported; slices of
-    the id list answer as one statement."""
+    the id list answer as one statement; and the same answers when the
+    stored ids of the range are read and matched in the worker (near_share 1:
+    the range holds 37 rows, under the 38 ids asked)."""
     tricky = ["plumless", "q'uote", "back\\slash", "tab\tnew\nline", "é😀中", "x" * 128, "{ids:String}"]
     written = rows(len(tricky) + 30)
     for row, rid in zip(written, tricky):
@@ -99,13 +102,13 @@ def test_existing_request_ids_finds_exactly_the_stored_ones(client, slice_size):
     lo, hi = min(r["ts"] for r in written) - 1, max(r["ts"] for r in written) + 1
     asked = [i for i in sorted(stored)[::2] + tricky if i != "plumless"] + ["buckeroo", "never-stored", "gen-0-9"]
     assert zlib.crc32(b"buckeroo") == zlib.crc32(b"plumless")
-    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi, slice_size) == stored & set(asked)
-    assert ledger.existing_request_ids(client, ("other-topic",), asked, lo, hi, slice_size) == set()
+    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi, slice_size, near_share) == stored & set(asked)
+    assert ledger.existing_request_ids(client, ("other-topic",), asked, lo, hi, slice_size, near_share) == set()
     # A joined generation is asked about on the raw and the joined topic at once.
-    both = ledger.existing_request_ids(client, ("other-topic", "gen"), asked, lo, hi, slice_size)
+    both = ledger.existing_request_ids(client, ("other-topic", "gen"), asked, lo, hi, slice_size, near_share)
     assert both == stored & set(asked)
-    assert ledger.existing_request_ids(client, ("gen",), asked, hi + 5, hi + 9, slice_size) == set()
-    assert ledger.existing_request_ids(client, ("gen",), [], lo, hi, slice_size) == set()
+    assert ledger.existing_request_ids(client, ("gen",), asked, hi + 5, hi + 9, slice_size, near_share) == set()
+    assert ledger.existing_request_ids(client, ("gen",), [], lo, hi, slice_size, near_share) == set()
 
 
 def test_existing_request_ids_answers_a_batch_past_the_literal_list_cliff(client):
@@ -115,11 +118,32 @@ def test_existing_request_ids_answers_a_batch_past_the_literal_list_cliff(client
     Sink.over(client, "chdb").write(written, [])
     asked = [f"new-{i}-{'y' * 30}" for i in range(30_000)] + [r["request_id"] for r in written[::5]]
     lo, hi = min(r["ts"] for r in written) - 1, max(r["ts"] for r in written) + 1
-    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi) == {r["request_id"] for r in written[::5]}
+    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi, near_share=None) == {
+        r["request_id"] for r in written[::5]}
     # The embedded store in one statement, as the sink asks it: 120,000 CRCs are
     # ~1.2 MB of text, past ClickHouse's max_query_size were they in the query.
     asked += [f"more-{i}" for i in range(90_000)]
-    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi, None) == {r["request_id"] for r in written[::5]}
+    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi, None, None) == {
+        r["request_id"] for r in written[::5]}
+
+
+def test_the_stored_ids_of_a_range_are_read_only_when_few(client, monkeypatch):
+    """The check reads a range's stored ids itself when there are at most a
+    quarter as many as the ids asked about, and asks by CRC32s past that;
+    either way the answer is exact."""
+    written = rows(40)
+    Sink.over(client, "chdb").write(written, [])
+    lo, hi = min(r["ts"] for r in written) - 1, max(r["ts"] for r in written) + 1
+    stored = [r["request_id"] for r in written]
+    asked = stored[::3] + [f"new-{i}" for i in range(160 - len(stored[::3]))]
+    statements = []
+    real = ledger._rows
+    monkeypatch.setattr(ledger, "_rows", lambda c, name, params: statements.append(name) or real(c, name, params))
+    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi) == set(stored[::3])
+    assert statements == ["request_ids_in_range"]  # 40 stored rows, 160 ids asked: 40 = a quarter
+    statements.clear()
+    assert ledger.existing_request_ids(client, ("gen",), asked[:156], lo, hi) == set(stored[::3])
+    assert statements == ["request_ids_in_range", "existing_request_ids"]  # 40 > 156 // 4
 
 
 # 40 characters: one or two cells per statement, as a server's bound-value
