@@ -28,15 +28,18 @@ from dataclasses import dataclass
 from .batch_join import Forwarded, message_time
 from .columnar import Generations, _derive
 from .contract import MAX_DURATION_S
-from .fast_decode import PHASES, Generation, _phase, decoded_events
+from .fast_decode import _PHASE_KIND, PHASES, Generation, _phase, decoded_events
 from .join import JOINED_IN_INGEST, phase_partition
+from .phase_events import PHASE_KINDS
 
-_KINDS = ("start", "first_token", "end")  # join._pick's order: the earliest phase wins
-_INDEX = {PHASES[kind]: i for i, kind in enumerate(_KINDS)}
-# The kinds a note names (sorted, as batch_join's), by which of _KINDS a
+# A phase's place in a generation's list, in PHASE_KINDS' order (join._pick's:
+# the earliest phase wins).
+_INDEX = {PHASES[kind]: i for i, kind in enumerate(PHASE_KINDS)}
+# The kinds a note names (sorted, as batch_join's), by which of PHASE_KINDS a
 # generation had: one list per combination, shared by the notes (read-only:
 # they are only serialised, and join.apply copies them).
-_NOTED = {have: sorted(k for k, h in zip(_KINDS, have) if h) for have in itertools.product((False, True), repeat=3)}
+_NOTED = {have: sorted(k for k, h in zip(PHASE_KINDS, have) if h)
+          for have in itertools.product((False, True), repeat=3)}
 
 
 @dataclass
@@ -47,7 +50,7 @@ class Joined:
 
 
 def _accepted(e, kind: int, latest: float) -> bool:
-    """`fast_decode._phase(e, _KINDS[kind], latest) is not None` without
+    """`fast_decode._phase(e, PHASE_KINDS[kind], latest) is not None` without
     building its dict: the epochs within the clock, and
     `phase_events.check_across`. A test holds the two equal on generated phases."""
     if kind == 0:
@@ -118,7 +121,7 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
     # batch_join.fold's rules: the first copy of a kind wins, and a
     # generation is complete at the phase after which join.is_complete
     # holds (start and end, and a first-token time unless the end says
-    # none can exist). Phases by kind, in _KINDS' order.
+    # none can exist). Phases by kind, in PHASE_KINDS' order.
     seen: dict[str, list] = {}
     completed: dict[str, int] = {}  # request_id -> index in `enveloped` of the completing phase
     for i, (_, e) in enumerate(enveloped):
@@ -151,7 +154,7 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
     clocks = [message_time(event.message, now) for event in events]
 
     def forwarded(m: int, e) -> Forwarded:
-        return (phase_partition(e.request_id, partitions), clocks[m], _phase(e, _KINDS[_INDEX[type(e)]], latest).fields)
+        return (phase_partition(e.request_id, partitions), clocks[m], _phase(e, _PHASE_KIND[type(e)], latest).fields)
     forward = [forwarded(m, e) for m, e in lone]
     duplicates = 0
     for m, e in enveloped:

@@ -21,11 +21,12 @@ from phasemeter.stream_jobs.columnar import Generations
 from phasemeter.stream_jobs.contract import MAX_DURATION_S
 from phasemeter.stream_jobs.derive import ROW_COLUMNS
 from phasemeter.stream_jobs.fast_decode import _DECODER, Envelope, _phase
+from phasemeter.stream_jobs.phase_events import PHASE_KINDS
 from phasemeter.stream_jobs.pipeline import Pipeline
 from phasemeter.stream_jobs.sink import _table
 from tests.unit.stream_jobs.test_derive_properties import NOW
 from tests.unit.stream_jobs.test_fast_decode import BAD_VALUES, valid_phases
-from tests.unit.stream_jobs.test_pipeline_rules import FakeSink
+from tests.unit.stream_jobs.test_pipeline_rules import FakeSink, env
 
 TOPIC = "gen"
 PAST = 1_790_000_000.0  # the pipeline's clock is the real one: phases are moved before it
@@ -54,8 +55,7 @@ def moved(phase: dict, by: float = NOW - PAST) -> dict:
 def records(messages: list[list[dict]], first_offset: int = 0) -> list:
     out = []
     for i, events in enumerate(messages):
-        value = json.dumps({"schema_version": 2, "kind": "batch", "events": events} if len(events) > 1
-                           else events[0]).encode()
+        value = json.dumps(env(*events) if len(events) > 1 else events[0]).encode()
         out.append(SimpleNamespace(value=value, message=SimpleNamespace(
             topic=TOPIC, partition=i % 3, offset=first_offset + i, timestamp=PAST + i)))
     return out
@@ -197,5 +197,5 @@ def test_the_checks_of_a_phase_are_the_decoders(kind, data):
     e = decoded(phase)
     if e is None or type(e) is Envelope:
         return
-    index = columnar_join._KINDS.index(kind)
+    index = PHASE_KINDS.index(kind)
     assert columnar_join._accepted(e, index, latest) == (_phase(e, kind, latest) is not None), phase
