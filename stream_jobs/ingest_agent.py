@@ -71,6 +71,12 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
         # consumed (backpressure) and no progress is recorded.
         pipeline.writing_since = t_split
         await loop_run(sink.write, rows, dead)
+        if pipeline.reread_records:  # records a previous owner may have written too
+            rewritten = await loop_run(sink.rewrite_dropped, rows, dead)
+            if rewritten:
+                pipeline.counts["dedup_dropped_rewritten"] += rewritten
+                log.warning("%d record(s) dropped by the store as a retry of an insert that never landed: "
+                            "written again", rewritten)
         if suspects:  # re-read rows whose insert may not have reached the rollup
             repaired = await loop_run(sink.repair_rollup, suspects)
             pipeline.counts["rollup_cells_checked"] += len(suspects)

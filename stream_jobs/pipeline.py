@@ -71,6 +71,7 @@ class Pipeline:
         # it (a fresh start on a quiet topic) every batch of the first minutes
         # would be checked, which cost freshness (BENCHMARKS.md §17).
         self.resume_end: dict[tuple[str, int], int] = {}
+        self.reread_records = 0  # of the last split: records _maybe_in_the_previous_batch
         self.counts: Counter = Counter()
         self.consumed = self.skipped = self.accepted = self.rejected = self.duplicates = 0
         self.forwarded = self.rejoined = self.joined_in_batch = 0
@@ -220,13 +221,16 @@ class Pipeline:
                   and msg.offset < self.resume_end.get(tp, msg.offset + 1))
         seen[0] += 1
         seen[1] += size
+        self.reread_records += inside
         return inside
 
     def split(self, events):
         """Admitted events -> (rows, dead letters, phases to forward as
         (partition, timestamp, fields), suspect rollup cells). The rows are
         dicts, or columns (columnar.Generations) for a batch of nothing but
-        new, well-formed generations."""
+        new, well-formed generations. `reread_records` then says how many of
+        its records the previous owner's last batch may have held."""
+        self.reread_records = 0
         fast = self._as_columns(events) or self._phases_as_columns(events)
         if fast is not None:
             return fast

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import uuid
 from collections import Counter
 from operator import itemgetter
 
@@ -178,7 +179,7 @@ class Sink:
         self.rows_written += len(rows)
         self.dead_written += len(dead)
 
-    def _insert(self, client, rows: list[dict], dead: list[dict]) -> None:
+    def _insert(self, client, rows: list[dict], dead: list[dict], salt: str = "") -> None:
         # Built before taking the lock: the web API's reads share it, and need
         # not wait while Python builds tables (14-39 % of a write, BENCHMARKS.md §3).
         inserts = [(table, *_table(table, items, columns)) for table, items, columns in
@@ -186,7 +187,31 @@ class Sink:
         with self.lock:
             for table, arrow_table, token in inserts:
                 client.insert_arrow(table, arrow_table,
-                                    settings={**self.insert_settings, "insert_deduplication_token": token})
+                                    settings={**self.insert_settings, "insert_deduplication_token": token + salt})
+
+    def rewrite_dropped(self, rows, dead: list[dict]) -> int:
+        """After `write`: the rows and dead letters of it that the store does
+        not hold are written again, under a token of this call's own, and
+        counted. A SIGKILL inside an insert can leave the table's
+        deduplication entry for the block without its part (the entry is
+        recorded first; found in a chaos cell, BENCHMARKS.md §22), and the
+        same records read again make the same token: the table then drops
+        them as a retry of an insert that never landed. Only records a
+        previous owner may have written are at risk, so the caller asks after
+        those batches."""
+        rows = list(rows)  # columns as their rows: only batches read again come here
+        spans: dict[tuple[str, int], tuple[int, int]] = {}
+        for r in rows + dead:
+            key, offset = (r["src_topic"], r["src_partition"]), r["src_offset"]
+            lo, hi = spans.get(key, (offset, offset))
+            spans[key] = (min(lo, offset), max(hi, offset))
+        held = {key: self.stored_in_range(*key, lo, hi) for key, (lo, hi) in spans.items()}
+        lost = [r for r in rows if (r["src_offset"], r["request_id"])
+                not in held[r["src_topic"], r["src_partition"]].rows]
+        lost_dead = [d for d in dead if d["src_offset"] not in held[d["src_topic"], d["src_partition"]].dead]
+        if lost or lost_dead:
+            self.retrying("store write", self._insert, lost, lost_dead, f"/{uuid.uuid4().hex}")
+        return len(lost) + len(lost_dead)
 
     def _locked(self, client, fn, *args):
         with self.lock:

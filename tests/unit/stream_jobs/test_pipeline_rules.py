@@ -120,6 +120,20 @@ def test_records_produced_after_the_owner_took_the_partition_are_not_checked():
     assert p.split([rec(15, gen("r15", t0=T0 + 900))])[3] == {cell(T0 + 900)}
 
 
+def test_each_split_counts_the_records_the_previous_owner_may_have_written():
+    """`reread_records`, on which the agent asks the store whether every
+    record of the batch landed (Sink.rewrite_dropped): the window's records
+    of this split only, dead letters' records included, whatever the path."""
+    p = Pipeline(Settings(topic=TOPIC, batch_rows=1000), FakeSink())
+    p.bound_rereads({(TOPIC, 0): 12})
+    assert p.split([rec(10, gen("r10", t0=T0)), rec(11, b"{")])[3] and p.reread_records == 2  # rows path
+    assert p.split([rec(12, gen("r12", t0=T0))])[0] and p.reread_records == 0  # past the end read
+    p.forget_offsets()
+    p.bound_rereads({(TOPIC, 0): 30})
+    assert isinstance(p.split([rec(o, env(gen(f"e{o}", t0=T0))) for o in (20, 21)])[0], Generations)
+    assert p.reread_records == 2  # columns path
+
+
 def test_the_previous_batch_is_bounded_by_bytes_too():
     # A batch ends at the record that reaches batch_bytes (stream_jobs/batching.gather),
     # so with envelopes the window is a few records, not batch_rows of them.
