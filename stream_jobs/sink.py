@@ -80,6 +80,15 @@ def _table(table: str, items, columns: tuple[str, ...]):
                                                        for r in items])
 
 
+def _sources(rows) -> list[tuple[str, int, int, str]]:
+    """(topic, partition, offset, request_id) of each row, dicts or columns."""
+    if isinstance(rows, Generations):
+        c = rows.columns
+        return list(zip(c["src_topic"].to_pylist(), c["src_partition"].to_pylist(), c["src_offset"].to_pylist(),
+                        rows.request_ids))
+    return [(r["src_topic"], r["src_partition"], r["src_offset"], r["request_id"]) for r in rows]
+
+
 class StoreUnavailable(RuntimeError):
     pass
 
@@ -199,15 +208,14 @@ class Sink:
         them as a retry of an insert that never landed. Only records a
         previous owner may have written are at risk, so the caller asks after
         those batches."""
-        rows = list(rows)  # columns as their rows: only batches read again come here
+        keys = _sources(rows)
         spans: dict[tuple[str, int], tuple[int, int]] = {}
-        for r in rows + dead:
-            key, offset = (r["src_topic"], r["src_partition"]), r["src_offset"]
-            lo, hi = spans.get(key, (offset, offset))
-            spans[key] = (min(lo, offset), max(hi, offset))
+        for topic, partition, offset, _ in keys + [(d["src_topic"], d["src_partition"], d["src_offset"], "")
+                                                   for d in dead]:
+            lo, hi = spans.get((topic, partition), (offset, offset))
+            spans[topic, partition] = (min(lo, offset), max(hi, offset))
         held = {key: self.stored_in_range(*key, lo, hi) for key, (lo, hi) in spans.items()}
-        lost = [r for r in rows if (r["src_offset"], r["request_id"])
-                not in held[r["src_topic"], r["src_partition"]].rows]
+        lost = [rows[i] for i, (t, p, o, rid) in enumerate(keys) if (o, rid) not in held[t, p].rows]
         lost_dead = [d for d in dead if d["src_offset"] not in held[d["src_topic"], d["src_partition"]].dead]
         if lost or lost_dead:
             self.retrying("store write", self._insert, lost, lost_dead, f"/{uuid.uuid4().hex}")
