@@ -106,12 +106,14 @@ def test_phases_and_malformed_messages_take_the_row_path():
 def test_rows_of_each_message_stay_in_order_with_their_source():
     events = [{"schema_version": 1, "kind": "generation", "request_id": f"r{i}", "model": "m", "t0": NOW - i,
                "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 100 * i, "output_tokens": i} for i in range(1, 8)]
+    # The worker may read several ingest topics in one batch.
     records = [record(5, encode(events[:3], True), partition=2), record(9, encode(events[3:4], False)),
-               record(6, encode(events[4:], True), partition=2)]
+               record(6, encode(events[4:], True), partition=2, topic="otlp")]
     gens = same_as_rows(records)
     assert gens.per_message == [3, 1, 3]
-    assert [(r["request_id"], r["src_partition"], r["src_offset"]) for r in gens] == [
-        ("r1", 2, 5), ("r2", 2, 5), ("r3", 2, 5), ("r4", 0, 9), ("r5", 2, 6), ("r6", 2, 6), ("r7", 2, 6)]
+    assert [(r["request_id"], r["src_topic"], r["src_partition"], r["src_offset"]) for r in gens] == [
+        ("r1", "gen", 2, 5), ("r2", "gen", 2, 5), ("r3", "gen", 2, 5), ("r4", "gen", 0, 9),
+        ("r5", "otlp", 2, 6), ("r6", "otlp", 2, 6), ("r7", "otlp", 2, 6)]
     assert gens.cells([3]) == {_cell(gens[3])}
 
 
