@@ -86,22 +86,34 @@ class Handoff:
         the batch keeps running through the cancellation for up to `grace_s`,
         then the cancellation goes on. A batch cut anyway (grace exceeded,
         SIGKILL) is re-read from the durable position: slower, never wrong."""
-        task = asyncio.ensure_future(work)
-        self.in_hand.add(task)
+        task = self.start(work)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            if not task.done():
-                log.warning("stopping: finishing the batch in hand (up to %.0f s)", self.grace_s)
-            if not await self.settle():  # the batch, then its commit
-                log.warning("stopping: the batch in hand did not finish in %.0f s; it will be re-read",
-                            self.grace_s)
-                task.cancel()
-                if self.on_cut is not None:
-                    self.on_cut()
+            await self.stopping(task)
             raise
-        finally:
-            self.in_hand.discard(task)
+
+    def start(self, work) -> asyncio.Future:
+        """Start `work` (one batch) without waiting for it: in hand from now
+        on, for `settle` and `stopping`. The ingest agent decodes its next
+        batch meanwhile (ingest_agent.py); whoever holds the task awaits it."""
+        task = asyncio.ensure_future(work)
+        self.in_hand.add(task)
+        task.add_done_callback(self.in_hand.discard)
+        return task
+
+    async def stopping(self, task: asyncio.Future) -> None:
+        """A stop reached the agent: the work in hand finishes (up to
+        `grace_s`) and its commit is made, or, past the grace, `task` (the
+        agent's batch) is cut and re-read by the next owner from the durable
+        position."""
+        if not task.done():
+            log.warning("stopping: finishing the batch in hand (up to %.0f s)", self.grace_s)
+        if not await self.settle():  # the batch, then its commit
+            log.warning("stopping: the batch in hand did not finish in %.0f s; it will be re-read", self.grace_s)
+            task.cancel()
+            if self.on_cut is not None:
+                self.on_cut()
 
     async def settle(self) -> bool:
         """Wait (up to `grace_s` each) for the work in hand, then for the

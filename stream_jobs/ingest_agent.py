@@ -52,20 +52,39 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
         await loop_run(sink.record_progress, positions)
 
     async def _ingest(stream):
-        async for events in batching.gather(stream, settings.batch_rows, settings.batch_bytes,
-                                            settings.batch_seconds):
-            await until_ready(app)
-            await preload.wait()
-            await ingest_handoff.run(_batch(events))
+        # One batch at a time, as before; but while a batch is written, the
+        # next one (gathered meanwhile) is decoded (Pipeline.decode_ahead):
+        # the store's insert runs without the GIL. Nothing of the next batch
+        # is decided before this one is durable and its progress recorded.
+        batch = None  # the task of the batch in hand
+        try:
+            async for events in batching.gather(stream, settings.batch_rows, settings.batch_bytes,
+                                                settings.batch_seconds):
+                ahead = None
+                if batch is not None and not batch.done():
+                    ahead = await loop_run(pipeline.decode_ahead, events)
+                if batch is not None:
+                    await asyncio.shield(batch)  # raises what the batch raised
+                await until_ready(app)
+                await preload.wait()
+                batch = ingest_handoff.start(_batch(events, ahead))
+            if batch is not None:
+                await asyncio.shield(batch)
+        except asyncio.CancelledError:
+            # A stop: the batch in hand finishes (or is cut past the grace)
+            # wherever the cancellation found this loop.
+            if batch is not None:
+                await ingest_handoff.stopping(batch)
+            raise
 
-    async def _batch(events):
+    async def _batch(events, ahead=None):
         pipeline.consumed += len(events)
         t_start = time.time()
         admitted = await resume.admit(app, offsets, pipeline.sequencer, events, load, save, pipeline.counts)
         events = admitted.events
         if not events:
             return
-        rows, dead, phases, suspects = await loop_run(pipeline.split, events)
+        rows, dead, phases, suspects = await loop_run(pipeline.split, events, ahead)
         t_split = time.time()
         # Blocks (retrying) while the store is down: the stream stops being
         # consumed (backpressure) and no progress is recorded.

@@ -194,6 +194,27 @@ def test_envelopes_store_every_generation_once(worker, pm_env):
     assert sorted(r["request_id"] for r in stored) == sorted(sent)
 
 
+def test_a_backlog_of_envelopes_is_decoded_a_batch_ahead_and_stored_once_exactly(worker, pm_env):
+    """While a batch is written, the worker decodes the next one
+    (ingest_agent.py). A backlog cut into small batches goes that way, and
+    every generation is stored once with its exact values."""
+    bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
+    pm_env["PHASEMETER_BATCH_BYTES"] = "60000"  # two envelopes of ~100 a batch
+    sent = emit(bootstrap, topic, 4000, seed=31, envelope_size=100)  # before the worker starts
+    worker.start()
+    health = worker.wait_processed(4000)
+    assert health["accepted"] == 4000 and health["rejected"] == 0, health
+    assert health.get("batches_decoded_ahead", 0) > 0, worker.diagnose()
+    worker.stop()
+    stored = stored_rows(pm_env)
+    assert sorted(r["request_id"] for r in stored) == sorted(sent)
+    for r in stored:
+        e = expected_row(sent[r["request_id"]])
+        assert (r["model"], r["input_bucket"], r["ts_ms"]) == (e["model"], e["input_bucket"], e["ts_ms"])
+        for col in ("prefill_tps", "decode_tps", "tpot_s", "decode_s", "e2e_s", "ttft_s", "queue_s"):
+            assert close(r[col], e[col]), (col, r[col], e[col])
+
+
 def test_a_starting_worker_imports_pandas_before_any_batch(worker):
     """pyarrow imports pandas on its first array whenever it is installed
     (stream_jobs/preload.py). A starting worker does it while it waits for

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phasemeter.stream_jobs.columnar import Generations, from_events, ts_bounds
+from phasemeter.stream_jobs.columnar import Ahead, Generations, from_events, ts_bounds
 from phasemeter.stream_jobs.derive import ROW_COLUMNS, Phase, Rejection, process_message
 from phasemeter.stream_jobs.fast_decode import common_fields
 from phasemeter.stream_jobs.pipeline import _cell
@@ -135,3 +135,16 @@ def test_each_check_across_fields_at_its_bound():
         records = [record(0, encode([base, {**base, "request_id": "x", **outside}], True))]
         assert from_events(records, BUCKET, LIMIT, NOW) is None, outside
         assert any(isinstance(x, Rejection) for x in row_path(records)), outside
+
+
+def test_a_batch_decoded_ahead_serves_only_the_same_records_in_the_same_order():
+    events = [{"schema_version": 1, "kind": "generation", "request_id": f"r{i}", "model": "m", "t0": NOW - i,
+               "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 100, "output_tokens": 3} for i in range(3)]
+    records = [record(i, encode([e], False)) for i, e in enumerate(events)]
+    ahead = Ahead(records, BUCKET, LIMIT, NOW)
+    assert list(ahead.gens) == list(same_as_rows(records))
+    assert ahead.rows_for(list(records)) is ahead.gens  # the same records, in a list of the caller's
+    assert ahead.rows_for(records[:2]) is None  # admission dropped one
+    assert ahead.rows_for(records[::-1]) is None
+    assert ahead.rows_for([record(0, records[0].value), *records[1:]]) is None  # equal, not the same record
+    assert Ahead([record(0, b"{")], BUCKET, LIMIT, NOW).rows_for([]) is None

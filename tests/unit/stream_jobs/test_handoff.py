@@ -158,3 +158,55 @@ def test_a_cut_batch_calls_on_cut_and_a_finished_one_does_not():
     assert cuts == ["cut"]
     asyncio.run(stop_during(Handoff(grace_s=5, on_cut=lambda: cuts.append("late")), 0.2))
     assert cuts == ["cut"]
+
+
+def test_a_stop_while_the_agent_decodes_its_next_batch_lets_the_batch_in_hand_finish():
+    """The ingest agent starts a batch and decodes the next one meanwhile
+    (`start`); a stop that finds it there settles the batch all the same."""
+    async def main():
+        h, steps = Handoff(grace_s=5), []
+
+        async def batch():
+            await asyncio.sleep(0.2)
+            steps.append("stored")
+
+        async def agent():
+            task = h.start(batch())
+            try:
+                await asyncio.sleep(10)  # decoding the next batch
+            except asyncio.CancelledError:
+                await h.stopping(task)
+                raise
+
+        a = asyncio.ensure_future(agent())
+        await asyncio.sleep(0.05)
+        in_hand = len(h.in_hand)
+        settled = asyncio.ensure_future(h.settle())  # a rebalance meanwhile waits for it too
+        a.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await a
+        return in_hand, steps, await settled, h.in_hand
+
+    in_hand, steps, settled, left = asyncio.run(main())
+    assert (in_hand, steps, settled, left) == (1, ["stored"], True, set())
+
+
+def test_a_stop_past_the_grace_cuts_the_started_batch():
+    async def main():
+        cut, steps = [], []
+        h = Handoff(grace_s=0.1, on_cut=lambda: cut.append(True))
+
+        async def batch():
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                steps.append("cut")
+                raise
+
+        task = h.start(batch())
+        await asyncio.sleep(0.01)
+        await h.stopping(task)
+        await asyncio.sleep(0)
+        return steps, cut, task.cancelled()
+
+    assert asyncio.run(main()) == (["cut"], [True], True)

@@ -12,7 +12,9 @@ import pytest
 
 from phasemeter.settings import Settings
 from phasemeter.stream_jobs import reasons as R
+from phasemeter.stream_jobs import columnar
 from phasemeter.stream_jobs.columnar import Generations
+from phasemeter.stream_jobs.contract import MAX_DURATION_S
 from phasemeter.stream_jobs.ledger import Stored
 from phasemeter.stream_jobs.pipeline import Pipeline
 
@@ -240,6 +242,34 @@ def test_only_a_batch_of_new_well_formed_generations_goes_as_columns():
         assert isinstance(rows, list), why
     joined = Pipeline(s, FakeSink()).split([rec(0, gen("j"), topic=s.joined_topic_name)])[0]
     assert isinstance(joined, Generations) and joined[0]["src_topic"] == s.joined_topic_name
+
+
+def test_a_batch_decoded_ahead_is_used_as_admitted_and_decided_in_its_turn():
+    """Pipeline.decode_ahead runs while the previous batch is written: its
+    columns serve the batch only as admission left it, and whatever reads the
+    store or the positions is decided when the batch's turn comes."""
+    sink = FakeSink()
+    p = pipeline(sink)
+    batch = [rec(0, env(gen("a"), gen("b"), version=1)), rec(1, gen("c"))]
+    ahead = p.decode_ahead(batch)
+    assert p.split(list(batch), ahead)[0] is ahead.gens and p.counts["batches_decoded_ahead"] == 1
+    # Admission dropped a record (a revoked partition, a stale offset): decoded again.
+    rows = p.split(batch[1:], ahead)[0]
+    assert [r["request_id"] for r in rows] == ["c"] and p.counts["batches_decoded_ahead"] == 1
+    # The previous batch stored one of them meanwhile: a duplicate, found in the batch's turn.
+    ahead = p.decode_ahead([rec(2, gen("d")), rec(3, gen("e"))])
+    sink.ids.add("d")
+    rows, dead = p.split(ahead.events, ahead)[:2]
+    assert [r["request_id"] for r in rows] == ["e"] and [d["reason"] for d in dead] == [R.DUPLICATE]
+    # A re-read window set after the decode (a partition taken over): checked in its turn.
+    q = pipeline(FakeSink())
+    ahead = q.decode_ahead([rec(5, gen("f"))])
+    q.bound_rereads({(TOPIC, 0): 6})
+    assert q.split(ahead.events, ahead)[3] == {CELL} and q.reread_records == 1
+    # A decode that found nothing to take is not trusted: the batch is decoded in its turn.
+    early = columnar.Ahead(batch, p.bucket, p.settings.max_message_bytes, now=T0 - MAX_DURATION_S - 60)
+    assert early.gens is None
+    assert isinstance(p.split(batch, early)[0], Generations)
 
 
 def phases_of(rid: str, t0: float = T0) -> list[dict]:
