@@ -155,6 +155,23 @@ def test_emit_5000_stored_once_with_exact_values_and_bands(worker, pm_env):
 
 
 @pytest.mark.slow
+def stored_once_after_restart(worker, pm_env, sent: dict) -> list[dict]:
+    """Once the restarted worker has stored as many rows as were sent (and a
+    would-be duplicate batch had time to land): each sent generation stored
+    once. -> the stored rows."""
+    deadline = time.monotonic() + 120
+    while worker.stored_count() < len(sent) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
+    diagnosis = worker.diagnose()
+    worker.stop()
+    stored = stored_rows(pm_env)
+    ids = [r["request_id"] for r in stored]
+    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} stored twice; {diagnosis}"
+    assert set(ids) == set(sent), f"missing {len(set(sent) - set(ids))}; {diagnosis}"
+    return stored
+
+
 def test_kill9_and_restart_store_each_generation_exactly_once(worker, pm_env):
     worker.start()
     bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
@@ -165,15 +182,7 @@ def test_kill9_and_restart_store_each_generation_exactly_once(worker, pm_env):
     worker.stop(kill=True)  # mid-stream: some batches stored, offsets maybe not committed
     sent.update(emit(bootstrap, topic, 1000, seed=4))
     worker.start()
-    deadline = time.monotonic() + 120
-    while worker.stored_count() < len(sent) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    time.sleep(2)  # let a would-be duplicate batch land before we look
-    worker.stop()
-    stored = stored_rows(pm_env)
-    ids = [r["request_id"] for r in stored]
-    assert len(ids) == len(set(ids)), "a generation was stored twice"
-    assert set(ids) == set(sent), f"missing {len(set(sent) - set(ids))}"
+    stored_once_after_restart(worker, pm_env, sent)
 
 
 def test_envelopes_store_every_generation_once(worker, pm_env):
@@ -212,16 +221,7 @@ def test_a_backlog_of_envelopes_is_decoded_a_batch_ahead_and_stored_once_exactly
     assert health["accepted"] < 12_000, "the backlog was drained before the stop: nothing tested"
     assert "stopping: finishing the batch in hand" in worker.log.read_text(errors="replace"), worker.diagnose()
     worker.start()  # the batch in hand when stopped was finished: more than `accepted` above are stored
-    deadline = time.monotonic() + 120
-    while worker.stored_count() < len(sent) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    time.sleep(1)  # let a would-be duplicate batch land before we look
-    worker.stop()
-    stored = stored_rows(pm_env)
-    ids = [r["request_id"] for r in stored]
-    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} stored twice; {worker.diagnose()}"
-    assert set(ids) == set(sent), f"missing {len(set(sent) - set(ids))}; {worker.diagnose()}"
-    for r in stored:
+    for r in stored_once_after_restart(worker, pm_env, sent):
         e = expected_row(sent[r["request_id"]])
         assert (r["model"], r["input_bucket"], r["ts_ms"]) == (e["model"], e["input_bucket"], e["ts_ms"])
         for col in ("prefill_tps", "decode_tps", "tpot_s", "decode_s", "e2e_s", "ttft_s", "queue_s"):
