@@ -52,9 +52,14 @@ class Cell:
     """One run: its own topic, group, database and store(s); the shared broker."""
 
     def __init__(self, broker, fault: str, load: int, protocol: str, seed: int, events: int,
-                 workdir: Path, python: str, kills: int, freeze_s: float, log, session_s: float = SESSION_S):
+                 workdir: Path, python: str, kills: int, freeze_s: float, log, session_s: float = SESSION_S,
+                 batch_bytes: int | None = None):
         self.broker, self.fault, self.load, self.protocol = broker, fault, load, protocol
         self.session_s = session_s
+        # Small batches cut each of the gateway's bursts into several, so the
+        # worker decodes a batch while the one before is written (its
+        # lookahead), and faults find it there. None: the worker's default.
+        self.batch_bytes = batch_bytes
         self.seed, self.events, self.kills, self.freeze_s, self.log = seed, events, kills, freeze_s, log
         self.rng = random.Random(seed)
         self.workdir, self.python = workdir, python
@@ -72,7 +77,9 @@ class Cell:
                      extra_env={"PHASEMETER_SESSION_TIMEOUT_S": f"{self.session_s:g}", "PHASEMETER_DATABASE": "chaos",
                                 "PHASEMETER_GROUP_ID": f"grp-{self.tag}-{os.getpid()}",
                                 # An SLO declared, so its per-minute counts face the same crashes.
-                                "PHASEMETER_SLOS": "example"}, python=self.python)
+                                "PHASEMETER_SLOS": "example",
+                                **({"PHASEMETER_BATCH_BYTES": str(self.batch_bytes)} if self.batch_bytes else {})},
+                     python=self.python)
         w.migrate()
         return w
 
@@ -100,7 +107,10 @@ class Cell:
             self.injected += 1
 
     COUNTERS = ("skipped_redelivered", "rollup_cells_checked", "rollup_cells_repaired", "gap_seeks",
-                "stale_skipped", "duplicates", "rejoined_dropped", "store_retries")
+                "stale_skipped", "duplicates", "rejoined_dropped", "store_retries",
+                # batches decoded while the one before was written: the ingest
+                # agent's lookahead, which a stop or a kill may find in hand
+                "batches_decoded_ahead")
 
     def watch(self, stop: threading.Event) -> None:
         """The last counters seen of every worker incarnation (a restart
@@ -343,9 +353,10 @@ def tail(w: U.Worker, n: int = 2500) -> str:
 
 
 def rerun_command(fault: str, load: int, protocol: str, seed: int, events: int, kills: int,
-                  session_s: float = SESSION_S) -> str:
+                  session_s: float = SESSION_S, batch_bytes: int | None = None) -> str:
     return (f"python bench/chaos.py --cell {fault}:{load}:{protocol} --seed {seed} --events {events} "
-            f"--kills {kills}" + (f" --session-s {session_s:g}" if session_s != SESSION_S else ""))
+            f"--kills {kills}" + (f" --session-s {session_s:g}" if session_s != SESSION_S else "")
+            + (f" --batch-bytes {batch_bytes}" if batch_bytes else ""))
 
 
 def report_failure(cell: str, v: dict, command: str) -> str:
@@ -369,11 +380,11 @@ def report_failure(cell: str, v: dict, command: str) -> str:
 def run_one(broker, fault, load, protocol, seed, args, workroot: Path) -> dict:
     events = args.events or (40_000 if protocol == "single" else 10_000)
     cell = Cell(broker, fault, load, protocol, seed, events, workroot / f"{fault}-{load}-{protocol}-{seed}",
-                args.python, args.kills, args.freeze_s, print, session_s=args.session_s)
+                args.python, args.kills, args.freeze_s, print, session_s=args.session_s, batch_bytes=args.batch_bytes)
     v = cell.run()
     v.update(fault=fault, load=load, protocol=protocol, seed=seed, events=events, topic=cell.topic,
              matrix_args=" ".join(a for a in sys.argv[1:] if a != "--write-docs"),
-             command=rerun_command(fault, load, protocol, seed, events, args.kills, args.session_s))
+             command=rerun_command(fault, load, protocol, seed, events, args.kills, args.session_s, args.batch_bytes))
     return v
 
 
@@ -417,6 +428,8 @@ def main(argv=None) -> int:
     p.add_argument("--freeze-s", type=float, default=60.0, help="broker_stop: seconds frozen")
     p.add_argument("--session-s", type=float, default=SESSION_S,
                    help="the workers' consumer session timeout (a killed member keeps its partitions this long)")
+    p.add_argument("--batch-bytes", type=int, default=None,
+                   help="the workers' PHASEMETER_BATCH_BYTES (small: the next batch is decoded while one is written)")
     p.add_argument("--python", default=sys.executable, help="interpreter whose phasemeter runs the worker")
     p.add_argument("--negative-control", action="store_true", help="also damage one passing store and re-check")
     p.add_argument("--write-docs", action="store_true", help="write the results table into docs/delivery.md")
@@ -457,7 +470,8 @@ def main(argv=None) -> int:
                       f"faults={v['injected']} {v['seconds']}s "
                       f"repaired_cells={v['worker_counts'].get('rollup_cells_repaired', 0)} "
                       f"gap_seeks={v['worker_counts'].get('gap_seeks', 0)} "
-                      f"reread_skipped={v['worker_counts'].get('skipped_redelivered', 0)}", flush=True)
+                      f"reread_skipped={v['worker_counts'].get('skipped_redelivered', 0)} "
+                      f"decoded_ahead={v['worker_counts'].get('batches_decoded_ahead', 0)}", flush=True)
                 if not v["ok"]:
                     failed += 1
                     print(report_failure(f"{fault}:{load}:{protocol}", v, v["command"]), flush=True)

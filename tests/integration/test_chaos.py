@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SEED = int(os.environ.get("PHASEMETER_CHAOS_SEED") or random.randrange(1, 100_000))
 
 
-def run_cell(broker, tmp_path, fault: str, protocol: str, events: int, kills: int, seed: int) -> dict:
+def run_cell(broker, tmp_path, fault: str, protocol: str, events: int, kills: int, seed: int,
+             batch_bytes: int | None = None) -> dict:
     if broker is None:
         pytest.skip("the chaos cells kill and restart processes of a local broker run")
     # A SIGKILLed member keeps its partitions for its session, and each
@@ -35,11 +36,11 @@ def run_cell(broker, tmp_path, fault: str, protocol: str, events: int, kills: in
     # heartbeats a 3 s session could miss beside the busy loop).
     session_s = 3.0 if protocol == "single" else chaos.SESSION_S
     cell = chaos.Cell(broker, fault, 1, protocol, seed, events, tmp_path / "cell", sys.executable, kills, 0, print,
-                      session_s=session_s)
+                      session_s=session_s, batch_bytes=batch_bytes)
     v = cell.run()
     v.update(topic=cell.topic)
     assert v["ok"], chaos.report_failure(f"{fault}:1:{protocol}", v, chaos.rerun_command(
-        fault, 1, protocol, seed, events, kills, session_s))
+        fault, 1, protocol, seed, events, kills, session_s, batch_bytes))
     assert v["injected"] >= kills // 2, f"only {v['injected']} of {kills} faults injected (seed {seed})"
     assert v["slo_declared"] >= 1, v  # the SLO counts were checked against raw, not vacuously
     return v
@@ -51,10 +52,10 @@ def cells(kafka_broker, tmp_path_factory):
     of a cell that has passed instead of running one of its own (~30 s)."""
     done: dict[tuple, dict] = {}
 
-    def cell(fault: str, protocol: str, events: int, kills: int) -> dict:
-        key = (fault, protocol, events, kills)
+    def cell(fault: str, protocol: str, events: int, kills: int, batch_bytes: int | None = None) -> dict:
+        key = (fault, protocol, events, kills, batch_bytes)
         if key not in done:
-            done[key] = run_cell(kafka_broker, tmp_path_factory.mktemp("chaos"), *key, SEED)
+            done[key] = run_cell(kafka_broker, tmp_path_factory.mktemp("chaos"), *key[:4], SEED, batch_bytes)
         return done[key]
     return cell
 
@@ -73,6 +74,14 @@ KILL_SINGLE = ("kill", "single", 12_000, 8)
 ])
 def test_random_kills_under_load_lose_nothing_and_count_nothing_twice(cells, fault, protocol, events, kills):
     cells(fault, protocol, events, kills)
+
+
+def test_random_kills_while_the_next_batch_is_decoded_lose_nothing(cells):
+    """Batches of about three envelopes: each of the gateway's bursts is cut
+    into several, and the worker decodes one while the one before is written
+    (ingest_agent.py). The kills find it there."""
+    v = cells("kill", "single", 12_000, 8, batch_bytes=100_000)
+    assert v["worker_counts"]["batches_decoded_ahead"] > 0, v["worker_counts"]
 
 
 def test_negative_control_the_checker_reports_a_deleted_and_a_duplicated_row(kafka_broker, cells):
