@@ -63,7 +63,9 @@ class Cell:
         self.seed, self.events, self.kills, self.freeze_s, self.log = seed, events, kills, freeze_s, log
         self.rng = random.Random(seed)
         self.workdir, self.python = workdir, python
-        self.tag = f"c{seed}-{fault}-{load}-{protocol}".replace("_", "")
+        # The cell's topic, group, ids and database: cells that differ only in
+        # their batch size must not share them (test_chaos runs both in one process).
+        self.tag = (f"c{seed}-{fault}-{load}-{protocol}" + (f"-b{batch_bytes}" if batch_bytes else "")).replace("_", "")
         self.topic = f"chaos-{self.tag}-{os.getpid()}"
         self.workers: list[U.Worker] = []
         self.retired: list[U.Worker] = []
