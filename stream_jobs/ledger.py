@@ -56,6 +56,16 @@ class Stored:
     dead: set[int] = field(default_factory=set)                      # offsets with dead letters
 
 
+def offset_spans(sources) -> dict[TP, tuple[int, int]]:
+    """(topic, partition, offset) triples -> per partition, the offsets
+    [lo, hi] they span: the range `stored_in_range` is asked about."""
+    spans: dict[TP, tuple[int, int]] = {}
+    for topic, partition, offset in sources:
+        lo, hi = spans.get((topic, partition), (offset, offset))
+        spans[topic, partition] = (min(lo, offset), max(hi, offset))
+    return spans
+
+
 def stored_in_range(client, topic: str, partition: int, lo: int, hi: int) -> Stored:
     into = Stored()
     for kind, offset, rid, model, bucket, minute in _rows(

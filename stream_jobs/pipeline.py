@@ -22,7 +22,7 @@ from phasemeter.settings import Settings
 from . import batch_join, columnar, columnar_join
 from . import reasons as R
 from .buckets import Bucketer, parse_edges
-from .ledger import Stored
+from .ledger import Stored, offset_spans
 from .sequence import Sequencer
 from .derive import Phase, Rejection, process_event
 from .fast_decode import process_message_fast
@@ -94,18 +94,14 @@ class Pipeline:
         without one keeps the batch bounds alone."""
         self.resume_end.update(ends)
 
-    def _rereads(self, events) -> dict[tuple[str, int], list[int]]:
+    def _rereads(self, events) -> dict[tuple[str, int], tuple[int, int]]:
         """Per partition, the offsets [lo, hi] of this batch's records at or
         below what the store holds there: a re-read after a crash or a rebalance."""
         if self.stored is None:
             self.stored = {(t, p): o for t in self.topics for p, o in self.sink.stored_max(t).items()}
-        spans: dict[tuple[str, int], list[int]] = {}
-        for event in events:
-            tp, o = (event.message.topic, event.message.partition), event.message.offset
-            if o <= self.stored.get(tp, -1):
-                span = spans.setdefault(tp, [o, o])
-                span[0], span[1] = min(span[0], o), max(span[1], o)
-        return spans
+        msgs = [e.message for e in events]
+        return offset_spans((m.topic, m.partition, m.offset) for m in msgs
+                            if m.offset <= self.stored.get((m.topic, m.partition), -1))
 
     def _already_stored(self, events) -> dict[tuple[str, int], Stored]:
         """What the store already holds of this batch's re-read records, per

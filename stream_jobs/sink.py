@@ -209,11 +209,8 @@ class Sink:
         previous owner may have written are at risk, so the caller asks after
         those batches."""
         keys = _sources(rows)
-        spans: dict[tuple[str, int], tuple[int, int]] = {}
-        for topic, partition, offset, _ in keys + [(d["src_topic"], d["src_partition"], d["src_offset"], "")
-                                                   for d in dead]:
-            lo, hi = spans.get((topic, partition), (offset, offset))
-            spans[topic, partition] = (min(lo, offset), max(hi, offset))
+        spans = ledger.offset_spans([k[:3] for k in keys] + [(d["src_topic"], d["src_partition"], d["src_offset"])
+                                                             for d in dead])
         held = {key: self.stored_in_range(*key, lo, hi) for key, (lo, hi) in spans.items()}
         lost = [rows[i] for i, (t, p, o, rid) in enumerate(keys) if (o, rid) not in held[t, p].rows]
         lost_dead = [d for d in dead if d["src_offset"] not in held[d["src_topic"], d["src_partition"]].dead]
