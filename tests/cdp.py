@@ -12,7 +12,7 @@ import base64
 import fcntl
 import json
 import os
-import select
+import selectors
 import shutil
 import subprocess
 import time
@@ -55,11 +55,15 @@ class Chrome:
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self._buf, self._id, self.events, self.session = b"", 0, [], None
+        # epoll, not select(): select() refuses a descriptor numbered 1024 or
+        # more, and a test process that has opened many embedded stores holds
+        # that many (chDB keeps each store's threads, three /proc fds apiece).
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._r, selectors.EVENT_READ)
 
     def _read(self, timeout_s: float) -> dict | None:
         while b"\0" not in self._buf:
-            ready, _, _ = select.select([self._r], [], [], timeout_s)
-            if not ready:
+            if not self._sel.select(timeout_s):
                 return None
             chunk = os.read(self._r, 1 << 20)
             if not chunk:
@@ -136,6 +140,7 @@ class Chrome:
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
+        self._sel.close()
         for fd in (self._r, self._w):
             try:
                 os.close(fd)
