@@ -20,7 +20,7 @@ from phasemeter.query import served
 from phasemeter.query.runner import decode_params, frame_to_json
 from phasemeter.store.client import is_read_only, load_sql
 
-from . import metrics
+from . import metrics, tasks
 from .live_views import register_live_views
 from .ready import is_ready
 
@@ -72,6 +72,13 @@ def register_views(app, settings, pipeline, sink, joiner) -> None:
     class Health(View):
         async def get(self, request):
             return self.json(pipeline.health() | consumer_lag(app, pipeline) | {"ready": is_ready(app)})
+
+    @app.page("/debug/tasks")
+    class Tasks(View):
+        """Where the worker's own coroutines wait (tasks.py); ?all=1 adds
+        Faust's and the Kafka client's."""
+        async def get(self, request):
+            return self.json({"tasks": tasks.dump(only_ours=request.query.get("all") != "1")})
 
     @app.page("/inflight")
     class Inflight(View):

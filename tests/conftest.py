@@ -137,7 +137,18 @@ class WorkerProc:
             tail = self.log.read_text(errors="replace")[-3000:]
         except OSError:
             tail = "(no log)"
-        return f"/health: {json.dumps(self.health())}\n--- worker log tail ---\n{tail}"
+        return (f"/health: {json.dumps(self.health())}\n--- worker log tail ---\n{tail}"
+                f"\n--- where the worker's tasks wait (/debug/tasks) ---\n{self.waits()}")
+
+    def waits(self) -> str:
+        """One line per task of the worker's own code: its chain of awaits,
+        outermost first; a stalled partition shows where it is stuck."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/debug/tasks", timeout=5) as resp:
+                found = json.loads(resp.read())["tasks"]
+        except (OSError, ValueError, KeyError) as exc:
+            return f"(not read: {exc})"
+        return "\n".join(f"{t['name']}: " + " -> ".join(t["awaiting"]) for t in found)
 
     def stored_count(self) -> int:
         """Rows in the store, asked through the worker's read-only API."""

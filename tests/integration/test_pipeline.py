@@ -245,6 +245,13 @@ def test_a_starting_worker_imports_pandas_before_any_batch(worker):
     wait_for(pandas_loaded, 30, "pandas loaded by a worker with nothing to read", explain=worker.diagnose)
     assert (worker.health() or {}).get("consumed", 0) == 0, worker.diagnose()
 
+    # An idle worker's agents wait for records, and /debug/tasks says where.
+    waits = wait_for(lambda: "batching.py" in worker.waits() and worker.waits(), 30,
+                     "the ingest agent waiting in gather", explain=worker.diagnose)
+    ingest = [line for line in waits.splitlines() if "ingest_agent.py" in line]
+    assert ingest and "_ingest -> phasemeter/stream_jobs/batching.py" in ingest[0], waits
+    assert any("join_agent.py" in line for line in waits.splitlines()), waits
+
 
 def test_only_records_the_previous_owner_could_have_held_are_rechecked(worker, pm_env):
     """After a start, the cells of records that may have been in the previous
