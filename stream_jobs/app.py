@@ -155,6 +155,13 @@ def create_app(settings: Settings, client=None) -> faust.App:
         if is_ready(app):
             await resume.reseek_overdue(app, pipeline.sequencer, pipeline.counts)
             await resume.reseek_overdue(app, joiner.sequencer, joiner.counts)
+            # A partition fallen silent behind its end (Sequencer.behind); an
+            # agent with a batch in hand is busy, not stalled.
+            if not ingest_handoff.in_hand:
+                await resume.reseek_behind(app, pipeline.sequencer, pipeline.topics, pipeline.counts)
+            if not joiner.handoff.in_hand:
+                await resume.reseek_behind(app, joiner.sequencer, {joiner.phases.get_topic_name()},
+                                           joiner.counts)
 
     ingest_agent.install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets, _crash_guard)
 

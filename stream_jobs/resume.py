@@ -67,6 +67,31 @@ async def reseek_overdue(app, seq, counts) -> None:
             log.warning("%s/%d: seek to %d failed (%s)", *tp, offset, exc)
 
 
+async def reseek_behind(app, seq, topics, counts) -> None:
+    """Partitions of `topics` behind their log end with nothing arriving
+    (Sequencer.behind) are sought back to their position. Called only while
+    the agent is idle: a busy agent's records wait in Faust's buffers."""
+    consumer = app.consumer
+    ends = {}
+    for tp in consumer.assignment():
+        if tp.topic in topics:
+            try:
+                end = consumer.highwater(tp)
+            except Exception:  # not fetched yet: Faust's own seek at assignment covers it
+                continue
+            if isinstance(end, int) and end >= 0:
+                ends[tp.topic, tp.partition] = end
+    for tp, offset in seq.behind(ends, time.time()).items():
+        counts["idle_reseeks"] += 1
+        log.warning("%s/%d: %d record(s) in the log past offset %d, none delivered; seeking back",
+                    *tp, ends[tp] - offset, offset)
+        try:
+            await consumer.seek(FaustTP(*tp), offset)
+        except Exception as exc:
+            log.warning("%s/%d: seek to %d failed (%s)", *tp, offset, exc)
+            seq.forget_seek(tp)
+
+
 async def group_start(app, offsets, tps: set[TP]) -> dict[TP, int]:
     """Where a partition with no durable position begins: the group's
     committed offset (Faust read it from the broker when it seeked after

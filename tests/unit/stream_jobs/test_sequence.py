@@ -106,3 +106,31 @@ def test_an_overdue_seek_is_repeated_even_when_nothing_arrives():
     assert s.overdue(now=7) == {}            # its clock restarted
     s.admit([ev(0, 10)], now=8)              # the re-read arrived
     assert s.overdue(now=100) == {}
+
+
+def test_a_partition_silent_behind_its_end_is_sought_back_once_quiet():
+    # Faust dropped the rest of a fetch (a rebalance mid-fetch): records are
+    # in the log past the position and none comes; no gap is ever seen.
+    s = Sequencer(reseek_after_s=5.0)
+    s.load({("t", 0): 3, ("t", 1): 7})
+    s.admit([ev(0, 3), ev(1, 7)], now=100)          # positions 4 and 8
+    ends = {("t", 0): 250, ("t", 1): 8, ("t", 2): 40}  # t/1 caught up; t/2 never loaded
+    assert s.behind(ends, now=104) == {}             # quiet for 4 s only
+    assert s.behind(ends, now=105) == {("t", 0): 4}
+    assert s.behind(ends, now=106) == {}             # now a seek under way, not sought twice
+    assert s.overdue(now=109) == {}
+    assert s.overdue(now=110) == {("t", 0): 4}       # ... and repeated like any seek
+    out = s.admit([ev(0, 4), ev(0, 5)], now=111)     # the re-read arrives
+    assert offsets(out.events) == [(0, 4), (0, 5)] and s.overdue(now=200) == {}
+    assert s.behind(ends, now=115) == {}             # records came 4 s ago
+    assert s.behind(ends, now=116.5) == {("t", 0): 6}
+
+
+def test_a_partition_receiving_records_is_not_behind_even_past_its_position():
+    s = Sequencer(reseek_after_s=5.0)
+    s.load({("t", 0): 0})
+    for t in range(0, 30, 2):  # a slow but steady stream: the end stays ahead
+        s.admit([ev(0, t // 2)], now=t)
+        assert s.behind({("t", 0): 1_000}, now=t + 1) == {}
+    s.forget()  # a rebalance: positions are reloaded, nothing is sought blindly
+    assert s.behind({("t", 0): 1_000}, now=1_000) == {}
