@@ -56,6 +56,7 @@ class Sequencer:
         self.max_seeks = max_seeks
         self._seeking: dict[TP, tuple[int, float, int]] = {}  # tp -> (offset, when, attempts)
         self._seen: dict[TP, float] = {}  # tp -> when a record of it last came to `admit`
+        self._behind: dict[TP, tuple[float, int]] = {}  # tp -> (first seen behind, position then)
 
     def unknown(self, events) -> set[TP]:
         """Partitions in `events` whose position must be loaded first."""
@@ -69,6 +70,7 @@ class Sequencer:
         self.next.clear()
         self._seeking.clear()
         self._seen.clear()
+        self._behind.clear()
 
     def jump(self, tp: TP, offset: int) -> None:
         """Accept a confirmed hole: continue at `offset`."""
@@ -123,18 +125,27 @@ class Sequencer:
 
     def behind(self, ends: dict[TP, int], now: float) -> dict[TP, int]:
         """Partitions whose log end (`ends`, the fetcher's high-water marks)
-        is past their position while none of their records has come for
-        `reseek_after_s`, and no seek is under way: seek them to their
-        position. From then on they are a seek under way (`overdue`, and
-        `stuck` after `max_seeks`)."""
+        has stayed past their position for `reseek_after_s`, counted from the
+        first call that saw it so, with no record of theirs arriving since
+        and no seek under way: seek them to their position. From then on
+        they are a seek under way (`overdue`, and `stuck` after `max_seeks`).
+        A high-water mark moves with the fetch that brings the records, so a
+        partition is behind for a moment before each delivery."""
         out = {}
         for tp, end in ends.items():
             expected = self.next.get(tp)
             if expected is None or end <= expected or tp in self._seeking:
+                self._behind.pop(tp, None)
                 continue
-            if now - self._seen.get(tp, now) >= self.reseek_after_s:
+            since, at = self._behind.get(tp, (now, expected))
+            if at != expected or self._seen.get(tp, 0.0) > since:  # it moved: count again
+                since, at = now, expected
+            if now - since >= self.reseek_after_s:
+                self._behind.pop(tp, None)
                 self._seeking[tp] = (expected, now, 1)
                 out[tp] = expected
+            else:
+                self._behind[tp] = (since, at)
         return out
 
     def position(self, tps) -> dict[TP, int]:

@@ -115,15 +115,29 @@ def test_a_partition_silent_behind_its_end_is_sought_back_once_quiet():
     s.load({("t", 0): 3, ("t", 1): 7})
     s.admit([ev(0, 3), ev(1, 7)], now=100)          # positions 4 and 8
     ends = {("t", 0): 250, ("t", 1): 8, ("t", 2): 40}  # t/1 caught up; t/2 never loaded
-    assert s.behind(ends, now=104) == {}             # quiet for 4 s only
-    assert s.behind(ends, now=105) == {("t", 0): 4}
-    assert s.behind(ends, now=106) == {}             # now a seek under way, not sought twice
-    assert s.overdue(now=109) == {}
-    assert s.overdue(now=110) == {("t", 0): 4}       # ... and repeated like any seek
-    out = s.admit([ev(0, 4), ev(0, 5)], now=111)     # the re-read arrives
-    assert offsets(out.events) == [(0, 4), (0, 5)] and s.overdue(now=200) == {}
-    assert s.behind(ends, now=115) == {}             # records came 4 s ago
-    assert s.behind(ends, now=116.5) == {("t", 0): 6}
+    # Quiet long before the end moved: behind counts from when it is seen so.
+    assert s.behind(ends, now=200) == {}
+    assert s.behind(ends, now=204.9) == {}
+    assert s.behind(ends, now=205) == {("t", 0): 4}
+    assert s.behind(ends, now=206) == {}             # now a seek under way, not sought twice
+    assert s.overdue(now=209) == {}
+    assert s.overdue(now=210) == {("t", 0): 4}       # ... and repeated like any seek
+    out = s.admit([ev(0, 4), ev(0, 5)], now=211)     # the re-read arrives
+    assert offsets(out.events) == [(0, 4), (0, 5)] and s.overdue(now=300) == {}
+    assert s.behind(ends, now=212) == {}
+    assert s.behind(ends, now=217) == {("t", 0): 6}
+
+
+def test_records_arriving_or_the_position_moving_restart_the_count():
+    s = Sequencer(reseek_after_s=5.0)
+    s.load({("t", 0): 0})
+    s.admit([ev(0, 0)], now=0)
+    assert s.behind({("t", 0): 10}, now=1) == {}     # behind from 1
+    s.admit([ev(0, 5)], now=3)                       # a record came (a gap: a seek under way)
+    s.forget_seek(("t", 0))
+    assert s.behind({("t", 0): 10}, now=6) == {}     # counted again from 6, not 1
+    assert s.behind({("t", 0): 10}, now=10.9) == {}
+    assert s.behind({("t", 0): 10}, now=11) == {("t", 0): 1}
 
 
 def test_a_partition_receiving_records_is_not_behind_even_past_its_position():
