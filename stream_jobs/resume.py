@@ -67,20 +67,30 @@ async def reseek_overdue(app, seq, counts) -> None:
             log.warning("%s/%d: seek to %d failed (%s)", *tp, offset, exc)
 
 
+def fetched_ends(consumer, topics) -> dict[TP, int]:
+    """{(topic, partition): high-water mark} of the partitions of `topics`
+    this consumer owns, as its last fetch of each saw it; a partition not
+    fetched yet is left out."""
+    ends = {}
+    for tp in consumer.assignment():
+        if tp.topic not in topics:
+            continue
+        try:
+            end = consumer.highwater(tp)
+        except Exception:
+            continue
+        if isinstance(end, int) and end >= 0:
+            ends[tp.topic, tp.partition] = end
+    return ends
+
+
 async def reseek_behind(app, seq, topics, counts) -> None:
     """Partitions of `topics` behind their log end with nothing arriving
     (Sequencer.behind) are sought back to their position. Called only while
     the agent is idle: a busy agent's records wait in Faust's buffers."""
     consumer = app.consumer
-    ends = {}
-    for tp in consumer.assignment():
-        if tp.topic in topics:
-            try:
-                end = consumer.highwater(tp)
-            except Exception:  # not fetched yet: Faust's own seek at assignment covers it
-                continue
-            if isinstance(end, int) and end >= 0:
-                ends[tp.topic, tp.partition] = end
+    # A partition not fetched yet has no mark: Faust's own seek at assignment covers it.
+    ends = fetched_ends(consumer, topics)
     for tp, offset in seq.behind(ends, time.time()).items():
         counts["idle_reseeks"] += 1
         log.warning("%s/%d: %d record(s) in the log past offset %d, none delivered; seeking back",

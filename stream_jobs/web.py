@@ -23,6 +23,7 @@ from phasemeter.store.client import is_read_only, load_sql
 from . import metrics, tasks
 from .live_views import register_live_views
 from .ready import is_ready
+from .resume import fetched_ends
 
 
 def consumer_lag(app, pipeline) -> dict:
@@ -32,20 +33,10 @@ def consumer_lag(app, pipeline) -> dict:
     position for (starting, rebalancing); a partition it has not fetched yet
     is left out, not 0."""
     try:
-        consumer = app.consumer
-        owned = consumer.assignment()
+        ends = fetched_ends(app.consumer, pipeline.topics)
     except Exception:  # not started yet: no consumer, no assignment
         return {"lag": None, "lag_by_partition": {}}
-    mine = {(tp.topic, tp.partition): tp for tp in owned if tp.topic in pipeline.topics}
-    per = {}
-    for key, pos in pipeline.sequencer.position(mine).items():
-        tp = mine[key]
-        try:
-            high = consumer.highwater(tp)
-        except Exception:
-            continue
-        if isinstance(high, int) and high >= 0:
-            per[f"{tp.topic}/{tp.partition}"] = max(0, high - pos)
+    per = {f"{t}/{p}": max(0, ends[t, p] - pos) for (t, p), pos in pipeline.sequencer.position(ends).items()}
     return {"lag": sum(per.values()) if per else None, "lag_by_partition": per}
 
 
