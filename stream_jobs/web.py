@@ -15,6 +15,7 @@ import asyncio
 import base64
 
 from faust.web import View
+from msgspec.json import encode as _json_encode
 
 from phasemeter.query import served
 from phasemeter.query.runner import decode_params, frame_to_json
@@ -46,6 +47,15 @@ def served_command(handler, runner, request: dict) -> dict:
         code = handler(request)
     return {"rc": code, "stdout": capture.stdout.getvalue(), "stderr": capture.stderr.getvalue(),
             "files": {path: base64.b64encode(data).decode() for path, data in capture.files.items()}}
+
+
+def _encode(reply: dict) -> bytes:
+    """A read's answer as JSON, in the executor's thread with the read. On
+    the event loop, Faust's View.json (the standard library's encoder) held
+    the agents up for ~60 ms for a day at 1-minute steps (6 MB of CSV), and
+    frame_to_json for another ~0.27 s on the named-query path. msgspec
+    writes floats as the shortest repr that round-trips, as json does."""
+    return _json_encode(reply)
 
 
 def _command_request(body) -> dict:
@@ -102,10 +112,10 @@ def register_views(app, settings, pipeline, sink, joiner) -> None:
                 return self.json({"error": f"store unavailable: {exc}"}, status=503)
             loop = asyncio.get_running_loop()
             try:
-                df = await loop.run_in_executor(None, runner.df, name, params)
+                body = await loop.run_in_executor(None, lambda: _encode(frame_to_json(runner.df(name, params))))
             except Exception as exc:  # a bad query must not take the worker down
                 return self.json({"error": f"query failed: {str(exc)[:400]}"}, status=400)
-            return self.json(frame_to_json(df))
+            return self.bytes(body, content_type="application/json")
 
     @app.page("/query/command")
     class Command(View):
@@ -125,7 +135,7 @@ def register_views(app, settings, pipeline, sink, joiner) -> None:
                 return self.json({"error": f"store unavailable: {exc}"}, status=503)
             loop = asyncio.get_running_loop()
             try:
-                reply = await loop.run_in_executor(None, served_command, handler, runner, body)
+                reply = await loop.run_in_executor(None, lambda: _encode(served_command(handler, runner, body)))
             except Exception as exc:  # a crashing command must not take the worker down
                 return self.json({"error": f"command failed: {str(exc)[:400]}"}, status=500)
-            return self.json(reply)
+            return self.bytes(reply, content_type="application/json")

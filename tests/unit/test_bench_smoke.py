@@ -30,7 +30,7 @@ def bench():
 @pytest.mark.parametrize("name", ["bench_worker", "bench_join", "bench_sink", "bench_freshness", "profile_worker",
                                   "bench_otlp", "bench_asgi", "bench_openai_wrapper", "bench_cli_startup",
                                   "run_all", "bare_faust_app", "bench_chunk_hook", "bench_scale", "bench_slo_sink",
-                                  "profile_tiers"])
+                                  "profile_tiers", "bench_read_blocking"])
 def test_imports_and_has_main(bench, name):
     mod = bench(name)
     assert callable(mod.main)
@@ -235,3 +235,37 @@ def test_scale_fill_follows_the_traffic_model_and_fills_every_tier(bench, tmp_pa
     days = (datetime.fromtimestamp(start - 86400, timezone.utc), datetime.fromtimestamp(start + 31 * 86400, timezone.utc))
     assert all_tier_mismatches(client, *days) == []
     client.close()
+
+
+def test_read_blocking_sees_a_read_that_holds_the_server_up(bench):
+    # The worker's loop stands in for a server whose one lock a read holds.
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    loop = threading.Lock()
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self):
+            with loop:
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+
+    def held():
+        with loop:
+            time.sleep(0.3)
+
+    try:
+        mod = bench("bench_read_blocking")
+        idle, _ = mod.worst_health_latency(url, lambda: time.sleep(0.3))
+        blocked, took = mod.worst_health_latency(url, held)
+    finally:
+        server.shutdown()
+    assert idle < 0.2 and 0.25 <= blocked < 2 and took >= 0.3, (idle, blocked, took)
