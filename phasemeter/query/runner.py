@@ -48,14 +48,30 @@ def frame_to_json(df: pd.DataFrame) -> dict:
     """Values as Python's json writes them: floats by repr, so every digit
     survives (pandas' to_json keeps at most 15 decimal places, which turned
     1e-20 into 0 and cut digits off small latencies). Nulls of any kind -> null."""
+    import numpy as np
     import pandas as pd
 
     dtypes = {c: str(t) for c, t in df.dtypes.items()}
     columns = []
     for col, kind in dtypes.items():
         values = df[col]
+        dtype = values.dtype
         if kind.startswith("datetime64"):
             columns.append([None if pd.isna(t) else pd.Timestamp(t).isoformat() for t in values])
+        elif isinstance(dtype, np.dtype) and dtype.kind in "iub":
+            columns.append(values.to_numpy().tolist())  # Python ints and bools, in C
+        elif isinstance(dtype, np.dtype) and dtype.kind == "f":
+            # tolist() gives Python floats in C; a cell at a time took ~0.27 s
+            # for a day at 1-minute steps (28,800 rows x 20 columns).
+            arr = values.to_numpy()
+            cells = arr.tolist()
+            for i in np.flatnonzero(np.isnan(arr)).tolist():
+                cells[i] = None
+            columns.append(cells)
+        elif isinstance(dtype, pd.StringDtype) or (isinstance(dtype, pd.api.extensions.ExtensionDtype)
+                                                   and pd.api.types.is_integer_dtype(dtype)):
+            # str, or nullable ints: Python str / int cells, None for the nulls
+            columns.append(values.to_numpy(dtype=object, na_value=None).tolist())
         else:
             columns.append([_plain(v, pd.NA) for v in values.to_numpy(dtype=object)])
     return {"columns": list(df.columns), "dtypes": dtypes, "rows": [list(r) for r in zip(*columns)]}
