@@ -18,7 +18,7 @@ from faust.web import View
 from msgspec.json import encode as _json_encode
 
 from phasemeter.query import served
-from phasemeter.query.runner import decode_params, frame_to_json
+from phasemeter.query.runner import decode_params, encode_frame
 from phasemeter.store.client import is_read_only, load_sql
 
 from . import metrics, tasks
@@ -50,11 +50,11 @@ def served_command(handler, runner, request: dict) -> dict:
 
 
 def _encode(reply: dict) -> bytes:
-    """A read's answer as JSON, in the executor's thread with the read. On
-    the event loop, Faust's View.json (the standard library's encoder) held
-    the agents up for ~60 ms for a day at 1-minute steps (6 MB of CSV), and
-    frame_to_json for another ~0.27 s on the named-query path. msgspec
-    writes floats as the shortest repr that round-trips, as json does."""
+    """A command's reply (strings and ints) as JSON, in the executor's thread
+    with the read. On the event loop, Faust's View.json (the standard
+    library's encoder) held the agents up for ~60 ms for a day at 1-minute
+    steps (6 MB of CSV); the named-query path does the same with
+    runner.encode_frame."""
     return _json_encode(reply)
 
 
@@ -112,7 +112,7 @@ def register_views(app, settings, pipeline, sink, joiner) -> None:
                 return self.json({"error": f"store unavailable: {exc}"}, status=503)
             loop = asyncio.get_running_loop()
             try:
-                body = await loop.run_in_executor(None, lambda: _encode(frame_to_json(runner.df(name, params))))
+                body = await loop.run_in_executor(None, lambda: encode_frame(runner.df(name, params)))
             except Exception as exc:  # a bad query must not take the worker down
                 return self.json({"error": f"query failed: {str(exc)[:400]}"}, status=400)
             return self.bytes(body, content_type="application/json")

@@ -77,6 +77,23 @@ def frame_to_json(df: pd.DataFrame) -> dict:
     return {"columns": list(df.columns), "dtypes": dtypes, "rows": [list(r) for r in zip(*columns)]}
 
 
+def encode_frame(df: pd.DataFrame) -> bytes:
+    """`frame_to_json` as the JSON the worker sends. msgspec writes it ~10x
+    faster than the standard library, but writes an infinity as null; a
+    frame that holds one goes through the standard library, which writes
+    Infinity, as the worker always did (json.loads reads it back as inf)."""
+    import json
+
+    import msgspec
+    import numpy as np
+
+    doc = frame_to_json(df)
+    floats = df.select_dtypes(include="floating")
+    if floats.shape[1] and np.isinf(floats.to_numpy(dtype=np.float64, na_value=np.nan)).any():
+        return json.dumps(doc).encode()
+    return msgspec.json.encode(doc)
+
+
 def _plain(v, na):
     """One cell as JSON: numpy scalars as Python numbers, arrays (the SLO
     `counts`) as lists, nulls (None, NaN, pandas' `na`) as None."""
