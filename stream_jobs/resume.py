@@ -67,6 +67,17 @@ async def reseek_overdue(app, seq, counts) -> None:
             log.warning("%s/%d: seek to %d failed (%s)", *tp, offset, exc)
 
 
+async def _seek_back(app, seq, tp: TP, offset: int) -> None:
+    """A seek the sequencer asked for (a gap, or a partition silent behind
+    its end). If it fails (e.g. revoked meanwhile: the next owner loads its
+    own position), the sequencer forgets it, so the next check seeks anew."""
+    try:
+        await app.consumer.seek(FaustTP(*tp), offset)
+    except Exception as exc:
+        log.warning("%s/%d: seek to %d failed (%s); sought again on the next check", *tp, offset, exc)
+        seq.forget_seek(tp)
+
+
 def fetched_ends(consumer, topics) -> dict[TP, int]:
     """{(topic, partition): high-water mark} of the partitions of `topics`
     this consumer owns, as its last fetch of each saw it; a partition not
@@ -88,18 +99,13 @@ async def reseek_behind(app, seq, topics, counts) -> None:
     """Partitions of `topics` behind their log end with nothing arriving
     (Sequencer.behind) are sought back to their position. Called only while
     the agent is idle: a busy agent's records wait in Faust's buffers."""
-    consumer = app.consumer
     # A partition not fetched yet has no mark: Faust's own seek at assignment covers it.
-    ends = fetched_ends(consumer, topics)
+    ends = fetched_ends(app.consumer, topics)
     for tp, offset in seq.behind(ends, time.time()).items():
         counts["idle_reseeks"] += 1
         log.warning("%s/%d: %d record(s) in the log past offset %d, none delivered; seeking back",
                     *tp, ends[tp] - offset, offset)
-        try:
-            await consumer.seek(FaustTP(*tp), offset)
-        except Exception as exc:
-            log.warning("%s/%d: seek to %d failed (%s)", *tp, offset, exc)
-            seq.forget_seek(tp)
+        await _seek_back(app, seq, tp, offset)
 
 
 async def group_start(app, offsets, tps: set[TP]) -> dict[TP, int]:
@@ -142,11 +148,7 @@ async def admit(app, offsets, seq: Sequencer, events, load, save, counts) -> Adm
     for tp, offset in out.seek.items():
         counts["gap_seeks"] += 1
         log.warning("%s/%d: fetched past offset %d without delivering it; seeking back", *tp, offset)
-        try:
-            await app.consumer.seek(FaustTP(*tp), offset)
-        except Exception as exc:  # e.g. revoked meanwhile: the next owner loads its own position
-            log.warning("%s/%d: seek to %d failed (%s); retried on the next gap", *tp, offset, exc)
-            seq.forget_seek(tp)
+        await _seek_back(app, seq, tp, offset)
     for tp, (expected, first) in out.stuck.items():
         earliest = (await offsets.starts([tp])).get(tp) or 0
         if earliest > expected:
