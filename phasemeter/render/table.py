@@ -214,11 +214,9 @@ def _json_column(col: pd.Series, name) -> list:
         return [v if isinstance(v, str) else None for v in text.tolist()]
     numpy = isinstance(col.dtype, np.dtype)  # not pandas' nullable Int64/Float64 (pd.NA inside)
     if numpy and col.dtype.kind == "f":  # numpy floats: NaN -> None, the rest Python floats
-        values = col.to_numpy()
-        out = values.tolist()
-        for i in np.flatnonzero(np.isnan(values)):
-            out[i] = None
-        return out
+        from phasemeter.query.runner import json_floats  # not at import: it brings urllib
+
+        return json_floats(col.to_numpy())
     if numpy and col.dtype.kind in "iub":  # numpy ints and bools: no missing values
         return col.tolist()
     return [None if _missing(v) else v.item() if hasattr(v, "item") else v for v in col.tolist()]
