@@ -154,7 +154,6 @@ def test_emit_5000_stored_once_with_exact_values_and_bands(worker, pm_env):
             assert close(r[col], e[col]), (col, r[col], e[col])
 
 
-@pytest.mark.slow
 def stored_once_after_restart(worker, pm_env, sent: dict) -> list[dict]:
     """Once the restarted worker has stored as many rows as were sent (and a
     would-be duplicate batch had time to land): each sent generation stored
@@ -172,6 +171,7 @@ def stored_once_after_restart(worker, pm_env, sent: dict) -> list[dict]:
     return stored
 
 
+@pytest.mark.slow
 def test_kill9_and_restart_store_each_generation_exactly_once(worker, pm_env):
     worker.start()
     bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
