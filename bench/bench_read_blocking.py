@@ -69,6 +69,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=6)
     args = ap.parse_args()
 
+    from phasemeter.analytics.core import tier_params
+    from phasemeter.analytics.paths import tier_plan
     from phasemeter.query.runner import HttpRunner
 
     env = {**os.environ, "PHASEMETER_DATABASE": S.DB}
@@ -77,10 +79,10 @@ def main() -> int:
     store = S.make_store(root, args.rows, time.time() // 86400 * 86400 - S.DAYS * 86400, env)
     end = datetime.fromtimestamp(store["end_ts"], timezone.utc)
     start = end - timedelta(days=1)
-    # The minute tier alone (every coarser range empty at the end): what a
-    # 1-minute step reads (phasemeter.analytics.paths.tier_plan).
-    params = {"start": start, "end": end, "step_s": 60, "models": [], "buckets": [],
-              **{f"{tier}_{edge}": end for tier in ("hour", "hour3", "day") for edge in ("from", "to")}}
+    # The minute tier alone: what a 1-minute step reads (tier_plan; naive UTC, as run_query binds them).
+    plan = tier_plan(int(start.timestamp()), int(end.timestamp()), 60, {}, use_tiers=False)
+    params = {"start": start.replace(tzinfo=None), "end": end.replace(tzinfo=None), "step_s": 60,
+              "models": [], "buckets": [], **tier_params(plan)}
     cli = [S.CLI, "query", "bands", "--from", S.iso(start), "--to", S.iso(end), "--step", "1m", "--rollup",
            "--format", "csv", "--data-dir", str(root)]
     print(f"machine: {U.machine_info()}", file=sys.stderr)
