@@ -92,6 +92,10 @@ class Settings:
     web_host: str = _f("127.0.0.1", "PHASEMETER_WEB_HOST",
                        "Worker web port bind address (read-only query API). Loopback by default.")
     web_port: int = _f(6066, "PHASEMETER_WEB_PORT", "Worker web port.")
+    allowed_hosts: str = _f("", "PHASEMETER_ALLOWED_HOSTS",
+                            "Extra Host names (comma separated) the worker's ports and the OTLP receiver answer, "
+                            "beside loopback's; '*' answers any (behind a proxy that checks names). Guards against "
+                            "DNS rebinding.")
     max_message_bytes: int = _f(1_000_000, "PHASEMETER_MAX_MESSAGE_BYTES",
                                 "Larger raw events are dead-lettered as 'oversize'.")
     dlq_payload_bytes: int = _f(4096, "PHASEMETER_DLQ_PAYLOAD_BYTES",

@@ -150,7 +150,7 @@ def test_every_command_is_registered_explicitly():
 LAYERS = (
     ("contract", ("phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.reasons",
                   "phasemeter.stream_jobs.buckets", "phasemeter.settings", "phasemeter.timeparse",
-                  "phasemeter.textgrid", "phasemeter.files")),
+                  "phasemeter.textgrid", "phasemeter.files", "phasemeter.callers")),
     ("pure cores, emitter and integrations", ("phasemeter.producers", "phasemeter.integrations", "phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join",
                                 "phasemeter.stream_jobs.batch_join", "phasemeter.stream_jobs.sequence", "phasemeter.stream_jobs.phase_events",
                                 "phasemeter.alerts.evaluate", "phasemeter.alerts.rules", "phasemeter.alerts.slo_rules",
