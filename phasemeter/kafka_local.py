@@ -19,6 +19,8 @@ import uuid
 from importlib import resources
 from pathlib import Path
 
+from phasemeter.settings import Settings
+
 KAFKA_VERSION = "4.3.0"
 
 
@@ -27,7 +29,7 @@ class BrokerError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("PHASEMETER_KAFKA_CACHE") or Path.home() / ".cache" / "phasemeter"
+    base = Settings.from_env().kafka_cache or Path.home() / ".cache" / "phasemeter"
     return Path(base) / f"kafka-{KAFKA_VERSION}"
 
 

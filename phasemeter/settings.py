@@ -77,6 +77,8 @@ class Settings:
     database: str = _f("phasemeter", "PHASEMETER_DATABASE", "ClickHouse database holding the tables.")
     data_dir: str = _f(".phasemeter", "PHASEMETER_DATA_DIR",
                        "Where the embedded store, the broker data and the worker's pid file live.")
+    kafka_cache: str = _f("", "PHASEMETER_KAFKA_CACHE",
+                          "Where the local broker's jars are cached. Empty: ~/.cache/phasemeter.")
     bucket_edges: str = _f("0,512,2048,8192,32768", "PHASEMETER_BUCKET_EDGES",
                            "Input-token bucket lower edges, comma separated, or a preset name: default, litellm.")
     batch_rows: int = _f(20_000, "PHASEMETER_BATCH_ROWS",
