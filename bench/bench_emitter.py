@@ -16,10 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import sys
 import time
 import uuid
+from pathlib import Path
 
 from phasemeter.producers import Meter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results as R  # noqa: E402
 
 EVENT_ARGS = dict(model="llama-3.1-8b", input_tokens=1200, output_tokens=57, ttft_s=0.182,
                   e2e_s=1.734, queue_s=0.004, cached_input_tokens=1024, status="ok",
@@ -116,9 +121,15 @@ def run_live(args) -> None:
     flushed = meter.flush(60)
     meter.close()
     base = summary("KafkaProducer.send (json + send)", direct)
-    print(table([base, summary("Meter.record", rec), summary("with Meter.generation", gen),
+    record = summary("Meter.record", rec)
+    print(table([base, record, summary("with Meter.generation", gen),
                  summary("with Meter.generation (phase events: 3 sends)", phased)], base))
     print(f"\nemitter stats: {meter.stats().as_dict()} (flushed={flushed}, includes {warm} warm-up events)")
+    p99 = record["p99"]
+    print("result:", R.record("emitter", [R.figure(
+        "emitter-record", "Meter.record p99, caller cost per generation", p99, "µs",
+        reference={"what": "KafkaProducer.send (json + send) p99", "value": base["p99"]},
+        target="p99 ≤ 20 µs and ≤ 0.2× a direct send", met=p99 <= 20 and p99 <= 0.2 * base["p99"])]))
 
 
 def run_broker_down(args) -> None:

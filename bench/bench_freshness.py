@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _util as U  # noqa: E402
+import results as R  # noqa: E402
 
 
 def emit(bootstrap: str, topic: str, gateway: str, rate: float, seconds: float, envelope_size: int) -> dict:
@@ -279,7 +280,15 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"params": vars(args), "rates": rows}
     print(render(rows, args.batch_rows, args.batch_seconds))
     U.write_json(args.json, result)
+    print(f"result: {R.record('freshness', figures(rows))}")
     return result
+
+
+def figures(rows: list[dict]) -> list[dict]:
+    """p99 emit → queryable per rate and envelope size (the goal key names the rate)."""
+    return [R.figure(f"freshness-{r['rate'] / 1000:g}k", f"emit → queryable p99 at {r['rate']:,.0f}/s, "
+                     + ("one event per message" if r["envelope_size"] == 1 else f"envelopes of {r['envelope_size']}"),
+                     r["p99_ms"], "ms", target="p99 ≤ 1 s", met=r["meets_target"]) for r in rows]
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _util as U  # noqa: E402
+import results as R  # noqa: E402
 
 MODES = ("single", "join", "join_env")
 ENVELOPE = 100  # phases per message in join_env, as Meter(phase_events=True, envelope_size=100) sends
@@ -161,7 +162,7 @@ def summarize(runs: list[dict]) -> dict:
             "join_env_gens_per_s": env, "join_env_vs_single": U.ratio(env, single), "env_pair_ratios": env_pairs,
             "pair_ratios": pairs, "join_msgs_per_s": med("join", "msgs_per_s"),
             "cpu_us_per_generation": {m: round(v) for m, v in cpu.items()},
-            "all_joined": all(r.get("all_joined") for r in runs)}
+            "all_joined": all(r.get("all_joined") for r in runs), "rounds": rounds}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -220,7 +221,25 @@ def main(argv: list[str] | None = None) -> dict:
     result.update(summarize(result["runs"]))
     print(render(result))
     U.write_json(args.json, result)
+    if figures(result):
+        print(f"result: {R.record('join', figures(result))}")
     return result
+
+
+def figures(result: dict) -> list[dict]:
+    """Each round's join modes beside the single events of the same round."""
+    out = []
+    rounds = [r for r in result.get("rounds") or [] if r.get("single")]
+    for goal, mode, what, target, bound in (
+            ("join-envelopes", "join_env", "phases in envelopes", "≥ 0.9× single", 0.9),
+            ("join-per-phase", "join", "one message per phase", "≥ 0.5× single", 0.5)):
+        for i, r in enumerate(rounds, 1):
+            if r.get(mode):
+                out.append(R.figure(goal, f"{what}, generations/s, round {i} of {len(rounds)}", r[mode], "1/s",
+                                    reference={"what": "the same generations as single events, same round",
+                                               "value": r["single"]},
+                                    target=target, met=r[mode] / r["single"] >= bound))
+    return out
 
 
 def render(result: dict) -> str:

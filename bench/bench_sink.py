@@ -44,6 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _util as U  # noqa: E402
+import results as R  # noqa: E402
 import bench_scale  # noqa: E402  (FILL_SQL: the SQL-side fill, defined once there)
 
 GOAL = 0.6  # x the SQL-side rate (issue 16)
@@ -344,7 +345,18 @@ def main(argv: list[str] | None = None) -> dict:
     result["params"] = vars(args)
     print(render(result))
     U.write_json(args.json, result)
+    print(f"result: {R.record('sink', figures(result))}")
     return result
+
+
+def figures(result: dict) -> list[dict]:
+    """Sink.write fed columns (the worker's path), per insert size, beside the SQL-side rate of the same run."""
+    by = {p["key"]: p for p in result["paths"]}
+    return [R.figure(f"sink-{b}", f"Sink.write of columns, inserts of {b:,} rows", by[f"columns.{b}"]["rows_per_s"],
+                     "rows/s", reference={"what": "the store's SQL-side insert rate, same run",
+                                          "value": result["sql_rows_per_s"]},
+                     target=f"≥ {GOAL}× the SQL-side insert rate", met=result["meets_columns"][b])
+            for b in result["batches"] if f"columns.{b}" in by]
 
 
 if __name__ == "__main__":

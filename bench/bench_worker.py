@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _util as U  # noqa: E402
+import results as R  # noqa: E402
 
 
 def measure_aiokafka(bootstrap: str, topic: str, n: int, partitions: int, timeout_s: float) -> dict:
@@ -260,7 +261,31 @@ def main(argv: list[str] | None = None) -> dict:
 
     print(render(result))
     U.write_json(args.json, result)
+    if figures(result):
+        print(f"result: {R.record('worker', figures(result))}")
     return result
+
+
+def figures(result: dict) -> list[dict]:
+    """The run's figures for BENCHMARKS.md's goals, each beside bare Faust measured in its round."""
+    out = []
+    rounds = [r for r in result.get("rounds") or [] if r.get("bare")]
+    for i, r in enumerate(rounds, 1):
+        out.append(R.figure("worker-single", f"one event per message, worker msgs/s, round {i} of {len(rounds)}",
+                            r["worker"], "1/s", reference={"what": "bare Faust msgs/s (async for), same round",
+                                                           "value": r["bare"]},
+                            target="≥ 0.9× bare Faust in every round", met=(r["ratio"] or 0) >= 0.9))
+    env_rounds = result.get("envelope_rounds") or []
+    env = result.get("envelope") or {}
+    if not env_rounds and env.get("gens_per_s") and result.get("bare_faust_msgs_per_s"):
+        env_rounds = [{"worker": env["gens_per_s"], "bare": result["bare_faust_msgs_per_s"],
+                       "ratio": env.get("ratio_vs_bare_faust")}]
+    for i, r in enumerate(env_rounds, 1):
+        out.append(R.figure("worker-envelopes", f"envelopes of {result['params']['envelope_size']}, worker "
+                            f"generations/s, round {i} of {len(env_rounds)}", r["worker"], "1/s",
+                            reference={"what": "bare Faust msgs/s, run just before", "value": r["bare"]},
+                            target="≥ 10× bare Faust", met=(r["ratio"] or 0) >= 10))
+    return out
 
 
 def render(result: dict) -> str:

@@ -1,14 +1,17 @@
-"""Run every benchmark, each stage next to its reference, and write its parts of BENCHMARKS.md.
+"""Run every benchmark, each stage next to its reference, then regenerate BENCHMARKS.md.
 
     python bench/run_all.py            # small sizes, a few minutes (what `make bench` runs)
-    python bench/run_all.py --big      # the target sizes (BENCHMARKS.md)
+    python bench/run_all.py --big      # the target sizes
     python bench/run_all.py --only worker,sink --out /tmp/B.md
 
 Each stage runs as its own subprocess (own broker in a tmp dir and free
-ports, own chDB path), bounded by --stage-timeout; its markdown output and
-the exact command go into the report, between marks that are its own
-(`merge`): the hand-written findings and sections around them are kept.
-Scripts that do not exist yet are skipped with a note.
+ports, own chDB path), bounded by --stage-timeout. A stage that measures a
+goal writes its figures to bench/results/<date>-<name>.json (bench/results.py);
+BENCHMARKS.md is then generated from those files (bench/report.py). The
+stages' full markdown output and exact commands go into a run log (--out),
+between marks that are each stage's own (`merge`), so an --only run keeps
+the other stages' parts of an earlier log. Scripts that do not exist yet are
+skipped with a note.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _util as U  # noqa: E402
+import report  # noqa: E402
 
 PY = sys.executable
 
@@ -153,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big", action="store_true", help="the target sizes (much longer)")
     ap.add_argument("--only", default="", help="comma-separated stage keys: emitter,worker,join,sink,freshness,"
                                               "profile,queries,accuracy")
-    ap.add_argument("--out", default=str(U.ROOT / "BENCHMARKS.md"))
+    ap.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "phasemeter-run_all.md"),
+                    help="the run log: every stage's full output and command")
     ap.add_argument("--stage-timeout", type=float, default=900.0, help="seconds per script run")
     args = ap.parse_args(argv)
     U.exit_cleanly_on_sigterm()
@@ -178,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     previous = out.read_text() if out.exists() else ""
     out.write_text(merge(previous, parts(info, sections, total, raw_argv)))
-    print(f"[run_all] wrote {args.out} in {total:.0f}s")
+    print(f"[run_all] wrote the run log {args.out} in {total:.0f}s")
+    report.main([])  # BENCHMARKS.md from bench/results/, which the stages just added to
     failed = [r["command"] for s in sections for r in s.get("runs", []) if r["rc"] != 0]
     for c in failed:
         print(f"[run_all] FAILED: {c}", file=sys.stderr)

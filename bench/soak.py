@@ -131,15 +131,15 @@ def report(args, verdict: dict, inflight: dict, stats: dict, samples: list) -> i
     table = U.md_table(["minute", "RSS MiB", "accepted"], [[s[0], round(s[1], 1), s[2].get("accepted")]
                                                           for s in samples])
     print(table)
-    if args.write_docs:
-        path = U.ROOT / "BENCHMARKS.md"
-        text = path.read_text()
-        begin, end = "<!-- soak -->", "<!-- /soak -->"
-        body = (f"{begin}\n### Soak (`python bench/soak.py --minutes {args.minutes:g} --rate {args.rate:g}`), "
-                f"{U.machine_info()['date']}\n\n{summary}.\n\n{table}\n{end}")
-        text = (text[:text.index(begin)] + body + text[text.index(end) + len(end):]) if begin in text \
-            else text.rstrip() + "\n\n" + body + "\n"
-        path.write_text(text)
+    if args.write_docs:  # the result beside the others, and BENCHMARKS.md regenerated from them
+        import report
+        import results as R
+
+        print("result:", R.record("soak", [R.figure(
+            "soak-rss", f"worker RSS, largest deviation from its {base or 0:.0f} MiB after {args.warmup_min:g} min",
+            round(100 * (worst or 0), 1), "%",
+            target="≤ 10 %, nothing lost or duplicated, nothing left in flight", met=ok)], notes=summary))
+        report.main([])
     return 0 if ok else 1
 
 
