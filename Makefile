@@ -47,7 +47,7 @@ bench: setup
 	$(BIN)/python bench/run_all.py
 
 # Band queries over stores of 10M and 100M generations filled SQL-side (about
-# 15 min, ~9 GiB of disk while it runs; BENCHMARKS.md §14). 300M: add
+# 15 min, ~9 GiB of disk while it runs; docs/performance/queries.md). 300M: add
 # --rows 300000000 (~25 GiB).
 bench-scale: setup
 	$(BIN)/python bench/bench_scale.py --rows 10000000 --rows 100000000
@@ -57,7 +57,7 @@ bench-scale: setup
 chaos: setup
 	$(BIN)/python bench/chaos.py --negative-control --write-docs
 
-# One hour of phase events at a steady rate, worker RSS every minute (BENCHMARKS.md).
+# One hour of phase events at a steady rate, worker RSS every minute (bench/results/, then BENCHMARKS.md).
 soak: setup
 	$(BIN)/python bench/soak.py --minutes 60 --rate 200 --write-docs
 

@@ -29,8 +29,8 @@ time: on a shared machine wall time is partly waiting for a core.
 
 With --via-worker the store is owned by a running `phasemeter worker` (on a
 local broker) and every CLI process reads through it, as while a worker runs
-in production: the CLI then imports neither pandas nor chDB (BENCHMARKS.md
-section 12) and the worker's engine is warm.
+in production: the CLI then imports neither pandas nor chDB (docs/performance/reads.md)
+and the worker's engine is warm.
 
 Stores are deleted after their queries unless --keep DIR (reused when it
 already holds the row count).

@@ -1,4 +1,4 @@
-"""Where the rollup's time goes on a bench_scale store (BENCHMARKS.md §14 findings).
+"""Where the rollup's time goes on a bench_scale store (docs/performance/queries.md).
 
 In-process on a store kept by `bench/bench_scale.py --rows N --keep DIR`, medians of 5:
 * 1 day at 1-minute steps merged from `generations_minute` and from a copy of it

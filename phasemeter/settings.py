@@ -86,7 +86,7 @@ class Settings:
     # 32 MB: an insert of ~90,000 rows drains a backlog of envelopes
     # 1.04-1.45x faster than 8 MB did. It also bounds the re-read window after
     # a resume (pipeline.py), which ends at the log's end offset seen then,
-    # so a start on a live topic checks no more than before (BENCHMARKS.md §17).
+    # so a start on a live topic checks no more than before (docs/performance/worker.md).
     batch_bytes: int = _f(32_000_000, "PHASEMETER_BATCH_BYTES",
                           "...or this many bytes of messages (an envelope carries many generations)...")
     batch_seconds: float = _f(0.5, "PHASEMETER_BATCH_SECONDS",

@@ -31,7 +31,7 @@ _ESTIMATED = (None, None, None, None, True)  # the v2 fields of a record(output_
 # acks=all (kafka-python's idempotent default) and effectively endless retries,
 # bounded by delivery_timeout_ms. Key and value are bytes we encode ourselves.
 # Envelopes by default, as OTLP exporters batch: one message per event left
-# the worker spending most of its CPU consuming (BENCHMARKS.md sections 2, 4).
+# the worker spending most of its CPU consuming (docs/performance/emitter.md).
 DEFAULT_ENVELOPE_SIZE = 100
 DEFAULT_PRODUCER_CONFIG = {
     "acks": "all",

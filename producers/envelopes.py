@@ -2,7 +2,7 @@
 
 Kafka's per-message cost, in the producer and above all in the worker's
 consumer, dominates a small event: one event per message leaves the worker
-spending most of its CPU on consuming (BENCHMARKS.md, sections 2 and 4). An
+spending most of its CPU on consuming (docs/performance/emitter.md). An
 envelope `{"schema_version": N, "kind": "batch", "events": [...]}` carries
 what the sender found queued, up to `size` events and `max_bytes`; it adds no
 wait (a quiet gateway sends envelopes of one).

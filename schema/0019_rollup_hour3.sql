@@ -4,7 +4,7 @@
 -- after that: phasemeter.timeparse.auto_step), so on the hour tier each step
 -- merged three hour states; here it reads one. Most of such a query's time is
 -- the TDigest merge, and it grows with the states merged more than with the
--- values they hold (BENCHMARKS.md section 14). It nests between the hour and
+-- values they hold (docs/performance/queries.md). It nests between the hour and
 -- the day tier: three whole hours, and a UTC day is eight of its cells
 -- (phasemeter.analytics.paths.TIER_GRAINS).
 --

@@ -8,7 +8,7 @@
 -- a bound value and the client's formatting both price by the character.
 -- A CRC can collide, so the caller keeps only the ids it asked about. The set
 -- is a subquery: a literal list of more than ~20,000 strings made the scan
--- take 40-70 s (BENCHMARKS.md section 3).
+-- take 40-70 s (docs/performance/sink.md).
 SELECT DISTINCT request_id
 FROM generations
 WHERE src_topic IN {topics:Array(String)}

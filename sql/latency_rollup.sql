@@ -15,5 +15,5 @@ ORDER BY model, input_bucket, t
 -- ran on one core. Each cell costs tens of microseconds to merge and finalize
 -- (its sketches), so even such a read is worth every core: in-process over 100M
 -- rows, 1 day at 1-minute steps took 0.66-0.84x the time for the bands and 0.65x
--- for the latencies (BENCHMARKS.md, section 14).
+-- for the latencies (docs/performance/queries.md).
 SETTINGS merge_tree_min_rows_for_concurrent_read = 8192, merge_tree_min_bytes_for_concurrent_read = 1048576

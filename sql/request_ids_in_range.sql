@@ -4,7 +4,7 @@
 -- order, a quiet store), the batch's ids are matched against these in the
 -- worker, and never sent: binding and matching the CRC32s of 90,000 ids
 -- (sql/existing_request_ids.sql) took ~0.18 s of a batch of envelopes
--- (BENCHMARKS.md §22). The primary key's ts bounds the scan to the range.
+-- (docs/performance/sink.md). The primary key's ts bounds the scan to the range.
 SELECT request_id
 FROM generations
 WHERE src_topic IN {topics:Array(String)}

@@ -4,7 +4,7 @@ Why: through the join agent a phase makes three hops in series (ingest, the
 phases topic and the join, the joined topic and ingest again), so a
 generation is stored a batch or two after its last phase was read, and each
 phase costs the join agent a table entry and a changelog record
-(BENCHMARKS.md §20). Most generations are short: their start, first token and
+(docs/performance/worker.md). Most generations are short: their start, first token and
 end are read in one batch. Ingest joins those on the spot, by the join's
 own rules (`join.is_complete`, `join.joined_event`), writes the row with the
 rest of the batch, and forwards the join agent one note per generation

@@ -2,7 +2,7 @@
 
 Faust's `take_events(max_, within)` counts messages and, after a batch, waits
 `within` from the moment the body returns, while intake stands still during
-the body. Measured (BENCHMARKS.md section 4): at 2k generations/s the oldest
+the body. Measured (docs/performance/worker.md): at 2k generations/s the oldest
 record of a batch was 2-3 s old when the batch began, against ~0.6 s of
 processing. `gather` differs in three ways:
 

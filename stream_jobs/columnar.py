@@ -6,7 +6,7 @@ worker's row path built two dicts per generation (the checked fields, then
 the derived row), gathered the rows' values back into columns for Arrow, and
 looped over the rows to stamp their source: in the profile of a batch of
 22,600 generations, about 240 of its 530 ms, all of it Python holding the GIL
-(BENCHMARKS.md §16). Here the C decoder's Structs go to columns once, and the
+(docs/performance/worker.md). Here the C decoder's Structs go to columns once, and the
 derivation runs on whole columns.
 
 This is an accelerator, not a second definition. The metrics are
@@ -125,7 +125,7 @@ class Ahead:
     """`from_events` of a batch decoded before its turn: the ingest agent
     decodes the next batch while the store writes this one (the insert runs
     without the GIL), which took ~10-20 % off a batch of envelopes
-    (BENCHMARKS.md §23). Only the pure decode runs early; every decision
+    (docs/performance/worker.md). Only the pure decode runs early; every decision
     that reads the store or the worker's positions is made in its turn.
 
     Its rows are the batch's only if admission left the batch as it was
@@ -147,7 +147,7 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float) -> Genera
     n = len(gens)
 
     # One field of every Struct: map over an attrgetter runs the loop in C,
-    # about 25 % less than a comprehension calling getattr (BENCHMARKS.md §23).
+    # about 25 % less than a comprehension calling getattr (docs/performance/worker.md).
     def col(name):
         return list(map(attrgetter(name), gens))
 

@@ -3,7 +3,7 @@ C decoder's Structs and into columns.
 
 Why: a batch of 20,000 generations sent as phases in envelopes of 100 spent
 0.6-0.75 s in `Pipeline.split`, against 0.05-0.07 s for the same generations
-sent whole (BENCHMARKS.md §22). Nearly all of it was per phase in Python: a
+sent whole (docs/performance/worker.md). Nearly all of it was per phase in Python: a
 dict of each phase's fields and its checks across fields, the fold over
 those dicts, then per generation the joined event as a dict, validated
 and derived again, and the rows written as dicts. Here the phases stay the

@@ -6,7 +6,7 @@ parses the JSON and checks every type and range of the contract in one
 pass, straight into Structs, instead of `json.loads` building dicts that
 Python then checks field by field: in the profile of the envelope path, the
 JSON parse and the checks were over half of the worker's time per
-generation (BENCHMARKS.md §2).
+generation (docs/performance/worker.md).
 
 This is an accelerator, not a second contract. Its Structs are built from
 the limits in contract.py and the field lists in derive.py and

@@ -59,7 +59,7 @@ class Handoff:
 
         One background task commits the newest positions: a commit costs a
         round trip and a producer flush, which need not hold up the next
-        batch (BENCHMARKS.md section 9 has the runs; their scatter is larger
+        batch (docs/performance/worker.md; their scatter is larger
         than the difference). `settle` waits for it, so a stop
         or a revoke hands over with everything durable committed. A failure
         is not fatal: the next batch commits again."""

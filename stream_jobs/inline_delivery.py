@@ -7,7 +7,7 @@ suspends the flow or the consumer stops. `mode`'s `wait_first` makes a task of
 each of the two plus one for `stopped` and one for `crashed`, waits on them
 all and cancels the losers: measured, 63 µs a record against 0.2 µs for the
 delivery itself, about a third of bare Faust's whole cost per record on the
-same machine (BENCHMARKS.md section 18). A phase-protocol generation is three
+same machine (docs/performance/worker.md). A phase-protocol generation is three
 records, so the join paid it three times a generation.
 
 The delivery almost never waits: it puts the event on a stream's queue and
@@ -19,7 +19,7 @@ way the result, the exceptions and the abandoning are those of `wait_first`.
 
 `after_drop` keeps deliveries from reaching a buffer that Faust has already
 marked full: a record of a held partition waits for the buffer's drop, once,
-instead of waking the fetch loop for each slot freed (section 21).
+instead of waking the fetch loop for each slot freed (docs/performance/worker.md).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def after_drop(consumer, deliver, poll_s: float = 0.05, max_wait_s: float = 2.0)
     each of those puts waits for one free slot, so every record the stream
     takes wakes the fetch loop again through mode's `wait_first` (four
     tasks). On a backlog of one event per message that ping-pong set the
-    pace (BENCHMARKS.md section 21). Waiting here for the drop instead costs
+    pace (docs/performance/worker.md). Waiting here for the drop instead costs
     one wait per fill, and the next ~1,600 records go inline.
 
     The wait is the delivery's own, so a rebalance or a stop abandons it as

@@ -82,7 +82,7 @@ def stored_in_range(client, topic: str, partition: int, lo: int, hi: int) -> Sto
 # (http_max_field_value_size, 128 KiB); a batch of 20,000 ids is two
 # statements. The embedded store takes its parameters in-process, with no such
 # limit, and one statement of 22,600 CRCs costs 31 ms against 48 ms for three
-# (BENCHMARKS.md §16): `slice_size=None` there.
+# (docs/performance/sink.md): `slice_size=None` there.
 CRC_SLICE = 10_000
 # The duplicate check reads the stored ids of a batch's range itself when
 # there are at most 1/NEAR_SHARE as many as the batch has ids; reading one
@@ -94,7 +94,7 @@ NEAR_SHARE = 4
 class _UInts:
     """Unsigned integers bound as one Array value, written once in C. The
     client formats a list element by element in Python (22.6 ms for 10,000
-    CRCs, against 2.5 ms here: BENCHMARKS.md §2) and any type it does not know
+    CRCs, against 2.5 ms here: docs/performance/sink.md) and any type it does not know
     with str(). Digits and commas need no escaping."""
 
     __slots__ = ("text",)

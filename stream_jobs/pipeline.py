@@ -69,7 +69,7 @@ class Pipeline:
         # fetching by then, so its last batch held only records below it: a
         # record at or past it was produced later and needs no check. Without
         # it (a fresh start on a quiet topic) every batch of the first minutes
-        # would be checked, which cost freshness (BENCHMARKS.md §17).
+        # would be checked, which cost freshness (docs/performance/sink.md).
         self.resume_end: dict[tuple[str, int], int] = {}
         self.reread_records = 0  # of the last split: records _maybe_in_the_previous_batch
         self.counts: Counter = Counter()
@@ -276,7 +276,7 @@ class Pipeline:
                     # Only phases that came in envelopes are joined in the batch:
                     # with one message per phase, ingest's own loop is the bottleneck,
                     # and the inserts the batch join adds to it cost more than the
-                    # hops it saves (BENCHMARKS.md §20).
+                    # hops it saves (docs/performance/worker.md).
                     if len(results) > 1:
                         enveloped.append((phase, source, recheck))
                     else:

@@ -5,7 +5,7 @@ The worker's own ingest code never builds a frame, but pyarrow checks every
 `pa.array` input against pandas' types, and that check imports pandas when
 it is installed (the worker's reads need it installed). So the first batch
 after every start, deploy or crash restart paid 0.4-0.6 s of CPU for the
-import: rows stored that much later (BENCHMARKS.md section 16). A starting
+import: rows stored that much later (docs/performance/worker.md). A starting
 worker spends seconds waiting on the broker (group join, assignment), with
 the CPU idle, so the import runs then, in the batches' executor.
 

@@ -37,8 +37,8 @@ async def send_batched(app, topic: str, records: list[tuple[bytes, "bytes | None
     """Many small records, (key, value, partition), in aiokafka batches: one
     batch per partition (a new one when it is full) instead of a send each.
     The join writes a changelog record per generation; sent one by one, each
-    cost 32 µs of the event loop in a join run, appended ~1-3 µs (BENCHMARKS.md
-    §19). They are the same Kafka records, so Faust replays them as before.
+    cost 32 µs of the event loop in a join run, appended ~1-3 µs (docs/performance/
+    worker.md). They are the same Kafka records, so Faust replays them as before.
     -> futures that resolve once Kafka acknowledged each batch."""
     producer = app.producer._ensure_producer()  # noqa: SLF001 -- Faust's aiokafka producer; no batch API
     open_: dict[int, object] = {}

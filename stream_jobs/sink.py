@@ -58,7 +58,7 @@ def _arrow(rows: list[dict], columns: tuple[str, ...]):
     The rows are turned into columns in one pass in C (itemgetter picks a
     row's values in column order, zip transposes), not by one Python loop
     over the rows per column: 6-13 % less time at the median on a loaded
-    machine, about 30 % on its quietest runs (BENCHMARKS.md §3)."""
+    machine, about 30 % on its quietest runs (docs/performance/sink.md)."""
     import pyarrow as pa
 
     pick = itemgetter(*columns) if len(columns) > 1 else (lambda r: (r[columns[0]],))
@@ -190,7 +190,7 @@ class Sink:
 
     def _insert(self, client, rows: list[dict], dead: list[dict], salt: str = "") -> None:
         # Built before taking the lock: the web API's reads share it, and need
-        # not wait while Python builds tables (14-39 % of a write, BENCHMARKS.md §3).
+        # not wait while Python builds tables (14-39 % of a write, docs/performance/sink.md).
         inserts = [(table, *_table(table, items, columns)) for table, items, columns in
                    (("generations", rows, ROW_COLUMNS), ("dead_letters", dead, DLQ_COLUMNS)) if len(items)]
         with self.lock:
@@ -203,7 +203,7 @@ class Sink:
         not hold are written again, under a token of this call's own, and
         counted. A SIGKILL inside an insert can leave the table's
         deduplication entry for the block without its part (the entry is
-        recorded first; found in a chaos cell, BENCHMARKS.md §22), and the
+        recorded first; found in a chaos cell, docs/performance/sink.md), and the
         same records read again make the same token: the table then drops
         them as a retry of an insert that never landed. Only records a
         previous owner may have written are at risk, so the caller asks after

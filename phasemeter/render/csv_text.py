@@ -2,7 +2,7 @@
 
 Why not pandas itself: a day at 1-minute steps is 28,800 rows and about
 345,000 floats, and pandas formats each float in Python-level code at about
-2 µs (0.7-1.0 s of a 1-day answer on a 2-core machine, BENCHMARKS.md section 14).
+2 µs (0.7-1.0 s of a 1-day answer on a 2-core machine, docs/performance/queries.md).
 Arrow's cast of a float to text prints the same shortest round-trip digits
 in C++, about 10x faster, but writes some numbers differently from Python's
 `repr` (which pandas' output follows): `5` for 5.0 and scientific notation

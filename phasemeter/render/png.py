@@ -217,7 +217,7 @@ def render_bands_png(
     # A fixed layout in inches, not matplotlib's constrained layout: every
     # panel has the same size and the same kind of labels, so the margins are
     # known in advance, and solving them took over 6 s of an 8.9 s chart of 40
-    # panels (BENCHMARKS.md §16). Title, notes and legend sit in a header band
+    # panels (docs/performance/reads.md). Title, notes and legend sit in a header band
     # of fixed height above the grid.
     leg_cols = {1: 2, 2: 3}.get(ncols, len(LEGEND_ORDER))
     leg_rows = -(-len(LEGEND_ORDER) // leg_cols)

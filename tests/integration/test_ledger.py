@@ -113,7 +113,7 @@ def test_existing_request_ids_finds_exactly_the_stored_ones(client, slice_size, 
 
 def test_existing_request_ids_answers_a_batch_past_the_literal_list_cliff(client):
     """30,000 ids: as a literal list this took 41 s on this store shape
-    (BENCHMARKS.md section 3); the answer must still be exact."""
+    (docs/performance/sink.md); the answer must still be exact."""
     written = rows(50)
     Sink.over(client, "chdb").write(written, [])
     asked = [f"new-{i}-{'y' * 30}" for i in range(30_000)] + [r["request_id"] for r in written[::5]]

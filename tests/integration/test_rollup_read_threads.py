@@ -2,7 +2,7 @@
 threads (the SETTINGS line at the end of sql/bands_rollup.sql and
 sql/latency_rollup.sql): the answer must not change with it.
 
-What it buys is speed, so its figures are in BENCHMARKS.md (section 14), not
+What it buys is speed, so its figures are in BENCHMARKS.md (docs/performance/queries.md), not
 here. How the reads are shared out is decided while the query runs, so no
 EXPLAIN shows it; the line's presence is checked in tests/unit/test_sql_files.py."""
 

@@ -126,7 +126,7 @@ def test_the_stall_frame_splits_windows_as_the_alert_frame_does():
 def test_the_rollup_band_and_latency_queries_read_small_ranges_on_every_core():
     # A day of minute cells is a read under ClickHouse's default threshold for
     # splitting it across threads; the sketches' merge made it worth splitting
-    # (BENCHMARKS.md, section 14). The same line in both: one reading policy.
+    # (docs/performance/queries.md). The same line in both: one reading policy.
     lines = {name: load_sql(name).rstrip().splitlines()[-1] for name in ("bands_rollup", "latency_rollup")}
     assert set(lines.values()) == {"SETTINGS merge_tree_min_rows_for_concurrent_read = 8192, "
                                    "merge_tree_min_bytes_for_concurrent_read = 1048576"}, lines
