@@ -136,17 +136,26 @@ def run_load(bootstrap: str, settings: Settings, seconds: float, rate: float, wo
     return meter.stats(), total
 
 
-def explore_hint(demo_dir: Path) -> str:
+EXPLORE_HEAD = "Explore it with:"
+
+
+def explore_commands(demo_dir: Path) -> list[str]:
     """The exact commands that read the demo's store afterwards: it lives
-    under its own data dir, not the default one."""
+    under its own data dir, not the default one, and its SLOs are the demo's
+    file, which a user's settings do not name (tests run each as printed)."""
     d = shlex.quote(str(demo_dir))
-    return ("\nThe demo's store stays in " + str(demo_dir) + ". Explore it with:\n"
-            f"  phasemeter query bands --data-dir {d} --from -2h --step 5m\n"
-            f"  phasemeter latency --data-dir {d} --from -2h --step 5m\n"
-            f"  phasemeter chart --data-dir {d} --from -2h --out bands.html\n"
-            f"  phasemeter alerts check --data-dir {d}\n"
-            f"  phasemeter dlq inspect --data-dir {d}\n"
-            "(inside the repo, use .venv/bin/phasemeter, or activate .venv first)")
+    return [f"phasemeter query bands --data-dir {d} --from -2h --step 5m",
+            f"phasemeter latency --data-dir {d} --from -2h --step 5m",
+            f"phasemeter slo --data-dir {d} --slos {shlex.quote(str(DEMO_SLOS))} --from -2h --by model",
+            f"phasemeter chart --data-dir {d} --from -2h --out bands.html",
+            f"phasemeter alerts check --data-dir {d}",
+            f"phasemeter dlq inspect --data-dir {d}"]
+
+
+def explore_hint(demo_dir: Path) -> str:
+    return ("\nThe demo's store stays in " + str(demo_dir) + f". {EXPLORE_HEAD}\n"
+            + "".join(f"  {c}\n" for c in explore_commands(demo_dir))
+            + "(inside the repo, use .venv/bin/phasemeter, or activate .venv first)")
 
 
 def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str, keep: bool = False) -> int:
