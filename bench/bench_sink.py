@@ -3,7 +3,7 @@
     python bench/bench_sink.py [--n 400000] [--rounds 2] [--batch 5000 --batch 20000]
                                [--try parallel_view_processing=1 ...] [--path /abs/dir] [--json OUT]
 
-The goal (issue 16): Sink.write >= 0.6x the rate of `INSERT INTO generations
+The goal (docs/performance/sink.md): Sink.write >= 0.6x the rate of `INSERT INTO generations
 SELECT ... FROM numbers(N)` into the same store, which fills every
 materialized view as production does. One chDB path, one process, one schema
 (the migrations); the rows come from the real pure pipeline (`derive.process`
@@ -47,7 +47,7 @@ import _util as U  # noqa: E402
 import results as R  # noqa: E402
 import bench_scale  # noqa: E402  (FILL_SQL: the SQL-side fill, defined once there)
 
-GOAL = 0.6  # x the SQL-side rate (issue 16)
+GOAL = 0.6  # x the SQL-side rate (docs/performance/sink.md)
 
 
 def derived_rows(n: int, topic: str = "bench.sink", seed: int = 11, events: list | None = None) -> list[dict]:

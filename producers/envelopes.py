@@ -12,7 +12,8 @@ grouped by murmur2(request_id), as Kafka's default partitioner (Java's and
 kafka-python's) maps a key, and each group goes to that partition. So the
 phases of one request stay in one partition, in order, exactly as with one
 keyed message each. Generation events have no such need and go unkeyed.
-Pure: no Kafka import, unit-tested on its own.
+Pure (no I/O): its one Kafka import is the client's partitioner function, murmur2, so
+an envelope's key lands where kafka-python would send it; unit-tested on its own.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
--- Decode stalls (issue 15): per-generation chunk data of a v2 event, derived
+-- Decode stalls (docs/metrics.md): per-generation chunk data of a v2 event, derived
 -- by the stream job (docs/metrics.md). All Nullable: a row without chunk
 -- data says nothing about stalls, which is not the same as "no stall".
 -- AFTER tpot_s keeps the table's column order equal to the worker's

@@ -67,7 +67,7 @@ def _command_request(body) -> dict:
 
 
 def register_views(app, settings, pipeline, sink, joiner) -> None:
-    register_live_views(app, settings, sink)  # GET /: the live page (issue 17)
+    register_live_views(app, settings, sink)  # GET /: the live page (docs/live.md)
 
     @app.page("/health")
     class Health(View):

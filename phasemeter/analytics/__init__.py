@@ -1,4 +1,4 @@
-"""Percentile analytics at scale (GitHub issue 4).
+"""Percentile analytics at scale (docs/analytics.md).
 
 * `fetch(args, settings) -> (DataFrame, meta)`: bands or latency, exact or
   rollup path chosen automatically (meta["path"], meta["method"]).

@@ -1,4 +1,4 @@
-"""Read commands through the worker: the CLI side (issue #16, "CLI start-up").
+"""Read commands through the worker: the CLI side (docs/reads-through-the-worker.md).
 
 While a worker owns the embedded store (or with --via), a read command is
 not run here on an HttpRunner, which would need pandas to rebuild each frame

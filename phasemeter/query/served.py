@@ -4,7 +4,7 @@ While a worker owns the embedded store, `phasemeter query bands` & co. send
 their parsed command to the worker (phasemeter.cli.delegate), which runs the
 very same command function there: on the worker's own runner, with what it
 prints and the files it writes captured for this command alone and sent
-back. The CLI process then needs neither chDB nor pandas (issue #16), and the
+back. The CLI process then needs neither chDB nor pandas (docs/performance/reads.md), and the
 output is the direct path's by construction.
 
 This module is the worker-side context of one such command. It imports

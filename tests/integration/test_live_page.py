@@ -1,4 +1,4 @@
-"""The live page (issue 17) on a running worker over a store with known data.
+"""The live page (docs/live.md) on a running worker over a store with known data.
 
 One worker for the module: a subprocess writes the store (chDB opens a path
 in one process only), then `phasemeter worker` owns it. The data endpoint

@@ -299,7 +299,7 @@ def _chart_bytes(path: Path) -> bytes:
 
 # Commands run as a user runs them (a fresh `python -m phasemeter` process)
 # through the worker: the same output as the direct run, and not one of
-# these modules imported (issue 16: the CLI's fixed cost).
+# these modules imported (the CLI's fixed cost: docs/performance/reads.md).
 LIGHT = ("normal/bands exact", "normal/bands table", "normal/latency exact", "normal/slo table",
          "normal/alerts check", "normal/alerts backtest", "normal/dlq inspect", "normal/chart html",
          "error/bad column", "error/out suffix")

@@ -133,7 +133,7 @@ def test_the_worker_builds_the_cli_settings_from_the_request():
                                   ["alerts", "check"], ["alerts", "backtest"], ["dlq", "inspect"],
                                   ["chart", "--out", "c.html"]], ids=" ".join)
 def test_a_read_through_the_worker_imports_no_heavy_dependency(argv, tmp_path):
-    """The goal of issue #16: with the store owned by a worker, the CLI
+    """The goal (docs/reads-through-the-worker.md): with the store owned by a worker, the CLI
     process loads neither chDB, clickhouse-connect nor pandas/numpy/pyarrow
     (nor matplotlib for a chart: the worker draws it). The real worker's
     answer is checked the same way in tests/integration/test_read_paths.py."""

@@ -1,5 +1,5 @@
 """`phasemeter --help`, `phasemeter config` and building the parser import no
-heavy dependency (issue #16): those load only in the commands that use them.
+heavy dependency (docs/performance/reads.md): those load only in the commands that use them.
 
 No timing here (a shared 2-core machine is too noisy for that; see
 bench/bench_cli_startup.py): each case runs in a fresh interpreter and the
