@@ -48,11 +48,14 @@ def window(start: str, end: str, now: datetime | None = None) -> tuple[datetime,
     return t0, t1
 
 
+# The round steps an automatic step is chosen from, seconds.
+STEPS = (1, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 604800)
+
+
 def auto_step(t0: datetime, t1: datetime, target_points: int = 300) -> int:
     """A round step (seconds) giving ~200-400 points over the window."""
     span = (t1 - t0).total_seconds()
-    for step in (1, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
-                 21600, 43200, 86400, 604800):
+    for step in STEPS:
         if span / step <= target_points:
             return step
-    return 604800
+    return STEPS[-1]

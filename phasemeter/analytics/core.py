@@ -28,7 +28,8 @@ from phasemeter.stream_jobs.buckets import labels as bucket_labels, parse_edges
 from phasemeter.timeparse import ArgError, auto_step, parse_duration, window
 
 from phasemeter.analytics import variants
-from phasemeter.analytics.paths import TIER_GRAINS, PathChoice, TierPlan, choose_path, tier_plan
+from phasemeter.analytics.paths import (SHOWN, TIER_GRAINS, PathChoice, TierPlan, auto_candidates, choose_path,
+                                        count_grain, sample_step, samples_needed, step_rule, tier_plan)
 from phasemeter.analytics.variants import ABANDONED_COLUMNS, SPLIT_COLUMNS
 
 LATENCY_PCTS = ("p50", "p90", "p99")
@@ -117,7 +118,7 @@ def _tidy(df: pd.DataFrame, kind: str) -> pd.DataFrame:
     return df[cols]
 
 
-def preflight(kind: str, step_s: int, force: str | None, rebucket: bool, abandoned: str, prefill: str) -> None:
+def preflight(kind: str, step_s: int | None, force: str | None, rebucket: bool, abandoned: str, prefill: str) -> None:
     """Flag errors that need no store: bad values, and --rollup with what it cannot answer."""
     if kind not in ("bands", "latency", "stalls"):
         raise ValueError(f"kind={kind!r}: expected 'bands', 'latency' or 'stalls'")
@@ -125,10 +126,10 @@ def preflight(kind: str, step_s: int, force: str | None, rebucket: bool, abandon
     if kind == "stalls" and rebucket:
         raise ArgError("--stalls with --buckets is not supported (the stall query reads the stored bucket); "
                        "drop --buckets")
-    if step_s < 1:
+    if step_s is not None and step_s < 1:
         raise ArgError(f"--step: must be at least 1s, got {step_s}")
-    if force == "rollup":
-        choose_path(0, step_s, force=force, rebucket=rebucket, exact_only=_exact_only(kind, abandoned, prefill))
+    if force == "rollup":  # an auto step is whole minutes under --rollup
+        choose_path(0, step_s or 60, force=force, rebucket=rebucket, exact_only=_exact_only(kind, abandoned, prefill))
 
 
 def _exact_only(kind: str, abandoned: str, prefill: str) -> dict[str, str]:
@@ -136,7 +137,7 @@ def _exact_only(kind: str, abandoned: str, prefill: str) -> dict[str, str]:
     return {**variants.exact_only(abandoned, prefill), **(STALLS_EXACT_ONLY if kind == "stalls" else {})}
 
 
-def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, buckets=None, *,
+def run_query(runner, start: datetime, end: datetime, step_s: int | None, models=None, buckets=None, *,
               kind: str = "bands", force: str | None = None, edges=None,
               default_edges="default", abandoned: str = "include",
               prefill: str = "total", tiers: bool = True) -> tuple[pd.DataFrame, dict]:
@@ -144,12 +145,14 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
     `abandoned` include|exclude and `prefill` total|engine|uncached: see variants.py.
     `tiers=False` (--no-tiers): the rollup path reads the minute tier only.
 
-    Returns (frame, meta) with meta keys: kind, path, reason, method, step_s,
+    `step_s=None`: the auto step, the finest at which most cells hold enough
+    samples for the percentiles shown (meta["step_rule"] says so).
+
+    Returns (frame, meta) with meta keys: kind, path, reason, method, step_s, step_rule,
     start, end (the window actually queried, ISO), bucket_order, rebucketed,
     abandoned, prefill, abandoned_split (False on the rollup: no phase split),
     tiers (the coarser rollup tiers read: [] on the exact path or minute only).
     """
-    step_s = int(step_s)
     preflight(kind, step_s, force, edges is not None, abandoned, prefill)
     start, end = _utc(start), _utc(end)
     if end <= start:
@@ -158,6 +161,10 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
     edge_tuple = parse_edges(edges) if rebucket else parse_edges(default_edges)
     filters = {"models": list(models or []), "buckets": list(buckets or [])}
     check_filters(filters["models"], filters["buckets"], bucket_labels(edge_tuple))
+    rule = ""
+    if step_s is None:
+        step_s, rule = _auto_step(runner, start, end, filters, kind, force, rebucket)
+    step_s = int(step_s)
 
     def estimate() -> int:
         df = runner.df("estimate_rows", {"start": _naive(start), "end": _naive(end), **filters})
@@ -189,7 +196,7 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
     order = bucket_labels(edge_tuple)
     df = order_bands(df, order)
     meta = {"kind": kind, "path": choice.path, "reason": reason,
-            "method": method_for(kind, choice.path), "step_s": step_s,
+            "method": method_for(kind, choice.path), "step_s": step_s, "step_rule": rule,
             "start": q_start.isoformat().replace("+00:00", "Z"),
             "end": q_end.isoformat().replace("+00:00", "Z"),
             "bucket_order": order, "rebucketed": rebucket, "abandoned": abandoned, "prefill": prefill,
@@ -263,6 +270,27 @@ def _explain_unknown_models(runner, models: list[str], start: datetime, end: dat
                        f"models with data: {listing}")
 
 
+def _auto_step(runner, start: datetime, end: datetime, filters: dict, kind: str, force: str | None,
+               rebucket: bool) -> tuple[int, str]:
+    """(step, the rule as the header says it) from the minute tier's counts.
+    Re-bucketed cells are counted by their stored bucket (the filter names new ones)."""
+    span = (end - start).total_seconds()
+    candidates = auto_candidates(span, whole_minutes=force == "rollup")
+    needed = samples_needed(SHOWN[kind])
+    grain = count_grain(span)
+    params = {"start": _naive(start), "end": _naive(end), "grain": grain, "models": filters["models"],
+              "buckets": [] if rebucket else filters["buckets"]}
+    df = runner.df("auto_step_counts", params) if len(candidates) > 1 else pd.DataFrame()
+    counts = zip(zip(df["model"], df["input_bucket"]), df["t"], df["n"]) if len(df) else []
+    return sample_step(counts, grain, candidates, needed), step_rule(needed, candidates)
+
+
+def step_or_auto(arg: str | None, start: datetime, end: datetime) -> int | None:
+    """A band query's step: None for auto, which run_query then picks by the
+    samples per cell (analytics/paths.sample_step)."""
+    return None if arg in (None, "", "auto") else step_from(arg, start, end)
+
+
 def step_from(arg: str | None, start: datetime, end: datetime) -> int:
     if arg in (None, "", "auto"):
         return auto_step(start, end)
@@ -289,7 +317,7 @@ def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
     --abandoned/--prefill); any missing attribute means "default".
     """
     start, end = window(args.start, args.end)
-    step_s = step_from(getattr(args, "step", "auto"), start, end)
+    step_s = step_or_auto(getattr(args, "step", "auto"), start, end)
     force = "exact" if getattr(args, "exact", False) else ("rollup" if getattr(args, "rollup", False) else None)
     kind = kind_of(args)
     edges = getattr(args, "buckets", None) or None

@@ -85,7 +85,8 @@ def parse(query, now: datetime | None = None) -> dict:
     """The request as run_query's arguments; BadRequest names the parameter."""
     _known(query, PARAMS)
     start, end = _window(query, now)
-    step_s = _step(_one(query, "step", "auto"), start, end)
+    step = _one(query, "step", "auto")
+    step_s = None if step == "auto" else _step(step, start, end)  # None: run_query picks it by the samples
     force = _force(query)
     return {"start": start, "end": end, "step_s": step_s, "models": _many(query, "model"),
             "buckets": _many(query, "bucket"), "force": force,

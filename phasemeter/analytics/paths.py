@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from phasemeter.timeparse import ArgError
+from phasemeter.timeparse import STEPS, ArgError
 
 ROLLUP_MIN_WINDOW_S = 6 * 3600
 ROLLUP_MIN_ROWS = 5_000_000
@@ -128,3 +128,64 @@ def tier_plan(start_s: int, end_s: int, step_s: int, read_from: dict[str, int | 
     for name, _ in reversed(TIER_GRAINS):
         inner = ranges[name] = read.get(name, inner)
     return TierPlan(ranges, tuple(read))
+
+
+# -- the auto step (docs/live.md) --------------------------------------------
+# A percentile of a cell is only as good as the samples under it: a p1 or p99
+# of fewer than 100 values is one of its few extremes, a p5 or p95 of fewer
+# than 20 likewise. So the auto step is the finest round step at which most
+# cells (at least half of those with any generation) hold enough samples for
+# the percentiles shown, between a step giving at most 300 points over the
+# window and one giving at least 12.
+SAMPLES_FOR = {"p1": 100, "p99": 100, "p5": 20, "p95": 20}
+SHOWN = {"bands": ("p1", "p5", "p50", "p95", "p99"), "latency": ("p50", "p95", "p99"),
+         "stalls": ("p50", "p99")}
+AUTO_MAX_POINTS, AUTO_MIN_POINTS, AUTO_MOST = 300, 12, 0.5
+
+
+def samples_needed(shown) -> int:
+    return max((SAMPLES_FOR.get(p, 1) for p in shown), default=1)
+
+
+def auto_candidates(span_s: float, whole_minutes: bool = False) -> list[int]:
+    """The ladder's steps within bounds, finest first; whole minutes only when
+    the rollup is forced (its grain)."""
+    lo = next((s for s in STEPS if span_s / s <= AUTO_MAX_POINTS), STEPS[-1])
+    out = [s for s in STEPS if s >= lo and (s == lo or span_s / s >= AUTO_MIN_POINTS)]
+    if whole_minutes:
+        out = [s for s in out if s % 60 == 0] or [max(60, lo // 60 * 60)]
+    return out
+
+
+def count_grain(span_s: float) -> int:
+    """The grain the cell counts are read at: every ladder step above it is a
+    whole number of it, and a window gives at most ~2,900 counts per series."""
+    return 60 if span_s <= 2 * 86400 else 3600 if span_s <= 120 * 86400 else 86400
+
+
+def sample_step(counts, grain_s: int, candidates: list[int], needed: int) -> int:
+    """The finest candidate at which at least AUTO_MOST of the non-empty cells
+    hold `needed` samples; the coarsest candidate when none does, the finest
+    when nothing is counted. `counts`: (series, cell start epoch s, n) at
+    `grain_s`. A step finer than the grain splits a counted cell evenly."""
+    counts = [(k, int(t), n) for k, t, n in counts if n > 0]
+    if not counts:
+        return candidates[0]
+    for step in candidates:
+        cells: dict = {}
+        for series, t, n in counts:
+            key, share = ((series, t // step), n) if step >= grain_s else ((series, t), n * step / grain_s)
+            cells[key] = cells.get(key, 0) + share
+        if sum(v >= needed for v in cells.values()) >= AUTO_MOST * len(cells):
+            return step
+    return candidates[-1]
+
+
+def step_rule(needed: int, candidates: list[int]) -> str:
+    """The rule as the output's header states it."""
+    def fmt(s: int) -> str:
+        return next((f"{s // u}{n}" for u, n in ((86400, "d"), (3600, "h"), (60, "m")) if s % u == 0), f"{s}s")
+    bound = fmt(candidates[0]) if len(candidates) == 1 else f"{fmt(candidates[0])}–{fmt(candidates[-1])}"
+    return (f"auto step: the finest of {bound} at which most cells hold ≥ {needed} generations "
+            "(p1/p99 need 100, p5/p95 20)")
+

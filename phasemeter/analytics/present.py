@@ -106,11 +106,13 @@ def _stalls_table(df: pd.DataFrame, meta: dict, columns=None, wide=False) -> str
 
 
 def _head_lines(meta: dict) -> list[str]:
-    return [f"path: {meta['path']} ({meta['reason']})", f"method: {meta['method']}", *header_lines(meta)]
+    rule = [f"step: {meta['step_s']}s, {meta['step_rule']}"] if meta.get("step_rule") else []
+    return [f"path: {meta['path']} ({meta['reason']})", f"method: {meta['method']}", *rule, *header_lines(meta)]
 
 
 def _json(df: pd.DataFrame, meta: dict, note: str, **extra) -> str:
     head = {k: meta[k] for k in ("kind", "path", "reason", "method", "step_s", "start", "end", "abandoned")}
+    head["step_rule"] = meta.get("step_rule", "")
     if meta["kind"] == "bands":
         head.update(prefill=meta["prefill"], prefill_definition=PREFILL_VARIANTS[meta["prefill"]])
     doc = json.dumps({**head, "abandoned_split": meta["abandoned_split"], "note": note,

@@ -281,7 +281,12 @@ def test_fetch_from_argparse_namespace_and_html(store, tmp_path):
     args = Namespace(start=START.isoformat(), end=END.isoformat(), step="auto", model=[], bucket=[], via=None,
                      exact=False, rollup=False, buckets=None, latency=False)
     df, meta = fetch(args, Settings(), runner=DirectRunner(client))
-    assert meta["path"] == "rollup" and meta["step_s"] >= 60 and 150 <= SPAN_S / meta["step_s"] <= 400
+    # The auto step by samples: most cells of the answer hold the 100 that p1/p99 need (docs/live.md).
+    assert meta["path"] == "rollup" and meta["step_s"] >= 60 and "most cells hold ≥ 100" in meta["step_rule"]
+    assert len(df) >= 12 and (df["n"] >= 100).mean() >= 0.5
+    finer = fetch(Namespace(**{**vars(args), "step": f"{meta['step_s'] // 2}s"}), Settings(),
+                  runner=DirectRunner(client))[0]
+    assert (finer["n"] >= 100).mean() < 0.5  # and the next finer step would not give them
     out = write_chart(df, meta, tmp_path / "bands.html")
     text = out.read_text()
     assert "llama-4-maverick" in text and "slow tail p1" in text and "<svg" in text

@@ -63,7 +63,7 @@
       data = {doc: doc, cells: B.cells(doc.rows), last: lastT(doc.rows)};
       fillSelect("model", doc.models_in_window, state.model);
       fillSelect("bucket", doc.bucket_order, state.bucket);
-      $("meta").textContent = doc.path + " path, step " + doc.step_s + "s";
+      $("meta").textContent = doc.path + " path, step " + doc.step_s + "s" + (doc.step_rule ? " (" + doc.step_rule + ")" : "");
       showError(null);
       build();
       draw();
