@@ -137,8 +137,8 @@ def tier_plan(start_s: int, end_s: int, step_s: int, read_from: dict[str, int | 
 # cells (at least half of those with any generation) hold enough samples for
 # the percentiles shown, between a step giving at most 300 points over the
 # window and one giving at least 12.
-SAMPLES_FOR = {"p1": 100, "p99": 100, "p5": 20, "p95": 20}
-SHOWN = {"bands": ("p1", "p5", "p50", "p95", "p99"), "latency": ("p50", "p95", "p99"),
+SAMPLES_FOR = {"p1": 100, "p99": 100, "p5": 20, "p95": 20, "p90": 10}
+SHOWN = {"bands": ("p1", "p5", "p50", "p95", "p99"), "latency": ("p50", "p90", "p99"),
          "stalls": ("p50", "p99")}
 AUTO_MAX_POINTS, AUTO_MIN_POINTS, AUTO_MOST = 300, 12, 0.5
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from phasemeter.analytics.paths import SAMPLES_FOR
 from phasemeter.query.queries import METHOD, PERCENTILES, PHASES
 from phasemeter.timeparse import ISO_UTC
 
@@ -55,8 +56,9 @@ def band_columns(df: pd.DataFrame | None = None, prefill_label: str = "prefill")
 
 
 # Below this many samples a percentile is about the cell's extreme value
-# (p1 of 30 samples is the minimum): such cells are marked in tables.
-SMALL_N = {"p1": 100, "p99": 100, "p5": 20, "p95": 20, "p90": 10}
+# (p1 of 30 samples is the minimum): such cells are marked in tables, and the
+# auto step avoids them (one definition, analytics/paths.py).
+SMALL_N = SAMPLES_FOR
 SMALL_N_NOTE = ("* fewer samples than the percentile needs to mean more than the extreme value "
                 "(p1/p99: 100, p5/p95: 20, p90: 10)")
 # What a default table shows (it fits 120 columns); --wide shows all.

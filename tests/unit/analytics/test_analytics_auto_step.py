@@ -11,6 +11,7 @@ H = 3600
 
 def test_the_percentiles_shown_set_the_samples_needed():
     assert samples_needed(SHOWN["bands"]) == 100 and samples_needed(SHOWN["latency"]) == 100
+    assert samples_needed(("p50", "p90")) == 10
     assert samples_needed(("p5", "p50", "p95")) == 20 and samples_needed(("p50",)) == 1
 
 
