@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 import time
 from datetime import datetime, timedelta, timezone
@@ -44,6 +45,9 @@ from phasemeter.demo.rows import synthetic_rows
 from phasemeter.store.migrate import migrate
 from phasemeter.query.runner import DirectRunner
 from phasemeter.stream_jobs.sink import Sink
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results as R  # noqa: E402
 
 # vLLM v1 vllm:time_to_first_token_seconds buckets (vllm/v1/metrics/loggers.py).
 VLLM_TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -182,6 +186,7 @@ def main() -> int:
         # 3600 and 10800 are answered by the hour and 3-hour tiers, and again by
         # the minute tier alone (--no-tiers): the TDigest's merge order is the
         # only difference, so the pair shows what the tiers cost in accuracy.
+        worst: dict = {}  # (step, tiered, percentile) -> the largest relative error, %
         for step_s, tiered in ((60, True), (300, True), (3600, True), (3600, False), (10800, True), (10800, False)):
             ex, _ = run_query(runner, start, end, step_s, force="exact")
             ro, meta = run_query(runner, start, end, step_s, force="rollup", tiers=tiered)
@@ -190,15 +195,27 @@ def main() -> int:
                 e = np.abs(np.concatenate([(ro[f"{ph}_{p}"] / ex[f"{ph}_{p}"] - 1).to_numpy(float)
                                            for ph in ("prefill", "decode")])) * 100
                 cells.append(f"{np.nanmedian(e):.3f} / {np.nanmax(e):.2f} %")
+                worst[step_s, tiered, p] = round(float(np.nanmax(e)), 2)
             tiers = " + ".join(meta["tiers"][::-1] + ["minute"])
             print(f"| {step_s}s | {tiers} | {int(ex['prefill_n'].median())} | " + " | ".join(cells) + " |")
         print()
         for step_s in (60, 3600):
             print("\n".join(sketch_comparison(client, step_s)) + "\n")
+        print("result:", R.record("accuracy", figures(worst)))
     finally:
         client.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def figures(worst: dict) -> list[dict]:
+    """The tiers' goal: each worst error the same as from the minute tier alone."""
+    return [R.figure("rollup-accuracy", f"worst {p} relative error at {step} s steps, tiers read",
+                     worst[step, True, p], "%", reference={"what": "the same from the minute tier alone (--no-tiers)",
+                                                           "value": worst[step, False, p]},
+                     target="each maximum the same with and without the tiers",
+                     met=worst[step, True, p] == worst[step, False, p])
+            for step in (3600, 10800) for p in ("p1", "p99")]
 
 
 if __name__ == "__main__":

@@ -57,3 +57,37 @@ def test_a_goal_shows_its_newest_result_and_a_changed_figure_changes_the_page(re
     assert "1.5 s" in row[0] and "**no**" in row[0] and "2026-12-03" in row[0]
     (tmp_path / "2026-12-03-x.json").write_text(json.dumps(_result("2026-12-03T00:00:00Z", 0.9)))
     assert report.render(report.load(tmp_path)) != text
+
+
+@pytest.fixture(scope="module")
+def scripts():
+    import importlib
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield lambda name: importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_each_benchmark_states_its_goal_figures_beside_their_references(scripts):
+    """The figures the scripts record, from results shaped as their main() builds them."""
+    worker = scripts("bench_worker").figures({
+        "params": {"envelope_size": 100}, "rounds": [{"bare": 10_000.0, "worker": 11_000.0, "ratio": 1.1}] * 2,
+        "envelope_rounds": [{"bare": 10_000.0, "worker": 120_000.0, "ratio": 12.0}], "envelope": {}})
+    assert [f["goal"] for f in worker] == ["worker-single", "worker-single", "worker-envelopes"]
+    assert [f["ratio"] for f in worker] == [1.1, 1.1, 12.0] and all(f["met"] for f in worker)
+    join = scripts("bench_join").figures({"rounds": [{"single": 30_000.0, "join": 4_000.0, "join_env": 31_000.0}]})
+    assert {f["goal"]: f["met"] for f in join} == {"join-envelopes": True, "join-per-phase": False}
+    sink = scripts("bench_sink").figures({
+        "batches": [20000], "sql_rows_per_s": 300_000.0, "meets_columns": {20000: False},
+        "paths": [{"key": "columns.20000", "rows_per_s": 150_000.0}]})
+    assert len(sink) == 1 and sink[0]["goal"] == "sink-20000" and sink[0]["ratio"] == 0.5 and not sink[0]["met"]
+    fresh = scripts("bench_freshness").figures([{"rate": 2000.0, "envelope_size": 100, "p99_ms": 600.0,
+                                                 "meets_target": True}])
+    assert [f["goal"] for f in fresh] == ["freshness-2k"] and fresh[0]["value"] == 600.0
+    accuracy = scripts("bench_accuracy").figures({(s, t, p): 1.5 for s in (3600, 10800) for t in (True, False)
+                                                  for p in ("p1", "p99")})
+    assert len(accuracy) == 4 and all(f["met"] and f["ratio"] == 1.0 for f in accuracy)
+    known = set(scripts("report").ORDER)
+    assert {f["goal"] for f in worker + join + sink + fresh + accuracy} <= known
