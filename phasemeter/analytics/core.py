@@ -272,14 +272,16 @@ def _explain_unknown_models(runner, models: list[str], start: datetime, end: dat
 
 def _auto_step(runner, start: datetime, end: datetime, filters: dict, kind: str, force: str | None,
                rebucket: bool) -> tuple[int, str]:
-    """(step, the rule as the header says it) from the minute tier's counts.
-    Re-bucketed cells are counted by their stored bucket (the filter names new ones)."""
+    """(step, the rule as the header says it) from the rollup's counts at the
+    grain of the window (its minute, hour or day tier). Re-bucketed cells are
+    counted by their stored bucket (the filter names new ones)."""
     span = (end - start).total_seconds()
     candidates = auto_candidates(span, whole_minutes=force == "rollup")
     needed = samples_needed(SHOWN[kind])
     grain = count_grain(span)
-    params = {"start": _naive(start), "end": _naive(end), "grain": grain, "models": filters["models"],
-              "buckets": [] if rebucket else filters["buckets"]}
+    tables = {60: "generations_minute", **{g: f"generations_{name}" for name, g in TIER_GRAINS}}
+    params = {"start": _naive(start), "end": _naive(end), "grain": grain, "table": tables[grain],
+              "models": filters["models"], "buckets": [] if rebucket else filters["buckets"]}
     df = runner.df("auto_step_counts", params) if len(candidates) > 1 else pd.DataFrame()
     counts = zip(zip(df["model"], df["input_bucket"]), df["t"], df["n"]) if len(df) else []
     return sample_step(counts, grain, candidates, needed), step_rule(needed, candidates)
