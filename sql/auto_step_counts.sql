@@ -1,6 +1,6 @@
 -- Generations per model × input bucket × cell of {grain:UInt32} seconds over
--- the window, from the rollup tier of that grain ({table:Identifier}: minute,
--- hour or day; its small columns only, no sketch states): what the auto step
+-- the window, from the rollup tier whose grain divides it ({table:Identifier}:
+-- minute, hour or day; its small columns only, no sketch states): what the auto step
 -- weighs (analytics/paths.sample_step, docs/live.md). The cells of the
 -- ladder's coarser steps are unions of these.
 SELECT model, input_bucket,

@@ -278,9 +278,9 @@ def _auto_step(runner, start: datetime, end: datetime, filters: dict, kind: str,
     span = (end - start).total_seconds()
     candidates = auto_candidates(span, whole_minutes=force == "rollup")
     needed = samples_needed(SHOWN[kind])
-    grain = count_grain(span)
+    grain, tier = count_grain(span, candidates), count_grain(span)
     tables = {60: "generations_minute", **{g: f"generations_{name}" for name, g in TIER_GRAINS}}
-    params = {"start": _naive(start), "end": _naive(end), "grain": grain, "table": tables[grain],
+    params = {"start": _naive(start), "end": _naive(end), "grain": grain, "table": tables[tier],
               "models": filters["models"], "buckets": [] if rebucket else filters["buckets"]}
     df = runner.df("auto_step_counts", params) if len(candidates) > 1 else pd.DataFrame()
     counts = zip(zip(df["model"], df["input_bucket"]), df["t"], df["n"]) if len(df) else []

@@ -157,10 +157,14 @@ def auto_candidates(span_s: float, whole_minutes: bool = False) -> list[int]:
     return out
 
 
-def count_grain(span_s: float) -> int:
-    """The grain the cell counts are read at: every ladder step above it is a
-    whole number of it, and a window gives at most ~2,900 counts per series."""
-    return 60 if span_s <= 2 * 86400 else 3600 if span_s <= 120 * 86400 else 86400
+def count_grain(span_s: float, candidates: list[int] = ()) -> int:
+    """The grain the cell counts are read at (a rollup tier's: 60, 3600 or
+    86400): every ladder step above it is a whole number of it, and a window
+    gives at most ~2,900 counts per series. The finest candidate instead when
+    it is coarser and every candidate is a whole number of it (fewer counts)."""
+    grain = 60 if span_s <= 2 * 86400 else 3600 if span_s <= 120 * 86400 else 86400
+    lo = candidates[0] if candidates else grain
+    return lo if lo > grain and lo % grain == 0 and all(s % lo == 0 for s in candidates) else grain
 
 
 def sample_step(counts, grain_s: int, candidates: list[int], needed: int) -> int:

@@ -61,6 +61,9 @@ def test_no_counts_gives_the_finest_and_too_few_everywhere_the_coarsest():
     assert sample_step([], 60, [15, 30, 60], 100) == 15
     assert sample_step(minutes([1] * 60), 60, [15, 30, 60, 300], 100) == 300
     assert count_grain(H) == 60 and count_grain(30 * 86400) == 3600 and count_grain(400 * 86400) == 86400
+    # Counted at the finest candidate when every candidate is a whole number of it: 30 d at 3 h cells.
+    assert count_grain(30 * 86400, auto_candidates(30 * 86400)) == 10800
+    assert count_grain(6 * H, auto_candidates(6 * H)) == 60  # 120 s then 300 s: not a multiple
 
 
 def test_the_rule_is_said_in_words():
