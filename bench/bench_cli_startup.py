@@ -51,6 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _util as U  # noqa: E402
+import results as R  # noqa: E402
 
 PY = sys.executable
 CLI = str(Path(PY).parent / "phasemeter")
@@ -195,12 +196,22 @@ def main() -> int:
             owned = None if args.no_worker else stack.enter_context(owned_store(root, args.rows, env))
             times = measure(commands(stores, owned, args.before_python), args.runs, root, env)
         print(render(times, args.runs, cache))
+        print("result:", R.record("cli-startup", figures(times)))
         U.write_json(args.json, {"machine": U.machine_info(), "runs": args.runs, "rows": args.rows,
                                  "bytecode_cache": cache, "times": times})
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     return 0
+
+
+def figures(times: dict[str, dict[str, list[float]]]) -> list[dict]:
+    """`--help` and `config`, whole processes, beside `python -c pass` in the same rounds."""
+    med = {label: statistics.median(t["wall"]) for label, t in times.items()}
+    ref = {"what": "`python -c pass`, same rounds", "value": med["python -c pass (reference)"]}
+    return [R.figure(goal, f"`{label}`, whole process, median", med[label], "s", reference=ref, target="≤ 0.2 s",
+                     met=med[label] <= 0.2)
+            for goal, label in (("cli-help", "phasemeter --help"), ("cli-config", "phasemeter config"))]
 
 
 if __name__ == "__main__":

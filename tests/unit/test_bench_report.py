@@ -91,3 +91,24 @@ def test_each_benchmark_states_its_goal_figures_beside_their_references(scripts)
     assert len(accuracy) == 4 and all(f["met"] and f["ratio"] == 1.0 for f in accuracy)
     known = set(scripts("report").ORDER)
     assert {f["goal"] for f in worker + join + sink + fresh + accuracy} <= known
+
+
+def test_the_scale_and_start_up_benchmarks_state_their_goals(scripts):
+    def q(tiers, exact, day=0.5, day_exact=0.6, empty=0.1):
+        return {"30 d, auto step (3 h) | rollup, tiers": {"median_s": tiers},
+                "30 d, auto step (3 h) | exact": {"median_s": exact},
+                "1 d, 1 min steps | rollup, tiers": {"median_s": day}, "1 d, 1 min steps | exact": {"median_s": day_exact},
+                "empty 1 min (fixed cost) | auto": {"median_s": empty}}
+    scale = scripts("bench_scale").figures([{"rows": 10_000_000, "queries": q(0.7, 1.5)},
+                                            {"rows": 100_000_000, "queries": q(0.4, 7.0)}], via_worker=True)
+    goals = [f["goal"] for f in scale]
+    assert goals == ["bands-rows", "bands-30d", "bands-1d-1min", "query-fixed-cost", "bands-rows"]
+    assert [f["met"] for f in scale] == [True] * 5
+    direct = scripts("bench_scale").figures([{"rows": 100_000_000, "queries": q(1.2, 7.6, empty=0.8)}], False)
+    assert [(f["goal"], f["met"]) for f in direct] == [("bands-30d-direct", False), ("bands-1d-1min-direct", True),
+                                                      ("query-fixed-cost-direct", False)]
+    times = {"python -c pass (reference)": {"wall": [0.03, 0.04]}, "phasemeter --help": {"wall": [0.13, 0.14]},
+             "phasemeter config": {"wall": [0.25, 0.3]}}
+    cli = scripts("bench_cli_startup").figures(times)
+    assert [(f["goal"], f["met"]) for f in cli] == [("cli-help", True), ("cli-config", False)]
+    assert set(goals) | {f["goal"] for f in direct + cli} <= set(scripts("report").ORDER)
