@@ -31,8 +31,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _window_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="start", default="-1h", help="'now', -15m, -2h, or ISO time (default -1h)")
     p.add_argument("--to", dest="end", default="now", help="end of window (default now)")
-    p.add_argument("--step", default="auto", help="time step: 30s, 1m, 5m, 1h or auto (the finest at which most cells hold "
-                        "the samples p1/p99 need; docs/live.md)")
+    p.add_argument("--step", default="auto",
+                   help="time step: 30s, 1m, 5m, 1h or auto (the finest at which most cells hold the samples "
+                        "p1/p99 need; docs/live.md)")
     p.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     p.add_argument("--bucket", action="append", default=[], help="only this input bucket (repeatable)")
     p.add_argument("--via", help="worker URL to ask (default: found from the data dir when it runs)")
