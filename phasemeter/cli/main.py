@@ -6,6 +6,7 @@ Errors name the flag or value at fault and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from phasemeter.cli import commands, delegate, dlq, emit, inflight, otlp, slo
@@ -118,10 +119,45 @@ def main(argv: list[str] | None = None) -> int:
 
     def here_or_worker() -> int:
         settings = settings_from(args)
+        check_worker_database(args, settings)
         code = delegate.through_worker(args, argv, settings)  # None: the worker cannot, run it here
         return args.func(args, settings) if code is None else code
 
     return guarded(args, here_or_worker)
+
+
+def check_worker_database(args, settings: Settings) -> None:
+    """A read through a worker sees the worker's database only: a database
+    the operator named (--database, PHASEMETER_DATABASE) that is not the
+    worker's is an error naming it, not silently another database's answer."""
+    if args.func is inflight.show or not hasattr(args, "via"):  # inflight: the worker's memory, no store
+        return
+    if getattr(args, "database", None):
+        named = f"--database {args.database!r}"
+    elif "PHASEMETER_DATABASE" in os.environ:
+        named = f"PHASEMETER_DATABASE={settings.database!r}"
+    else:
+        return
+    from phasemeter.query.remote import worker_url
+
+    url = args.via or (worker_url(settings.data_path) if settings.is_embedded else None)
+    theirs = _worker_database(url) if url else None
+    if theirs is not None and theirs != settings.database:
+        raise ArgError(f"{named}: the worker at {url} reads database {theirs!r}, and a read through it sees "
+                       f"that one only; name {theirs!r}, or read {settings.database!r} without the worker "
+                       "(stop it, or leave out --via)")
+
+
+def _worker_database(url: str) -> str | None:
+    """The database the worker at `url` reads (its /health), None when it does not say or answer."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=5) as resp:
+            return json.loads(resp.read()).get("database")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def serve(request: dict) -> int:

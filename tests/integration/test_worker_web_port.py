@@ -244,3 +244,31 @@ def test_hostile_labels_print_escaped_direct_and_through_the_worker(port):
     assert printable(HOSTILE[0]) in via["bands table"][1]
     assert any(printable(label) in via["dlq"][1] for label in HOSTILE)  # one example per reason
     assert len(via["bands csv"][1].splitlines()) > 1
+
+
+def test_a_database_the_worker_does_not_read_is_an_error_naming_the_flag(port):
+    """Through a worker, a read can only see the worker's database: naming
+    another one is refused (exit 2, the flag named), never silently ignored."""
+    w, env, t0 = port[0], port[1], port[2]
+    window = ["--from", _iso(t0), "--to", _iso(t0 + SPAN_S)]
+    status, doc, _ = request(w, "GET", "/health")
+    assert doc["database"] == env["PHASEMETER_DATABASE"]
+    cases = {("query", "bands", *window, "--database", "other"): "--database 'other'",
+             ("slo", "--slos", "example", *window, "--database", "other"): "--database 'other'",
+             ("dlq", "inspect", "--database", "other"): "--database 'other'",
+             ("query", "bands", *window, "--via", w.url, "--data-dir", "/nonexistent", "--database", "other"):
+                 "--database 'other'"}
+    assert len(cases) == 4
+    for argv, needle in cases.items():
+        done = subprocess.run([sys.executable, "-m", "phasemeter", *argv], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 2 and needle in done.stderr and env["PHASEMETER_DATABASE"] in done.stderr, \
+            (argv, done.returncode, done.stderr[-2000:])
+        assert done.stdout == ""
+    other = {**env, "PHASEMETER_DATABASE": "other"}
+    done = subprocess.run([sys.executable, "-m", "phasemeter", "query", "bands", *window], env=other,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "PHASEMETER_DATABASE='other'" in done.stderr, done.stderr[-2000:]
+    same = subprocess.run([sys.executable, "-m", "phasemeter", "query", "bands", *window, "--database",
+                           env["PHASEMETER_DATABASE"]], env=env, capture_output=True, text=True, timeout=120)
+    assert same.returncode == 0, same.stderr[-2000:]
