@@ -9,7 +9,9 @@ without code of its own:
   PHASEMETER_ALLOWED_HOSTS), so a DNS-rebound page cannot read any route.
 - **No simple requests that change anything**: a request other than GET/HEAD
   that a browser may send cross-site without a preflight (a POST of
-  text/plain, a form, no content type) gets 415; only JSON posts run.
+  text/plain, a form, no content type) gets 415; only JSON posts run. A
+  route that only reads may take them (the plain POSTs real database clients
+  send) by being listed in READ_ONLY_POSTS, here, where a reviewer sees it.
 - **Bounded concurrency**: at most MAX_IN_FLIGHT requests at once; the next
   gets 503 with Retry-After at once, not a queue (each request may hold a
   thread of the executor and the store's lock).
@@ -28,6 +30,9 @@ from aiohttp import web
 
 from phasemeter.callers import allowed_names, host_allowed, is_simple_request
 
+# Route patterns (aiohttp's canonical form, e.g. "/query/named/{name}") whose
+# POSTs only read, so a simple request there runs nothing a page could abuse.
+READ_ONLY_POSTS: frozenset[str] = frozenset()
 MAX_IN_FLIGHT = 16
 RETRY_AFTER_S = 1
 BODY_READ_S = 10.0
@@ -40,7 +45,13 @@ def _refuse(status: int, message: str, **headers) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers or None)
 
 
-def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read_s: float = BODY_READ_S):
+def _route(request: web.Request) -> str | None:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else None
+
+
+def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read_s: float = BODY_READ_S,
+          read_only_posts: frozenset[str] = READ_ONLY_POSTS):
     """The middleware for a port answering the `allowed` Host names."""
     in_flight = 0  # one event loop: a plain counter, no lock
 
@@ -50,8 +61,8 @@ def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read
         if not host_allowed(request.headers.get("Host"), allowed):
             return _refuse(403, f"Host {request.headers.get('Host')!r} is not a name this worker serves "
                                 "(loopback, its bind address, PHASEMETER_ALLOWED_HOSTS)")
-        if request.method not in ("GET", "HEAD") and is_simple_request(request.method,
-                                                                         request.headers.get("Content-Type")):
+        if (request.method not in ("GET", "HEAD") and _route(request) not in read_only_posts
+                and is_simple_request(request.method, request.headers.get("Content-Type"))):
             return _refuse(415, f"{request.method} needs Content-Type: application/json "
                                 "(a form or text/plain is what any web page may send)")
         if in_flight >= max_in_flight:
@@ -62,8 +73,13 @@ def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read
                 try:  # read whole here, so a half-sent body costs no more than BODY_READ_S
                     await asyncio.wait_for(request.read(), body_read_s)
                 except TimeoutError:
+                    # Answered and closed now: aiohttp would otherwise linger
+                    # up to 10 s more for the unread body.
                     resp = _refuse(408, f"the request body did not arrive within {body_read_s:g}s")
                     resp.force_close()
+                    await resp.prepare(request)
+                    await resp.write_eof()
+                    request.transport.close()
                     return resp
             try:
                 return await handler(request)

@@ -116,3 +116,24 @@ def test_the_web_api_answers_400_naming_the_parameter(query, param):
     assert status == 400 and doc["param"] == param, doc
     status, doc = slo(None, query, load_slos("example", labels(PRESETS["default"])), "default", NOW)
     assert status == 400 and doc["param"] == param, doc
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["from", "to", "step", "model", "bucket", "path", "abandoned", "prefill",
+                                        "slo", "by", "x"]), _typed, max_size=6))
+def test_any_web_api_query_is_parsed_or_a_bad_request_naming_a_parameter(query):
+    """/api/bands' and /api/slo's query strings: a request for run_query, or a
+    BadRequest naming the parameter (the endpoint's 400), nothing else."""
+    from phasemeter.alerts.slo_rules import load_slos
+    from phasemeter.analytics.live import BadRequest, parse, parse_slo
+    from phasemeter.stream_jobs.buckets import PRESETS, labels
+
+    sloset = load_slos("example", labels(PRESETS["default"]))
+    for fn, args in ((parse, (query, NOW)), (parse_slo, (query, sloset, NOW))):
+        try:
+            req = fn(*args)
+        except BadRequest as exc:
+            assert exc.param in set(query) | {"from", "to", "step", "path", "by", "slo"}, (exc.param, exc)
+            continue
+        assert TIME_MIN <= req["start"] < req["end"] < TIME_MAX
+        assert req["step_s"] is None or 1 <= req["step_s"] <= MAX_DURATION_S
