@@ -94,6 +94,10 @@ def create_app(settings: Settings, client=None) -> faust.App:
         # Every route behind one middleware: the Host check, no simple
         # cross-site requests, bounded concurrency and body reads (web_guard.py).
         web_application_options=web_guard.application_options(settings),
+        # Faust's own routes: its tables' contents by key (the join's holds
+        # request ids) and its partition router. Nothing here uses them.
+        web_tables_enabled=False,
+        web_router_enabled=False,
         topic_partitions=settings.topic_partitions,
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=settings.kafka_session_timeout_s,

@@ -272,3 +272,15 @@ def test_a_database_the_worker_does_not_read_is_an_error_naming_the_flag(port):
     same = subprocess.run([sys.executable, "-m", "phasemeter", "query", "bands", *window, "--database",
                            env["PHASEMETER_DATABASE"]], env=env, capture_output=True, text=True, timeout=120)
     assert same.returncode == 0, same.stderr[-2000:]
+
+
+def test_faust_s_own_table_and_router_routes_are_not_served(port):
+    """Faust serves its tables' contents (/table/NAME/KEY/) and its partition
+    router by default; the worker needs neither, and the join's table holds
+    request ids."""
+    w = port[0]
+    routes = ["/router/", "/table/phases/x/", "/table/x/y/"]
+    assert len(routes) == 3
+    for route in routes:
+        status, doc, _ = request(w, "GET", route)
+        assert status == 404, (route, status, doc)
