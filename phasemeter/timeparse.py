@@ -11,6 +11,7 @@ Every value is bounded, so no input reaches an overflow further on:
 
 from __future__ import annotations
 
+import argparse
 import re
 from datetime import datetime, timedelta, timezone
 
@@ -85,4 +86,20 @@ def auto_step(t0: datetime, t1: datetime, target_points: int = 300) -> int:
         if span / step <= target_points:
             return step
     return 604800
+
+
+def number(kind: type, lo: float, hi: float):
+    """An argparse `type=`: an int or float from `lo` to `hi` (finite: nan and
+    inf are out of range); argparse names the flag and exits 2."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except (ValueError, OverflowError):
+            value = None
+        if value is None or not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a number from {lo:g} to {hi:g}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
 

@@ -14,7 +14,9 @@ from phasemeter.alerts import cli as alerts_cli
 from phasemeter.analytics import cli as analytics_cli
 from phasemeter.query.served import set_handler
 from phasemeter.settings import Settings
-from phasemeter.timeparse import ArgError
+from phasemeter.timeparse import ArgError, number
+
+PORT = number(int, 1, 65_535)
 
 # Feature modules that add their own subcommands, each with
 # register(sub, common, window_flags) setting `func=(args, settings) -> int`.
@@ -50,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("worker", help="run the stream job (Faust)")
     _common(p)
-    p.add_argument("--web-port", type=int, help="read-only HTTP port (env PHASEMETER_WEB_PORT)")
+    p.add_argument("--web-port", type=PORT, help="read-only HTTP port (env PHASEMETER_WEB_PORT)")
     p.add_argument("--loglevel", default="info", choices=["crit", "error", "warn", "info", "debug"])
     p.set_defaults(func=commands.cmd_worker)
 
@@ -71,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("kafka", help="the local single-node KRaft broker")
     _common(p)
     p.add_argument("action", choices=["fetch", "start", "stop", "status"])
-    p.add_argument("--port", type=int, help="broker port (default: a free one)")
+    p.add_argument("--port", type=PORT, help="broker port (default: a free one)")
     p.set_defaults(func=commands.cmd_kafka)
 
     p = sub.add_parser("config", help="show effective settings (secrets masked)")
@@ -80,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="end-to-end demo: broker, worker, synthetic load, table, chart")
     _common(p)
-    p.add_argument("--seconds", type=float, default=25.0, help="how long the synthetic gateway runs")
-    p.add_argument("--rate", type=float, default=3000.0, help="generations per second")
+    p.add_argument("--seconds", type=number(float, 1, 86_400), default=25.0, help="how long the synthetic gateway runs")
+    p.add_argument("--rate", type=number(float, 1, 1_000_000), default=3000.0, help="generations per second")
     p.add_argument("--out-dir", default="demo-out", help="where the PNG and table go")
     p.add_argument("--keep", action="store_true",
                    help="leave the broker and the worker running afterwards, print the live page's URL "

@@ -137,3 +137,35 @@ def test_any_web_api_query_is_parsed_or_a_bad_request_naming_a_parameter(query):
             continue
         assert TIME_MIN <= req["start"] < req["end"] < TIME_MAX
         assert req["step_s"] is None or 1 <= req["step_s"] <= MAX_DURATION_S
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["demo", "--seconds", "inf"], "--seconds"), (["demo", "--seconds", "nan"], "--seconds"),
+    (["demo", "--seconds", "-5"], "--seconds"), (["demo", "--rate", "0"], "--rate"),
+    (["demo", "--rate", "1e300"], "--rate"), (["worker", "--web-port", "70000"], "--web-port"),
+    (["worker", "--web-port", "0"], "--web-port"), (["kafka", "start", "--port", "-1"], "--port"),
+])
+def test_numbers_out_of_range_are_argparse_errors_naming_the_flag(argv, flag, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(argv + ["--data-dir", str(tmp_path / "data")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument {flag}" in err and "from" in err, err
+    assert not (tmp_path / "data").exists()
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=30), st.from_regex(r"\A-?[0-9_]{0,400}(\.[0-9]*)?(e-?[0-9]{1,4})?\Z"),
+                 st.sampled_from(["nan", "inf", "-inf", "1e309", "0x10", "1_0"])))
+def test_any_number_flag_is_in_bounds_or_an_argparse_error(text):
+    from phasemeter.cli.main import build_parser
+
+    parser = build_parser()
+    for argv, dest, lo, hi in ((["demo", "--rate", text], "rate", 1, 1_000_000),
+                               (["demo", "--seconds", text], "seconds", 1, 86_400),
+                               (["worker", "--web-port", text], "web_port", 1, 65_535)):
+        try:
+            value = getattr(parser.parse_args(argv), dest)
+        except SystemExit as exc:
+            assert exc.code == 2
+            continue
+        assert lo <= value <= hi
