@@ -169,3 +169,26 @@ def test_any_number_flag_is_in_bounds_or_an_argparse_error(text):
             assert exc.code == 2
             continue
         assert lo <= value <= hi
+
+
+@pytest.mark.parametrize("edges", ["0,99999999999", "0,512,4294967296", "5,10", "0,10,10", "0,x", "0," + "9" * 5000])
+def test_bucket_edges_out_of_range_are_argparse_errors_naming_the_flag(edges, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["query", "bands", "--buckets", edges, "--data-dir", str(tmp_path / "data")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --buckets" in err, err
+    assert not (tmp_path / "data").exists()
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=40), st.text(alphabet=string.digits + ",. -+e", max_size=60)))
+def test_any_buckets_flag_is_bounded_edges_or_an_argparse_error(text):
+    from phasemeter.cli.main import build_parser
+
+    try:
+        spec = build_parser().parse_args(["query", "bands", "--buckets", text]).buckets
+    except SystemExit as exc:
+        assert exc.code == 2
+        return
+    edges = parse_edges(spec)
+    assert edges[0] == 0 and edges[-1] < 2**32  # input_tokens is a UInt32, and so are the query's edges
