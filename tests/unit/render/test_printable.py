@@ -117,3 +117,13 @@ def test_slo_table_and_csv_escape_labels():
         assert RAW.search(text) is None, (fmt, text)
         assert all(printable(m) in text for m in HOSTILE)
     assert len(render(rows, "csv", meta, slo).splitlines()) == len(rows) + 1
+
+
+def test_svg_chart_holds_no_raw_control_character(tmp_path):
+    """An SVG is text (and XML 1.0 forbids most control characters): panel
+    titles name the labels escaped."""
+    from phasemeter.render.png import render_bands_png
+
+    doc = render_bands_png(_frame(HOSTILE), tmp_path / "x.svg").read_text()
+    assert RAW.search(doc) is None
+    assert printable(HOSTILE[0]) in doc
