@@ -284,3 +284,15 @@ def test_faust_s_own_table_and_router_routes_are_not_served(port):
     for route in routes:
         status, doc, _ = request(w, "GET", route)
         assert status == 404, (route, status, doc)
+
+
+def test_out_of_range_values_are_400s_naming_the_parameter(port):
+    from urllib.parse import urlencode
+
+    w = port[0]
+    cases = [("/api/bands", {"from": "-99999999999d"}, "from"), ("/api/bands", {"step": "99999999999999999999d"}, "step"),
+             ("/api/slo", {"to": "9999-12-31T23:59:59-01:00"}, "to"), ("/api/bands", {"from": "0001-01-01"}, "from")]
+    assert len(cases) == 4
+    for route, query, param in cases:
+        status, doc, _ = request(w, "GET", f"{route}?{urlencode(query)}")
+        assert status == 400 and doc["param"] == param, (route, query, status, doc)
