@@ -60,7 +60,7 @@ def _guarded(run):
         try:
             return run(args, settings)
         except RuntimeError as exc:
-            print(f"phasemeter alerts {args.alerts_command}: error: {exc}", file=sys.stderr)
+            print(f"phasemeter alerts {args.alerts_command}: error: {printable(str(exc))}", file=sys.stderr)
             return 2
     return handler
 

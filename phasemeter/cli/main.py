@@ -14,6 +14,7 @@ from phasemeter.alerts import cli as alerts_cli
 from phasemeter.analytics import cli as analytics_cli
 from phasemeter.query.served import set_handler
 from phasemeter.settings import Settings
+from phasemeter.textgrid import printable
 from phasemeter.timeparse import ArgError, number
 
 PORT = number(int, 1, 65_535)
@@ -181,7 +182,8 @@ def guarded(args, run) -> int:
     try:
         return run() or 0
     except (ArgError, ValueError) as exc:
-        print(f"phasemeter {args.command}: error: {exc}", file=sys.stderr)
+        # printable: an error may quote stored values (the models in a window)
+        print(f"phasemeter {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -194,7 +196,7 @@ def guarded(args, run) -> int:
         from phasemeter.kafka_local import BrokerError
         from phasemeter.store.client import StoreError
         if isinstance(exc, (BrokerError, StoreError, RuntimeError)):
-            print(f"phasemeter {args.command}: {exc}", file=sys.stderr)
+            print(f"phasemeter {args.command}: {printable(str(exc))}", file=sys.stderr)
             return 1
         raise
 

@@ -127,3 +127,22 @@ def test_svg_chart_holds_no_raw_control_character(tmp_path):
     doc = render_bands_png(_frame(HOSTILE), tmp_path / "x.svg").read_text()
     assert RAW.search(doc) is None
     assert printable(HOSTILE[0]) in doc
+
+
+def test_cli_error_messages_escape_what_they_quote(capsys):
+    """An error may list stored values (`--model x: no generations of it in this
+    window; the models are ...`): the one line the CLI prints is escaped too."""
+    import argparse
+
+    from phasemeter.cli.main import guarded
+    from phasemeter.store.client import StoreError
+    from phasemeter.timeparse import ArgError
+
+    args = argparse.Namespace(command="query")
+    for exc, rc in ((ArgError("--model x: the models are evil\x1b[2J (3), t\x1b]0;pwned\x07"), 2),
+                    (StoreError("store said: nul\x00 cr\r"), 1)):
+        def run(exc=exc):
+            raise exc
+        assert guarded(args, run) == rc
+        err = capsys.readouterr().err
+        assert err.endswith("\n") and err.count("\n") == 1 and RAW.search(err) is None, repr(err)
