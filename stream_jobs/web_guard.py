@@ -14,7 +14,9 @@ without code of its own:
   send) by being listed in READ_ONLY_POSTS, here, where a reviewer sees it.
 - **Bounded concurrency**: at most MAX_IN_FLIGHT requests at once; the next
   gets 503 with Retry-After at once, not a queue (each request may hold a
-  thread of the executor and the store's lock).
+  thread of the executor and the store's lock). MONITORING routes answer from
+  memory on the event loop and are not counted: a probe must not read a busy
+  worker as a dead one.
 - **Bounded reads**: a body must arrive whole within BODY_READ_S (408 and the
   connection closed otherwise) and be at most MAX_BODY_BYTES (413, aiohttp's
   own check); an idle connection, or one whose head never ends, is closed
@@ -33,6 +35,8 @@ from phasemeter.callers import allowed_names, host_allowed, is_simple_request
 # Route patterns (aiohttp's canonical form, e.g. "/query/named/{name}") whose
 # POSTs only read, so a simple request there runs nothing a page could abuse.
 READ_ONLY_POSTS: frozenset[str] = frozenset()
+# Answered from the worker's memory, on the event loop, in one step.
+MONITORING: frozenset[str] = frozenset({"/health", "/metrics"})
 MAX_IN_FLIGHT = 16
 RETRY_AFTER_S = 1
 BODY_READ_S = 10.0
@@ -65,9 +69,10 @@ def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read
                 and is_simple_request(request.method, request.headers.get("Content-Type"))):
             return _refuse(415, f"{request.method} needs Content-Type: application/json "
                                 "(a form or text/plain is what any web page may send)")
-        if in_flight >= max_in_flight:
+        counted = _route(request) not in MONITORING
+        if counted and in_flight >= max_in_flight:
             return _refuse(503, f"busy: {max_in_flight} requests in progress", **{"Retry-After": str(RETRY_AFTER_S)})
-        in_flight += 1
+        in_flight += counted
         try:
             if request.body_exists:
                 try:  # read whole here, so a half-sent body costs no more than BODY_READ_S
@@ -86,7 +91,7 @@ def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read
             except RecursionError:
                 return _refuse(400, "bad request: the body is nested too deeply to decode")
         finally:
-            in_flight -= 1
+            in_flight -= counted
 
     return middleware
 

@@ -216,15 +216,18 @@ def test_requests_over_the_bound_get_503_with_retry_after(port):
         assert len(held) == MAX_IN_FLIGHT
 
         def refused():
-            status, doc, headers = request(w, "GET", "/health")
+            status, doc, headers = request(w, "GET", "/inflight")
             return (status, doc, headers) if status == 503 else None
 
         status, doc, headers = wait_for(refused, 10, "a request over the bound to be refused")
         assert headers.get("Retry-After") == "1" and "busy" in doc["error"]
+        # Monitoring answers all the same: a probe must not read a busy worker as a dead one.
+        for route in ("/health", "/metrics"):
+            assert request(w, "GET", route)[0] == 200, route
     finally:
         for s in held:
             s.close()
-    wait_for(lambda: request(w, "GET", "/health")[0] == 200, 30, "the port to answer again once they left")
+    wait_for(lambda: request(w, "GET", "/inflight")[0] == 200, 30, "the port to answer again once they left")
 
 
 def test_hostile_labels_print_escaped_direct_and_through_the_worker(port):
