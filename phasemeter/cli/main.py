@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="end-to-end demo: broker, worker, synthetic load, table, chart")
     _common(p)
-    p.add_argument("--seconds", type=number(float, 1, 86_400), default=25.0, help="how long the synthetic gateway runs")
+    p.add_argument("--seconds", type=number(float, 1, 86_400), default=25.0,
+                   help="how long the synthetic gateway runs")
     p.add_argument("--rate", type=number(float, 1, 1_000_000), default=3000.0, help="generations per second")
     p.add_argument("--out-dir", default="demo-out", help="where the PNG and table go")
     p.add_argument("--keep", action="store_true",
