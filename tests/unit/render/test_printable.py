@@ -146,3 +146,18 @@ def test_cli_error_messages_escape_what_they_quote(capsys):
         assert guarded(args, run) == rc
         err = capsys.readouterr().err
         assert err.endswith("\n") and err.count("\n") == 1 and RAW.search(err) is None, repr(err)
+
+
+def test_the_bulk_pattern_is_the_same_set_as_printable():
+    """csv_text finds values to escape with CONTROL_CLASS (in Arrow's RE2):
+    the same characters printable escapes, Unicode's Cc, and no others."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from phasemeter.textgrid import CONTROL_CLASS
+
+    chars = [chr(c) for c in range(0x3000) if not 0xD800 <= c < 0xE000]
+    assert len(chars) == 0x3000
+    found = pc.match_substring_regex(pa.array(chars), CONTROL_CLASS).to_pylist()
+    assert found == [unicodedata.category(ch) == "Cc" for ch in chars]
+    assert [printable(ch) != ch for ch in chars] == found
