@@ -20,7 +20,7 @@ import faust
 from phasemeter.settings import Settings
 from phasemeter.store.client import connect
 
-from . import handoff, ingest_agent, inline_delivery, join_agent, log_offsets, publish, recovery_task, resume
+from . import handoff, ingest_agent, inline_delivery, join_agent, log_offsets, publish, recovery_task, resume, web_guard
 from .pipeline import Pipeline
 from .sink import Sink
 from .ready import is_ready
@@ -91,6 +91,13 @@ def create_app(settings: Settings, client=None) -> faust.App:
         web_host=settings.web_host,
         web_port=settings.web_port,
         web_bind=settings.web_host,
+        # Every route behind one middleware: the Host check, no simple
+        # cross-site requests, bounded concurrency and body reads (web_guard.py).
+        web_application_options=web_guard.application_options(settings),
+        # Faust's own routes: its tables' contents by key (the join's holds
+        # request ids) and its partition router. Nothing here uses them.
+        web_tables_enabled=False,
+        web_router_enabled=False,
         topic_partitions=settings.topic_partitions,
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=settings.kafka_session_timeout_s,
@@ -166,6 +173,7 @@ def create_app(settings: Settings, client=None) -> faust.App:
     ingest_agent.install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets, _crash_guard)
 
     register_views(app, settings, pipeline, sink, joiner)
+    web_guard.limit_idle(app)
     return app
 
 

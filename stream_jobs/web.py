@@ -72,7 +72,9 @@ def register_views(app, settings, pipeline, sink, joiner) -> None:
     @app.page("/health")
     class Health(View):
         async def get(self, request):
-            return self.json(pipeline.health() | consumer_lag(app, pipeline) | {"ready": is_ready(app)})
+            # database: the one a read through this worker sees (the CLI checks its --database against it)
+            return self.json(pipeline.health() | consumer_lag(app, pipeline)
+                             | {"ready": is_ready(app), "database": settings.database})
 
     @app.page("/debug/tasks")
     class Tasks(View):

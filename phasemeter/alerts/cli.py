@@ -11,7 +11,7 @@ import json
 import sys
 from datetime import datetime, timezone
 
-from phasemeter.textgrid import grid
+from phasemeter.textgrid import grid, printable, printable_lines
 from phasemeter.timeparse import parse_duration, parse_time, window
 
 from phasemeter.alerts import backtest, check
@@ -60,7 +60,7 @@ def _guarded(run):
         try:
             return run(args, settings)
         except RuntimeError as exc:
-            print(f"phasemeter alerts {args.alerts_command}: error: {exc}", file=sys.stderr)
+            print(f"phasemeter alerts {args.alerts_command}: error: {printable(str(exc))}", file=sys.stderr)
             return 2
     return handler
 
@@ -103,10 +103,10 @@ def cmd_check(args, settings) -> int:
     else:
         print(f"# alerts at {at:%Y-%m-%d %H:%M:%S} UTC; throughput slow tail (low percentile); "
               f"{len(firing)} firing")
-        print(table(results))
+        print(printable_lines(table(results)))  # its FIRING lines name stored labels
         if sloset.slos:
             print(f"\n# SLO burn-rate alerts (multi-window); {len(burning)} firing")
-            print(slo_alerts.table(burns, sloset))
+            print(printable_lines(slo_alerts.table(burns, sloset)))
     if args.webhook and (firing or burning):
         extra = [slo_alerts.webhook_alert(r, sloset, args.external_url) for r in burning]
         sent = deliver(args.webhook, firing, ruleset.runbook_url, args.external_url, extra)
@@ -159,7 +159,7 @@ def cmd_backtest(args, settings) -> int:
     for e in eps:
         if e.absorbed:
             when = f"resolved at {_t(e.ended)}" if e.ended else f"still firing at {_t(last)}"
-            print(f"warning: {e.rule} {e.model} {e.bucket} {when} with {e.baseline_overlap_s / 60:.0f}m of its "
+            print(f"warning: {e.rule} {printable(e.model)} {printable(e.bucket)} {when} with {e.baseline_overlap_s / 60:.0f}m of its "
                   f"firing period inside the baseline ({e.baseline_overlap_share:.0%} of it): the baseline "
                   "absorbed the incident, so 'resolved' may only mean the comparison degraded; check "
                   "`phasemeter query bands` over the period")

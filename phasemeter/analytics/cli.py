@@ -11,9 +11,27 @@ Wiring (phasemeter/cli/main.py, phasemeter/cli/commands.py):
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from phasemeter.analytics.variants import ABANDONED_CHOICES, PREFILL_VARIANTS
+
+
+MAX_EDGE = 2**32 - 1  # input_tokens is a UInt32, and so are the re-bucketing queries' edges
+
+
+def edges_flag(text: str) -> str:
+    """`--buckets`: edges or a preset, checked here so argparse names the flag;
+    the text itself goes on to run_query."""
+    from phasemeter.stream_jobs.buckets import parse_edges
+
+    try:
+        edges = parse_edges(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if edges[-1] > MAX_EDGE:
+        raise argparse.ArgumentTypeError(f"bucket edges {text!r}: an edge is a token count, at most {MAX_EDGE}")
+    return text
 
 
 def path_flags(p) -> None:
@@ -25,7 +43,7 @@ def path_flags(p) -> None:
     p.add_argument("--no-tiers", action="store_true",
                    help="on the rollup path read the per-minute tier only, not the hour/day tiers (the same "
                         "numbers up to the sketch's merge order; for comparing and benchmarking)")
-    p.add_argument("--buckets", metavar="EDGES",
+    p.add_argument("--buckets", metavar="EDGES", type=edges_flag,
                    help="re-bucket at query time from raw input_tokens: edges like 0,1024,4096,16384,65536 "
                         "or a preset (default, litellm); exact path only")
     p.add_argument("--abandoned", default="include", choices=ABANDONED_CHOICES,

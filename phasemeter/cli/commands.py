@@ -47,6 +47,14 @@ def cmd_migrate(args, settings: Settings) -> int:
     return 0
 
 
+def local_url(settings: Settings) -> str:
+    """Where a CLI on this machine reaches the worker's web port. A wildcard
+    bind (0.0.0.0, ::) is reached on loopback: the port answers only the
+    Host names it serves (phasemeter.callers), and 0.0.0.0 is not one."""
+    host = "127.0.0.1" if settings.web_host in ("", "0.0.0.0", "::") else settings.web_host
+    return f"http://{'[' + host + ']' if ':' in host else host}:{settings.web_port}"
+
+
 def cmd_worker(args, settings: Settings) -> int:
     from phasemeter.stream_jobs.app import create_app
     from phasemeter.stream_jobs.lifecycle import Worker
@@ -72,7 +80,7 @@ def cmd_worker(args, settings: Settings) -> int:
                   settings.kafka_client_config())
     app = create_app(settings, client)
     if settings.is_embedded:
-        write_state(settings.data_path, f"http://{settings.web_host}:{settings.web_port}")
+        write_state(settings.data_path, local_url(settings))
     try:
         worker = Worker(app, loglevel=args.loglevel)
         # Faust's terminal spinner sets the root logger to DEBUG whenever the

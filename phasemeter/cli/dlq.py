@@ -22,6 +22,7 @@ def register(sub, common, window_flags) -> None:
 
 def inspect(args, settings) -> int:
     from phasemeter.query.runner import open_runner
+    from phasemeter.textgrid import printable
     from phasemeter.timeparse import window
 
     start, end = window(args.start, args.end)
@@ -37,5 +38,5 @@ def inspect(args, settings) -> int:
     total = sum(int(r["n"]) for r in rows)
     print(f"dead letters {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC: {total}")
     for r in rows:
-        print(f"  {r['reason']:<18} {int(r['n']):>8}   e.g. {str(r['example'])[:100]}")
+        print(f"  {printable(str(r['reason'])):<18} {int(r['n']):>8}   e.g. {printable(str(r['example'])[:100])}")
     return 0

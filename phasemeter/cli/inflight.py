@@ -49,6 +49,7 @@ def merge(views: list[dict]) -> dict:
 
 def show(args, settings) -> int:
     from phasemeter.query.remote import worker_url
+    from phasemeter.textgrid import printable
 
     urls = args.via or [worker_url(settings.data_path) or f"http://{settings.web_host}:{settings.web_port}"]
     view = merge([fetch(u) for u in urls])
@@ -58,7 +59,9 @@ def show(args, settings) -> int:
     print(f"# in flight now (started, not ended); prefill = no first token yet. Abandoned after "
           f"{view['abandon_after_s']:g}s. Workers asked: {view['workers']}")
     rows = [("model", "bucket", "phase", "in flight", "oldest age s")]
-    rows += [(c["model"], c["input_bucket"], c["phase"], str(c["in_flight"]), f"{c['oldest_age_s']:.1f}")
+    # Labels as senders sent them: escaped (textgrid.printable) before they are measured.
+    rows += [(printable(c["model"]), printable(c["input_bucket"]), c["phase"], str(c["in_flight"]),
+              f"{c['oldest_age_s']:.1f}")
              for c in view["in_flight"]]
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for i, r in enumerate(rows):

@@ -6,6 +6,7 @@ Errors name the flag or value at fault and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from phasemeter.cli import commands, delegate, dlq, emit, inflight, otlp, slo
@@ -13,7 +14,10 @@ from phasemeter.alerts import cli as alerts_cli
 from phasemeter.analytics import cli as analytics_cli
 from phasemeter.query.served import set_handler
 from phasemeter.settings import Settings
-from phasemeter.timeparse import ArgError
+from phasemeter.textgrid import printable
+from phasemeter.timeparse import ArgError, number
+
+PORT = number(int, 1, 65_535)
 
 # Feature modules that add their own subcommands, each with
 # register(sub, common, window_flags) setting `func=(args, settings) -> int`.
@@ -51,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("worker", help="run the stream job (Faust)")
     _common(p)
-    p.add_argument("--web-port", type=int, help="read-only HTTP port (env PHASEMETER_WEB_PORT)")
+    p.add_argument("--web-port", type=PORT, help="read-only HTTP port (env PHASEMETER_WEB_PORT)")
     p.add_argument("--loglevel", default="info", choices=["crit", "error", "warn", "info", "debug"])
     p.set_defaults(func=commands.cmd_worker)
 
@@ -72,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("kafka", help="the local single-node KRaft broker")
     _common(p)
     p.add_argument("action", choices=["fetch", "start", "stop", "status"])
-    p.add_argument("--port", type=int, help="broker port (default: a free one)")
+    p.add_argument("--port", type=PORT, help="broker port (default: a free one)")
     p.set_defaults(func=commands.cmd_kafka)
 
     p = sub.add_parser("config", help="show effective settings (secrets masked)")
@@ -81,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="end-to-end demo: broker, worker, synthetic load, table, chart")
     _common(p)
-    p.add_argument("--seconds", type=float, default=25.0, help="how long the synthetic gateway runs")
-    p.add_argument("--rate", type=float, default=3000.0, help="generations per second")
+    p.add_argument("--seconds", type=number(float, 1, 86_400), default=25.0,
+                   help="how long the synthetic gateway runs")
+    p.add_argument("--rate", type=number(float, 1, 1_000_000), default=3000.0, help="generations per second")
     p.add_argument("--out-dir", default="demo-out", help="where the PNG and table go")
     p.add_argument("--keep", action="store_true",
                    help="leave the broker and the worker running afterwards, print the live page's URL "
@@ -120,10 +125,45 @@ def main(argv: list[str] | None = None) -> int:
 
     def here_or_worker() -> int:
         settings = settings_from(args)
+        check_worker_database(args, settings)
         code = delegate.through_worker(args, argv, settings)  # None: the worker cannot, run it here
         return args.func(args, settings) if code is None else code
 
     return guarded(args, here_or_worker)
+
+
+def check_worker_database(args, settings: Settings) -> None:
+    """A read through a worker sees the worker's database only: a database
+    the operator named (--database, PHASEMETER_DATABASE) that is not the
+    worker's is an error naming it, not silently another database's answer."""
+    if args.func is inflight.show or not hasattr(args, "via"):  # inflight: the worker's memory, no store
+        return
+    if getattr(args, "database", None):
+        named = f"--database {args.database!r}"
+    elif "PHASEMETER_DATABASE" in os.environ:
+        named = f"PHASEMETER_DATABASE={settings.database!r}"
+    else:
+        return
+    from phasemeter.query.remote import worker_url
+
+    url = args.via or (worker_url(settings.data_path) if settings.is_embedded else None)
+    theirs = _worker_database(url) if url else None
+    if theirs is not None and theirs != settings.database:
+        raise ArgError(f"{named}: the worker at {url} reads database {theirs!r}, and a read through it sees "
+                       f"that one only; name {theirs!r}, or read {settings.database!r} without the worker "
+                       "(stop it, or leave out --via)")
+
+
+def _worker_database(url: str) -> str | None:
+    """The database the worker at `url` reads (its /health), None when it does not say or answer."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=5) as resp:
+            return json.loads(resp.read()).get("database")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def serve(request: dict) -> int:
@@ -145,7 +185,8 @@ def guarded(args, run) -> int:
     try:
         return run() or 0
     except (ArgError, ValueError) as exc:
-        print(f"phasemeter {args.command}: error: {exc}", file=sys.stderr)
+        # printable: an error may quote stored values (the models in a window)
+        print(f"phasemeter {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -158,7 +199,7 @@ def guarded(args, run) -> int:
         from phasemeter.kafka_local import BrokerError
         from phasemeter.store.client import StoreError
         if isinstance(exc, (BrokerError, StoreError, RuntimeError)):
-            print(f"phasemeter {args.command}: {exc}", file=sys.stderr)
+            print(f"phasemeter {args.command}: {printable(str(exc))}", file=sys.stderr)
             return 1
         raise
 

@@ -11,6 +11,11 @@ few values outside [1e-4, 1e10) are formatted by `repr` one by one. So the
 output is byte for byte pandas' (tests/unit/render/test_csv_text.py checks it
 against pandas on generated frames); a frame with a column type this module
 does not know is written by pandas.
+
+Text fields are escaped first by the rule every text output follows
+(phasemeter.textgrid.printable: a control character becomes `\\xNN`), so no
+stored label reaches a terminal raw, and no field spans two lines: the CSV
+stays valid, one line per row. The JSON output carries the exact values.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from phasemeter.textgrid import CONTROL_CLASS, printable
 from phasemeter.timeparse import ISO_UTC as DATE_FORMAT
+
 _QUOTE_IF = (",", '"', *os.linesep)  # csv.QUOTE_MINIMAL: the separator, the quote, the line end
 
 
@@ -32,7 +39,7 @@ def to_csv(df: pd.DataFrame) -> str:
     texts = [_column(df[c]) for c in df.columns] if len(df) and len(df.columns) and df.columns.is_unique else [None]
     if any(t is None for t in texts):  # also: no rows or columns (pandas' header rules), repeated names
         buf = io.StringIO()
-        df.to_csv(buf, index=False, date_format=DATE_FORMAT)
+        _printable_frame(df).to_csv(buf, index=False, date_format=DATE_FORMAT)
         return buf.getvalue()
     nl = os.linesep  # pandas' default line terminator
     header = ",".join(_quoted(pa.array([str(c) for c in df.columns])).to_pylist())
@@ -58,8 +65,35 @@ def _column(s: pd.Series):
             text = pa.array(s, from_pandas=True)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             return None
-        return _quoted(text) if pa.types.is_string(text.type) or pa.types.is_large_string(text.type) else None
+        if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
+            return None
+        return _quoted(_printable(text))
     return None
+
+
+def _printable(text):
+    """textgrid.printable over an Arrow string array: the values that need it
+    found in C, escaped one by one (a label with a control character is rare)."""
+    hits = pc.fill_null(pc.match_substring_regex(text, CONTROL_CLASS), False)
+    if not pc.any(hits).as_py():
+        return text
+    values = text.to_pylist()
+    for i in np.flatnonzero(hits.to_numpy(zero_copy_only=False)):
+        values[i] = printable(values[i])
+    return pa.array(values, text.type)
+
+
+def _printable_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """The frame pandas writes, its text values escaped (textgrid.printable)."""
+    out = None
+    for i in range(df.shape[1]):
+        col = df.iloc[:, i]
+        if col.dtype == object or pd.api.types.is_string_dtype(col.dtype):
+            escaped = col.map(lambda v: printable(v) if isinstance(v, str) else v)
+            if not escaped.equals(col):
+                out = df.copy() if out is None else out
+                out.isetitem(i, escaped)
+    return df if out is None else out
 
 
 def _floats(x: np.ndarray):

@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.textpath import text_to_path
 
 from phasemeter.query.served import write_file
+from phasemeter.textgrid import printable
 
 PHASES = ("prefill", "decode")
 PCTS = ("p1", "p5", "p50", "p95", "p99")
@@ -250,7 +251,7 @@ def render_bands_png(
                 label = prefill_label if phase == "prefill" else phase
                 # y given: matplotlib then skips placing each title clear of the
                 # tick labels above it (there are none), 1.5 s of 40 panels.
-                ax.set_title(f"{model} · {bucket} · {label}", fontsize=8.5, loc="left", y=1.0)
+                ax.set_title(f"{printable(model)} · {printable(bucket)} · {label}", fontsize=8.5, loc="left", y=1.0)
                 ax.set_xlim(lo, hi)
                 loc = mdates.AutoDateLocator(minticks=3, maxticks=5)
                 ax.xaxis.set_major_locator(loc)

@@ -8,7 +8,7 @@ import io
 import json
 
 from phasemeter.alerts.slo_rules import OBJECTIVES, SLO_COUNTS
-from phasemeter.textgrid import grid
+from phasemeter.textgrid import grid, printable
 
 
 def columns(slo, timed: bool) -> list[tuple[str, str]]:
@@ -51,7 +51,7 @@ def table(rows: list[dict], meta: dict, slo) -> str:
     cols = columns(slo, meta["step_s"] is not None)
     body = [[_cell(k, r.get(k)) for k, _ in cols] for r in rows]
     left = {"t", "model", "input_bucket", "burning"}
-    out = head(meta) + grid([t for _, t in cols], body, right={i for i, (k, _) in enumerate(cols) if k not in left})
+    out = [printable(line) for line in head(meta)] + grid([t for _, t in cols], body, right={i for i, (k, _) in enumerate(cols) if k not in left})
     if not rows:
         out.append("(no generations in scope in this window)")
     period = meta.get("period")
@@ -59,8 +59,8 @@ def table(rows: list[dict], meta: dict, slo) -> str:
         days = period["seconds"] / 86400
         left = [f"{b['model']} {_cell('budget_left', b['budget_left'])} (burn {_cell('burn_rate', b['burn_rate'])}, "
                 f"n={b['n']:,})" for b in period["models"]]
-        out.append(f"# error budget left over the SLO period ({days:g} d to {period['end']}, {period['path']} path): "
-                   + ("; ".join(left) if left else "no generations"))
+        out.append(printable(f"# error budget left over the SLO period ({days:g} d to {period['end']}, "
+                             f"{period['path']} path): " + ("; ".join(left) if left else "no generations")))
     return "\n".join(out)
 
 
@@ -72,6 +72,11 @@ def records(rows: list[dict]) -> list[dict]:
     return [{k: _value(k, v) for k, v in r.items()} for r in rows]
 
 
+def _csv_field(v):
+    """A CSV field: text escaped as in every text output (textgrid.printable)."""
+    return "" if v is None else printable(v) if isinstance(v, str) else v
+
+
 def render(rows: list[dict], fmt: str, meta: dict, slo) -> str:
     if fmt == "json":
         return json.dumps({"meta": meta, "rows": records(rows)}, indent=2)
@@ -81,7 +86,7 @@ def render(rows: list[dict], fmt: str, meta: dict, slo) -> str:
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(keys)
         for r in records(rows):
-            w.writerow(["" if r.get(k) is None else r.get(k) for k in keys])
+            w.writerow([_csv_field(r.get(k)) for k in keys])
         return buf.getvalue().rstrip("\n")
     return table(rows, meta, slo)
 

@@ -15,6 +15,7 @@ import pandas as pd
 
 from phasemeter.analytics.paths import SAMPLES_FOR
 from phasemeter.query.queries import METHOD, PERCENTILES, PHASES
+from phasemeter.textgrid import printable
 from phasemeter.timeparse import ISO_UTC
 
 HEADER_NOTE = ("throughput tokens/s; LOW percentiles are the slow tail "
@@ -126,10 +127,12 @@ def format_table(df: pd.DataFrame, cols: list[tuple[str, str]], header: list[str
     marked = False
     for c, _ in cols[1:]:
         values = df[c].tolist()
-        if c in _LABELS:
-            columns.append(values)
+        if c in _LABELS:  # stored as sent: escaped before they are measured (textgrid.printable)
+            columns.append([printable(str(v)) for v in values])
             continue
         texts = [fmt(v) for v in values]
+        if not pd.api.types.is_numeric_dtype(df[c].dtype):
+            texts = [printable(t) for t in texts]
         small = _small_mask(df, c)
         if small is not None and small.any():
             marked = True
@@ -138,7 +141,7 @@ def format_table(df: pd.DataFrame, cols: list[tuple[str, str]], header: list[str
         columns.append(texts)
     rows = [titles] + [list(r) for r in zip(*columns)]
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(cols))]
-    lines = [f"# {h}" for h in header]
+    lines = [f"# {printable(h)}" for h in header]
     keys = [k for k, _ in cols]
     excess = sum(widths) + 2 * (len(widths) - 1) - (max_width or 10**9)
     if excess > 0 and "model" in keys:

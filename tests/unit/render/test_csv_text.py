@@ -12,6 +12,14 @@ from phasemeter.render.csv_text import DATE_FORMAT, to_csv
 
 
 def pandas_csv(df: pd.DataFrame) -> str:
+    """pandas' bytes, its text fields escaped as every text output is (textgrid.printable)."""
+    from phasemeter.textgrid import printable
+
+    df = df.copy()
+    for i in range(df.shape[1]):
+        col = df.iloc[:, i]
+        if col.dtype == object or pd.api.types.is_string_dtype(col.dtype):
+            df.isetitem(i, col.map(lambda v: printable(v) if isinstance(v, str) else v))
     buf = io.StringIO()
     df.to_csv(buf, index=False, date_format=DATE_FORMAT)
     return buf.getvalue()

@@ -1,0 +1,111 @@
+"""Who may call the worker's web port, and what one caller may cost it.
+
+One aiohttp middleware runs before every route (Faust's `web_application_options`
+hand it to aiohttp's `Application`), so a route added later is covered
+without code of its own:
+
+- **Host**: a request naming a host this worker does not serve gets 403
+  (phasemeter.callers: loopback's names, the bind address, and
+  PHASEMETER_ALLOWED_HOSTS), so a DNS-rebound page cannot read any route.
+- **No simple requests that change anything**: a request other than GET/HEAD
+  that a browser may send cross-site without a preflight (a POST of
+  text/plain, a form, no content type) gets 415; only JSON posts run. A
+  route that only reads may take them (the plain POSTs real database clients
+  send) by being listed in READ_ONLY_POSTS, here, where a reviewer sees it.
+- **Bounded concurrency**: at most MAX_IN_FLIGHT requests at once; the next
+  gets 503 with Retry-After at once, not a queue (each request may hold a
+  thread of the executor and the store's lock). MONITORING routes answer from
+  memory on the event loop and are not counted: a probe must not read a busy
+  worker as a dead one.
+- **Bounded reads**: a body must arrive whole within BODY_READ_S (408 and the
+  connection closed otherwise) and be at most MAX_BODY_BYTES (413, aiohttp's
+  own check); an idle connection, or one whose head never ends, is closed
+  after IDLE_S.
+- **A body too deeply nested to decode** is a 400 with the reason, never a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from phasemeter.callers import allowed_names, host_allowed, is_simple_request
+
+# Route patterns (aiohttp's canonical form, e.g. "/query/named/{name}") whose
+# POSTs only read, so a simple request there runs nothing a page could abuse.
+READ_ONLY_POSTS: frozenset[str] = frozenset()
+# Answered from the worker's memory, on the event loop, in one step.
+MONITORING: frozenset[str] = frozenset({"/health", "/metrics"})
+MAX_IN_FLIGHT = 16
+RETRY_AFTER_S = 1
+BODY_READ_S = 10.0
+IDLE_S = 15.0
+# A served command carries the operator's --rules/--slos files: small text.
+MAX_BODY_BYTES = 1 << 20
+
+
+def _refuse(status: int, message: str, **headers) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers or None)
+
+
+def _route(request: web.Request) -> str | None:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else None
+
+
+def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read_s: float = BODY_READ_S,
+          read_only_posts: frozenset[str] = READ_ONLY_POSTS):
+    """The middleware for a port answering the `allowed` Host names."""
+    in_flight = 0  # one event loop: a plain counter, no lock
+
+    @web.middleware
+    async def middleware(request: web.Request, handler):
+        nonlocal in_flight
+        if not host_allowed(request.headers.get("Host"), allowed):
+            return _refuse(403, f"Host {request.headers.get('Host')!r} is not a name this worker serves "
+                                "(loopback, its bind address, PHASEMETER_ALLOWED_HOSTS)")
+        if (request.method not in ("GET", "HEAD") and _route(request) not in read_only_posts
+                and is_simple_request(request.method, request.headers.get("Content-Type"))):
+            return _refuse(415, f"{request.method} needs Content-Type: application/json "
+                                "(a form or text/plain is what any web page may send)")
+        counted = _route(request) not in MONITORING
+        if counted and in_flight >= max_in_flight:
+            return _refuse(503, f"busy: {max_in_flight} requests in progress", **{"Retry-After": str(RETRY_AFTER_S)})
+        in_flight += counted
+        try:
+            if request.body_exists:
+                try:  # read whole here, so a half-sent body costs no more than BODY_READ_S
+                    await asyncio.wait_for(request.read(), body_read_s)
+                except TimeoutError:
+                    # Answered and closed now: aiohttp would otherwise linger
+                    # up to 10 s more for the unread body.
+                    resp = _refuse(408, f"the request body did not arrive within {body_read_s:g}s")
+                    resp.force_close()
+                    await resp.prepare(request)
+                    await resp.write_eof()
+                    request.transport.close()
+                    return resp
+            try:
+                return await handler(request)
+            except RecursionError:
+                return _refuse(400, "bad request: the body is nested too deeply to decode")
+        finally:
+            in_flight -= counted
+
+    return middleware
+
+
+def application_options(settings) -> dict:
+    """Faust's `web_application_options`: aiohttp Application's arguments."""
+    allowed = allowed_names(settings.web_host, settings.allowed_hosts)
+    return {"middlewares": [guard(allowed)], "client_max_size": MAX_BODY_BYTES}
+
+
+def limit_idle(app) -> None:
+    """Close idle connections after IDLE_S (aiohttp's default is 3630 s).
+    Faust builds the AppRunner itself with only `access_log=None`, and offers
+    no setting for the server's other arguments; AppRunner passes the
+    `_kwargs` it keeps to the protocol it makes when the site starts, so they
+    are set here, before the worker starts its web server."""
+    app.web._runner._kwargs["keepalive_timeout"] = IDLE_S
