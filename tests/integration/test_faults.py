@@ -21,6 +21,7 @@ from corpus import POISON, as_bytes
 from kafka import KafkaProducer
 
 from kafka_events import records_in, unwrap
+from requires import missing
 from phasemeter.producers import Meter
 from phasemeter.query.runner import HttpRunner
 from phasemeter.stream_jobs import reasons as R
@@ -236,7 +237,7 @@ def events_in_topic(bootstrap: str, topic: str) -> int:
 
 def test_broker_outage_emitter_never_blocks_and_accounts_for_every_event(kafka_broker, pm_env):
     if kafka_broker is None:
-        pytest.skip("needs the local broker: it is stopped and restarted")
+        missing("needs the local broker: it is stopped and restarted")
     bootstrap, topic = kafka_broker.bootstrap, pm_env["PHASEMETER_TOPIC"]
     from phasemeter.kafka_local import ensure_topics
 
