@@ -21,7 +21,6 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_streamed_call_reaches_kafka_as_a_valid_event(kafka_bootstrap):
-
     topic = f"openai-{uuid.uuid4().hex[:10]}"
     meter = Meter(kafka_bootstrap, topic=topic, gateway="openai-e2e")
     script = Script(ttft_s=0.04, gap_s=0.01, chunks=5, model="served-e2e", prompt_tokens=300, cached_tokens=256)
