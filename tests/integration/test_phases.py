@@ -143,7 +143,7 @@ def test_shuffled_and_duplicated_phases_give_one_correct_row_each(worker, pm_env
 @pytest.mark.slow
 def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env, busy_loops):
     worker.start()
-    rng, made = random.Random(8), time.time()
+    rng, earliest = random.Random(8), time.time() - 30
     gens = [make_generation(i, time.time() - 30, rng) for i in range(1000)]
     boot, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
     produce(boot, topic, [p for g in gens for p in g["phases"][:2]])  # start + first_token only
@@ -152,12 +152,12 @@ def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env, bu
         view = get_json(f"{worker.url}/inflight")
         return sum(c["in_flight"] for c in view["in_flight"] if c["phase"] == "decode") == 1000 and view
     view = wait_for(in_decode, 90, "1000 generations in decode", worker.diagnose)
-    seen = time.time()  # the ages were read no later than this, of starts no earlier than made - 30
+    seen = time.time()  # the ages were read no later than this, of starts no earlier than `earliest`
     per_model = {}
     assert len(view["in_flight"]) >= 2
     for c in view["in_flight"]:
         per_model[c["model"]] = per_model.get(c["model"], 0) + c["in_flight"]
-        assert 30 <= c["oldest_age_s"] <= seen - made + 30, c
+        assert 30 <= c["oldest_age_s"] <= seen - earliest, c
     assert per_model == {"m0": 500, "m1": 500}
     # The CLI finds the worker from the data dir and says the same.
     cli = json.loads(worker.run("inflight", "--format", "json").stdout)
