@@ -135,6 +135,8 @@ def test_by_model_and_the_derived_values(store):
     chat = SLOS.slos[0]
     out, _ = attainment(runner, chat, start, end, None, bucket_labels=LABELS, by="model")
     want = expected(rows, chat, T0, T0 + 6 * 3600, None)
+    models = sorted({m for (_, m, _) in want})
+    assert len(models) >= 2 and sorted(r["model"] for r in out) == models  # one row per model, none missing
     for r in out:
         total = [sum(v[i] for (t, m, b), v in want.items() if m == r["model"]) for i in range(len(SLO_COUNTS))]
         assert [r[k] for k in SLO_COUNTS] == total and r["input_bucket"] == "all"
