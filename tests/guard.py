@@ -20,6 +20,8 @@ The rules:
   (time.monotonic/perf_counter/time and their _ns forms) or a name that says
   it is one (DURATION_WORDS). Lower bounds from the script (`took >= 0.2`)
   and equalities are not bounds a loaded machine breaks, so they pass.
+- `zip-strict`: a `zip()` without `strict=`: a plain zip stops at the
+  shorter input, so a loop over it passes on rows that are not there.
 """
 
 from __future__ import annotations
@@ -175,6 +177,9 @@ def findings(sources: dict[str, str]) -> list[Finding]:
                 owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
                 if (owner, node.attr) in SKIPS:
                     add(node, "skip")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "zip"
+                    and not any(k.arg == "strict" for k in node.keywords)):
+                add(node, "zip-strict")
             if isinstance(node, ast.Compare):
                 for bounded, bound in _upper_bounds(node):
                     if _is_fixed(bound, consts) and _is_duration(bounded):

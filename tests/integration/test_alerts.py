@@ -348,7 +348,8 @@ def test_grafana_provisioning_parses_and_its_sql_runs(store):
         assert c["model"]["conditions"][0]["evaluator"] == {"type": "lt", "params": [0.7]}
         assert "alert_window_view(" in a["model"]["rawSql"]  # the CLI's own query, not a copy
         got = client.query_df(a["model"]["rawSql"])
-        ratios = {(m, bk): v for m, bk, v in zip(got["model"], got["input_bucket"], got["slow_tail_ratio"])}
+        ratios = {(m, bk): v for m, bk, v in
+                  zip(got["model"], got["input_bucket"], got["slow_tail_ratio"], strict=True)}
         # Same rows as phasemeter's own evaluation (ok or firing there; min samples filter the rest).
         expect = {(m, bk): 1 + r.change for (name, m, bk), r in ours.items()
                   if name == title and r.state != "insufficient data"}

@@ -80,7 +80,7 @@ def store_rows(env, where: str = "1") -> list[dict]:
     try:
         client.database = env["PHASEMETER_DATABASE"]
         res = client.query(f"SELECT {', '.join(COLS)} FROM generations WHERE {where}")  # test-only, fixed text
-        return [dict(zip(COLS, r)) for r in res.result_rows]
+        return [dict(zip(COLS, r, strict=True)) for r in res.result_rows]
     finally:
         client.close()
 

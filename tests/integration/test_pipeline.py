@@ -83,7 +83,7 @@ def stored_rows(env) -> list[dict]:
                            "decode_tps, tpot_s, decode_s, e2e_s, ttft_s, queue_s, gateway FROM generations")
         cols = ["request_id", "model", "input_bucket", "ts_ms", "prefill_tps", "decode_tps", "tpot_s",
                 "decode_s", "e2e_s", "ttft_s", "queue_s", "gateway"]
-        return [dict(zip(cols, r)) for r in res.result_rows]
+        return [dict(zip(cols, r, strict=True)) for r in res.result_rows]
     finally:
         client.close()
 

@@ -425,7 +425,7 @@ def _slo_expected(rows: list[dict], slo, step_s: int | None, lo: float) -> dict:
         t = lo if step_s is None else r["ts"] // step_s * step_s
         key = (int(t), r["model"], r["input_bucket"])
         flags = [1, int(not failed and not any(miss)), int(failed)] + miss
-        out[key] = [a + b for a, b in zip(out.get(key, [0] * 8), flags)]
+        out[key] = [a + b for a, b in zip(out.get(key, [0] * 8), flags, strict=True)]
     return {k: v for k, v in out.items() if v[0]}
 
 

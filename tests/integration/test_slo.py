@@ -68,7 +68,7 @@ def expected(rows, slo, lo: float, hi: float, step_s: int | None) -> dict:
             continue
         t = lo if step_s is None else r["ts"] // step_s * step_s
         key = (int(t), r["model"], r["input_bucket"])
-        out[key] = [a + b for a, b in zip(out.get(key, [0] * len(SLO_COUNTS)), flags)]
+        out[key] = [a + b for a, b in zip(out.get(key, [0] * len(SLO_COUNTS)), flags, strict=True)]
     return out
 
 

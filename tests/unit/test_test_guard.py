@@ -1,6 +1,7 @@
 """The suite's own rules, held over every file in tests/ (tests/guard.py says
 what each rule recognises): no test that checks nothing, no skip that CI
-would not see (tests/requires.py), no fixed bound on a measured duration.
+would not see (tests/requires.py), no fixed bound on a measured duration,
+no zip that drops what one side has more of.
 A justified exception goes in ALLOWED with its reason; an entry that no
 longer matches anything fails too, so the list cannot rot."""
 
@@ -78,6 +79,7 @@ def through_another(rows):
     ("def test_it(ev, script):\n    assert ev['ttft_s'] <= script.ttft_s + 0.03\n", "clock-bound"),
     ("def test_it(took):\n    assert 0.1 <= took < 0.2\n", "clock-bound"),
     ("def test_it(gaps):\n    assert 2 > max(gaps)\n", "clock-bound"),
+    ("def test_it(a, b):\n    assert all(x == y for x, y in zip(a, b))\n", "zip-strict"),
 ])
 def test_the_guard_fails_on_a_planted_example(body, rule):
     got = findings({"tests/unit/test_planted.py": body, "tests/helpers.py": HELPERS})
@@ -96,6 +98,7 @@ def test_the_guard_fails_on_a_planted_example(body, rule):
     "def test_upper_bound_from_the_callers_clock(took, watched):\n    assert 0.2 <= took <= watched\n",
     "def test_equality_on_scripted_values(ev):\n    assert ev['ttft_s'] == 0.5\n",
     "def helper_not_a_test():\n    x = 1\n",
+    "def test_strict_zip(a, b):\n    assert all(x == y for x, y in zip(a, b, strict=True))\n",
 ])
 def test_the_guard_passes_what_keeps_the_rules(body):
     assert findings({"tests/unit/test_planted.py": body, "tests/helpers.py": HELPERS}) == []

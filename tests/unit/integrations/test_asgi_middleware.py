@@ -183,7 +183,7 @@ def test_sse_events_split_anywhere_across_chunks(meter, split):
     elif split == "random":
         rng, cuts = random.Random(7), []
         cuts = sorted(rng.sample(range(1, len(whole)), 25))
-        chunks = [whole[a:b] for a, b in zip([0] + cuts, cuts + [len(whole)])]
+        chunks = [whole[a:b] for a, b in zip([0] + cuts, cuts + [len(whole)], strict=True)]
     else:
         chunks = [whole]
     run(PhasemeterMiddleware(streaming_app(chunks), meter), client := Client())
