@@ -11,8 +11,9 @@ The rules:
   (a fixpoint over names: `wait_for(...)` and `worker.wait_processed(...)`
   both count, because `wait_for` and `wait_processed` are such functions).
 - `skip`: `pytest.skip`, `pytest.importorskip`, `pytest.mark.skip`/`skipif`
-  or `unittest.skip*` anywhere but tests/requires.py, the one place that
-  decides between skipping (a developer's machine) and failing (CI=true).
+  or `unittest.skip*` (also imported by name) anywhere but tests/requires.py,
+  the one place that decides between skipping (a developer's machine) and
+  failing (CI=true).
 - `clock-bound`: an upper bound on a measured duration written as a
   literal or with a literal slack (`elapsed < 0.05`, `time.monotonic() - t0
   <= 2`, `worst < LIMIT` where LIMIT is a module-level number, `ttft_s <=
@@ -22,6 +23,9 @@ The rules:
   and equalities are not bounds a loaded machine breaks, so they pass.
 - `zip-strict`: a `zip()` without `strict=`: a plain zip stops at the
   shorter input, so a loop over it passes on rows that are not there.
+- `kafka-fake`: in tests/integration/, a Meter given a `producer_factory`
+  or a class standing in for a Kafka producer or consumer: integration
+  tests use the session's real broker; a fake belongs in tests/unit.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ DURATION_WORDS = re.compile(r"elapsed|took|worst|duration|latency|wall|blocked|g
                             r"|(^|_)(t|t0|t1|ts|start|end|at)$")  # time points: end - start < 0.1
 SKIPS = {("pytest", "skip"), ("pytest", "importorskip"), ("mark", "skip"), ("mark", "skipif"),
          ("unittest", "skip"), ("unittest", "skipIf"), ("unittest", "skipUnless")}
+KAFKA_STAND_IN = re.compile(r"Producer|Consumer")
 
 
 @dataclass(frozen=True)
@@ -164,6 +169,8 @@ def findings(sources: dict[str, str]) -> list[Finding]:
         lines = sources[path].splitlines()
         where = _enclosing(tree)
         consts = _constants(tree)
+        # `pytest.skip.Exception` names the exception, it skips nothing
+        qualified = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
 
         def add(node, rule, name=None):
             out.append(Finding(path, name or where.get(node, "<module>"), rule, node.lineno,
@@ -173,10 +180,18 @@ def findings(sources: dict[str, str]) -> list[Finding]:
             if not _checks_itself(fn) and not (_calls(fn) & helpers):
                 add(fn, "no-assert", fn.name)
         for node in ast.walk(tree):
-            if path != REQUIRES and isinstance(node, ast.Attribute) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            if (path != REQUIRES and isinstance(node, ast.Attribute) and id(node) not in qualified
+                    and isinstance(node.value, (ast.Name, ast.Attribute))):
                 owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
                 if (owner, node.attr) in SKIPS:
                     add(node, "skip")
+            if path != REQUIRES and isinstance(node, ast.ImportFrom) and node.module in ("pytest", "unittest"):
+                if any((node.module, a.name) in SKIPS for a in node.names):
+                    add(node, "skip")
+            if path.startswith("tests/integration/") and (
+                    (isinstance(node, ast.ClassDef) and KAFKA_STAND_IN.search(node.name))
+                    or (isinstance(node, ast.Call) and any(k.arg == "producer_factory" for k in node.keywords))):
+                add(node, "kafka-fake")
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "zip"
                     and not any(k.arg == "strict" for k in node.keywords)):
                 add(node, "zip-strict")

@@ -79,12 +79,18 @@ def through_another(rows):
     ("def test_it(ev, script):\n    assert ev['ttft_s'] <= script.ttft_s + 0.03\n", "clock-bound"),
     ("def test_it(took):\n    assert 0.1 <= took < 0.2\n", "clock-bound"),
     ("def test_it(gaps):\n    assert 2 > max(gaps)\n", "clock-bound"),
+    ("from pytest import skip\ndef test_it():\n    skip('no go')\n    assert 1\n", "skip"),
     ("def test_it(a, b):\n    assert all(x == y for x, y in zip(a, b))\n", "zip-strict"),
+    ("integration:def test_it():\n    meter = Meter('x:1', producer_factory=lambda **kw: None)\n    assert meter\n",
+     "kafka-fake"),
+    ("integration:class MemoryProducer:\n    def send(self, topic, value=None):\n        pass\n", "kafka-fake"),
 ])
 def test_the_guard_fails_on_a_planted_example(body, rule):
-    got = findings({"tests/unit/test_planted.py": body, "tests/helpers.py": HELPERS})
+    folder, _, body = body.partition(":") if body.startswith("integration:") else ("unit", "", body)
+    path = f"tests/{folder}/test_planted.py"
+    got = findings({path: body, "tests/helpers.py": HELPERS})
     assert len(got) == 1, got
-    assert (got[0].path, got[0].rule) == ("tests/unit/test_planted.py", rule)
+    assert (got[0].path, got[0].rule) == (path, rule)
 
 
 @pytest.mark.parametrize("body", [
@@ -99,6 +105,8 @@ def test_the_guard_fails_on_a_planted_example(body, rule):
     "def test_equality_on_scripted_values(ev):\n    assert ev['ttft_s'] == 0.5\n",
     "def helper_not_a_test():\n    x = 1\n",
     "def test_strict_zip(a, b):\n    assert all(x == y for x, y in zip(a, b, strict=True))\n",
+    "class MemoryProducer:\n    pass\n",  # in tests/unit: where a fake belongs
+    "import pytest\ndef test_it():\n    with pytest.raises(pytest.skip.Exception):\n        pass\n",
 ])
 def test_the_guard_passes_what_keeps_the_rules(body):
     assert findings({"tests/unit/test_planted.py": body, "tests/helpers.py": HELPERS}) == []
