@@ -341,7 +341,7 @@ def test_queue_full_drops_newest_and_never_blocks(meters):
     assert fake.entered.wait(5)  # sender now stuck inside send() with event #1
     for _ in range(12):
         meter.record(**GOOD)
-    assert fake.records == [] and not gate.is_set()  # all 12 returned while the sender was stuck
+    assert fake.records == []  # all 12 returned while the sender was stuck in send()
     s = meter.stats()
     assert (s.enqueued, s.dropped, s.queued, s.sent) == (5, 8, 5, 0)  # the bound includes #1
     invariant(s, 13)
