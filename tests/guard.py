@@ -20,7 +20,9 @@ The rules:
   script.ttft_s + 0.03`). A duration is a clock call
   (time.monotonic/perf_counter/time and their _ns forms) or a name that says
   it is one (DURATION_WORDS). Lower bounds from the script (`took >= 0.2`)
-  and equalities are not bounds a loaded machine breaks, so they pass.
+  and equalities are not bounds a loaded machine breaks, so they pass; nor
+  do a ratio (`span_s / step_s <= 400`: no unit left) and an UPPER_CASE
+  constant (`STOP_GRACE_S < 1.0`: configured, not measured).
 - `zip-strict`: a `zip()` without `strict=`: a plain zip stops at the
   shorter input, so a loop over it passes on rows that are not there.
 - `kafka-fake`: in tests/integration/, a Meter given a `producer_factory`
@@ -140,6 +142,10 @@ def _is_fixed(bound: ast.AST, constants: set[str]) -> bool:
 
 
 def _is_duration(node: ast.AST) -> bool:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return False  # a ratio
+    if isinstance(node, (ast.Name, ast.Attribute)) and (node.id if isinstance(node, ast.Name) else node.attr).isupper():
+        return False  # a configured constant
     for sub in ast.walk(node):
         if isinstance(sub, ast.Call) and _called_name(sub) in CLOCKS:
             return True

@@ -21,13 +21,8 @@ ALLOWED = {
     ("tests/unit/store/test_store_open.py", "test_a_relative_data_dir_still_makes_an_absolute_embedded_store",
      "no-assert"):
         "the check is that check_dsn does not raise for a relative data dir",
-    ("tests/integration/test_analytics_store.py", "test_fetch_from_argparse_namespace_and_html", "clock-bound"):
-        "step_s is the chart's chosen bucket width, a pure function of the span, not a measured time",
     ("tests/integration/test_slo.py", "test_burn_rate_alerts_route_to_the_burning_phase", "clock-bound"):
         "`began` is a time in the scripted data (event timestamps), not a measured one",
-    ("tests/unit/stream_jobs/test_lifecycle.py", "test_worker_stop_grace_replaces_modes_sentinel_second",
-     "clock-bound"):
-        "STOP_GRACE_S is a configured constant, compared with mode's 1 s sentinel, not a measurement",
 }
 
 
@@ -107,6 +102,8 @@ def test_the_guard_fails_on_a_planted_example(body, rule):
     "def test_strict_zip(a, b):\n    assert all(x == y for x, y in zip(a, b, strict=True))\n",
     "class MemoryProducer:\n    pass\n",  # in tests/unit: where a fake belongs
     "import pytest\ndef test_it():\n    with pytest.raises(pytest.skip.Exception):\n        pass\n",
+    "def test_a_ratio(meta):\n    assert 150 <= 3600 / meta['step_s'] <= 400\n",
+    "import m\ndef test_a_constant():\n    assert 0 < m.STOP_GRACE_S < 1.0\n",
 ])
 def test_the_guard_passes_what_keeps_the_rules(body):
     assert findings({"tests/unit/test_planted.py": body, "tests/helpers.py": HELPERS}) == []
