@@ -17,7 +17,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
-from test_asgi_uvicorn import REQUEST, USAGE, delta, events_of, kafka_meter, serve, sse
+from test_asgi_uvicorn import REQUEST, USAGE, Tapped, delta, serve, sse
 
 from phasemeter.integrations.asgi import PhasemeterMiddleware
 from phasemeter.stream_jobs.derive import validate
@@ -48,12 +48,13 @@ def app():
 
 
 def test_a_stall_in_a_uvicorn_stream_is_timed_over_content_events(kafka_bootstrap):
-    meter = kafka_meter(kafka_bootstrap, stall_threshold_s=THRESHOLD)
+    tap = Tapped(kafka_bootstrap, stall_threshold_s=THRESHOLD)
+    meter = tap.meter
     with serve(PhasemeterMiddleware(app(), meter)) as url, httpx.Client(timeout=10) as client:
         with client.stream("POST", f"{url}/v1/chat/completions", json=REQUEST) as resp:
             body = resp.read()
     assert body.count(b'"content": "t') == N
-    (ev,) = events_of(meter)
+    (ev,) = tap.events()
     meter.close()
     assert ev["status"] == "ok" and ev["schema_version"] == 2
     assert ev["chunks"] == N  # content events only: not the role, finish or usage events
@@ -66,7 +67,8 @@ def test_a_stall_in_a_uvicorn_stream_is_timed_over_content_events(kafka_bootstra
 def test_the_stream_still_reaches_the_client_as_it_is_made(kafka_bootstrap):
     """Timing chunks holds nothing back: the client has the events before the
     stall while the app is still asleep in it."""
-    meter = kafka_meter(kafka_bootstrap)
+    tap = Tapped(kafka_bootstrap)
+    meter = tap.meter
     with serve(PhasemeterMiddleware(app(), meter)) as url, httpx.Client(timeout=10) as client:
         with client.stream("POST", f"{url}/v1/chat/completions", json=REQUEST) as resp:
             got = b""

@@ -33,30 +33,29 @@ from phasemeter.producers import Meter
 pytestmark = pytest.mark.integration
 
 
-def kafka_meter(bootstrap: str, **kw) -> Meter:
-    """A Meter on a topic of its own on the session's broker; `meter.topic_name`."""
-    topic = f"asgi-{uuid.uuid4().hex[:10]}"
-    meter = Meter(bootstrap, topic=topic, **kw)
-    meter.topic_name, meter.bootstrap = topic, bootstrap
-    return meter
+class Tapped:
+    """A real Meter on a topic of its own on the session's broker, and how
+    to read back what reached that topic."""
 
+    def __init__(self, bootstrap: str, **kw):
+        self.bootstrap, self.topic = bootstrap, f"asgi-{uuid.uuid4().hex[:10]}"
+        self.meter = Meter(bootstrap, topic=self.topic, **kw)
 
-def events_of(meter) -> list[dict]:
-    """Every event on the meter's topic once what it queued is acknowledged."""
-    assert meter.flush(15)
-    return [e for r in records_in(meter.bootstrap, meter.topic_name) for e in unwrap(r.value)]
+    def events(self) -> list[dict]:
+        """Every event on the topic once what the meter queued is acknowledged."""
+        assert self.meter.flush(15)
+        return [e for r in records_in(self.bootstrap, self.topic) for e in unwrap(r.value)]
 
-
-def wait_events(meter, n, timeout_s=30.0) -> list[dict]:
-    """The topic's events once there are at least n (the middleware records
-    a disconnect after the client has gone)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        evs = events_of(meter)
-        if len(evs) >= n:
-            return evs
-        time.sleep(0.05)
-    raise AssertionError(f"{n} events expected, got {events_of(meter)}")
+    def wait_events(self, n: int, timeout_s: float = 30.0) -> list[dict]:
+        """The topic's events once there are at least n (the middleware
+        records a disconnect after the client has gone)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            evs = self.events()
+            if len(evs) >= n:
+                return evs
+            time.sleep(0.05)
+        raise AssertionError(f"{n} events expected, got {self.events()}")
 
 
 @contextlib.contextmanager
@@ -138,7 +137,8 @@ def make_app(state: dict):
 
 
 def test_stream_reaches_the_client_unbuffered_and_is_timed(kafka_bootstrap):
-    meter = kafka_meter(kafka_bootstrap)
+    tap = Tapped(kafka_bootstrap)
+    meter = tap.meter
     state: dict = {}
     with serve(PhasemeterMiddleware(make_app(state), meter)) as url, httpx.Client(timeout=10) as client:
         t_start = time.monotonic()
@@ -153,7 +153,7 @@ def test_stream_reaches_the_client_unbuffered_and_is_timed(kafka_bootstrap):
         elapsed = time.monotonic() - t_start
     assert state["client_had_chunk_1"] is True
     assert got.count(b"data: ") == 6 and got.endswith(b"data: [DONE]\n\n")
-    (ev,) = events_of(meter)
+    (ev,) = tap.events()
     assert (ev["model"], ev["status"], ev["input_tokens"], ev["output_tokens"], ev["finish_reason"]) == \
         ("llama-3.1-8b", "ok", 900, 3, "stop")
     assert 0.1 <= ev["ttft_s"] <= first
@@ -162,7 +162,8 @@ def test_stream_reaches_the_client_unbuffered_and_is_timed(kafka_bootstrap):
 
 
 def test_client_disconnect_records_cancelled_and_stops_the_stream(kafka_bootstrap):
-    meter = kafka_meter(kafka_bootstrap)
+    tap = Tapped(kafka_bootstrap)
+    meter = tap.meter
     state: dict = {}
     from_state = lambda ex: ex.scope["state"]["prompt_tokens"]  # noqa: E731 (docs/ingest/asgi.md)
     with serve(PhasemeterMiddleware(make_app(state), meter, input_tokens=from_state)) as url, \
@@ -176,7 +177,7 @@ def test_client_disconnect_records_cancelled_and_stops_the_stream(kafka_bootstra
                     first = time.monotonic() - t_start
                 if got.count(b'"x"') >= 3:
                     break  # leaving the block closes the connection mid-stream
-        (ev,) = wait_events(meter, 1)
+        (ev,) = tap.wait_events(1)
         recorded_by = time.monotonic() - t_start
     assert ev["status"] == "cancelled" and ev["output_tokens"] == 0 and ev["input_tokens"] == 900
     assert 0.1 <= ev["ttft_s"] <= first
@@ -188,7 +189,8 @@ def test_client_disconnect_records_cancelled_and_stops_the_stream(kafka_bootstra
 
 
 def test_other_paths_are_untouched(kafka_bootstrap):
-    meter = kafka_meter(kafka_bootstrap)
+    tap = Tapped(kafka_bootstrap)
+    meter = tap.meter
     with serve(make_app({})) as bare, serve(PhasemeterMiddleware(make_app({}), meter)) as wrapped, \
             httpx.Client(timeout=10) as client:
         for method, path in (("GET", "/v1/models"), ("POST", "/v1/embeddings"), ("GET", "/v1/chat/completions")):
@@ -196,7 +198,7 @@ def test_other_paths_are_untouched(kafka_bootstrap):
             b = client.request(method, f"{wrapped}{path}", json={"model": "e"} if method == "POST" else None)
             assert (a.status_code, a.content) == (b.status_code, b.content)
             assert [h for h in a.headers.items() if h[0] != "date"] == [h for h in b.headers.items() if h[0] != "date"]
-    assert events_of(meter) == []
+    assert tap.events() == []
     meter.close()
 
 
@@ -205,7 +207,8 @@ def test_the_documented_proxy(kafka_bootstrap):
     FastAPI's pieces, in front of an upstream engine (the app above)."""
     from starlette.background import BackgroundTask
 
-    meter = kafka_meter(kafka_bootstrap)
+    tap = Tapped(kafka_bootstrap)
+    meter = tap.meter
     state: dict = {}
     engine = make_app(state)
     state["client_saw_first"].set()  # the client here does not pace the engine
@@ -233,7 +236,7 @@ def test_the_documented_proxy(kafka_bootstrap):
             streamed_took = time.monotonic() - t_start
             plain = client.post(f"{url}/v1/chat/completions", json={**REQUEST, "stream": False})
     assert streamed.text.endswith("data: [DONE]\n\n") and plain.json()["usage"]["prompt_tokens"] == 12
-    plain_ev, stream_ev = sorted(events_of(meter), key=lambda e: e["output_tokens"])  # partitions: any order
+    plain_ev, stream_ev = sorted(tap.events(), key=lambda e: e["output_tokens"])  # partitions: any order
     assert (stream_ev["input_tokens"], stream_ev["output_tokens"], stream_ev["finish_reason"]) == (900, 3, "stop")
     # Through the proxy's extra hop the first chunk can reach the middleware
     # late while the last does not (a CI run saw ttft 0.147 s and e2e 0.246 s),
@@ -251,7 +254,8 @@ def test_the_documented_proxy(kafka_bootstrap):
 def test_events_reach_the_real_broker(kafka_bootstrap):
     from phasemeter.stream_jobs.derive import validate
 
-    meter = kafka_meter(kafka_bootstrap, gateway="asgi-test")
+    tap = Tapped(kafka_bootstrap, gateway="asgi-test")
+    meter = tap.meter
     state: dict = {}
     with serve(PhasemeterMiddleware(make_app(state), meter, request_id=lambda ex: f"rid-{uuid.uuid4().hex}")) \
             as url, httpx.Client(timeout=10) as client:
@@ -265,7 +269,7 @@ def test_events_reach_the_real_broker(kafka_bootstrap):
     assert meter.flush(15)
     meter.close()
     assert meter.stats().sent == 2
-    records = records_in(kafka_bootstrap, meter.topic_name, at_least=1)  # to the end offsets: all of them
+    records = records_in(kafka_bootstrap, tap.topic, at_least=1)  # to the end offsets: all of them
     assert len(records) >= 1
     events = sorted((e for r in records for e in unwrap(r.value)), key=lambda e: e["output_tokens"])
     assert len(events) == 2 and len({e["request_id"] for e in events}) == 2
