@@ -4,7 +4,6 @@ kafka-python and must be one the worker accepts."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
