@@ -10,6 +10,9 @@ The rules:
   sources whose body checks something, directly or through another helper
   (a fixpoint over names: `wait_for(...)` and `worker.wait_processed(...)`
   both count, because `wait_for` and `wait_processed` are such functions).
+  Names are matched without types: a method of another class with a
+  helper's name counts too. The tests that pass only through helpers are
+  few (about 15) and each calls a `compare`/`same`/`check_*` of its own.
 - `skip`: `pytest.skip`, `pytest.importorskip`, `pytest.mark.skip`/`skipif`
   or `unittest.skip*` (also imported by name) anywhere but tests/requires.py,
   the one place that decides between skipping (a developer's machine) and
