@@ -13,26 +13,22 @@ import fcntl
 import json
 import os
 import selectors
-import shutil
 import subprocess
 import time
 
 
 def find_chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
-        if shutil.which(name):
-            return shutil.which(name)
-    return None
+    from requires import find_tool
+
+    return find_tool("chromium")
 
 
 def chromium_or_skip(purpose: str = "to run the live page in a real browser") -> str:
-    """The browser for a page test, or the test skipped with how to get one."""
-    exe = find_chromium()
-    if not exe:
-        import pytest
+    """The browser for a page test, or the test skipped with how to get one
+    (failed instead under CI=true: tests/requires.py)."""
+    from requires import require_tool
 
-        pytest.skip(f"chromium not found: install Debian's `chromium` package (apt-get install -y chromium) {purpose}")
-    return exe
+    return require_tool("chromium", purpose)
 
 
 class Chrome:

@@ -264,11 +264,13 @@ class MemoryProducer:
         return _Acked()
 
     def wait(self, n: int, timeout_s: float = 5.0) -> list[dict]:
-        """The first n events, waiting for them up to a deadline."""
+        """Every event collected, once there are at least n (a deadline):
+        all of them, not the first n, so that `(ev,) = sink.wait(1)` fails
+        on a duplicate instead of hiding it."""
         with self._cond:
             if not self._cond.wait_for(lambda: len(self.events) >= n, timeout_s):
                 raise AssertionError(f"{len(self.events)} of {n} events after {timeout_s}s: {self.events}")
-            return list(self.events[:n])
+            return list(self.events)
 
     def flush(self, timeout=None) -> None:
         pass

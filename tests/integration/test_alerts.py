@@ -330,12 +330,15 @@ def test_grafana_provisioning_parses_and_its_sql_runs(store):
     client = runner.client
     with in_database(client, "phasemeter"):
         migrate(client)
-    client.command(f"INSERT INTO phasemeter.generations SELECT * FROM `{settings.database}`.generations")
+    # Grafana's windows end at now(): the copy is moved forward by the time
+    # since AT (the store's build, minutes earlier on a busy machine), so the
+    # YAML's SQL at now() sees what phasemeter's own check sees at AT, however
+    # late this test runs (the data sits 3 min inside the window edges).
+    shift_ms = int((datetime.now(timezone.utc) - AT).total_seconds() * 1000)
+    client.command("INSERT INTO phasemeter.generations SELECT * REPLACE (ts + toIntervalMillisecond({shift:Int64}) "
+                   "AS ts) FROM {db:Identifier}.generations", parameters={"shift": shift_ms, "db": settings.database})
+    ours = {(r.rule.alertname, r.model, r.bucket): r for r in check(runner, load_rules(), AT)}
     for title, rule in rules.items():
-        # Grafana's windows end at now(): evaluate ours at the same moment,
-        # not at AT (the store's build, minutes earlier on a busy machine).
-        ours = {(r.rule.alertname, r.model, r.bucket): r
-                for r in check(runner, load_rules(), datetime.now(timezone.utc))}
         a, b, c = rule["data"]
         assert rule["condition"] == "C"
         assert a["datasourceUid"] == "phasemeter-clickhouse"
@@ -345,10 +348,12 @@ def test_grafana_provisioning_parses_and_its_sql_runs(store):
         assert c["model"]["conditions"][0]["evaluator"] == {"type": "lt", "params": [0.7]}
         assert "alert_window_view(" in a["model"]["rawSql"]  # the CLI's own query, not a copy
         got = client.query_df(a["model"]["rawSql"])
-        ratios = {(m, bk): v for m, bk, v in zip(got["model"], got["input_bucket"], got["slow_tail_ratio"])}
+        ratios = {(m, bk): v for m, bk, v in
+                  zip(got["model"], got["input_bucket"], got["slow_tail_ratio"], strict=True)}
         # Same rows as phasemeter's own evaluation (ok or firing there; min samples filter the rest).
         expect = {(m, bk): 1 + r.change for (name, m, bk), r in ours.items()
                   if name == title and r.state != "insufficient data"}
+        assert {m for m, _ in expect} >= set(SCENARIOS)  # every scenario's model evaluated: not an empty match
         assert ratios.keys() == expect.keys()
         for key, ratio in ratios.items():
             assert ratio == pytest.approx(expect[key], rel=1e-9)

@@ -1,5 +1,6 @@
 """The ASGI middleware's chunk hook behind real uvicorn, a real Starlette
-streaming app and a real streaming client (httpx), as test_asgi_uvicorn.py.
+streaming app, a real streaming client (httpx) and the real broker, as
+test_asgi_uvicorn.py.
 
 The app sleeps STALL before one content event: the middleware stamps each
 event as the app hands it over, so that gap is at least the sleep, whatever
@@ -12,14 +13,16 @@ import asyncio
 import json
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
-from test_asgi_uvicorn import REQUEST, USAGE, MemoryProducer, delta, events_of, serve, sse
+from test_asgi_uvicorn import REQUEST, USAGE, Tapped, delta, serve, sse
 
 from phasemeter.integrations.asgi import PhasemeterMiddleware
-from phasemeter.producers import Meter
 from phasemeter.stream_jobs.derive import validate
+
+pytestmark = pytest.mark.integration
 
 THRESHOLD = 0.1
 STALL = 0.4
@@ -44,15 +47,14 @@ def app():
     return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
 
 
-def test_a_stall_in_a_uvicorn_stream_is_timed_over_content_events():
-    made: list = []
-    meter = Meter("unused:9092", topic="t", stall_threshold_s=THRESHOLD,
-                  producer_factory=lambda **kw: made.append(MemoryProducer()) or made[-1])
+def test_a_stall_in_a_uvicorn_stream_is_timed_over_content_events(kafka_bootstrap):
+    tap = Tapped(kafka_bootstrap, stall_threshold_s=THRESHOLD)
+    meter = tap.meter
     with serve(PhasemeterMiddleware(app(), meter)) as url, httpx.Client(timeout=10) as client:
         with client.stream("POST", f"{url}/v1/chat/completions", json=REQUEST) as resp:
             body = resp.read()
     assert body.count(b'"content": "t') == N
-    (ev,) = events_of(meter, made)
+    (ev,) = tap.events()
     meter.close()
     assert ev["status"] == "ok" and ev["schema_version"] == 2
     assert ev["chunks"] == N  # content events only: not the role, finish or usage events
@@ -62,11 +64,11 @@ def test_a_stall_in_a_uvicorn_stream_is_timed_over_content_events():
     assert isinstance(validate(ev), dict)  # what the worker stores
 
 
-def test_the_stream_still_reaches_the_client_as_it_is_made():
+def test_the_stream_still_reaches_the_client_as_it_is_made(kafka_bootstrap):
     """Timing chunks holds nothing back: the client has the events before the
     stall while the app is still asleep in it."""
-    made: list = []
-    meter = Meter("unused:9092", topic="t", producer_factory=lambda **kw: made.append(MemoryProducer()) or made[-1])
+    tap = Tapped(kafka_bootstrap)
+    meter = tap.meter
     with serve(PhasemeterMiddleware(app(), meter)) as url, httpx.Client(timeout=10) as client:
         with client.stream("POST", f"{url}/v1/chat/completions", json=REQUEST) as resp:
             got = b""

@@ -21,6 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import chaos  # noqa: E402
 import chaos_check  # noqa: E402
+from requires import missing  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SEED = int(os.environ.get("PHASEMETER_CHAOS_SEED") or random.randrange(1, 100_000))
@@ -29,7 +30,7 @@ SEED = int(os.environ.get("PHASEMETER_CHAOS_SEED") or random.randrange(1, 100_00
 def run_cell(broker, tmp_path, fault: str, protocol: str, events: int, kills: int, seed: int,
              batch_bytes: int | None = None) -> dict:
     if broker is None:
-        pytest.skip("the chaos cells kill and restart processes of a local broker run")
+        missing("the chaos cells kill and restart processes of a local broker run")
     # A SIGKILLed member keeps its partitions for its session, and each
     # restart waits that out: 3 s instead of 6 s where the worker has no
     # join table to recover (that recovery runs on the event loop, whose

@@ -1,44 +1,19 @@
 """LogOffsets against a real broker: a log's start and end as Kafka has them,
-also after records were deleted from its start, and Faust's consumer asked
-instead when the worker's own connection fails."""
+also after records were deleted from its start (the fallback on Faust's
+consumer when the connection fails is tests/unit/stream_jobs/test_log_offsets_fallback.py's)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import socket
 import uuid
-from types import SimpleNamespace
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from phasemeter.settings import Settings
-from phasemeter.stream_jobs.log_offsets import LogOffsets
+from tests.unit.stream_jobs.test_log_offsets_fallback import offsets_for
 
 pytestmark = pytest.mark.integration
-
-
-class FaustConsumerStandIn:
-    """Only what the fallback calls, with answers a broker could not give
-    (so the test sees which path answered)."""
-
-    def __init__(self):
-        self.calls = []
-
-    async def highwaters(self, *tps):
-        self.calls.append(("highwaters", tps))
-        return {tp: 1000 + tp.partition for tp in tps}
-
-    async def earliest_offsets(self, *tps):
-        self.calls.append(("earliest_offsets", tps))
-        return {tp: 500 + tp.partition for tp in tps}
-
-
-def offsets_for(bootstrap: str) -> tuple[LogOffsets, FaustConsumerStandIn]:
-    consumer = FaustConsumerStandIn()
-    return LogOffsets(SimpleNamespace(consumer=consumer), Settings(kafka_session_timeout_s=10.0), bootstrap), consumer
 
 
 @pytest.fixture
@@ -73,20 +48,3 @@ def test_starts_and_ends_are_the_logs(kafka_bootstrap, topic):
     assert none == {}
     assert faust_consumer.calls == []  # answered over its own connection
     offsets.close()  # a second stop is harmless
-
-
-def test_a_failed_connection_falls_back_on_fausts_consumer(caplog):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{s.getsockname()[1]}"
-    offsets, faust_consumer = offsets_for(dead)
-    try:
-        with caplog.at_level(logging.WARNING, logger="phasemeter.worker"):
-            ends = asyncio.run(offsets.ends([("t", 1), ("t", 0)]))
-            starts = asyncio.run(offsets.starts([("t", 0)]))
-    finally:
-        offsets.close()
-    assert ends == {("t", 0): 1000, ("t", 1): 1001}
-    assert starts == {("t", 0): 500}
-    assert [name for name, _ in faust_consumer.calls] == ["highwaters", "earliest_offsets"]
-    assert "end_offsets of 2 partition(s) failed" in caplog.text

@@ -80,7 +80,7 @@ def store_rows(env, where: str = "1") -> list[dict]:
     try:
         client.database = env["PHASEMETER_DATABASE"]
         res = client.query(f"SELECT {', '.join(COLS)} FROM generations WHERE {where}")  # test-only, fixed text
-        return [dict(zip(COLS, r)) for r in res.result_rows]
+        return [dict(zip(COLS, r, strict=True)) for r in res.result_rows]
     finally:
         client.close()
 
@@ -143,7 +143,7 @@ def test_shuffled_and_duplicated_phases_give_one_correct_row_each(worker, pm_env
 @pytest.mark.slow
 def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env, busy_loops):
     worker.start()
-    rng = random.Random(8)
+    rng, earliest = random.Random(8), time.time() - 30
     gens = [make_generation(i, time.time() - 30, rng) for i in range(1000)]
     boot, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
     produce(boot, topic, [p for g in gens for p in g["phases"][:2]])  # start + first_token only
@@ -152,10 +152,12 @@ def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env, bu
         view = get_json(f"{worker.url}/inflight")
         return sum(c["in_flight"] for c in view["in_flight"] if c["phase"] == "decode") == 1000 and view
     view = wait_for(in_decode, 90, "1000 generations in decode", worker.diagnose)
+    seen = time.time()  # the ages were read no later than this, of starts no earlier than `earliest`
     per_model = {}
+    assert len(view["in_flight"]) >= 2
     for c in view["in_flight"]:
         per_model[c["model"]] = per_model.get(c["model"], 0) + c["in_flight"]
-        assert 25 <= c["oldest_age_s"] < 600, c
+        assert 30 <= c["oldest_age_s"] <= seen - earliest, c
     assert per_model == {"m0": 500, "m1": 500}
     # The CLI finds the worker from the data dir and says the same.
     cli = json.loads(worker.run("inflight", "--format", "json").stdout)
@@ -171,8 +173,8 @@ def test_kill9_with_1000_half_way_recovers_from_the_changelog(worker, pm_env, bu
     produce(boot, topic, [g["phases"][2] for g in gens])
     wait_for(lambda: (worker.health() or {}).get("accepted", 0) >= 1000, 120, "all 1000 completed",
              lambda: worker.diagnose() + "\n" + json.dumps(get_json(f"{worker.url}/inflight")))
-    time.sleep(2)
-    assert get_json(f"{worker.url}/inflight")["in_flight"] == []
+    wait_for(lambda: get_json(f"{worker.url}/inflight")["in_flight"] == [], 60, "nothing in flight",
+             lambda: json.dumps(get_json(f"{worker.url}/inflight")))
     worker.stop()
     check_rows(store_rows(pm_env), gens, via="agent")
     assert dead_reasons(pm_env) == []
@@ -282,11 +284,14 @@ def test_generations_that_never_end_are_written_as_abandoned(worker, pm_env):
         cells = get_json(f"{worker.url}/inflight")["in_flight"]
         by_phase = {p: sum(c["in_flight"] for c in cells if c["phase"] == p) for p in ("prefill", "decode")}
         return by_phase == {"prefill": 15, "decode": 15} and cells
-    assert all(c["oldest_age_s"] < 8 for c in wait_for(stuck, 6, "15 in prefill and 15 in decode"))
+    cells = wait_for(stuck, 6, "15 in prefill and 15 in decode")
+    seen = time.time()  # the ages were read no later than this, of generations started at `now`
+    assert len(cells) >= 2 and all(0 <= c["oldest_age_s"] <= seen - now for c in cells)
 
     wait_for(lambda: (worker.health() or {}).get("accepted", 0) >= 40, 60, "10 ended + 30 abandoned rows")
+    expired_by = time.time()  # every abandoned row was written before this
     wait_for(lambda: (worker.health() or {}).get("rejected", 0) >= 5, 30, "5 orphan ends dead-lettered")
-    assert get_json(f"{worker.url}/inflight")["in_flight"] == []
+    wait_for(lambda: get_json(f"{worker.url}/inflight")["in_flight"] == [], 30, "nothing in flight")
     # A late end of an abandoned generation is kept as a dead letter, once.
     late = hung_decode[0]["phases"][2]
     produce(pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"], [late, late])
@@ -302,7 +307,7 @@ def test_generations_that_never_end_are_written_as_abandoned(worker, pm_env):
     for g in hung_prefill + hung_decode:
         row, want = rows[g["rid"]], g["expected"]
         assert row["status"] == "abandoned" and row["output_tokens"] == 0, row
-        assert 8 <= row["e2e_s"] < 60, row  # a lower bound: at least the expiry
+        assert 8 <= row["e2e_s"] <= expired_by - now, row  # at least the expiry; at most the caller's clock
         assert row["decode_tps"] is None
         if g in hung_prefill:
             assert row["finish_reason"] == "expired_in_prefill"

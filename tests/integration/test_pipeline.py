@@ -83,7 +83,7 @@ def stored_rows(env) -> list[dict]:
                            "decode_tps, tpot_s, decode_s, e2e_s, ttft_s, queue_s, gateway FROM generations")
         cols = ["request_id", "model", "input_bucket", "ts_ms", "prefill_tps", "decode_tps", "tpot_s",
                 "decode_s", "e2e_s", "ttft_s", "queue_s", "gateway"]
-        return [dict(zip(cols, r)) for r in res.result_rows]
+        return [dict(zip(cols, r, strict=True)) for r in res.result_rows]
     finally:
         client.close()
 
@@ -173,13 +173,19 @@ def stored_once_after_restart(worker, pm_env, sent: dict) -> list[dict]:
 
 @pytest.mark.slow
 def test_kill9_and_restart_store_each_generation_exactly_once(worker, pm_env):
+    # Batches of 250 messages: the kill lands between them, not after one
+    # batch that took the whole stream (checked below).
+    pm_env["PHASEMETER_BATCH_ROWS"] = "250"
     worker.start()
     bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
     sent = emit(bootstrap, topic, 6000, seed=3)
-    deadline = time.monotonic() + 60
-    while (worker.health() or {}).get("accepted", 0) < 1500 and time.monotonic() < deadline:
+    deadline, health = time.monotonic() + 60, {}
+    while health.get("accepted", 0) < 1500 and time.monotonic() < deadline:
+        health = worker.health() or health
         time.sleep(0.05)
     worker.stop(kill=True)  # mid-stream: some batches stored, offsets maybe not committed
+    assert 1500 <= health.get("accepted", 0) < 6000, (
+        f"the kill did not land mid-stream: {health.get('accepted')} of 6000 accepted\n{worker.diagnose()}")
     sent.update(emit(bootstrap, topic, 1000, seed=4))
     worker.start()
     stored_once_after_restart(worker, pm_env, sent)

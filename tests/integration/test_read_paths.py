@@ -354,9 +354,21 @@ def _check_outcomes(results: dict, tmp_path: Path) -> None:
         assert 'id="phasemeter-slo"' in html and '"slo": "chat"' in html and '"slo": "long"' in html, d
     # The empty window: an answer that says so, never a crash. A model filter
     # there is not a typo to report (nothing exists to list): the same empty answer.
-    for cmd in ("bands exact", "bands rollup", "latency exact", "latency rollup", "bands tiers", "latency tiers"):
+    for cmd in ("bands exact", "bands rollup", "latency exact", "latency rollup", "bands tiers", "latency tiers",
+                "bands exclude engine", "bands rebucket uncached", "bands minute tier", "latency minute tier"):
         r = results[f"empty/{cmd}"]
         assert r["rc"] == 0 and json.loads(r["out"])["rows"] == [], (cmd, r)
+    checked = json.loads(results["empty/alerts check"]["out"])  # a baseline, no current window: no verdict
+    assert checked["firing"] == 0 and len(checked["results"]) > 0
+    assert {(x["state"], x["n_current"]) for x in checked["results"]} == {("insufficient data", 0)}
+    backtest = json.loads(results["empty/alerts backtest"]["out"])
+    assert (backtest["points"], backtest["episodes"], backtest["burn_rate_episodes"]) == (3, [], [])
+    assert json.loads(results["empty/dlq inspect"]["out"]) == {"total": 0, "reasons": []}
+    assert results["empty/slo objective"]["out"].splitlines()[1:] == []  # the CSV header alone
+    assert results["empty/slo objective"]["out"].startswith("slo,model,input_bucket,n,")
+    for ext, magic in (("png", b"\x89PNG"), ("svg", b"<?xml"), ("html", b"<!DOCTYPE html")):
+        assert "(0 rows, exact path" in results[f"empty/chart {ext}"]["out"], ext
+        assert (tmp_path / "direct" / f"empty.{ext}").read_bytes().startswith(magic), ext
     assert "(no generations in this window)" in results["empty/bands table"]["out"]
     assert results["empty/bands model"]["rc"] == 0 and json.loads(results["empty/bands model"]["out"])["rows"] == []
     normal = json.loads(results["normal/bands exact"]["out"])["rows"]
@@ -413,7 +425,7 @@ def _slo_expected(rows: list[dict], slo, step_s: int | None, lo: float) -> dict:
         t = lo if step_s is None else r["ts"] // step_s * step_s
         key = (int(t), r["model"], r["input_bucket"])
         flags = [1, int(not failed and not any(miss)), int(failed)] + miss
-        out[key] = [a + b for a, b in zip(out.get(key, [0] * 8), flags)]
+        out[key] = [a + b for a, b in zip(out.get(key, [0] * 8), flags, strict=True)]
     return {k: v for k, v in out.items() if v[0]}
 
 
@@ -427,7 +439,8 @@ def _check_slos(results: dict) -> None:
         exact = json.loads(results[f"{kind}/slo exact"]["out"])["slos"]
         rollup = json.loads(results[f"{kind}/slo rollup"]["out"])["slos"]
         whole = json.loads(results[f"{kind}/slo window"]["out"])["slos"]
-        for slo, e, r, w in zip(slos, exact, rollup, whole):
+        assert len(slos) == len(exact) == len(rollup) == len(whole) == 2, kind  # chat and long
+        for slo, e, r, w in zip(slos, exact, rollup, whole, strict=True):
             assert (e["meta"]["path"], r["meta"]["path"]) == ("exact", "rollup")
             got = {(int(datetime.fromisoformat(x["t"]).timestamp()), x["model"], x["input_bucket"]):
                    [x[c] for c in SLO_COUNTS] for x in e["rows"]}

@@ -68,7 +68,7 @@ def expected(rows, slo, lo: float, hi: float, step_s: int | None) -> dict:
             continue
         t = lo if step_s is None else r["ts"] // step_s * step_s
         key = (int(t), r["model"], r["input_bucket"])
-        out[key] = [a + b for a, b in zip(out.get(key, [0] * len(SLO_COUNTS)), flags)]
+        out[key] = [a + b for a, b in zip(out.get(key, [0] * len(SLO_COUNTS)), flags, strict=True)]
     return out
 
 
@@ -135,6 +135,8 @@ def test_by_model_and_the_derived_values(store):
     chat = SLOS.slos[0]
     out, _ = attainment(runner, chat, start, end, None, bucket_labels=LABELS, by="model")
     want = expected(rows, chat, T0, T0 + 6 * 3600, None)
+    models = sorted({m for (_, m, _) in want})
+    assert len(models) >= 2 and sorted(r["model"] for r in out) == models  # one row per model, none missing
     for r in out:
         total = [sum(v[i] for (t, m, b), v in want.items() if m == r["model"]) for i in range(len(SLO_COUNTS))]
         assert [r[k] for k in SLO_COUNTS] == total and r["input_bucket"] == "all"

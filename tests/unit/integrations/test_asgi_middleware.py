@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 
 import pytest
 
@@ -16,8 +17,6 @@ from kafka_events import unwrap
 
 from phasemeter.integrations.asgi import PhasemeterMiddleware
 from phasemeter.producers import Meter
-
-TOL = 0.25  # seconds of slack on a loaded 2-core machine; the scripted delays are the floor
 
 
 class MemoryFuture:
@@ -106,6 +105,13 @@ class Client:
                       for i, p in enumerate(pieces)]
         self.disconnect_after = disconnect_after
         self.sent: list[dict] = []
+        self.at: list[float] = []  # the caller's clock: when each message reached the client
+        self.began = self.took = None  # set by run()
+
+    def by(self, i: int) -> float:
+        """When message i reached the client, since the request began: an
+        upper bound for a time the middleware took before forwarding it."""
+        return self.at[i] - self.began
 
     async def receive(self):
         if self.inbox:
@@ -117,6 +123,7 @@ class Client:
 
     async def send(self, message):
         self.sent.append(message)
+        self.at.append(time.monotonic())
 
     def body(self) -> bytes:
         return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
@@ -145,7 +152,10 @@ def streaming_app(chunks, delays=None, status=200, content_type=b"text/event-str
 
 
 def run(app, client, s=None):
+    """One request; `client.took` is the caller's clock around all of it."""
+    client.began = time.monotonic()
     asyncio.run(app(s or scope(), client.receive, client.send))
+    client.took = time.monotonic() - client.began
 
 
 def test_sse_stream_timings_usage_and_every_chunk_forwarded_unchanged(meter):
@@ -158,8 +168,8 @@ def test_sse_stream_timings_usage_and_every_chunk_forwarded_unchanged(meter):
     (ev,) = meter.events()
     assert ev["model"] == "llama-3.1-8b" and ev["status"] == "ok" and ev["finish_reason"] == "stop"
     assert (ev["input_tokens"], ev["output_tokens"], ev["cached_input_tokens"]) == (1200, 3, 1024)
-    assert 0.1 <= ev["ttft_s"] < 0.1 + TOL
-    assert 0.2 <= ev["e2e_s"] < 0.2 + TOL and ev["e2e_s"] - ev["ttft_s"] >= 0.1
+    assert 0.1 <= ev["ttft_s"] <= client.by(2)  # client.sent[2]: "Hel", the first content
+    assert 0.2 <= ev["e2e_s"] <= client.took and ev["e2e_s"] - ev["ttft_s"] >= 0.1
     assert mw.stats() == {"recorded": 1, "errors": 0, "skipped": {}}
 
 
@@ -173,7 +183,7 @@ def test_sse_events_split_anywhere_across_chunks(meter, split):
     elif split == "random":
         rng, cuts = random.Random(7), []
         cuts = sorted(rng.sample(range(1, len(whole)), 25))
-        chunks = [whole[a:b] for a, b in zip([0] + cuts, cuts + [len(whole)])]
+        chunks = [whole[a:b] for a, b in zip([0] + cuts, cuts + [len(whole)], strict=True)]
     else:
         chunks = [whole]
     run(PhasemeterMiddleware(streaming_app(chunks), meter), client := Client())
@@ -188,19 +198,24 @@ def test_first_token_is_the_chunk_completing_the_first_content_event(meter):
     # event arrives in two halves 0.1 s apart: the second half is the first token.
     content = sse(chunk("Hi"))
     chunks = [sse(chunk("", role="assistant")), sse(chunk("")), content[:10], content[10:], sse(USAGE)]
-    run(PhasemeterMiddleware(streaming_app(chunks, [0, 0.05, 0.05, 0.1, 0.05]), meter), Client())
+    run(PhasemeterMiddleware(streaming_app(chunks, [0, 0.05, 0.05, 0.1, 0.05]), meter), client := Client())
     (ev,) = meter.events()
-    assert 0.2 <= ev["ttft_s"] < 0.2 + TOL and ev["e2e_s"] >= 0.25
+    assert 0.2 <= ev["ttft_s"] <= client.by(4)  # client.sent[4]: the second half; USAGE came later
+    assert ev["e2e_s"] >= 0.25
 
 
 def test_tool_call_and_completions_text_count_as_first_token(meter):
     tool = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "f"}}]}}]}
     text = {"choices": [{"index": 0, "text": "Once", "finish_reason": None}]}
+    clients = []
     for first, path in ((tool, "/v1/chat/completions"), (text, "/v1/completions")):
         chunks = [sse(chunk("", role="assistant")), sse(first), sse(USAGE)]
-        run(PhasemeterMiddleware(streaming_app(chunks, [0, 0.1, 0]), meter), Client(), scope(path))
+        run(PhasemeterMiddleware(streaming_app(chunks, [0, 0.1, 0]), meter), client := Client(), scope(path))
+        clients.append(client)
     evs = meter.events()
-    assert len(evs) == 2 and all(0.1 <= e["ttft_s"] < 0.1 + TOL for e in evs)
+    assert len(evs) == len(clients) == 2
+    for e, c in zip(evs, clients, strict=True):
+        assert 0.1 <= e["ttft_s"] <= c.by(2)  # c.sent[2]: the tool call or the text
 
 
 def test_json_response_first_non_empty_chunk_and_usage(meter):
@@ -214,7 +229,8 @@ def test_json_response_first_non_empty_chunk_and_usage(meter):
     assert client.body() == body
     (ev,) = meter.events()
     assert (ev["model"], ev["input_tokens"], ev["output_tokens"], ev["finish_reason"]) == ("m2", 40, 16, "length")
-    assert 0.15 <= ev["ttft_s"] < 0.15 + TOL and 0.2 <= ev["e2e_s"] < 0.2 + TOL
+    assert 0.15 <= ev["ttft_s"] <= client.by(2)  # client.sent[2]: body[:30], the first non-empty chunk
+    assert 0.2 <= ev["e2e_s"] <= client.took
 
 
 def test_disconnect_gives_cancelled_at_the_disconnect(meter):
@@ -234,10 +250,10 @@ def test_disconnect_gives_cancelled_at_the_disconnect(meter):
         task.cancel()
 
     mw = PhasemeterMiddleware(app, meter, input_tokens=lambda ex: 77)
-    run(mw, Client(disconnect_after=0.15))
+    run(mw, client := Client(disconnect_after=0.15))
     (ev,) = meter.events()
     assert ev["status"] == "cancelled" and ev["output_tokens"] == 0 and ev["input_tokens"] == 77
-    assert ev["ttft_s"] < 0.1 and 0.15 <= ev["e2e_s"] < 0.15 + TOL
+    assert ev["ttft_s"] <= client.by(1) and 0.15 <= ev["e2e_s"] <= client.took  # client.sent[1]: "tok"
 
 
 def test_send_failing_because_the_client_left_is_cancelled_and_propagates(meter):

@@ -75,7 +75,7 @@ class FakeProducer:
     def send(self, topic, key=None, value=None, partition=None):
         self.entered.set()
         if self.gate is not None:
-            self.gate.wait(10)
+            self.gate.wait(60)
         mode = self.mode(len(self.records)) if callable(self.mode) else self.mode
         if mode == "raise":
             raise RuntimeError("send exploded")
@@ -205,14 +205,16 @@ def test_wall_clock_step_does_not_change_durations(meters, monkeypatch):
     meter, fake = meters()
     wall = [1_000_000.0]
     monkeypatch.setattr(time, "time", lambda: wall[0])
+    before = time.monotonic()  # the caller's own clock around the generation bounds its durations
     with meter.generation(model="m", input_tokens=3) as g:
         wall[0] -= 3600.0  # NTP steps the clock back an hour mid-generation
         g.first_token()
         g.finish(output_tokens=1)
+    watched = time.monotonic() - before
     assert meter.flush()
     (event,) = fake.events()
     assert event["t0"] == 1_000_000.0
-    assert 0 <= event["ttft_s"] <= event["e2e_s"] < 1.0
+    assert 0 <= event["ttft_s"] <= event["e2e_s"] <= watched
 
 
 # -- generation lifecycle ----------------------------------------------------
@@ -329,16 +331,17 @@ def test_finish_bad_args_name_the_argument(meters):
 
 # -- queueing, counting, flushing -------------------------------------------------------
 def test_queue_full_drops_newest_and_never_blocks(meters):
+    """"Never blocks" shown by cause, not by a stopwatch: every call returns
+    while the sender is still stuck inside send() (it has not recorded event
+    #1), so none of them waited on it. How fast a call is (about 1 µs to
+    tens of µs) is bench/bench_emitter.py's figure, not a timed test's."""
     gate = threading.Event()
     meter, fake = meters(FakeProducer(gate=gate), queue_size=5)
     meter.record(**GOOD)
     assert fake.entered.wait(5)  # sender now stuck inside send() with event #1
-    worst = 0.0
     for _ in range(12):
-        t = time.perf_counter()
         meter.record(**GOOD)
-        worst = max(worst, time.perf_counter() - t)
-    assert worst < 0.05
+    assert fake.records == []  # all 12 returned while the sender was stuck in send()
     s = meter.stats()
     assert (s.enqueued, s.dropped, s.queued, s.sent) == (5, 8, 5, 0)  # the bound includes #1
     invariant(s, 13)
@@ -397,8 +400,10 @@ def test_flush_waits_for_acks_and_times_out(meters):
     for _ in range(3):
         meter.record(**GOOD)
     t = time.monotonic()
+    # The held futures never complete: returning False at all is the timeout
+    # working; it waited at least about its timeout (a lower bound).
     assert meter.flush(timeout_s=0.2) is False
-    assert 0.15 < time.monotonic() - t < 2.0
+    assert time.monotonic() - t >= 0.15
     assert fake.flushes >= 1  # producer.flush() was asked to push lingering batches
     s = meter.stats()
     assert (s.queued, s.sent) == (3, 0)  # in flight counts as queued
@@ -485,13 +490,14 @@ def test_producer_config_is_merged_over_defaults(meters):
 
 def test_producer_construction_retried_while_callers_never_block(meters, monkeypatch, caplog):
     monkeypatch.setattr(sender_mod, "_BACKOFF_MIN_S", 0.01)
-    fake, attempts = FakeProducer(), []
+    fake, attempts, bootstrapped = FakeProducer(), [], threading.Event()
 
     def flaky_factory(**kw):
         attempts.append(time.monotonic())
         time.sleep(0.05)  # a slow bootstrap attempt
         if len(attempts) <= 3:
             raise ValueError(f"Unrecognized configs: {kw}")  # messages may echo secrets
+        bootstrapped.wait(60)  # the attempt that succeeds waits until the callers are done
         return fake
 
     # The waits the sender asks for, not wall-clock gaps between attempts:
@@ -502,13 +508,14 @@ def test_producer_construction_retried_while_callers_never_block(meters, monkeyp
     meter = Meter("127.0.0.1:1", "t", queue_size=1000, producer_factory=flaky_factory,
                   producer_config={"sasl_plain_password": "hunter2"}, envelope_size=1)  # counts messages
     try:
-        worst = 0.0
+        # "Never block" by cause: all 200 calls return before any producer
+        # exists (the successful attempt waits on `bootstrapped`), so none
+        # waited on construction. The per-call cost is bench/bench_emitter.py's.
         for _ in range(200):
-            t = time.perf_counter()
             meter.record(**GOOD)
-            worst = max(worst, time.perf_counter() - t)
-        assert worst < 0.05
-        assert meter.flush(timeout_s=5)
+        assert fake.records == []  # nothing could be sent: no producer yet
+        bootstrapped.set()
+        assert meter.flush(timeout_s=30)
         assert len(attempts) == 4 and len(fake.records) == 200
         assert waited == [0.01, 0.02, 0.04]  # one wait per failed attempt, each twice the last
         invariant(meter.stats(), 200)
@@ -536,9 +543,13 @@ def test_broker_never_up_close_is_bounded(meters, monkeypatch):
     meter = Meter("127.0.0.1:1", "t", queue_size=10, producer_factory=down)
     for _ in range(25):
         meter.record(**GOOD)
-    t = time.monotonic()
-    meter.close(timeout_s=0.2)
-    assert time.monotonic() - t < 2.0
+    # Bounded: close() returns although the broker never comes up (a close
+    # that waited for it would never return). The deadline turns such a
+    # hang into a failure; it is no measure of how long close() takes.
+    closing = threading.Thread(target=meter.close, kwargs={"timeout_s": 0.2}, daemon=True)
+    closing.start()
+    closing.join(60)
+    assert not closing.is_alive()
     s = meter.stats()
     assert (s.enqueued, s.dropped, s.queued, s.sent) == (10, 15, 10, 0)
     invariant(s, 25)

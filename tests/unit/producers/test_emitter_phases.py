@@ -130,17 +130,19 @@ def test_normal_generation_sends_three_phases_in_order(meters, monkeypatch):
 
 def test_given_request_id_and_no_labels_omit_optional_fields(meters):
     meter, fake = meters(phase_events=True)  # no gateway
+    wall, before = time.time(), time.monotonic()  # the caller's clocks around the generation
     with meter.generation(model="m", input_tokens=3, request_id="rq-é") as g:
         g.first_token()
         g.finish(output_tokens=2)
+    watched, wall_after = time.monotonic() - before, time.time()
     assert meter.flush()
     start, first, end = wire(fake)
     assert list(start) == ["schema_version", "kind", "request_id", "model", "t0", "input_tokens"]
     assert list(first) == ["schema_version", "kind", "request_id", "ttft_s"]
     assert list(end) == ["schema_version", "kind", "request_id", "output_tokens", "e2e_s", "status", "ttft_s"]
     assert start["request_id"] == "rq-é" and fake.records[0][1] == "rq-é".encode("utf-8")
-    assert abs(start["t0"] - time.time()) < 60
-    assert 0 <= first["ttft_s"] <= end["e2e_s"] < 1.0 and end["status"] == "ok"
+    assert wall <= start["t0"] <= wall_after
+    assert 0 <= first["ttft_s"] <= end["e2e_s"] <= watched and end["status"] == "ok"
     assert end["ttft_s"] == first["ttft_s"]
 
 

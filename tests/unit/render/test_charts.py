@@ -157,6 +157,6 @@ def test_header_lines_fit_the_width_and_never_overlap(ncols):
         assert texts[0][1].count("\n") >= 1  # the case that overlapped
     for box in boxes:
         assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box, fig.bbox.width)
-    for upper, lower in zip(boxes, boxes[1:]):
+    for upper, lower in zip(boxes[:-1], boxes[1:], strict=True):
         assert lower.y1 <= upper.y0, (upper, lower)  # display y grows upward
     assert boxes[-1].y0 >= fig.bbox.height - depth * fig.dpi

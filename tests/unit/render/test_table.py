@@ -203,5 +203,5 @@ def test_buckets_not_in_the_edges_sort_after_the_known_ones_then_by_name():
     df = pd.DataFrame({"model": ["b", "a", "a", "a", "a"], "t": [1, 2, 3, 4, 5],
                        "input_bucket": pd.array(["2k-8k", "zz", "0-512", "aa", "512-2k"], dtype="string")})
     ordered = order_bands(df, ["0-512", "512-2k", "2k-8k"])
-    assert list(zip(ordered["model"], ordered["input_bucket"])) == [
+    assert list(zip(ordered["model"], ordered["input_bucket"], strict=True)) == [
         ("a", "0-512"), ("a", "512-2k"), ("a", "aa"), ("a", "zz"), ("b", "2k-8k")]

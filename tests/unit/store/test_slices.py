@@ -18,7 +18,7 @@ def test_slices_keep_order_cover_everything_and_stay_under_the_limit(sizes, limi
     # A slice goes over the limit only when one item alone does.
     assert all(sum(p) <= limit or len(p) == 1 for p in parts)
     # And a slice ends only where the next item would not have fitted.
-    assert all(sum(a) + b[0] > limit for a, b in zip(parts, parts[1:]))
+    assert all(sum(a) + b[0] > limit for a, b in zip(parts[:-1], parts[1:], strict=True))
 
 
 def test_a_cell_counts_every_label_character_twice_for_escapes():

@@ -46,7 +46,7 @@ def row_path(records) -> list:
 
 def messages(draw_events, wraps) -> list:
     out, offset = [], 0
-    for events, wrap in zip(draw_events, wraps):
+    for events, wrap in zip(draw_events, wraps, strict=True):
         for chunk in ([events] if wrap else [[e] for e in events]):
             out.append(record(offset, encode(chunk, wrap), partition=offset % 3))
             offset += 1

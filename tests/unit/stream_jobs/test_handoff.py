@@ -55,8 +55,10 @@ def test_a_batch_longer_than_the_grace_is_cut_and_the_stop_goes_on():
         return steps, loop.time() - t0
 
     steps, waited = asyncio.run(main())
+    # Cut, not finished: a stop that waited for the 10 s batch would see it
+    # finish, whatever the load; and it gave the batch its grace first.
     assert steps == ["cut"]
-    assert waited < 2
+    assert waited >= 0.1
 
 
 def test_settle_waits_for_the_batch_in_hand_and_is_immediate_without_one():

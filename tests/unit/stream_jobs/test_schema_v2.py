@@ -75,7 +75,7 @@ def _json_equal(a, b) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 
@@ -355,7 +355,7 @@ def test_valid_examples_pass_schema_and_worker(name):
     assert results and not any(isinstance(r, Rejection) for r in results), results[:3]
     inner = event["events"] if event["kind"] == "batch" else [event]
     assert len(results) == len(inner)
-    for ev, result in zip(inner, results):
+    for ev, result in zip(inner, results, strict=True):
         if ev["kind"] == "generation":
             assert isinstance(result, dict) and result["request_id"] == ev["request_id"]
         else:

@@ -1,0 +1,116 @@
+"""The suite's own rules, held over every file in tests/ (tests/guard.py says
+what each rule recognises): no test that checks nothing, no skip that CI
+would not see (tests/requires.py), no fixed bound on a measured duration,
+no zip that drops what one side has more of.
+A justified exception goes in ALLOWED with its reason; an entry that no
+longer matches anything fails too, so the list cannot rot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from guard import findings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (file, enclosing function, rule) -> why it is right as it is.
+ALLOWED = {
+    ("tests/unit/store/test_store_open.py", "test_good_store_urls_pass", "no-assert"):
+        "the check is that check_dsn does not raise; the refusals are asserted beside it",
+    ("tests/unit/store/test_store_open.py", "test_a_relative_data_dir_still_makes_an_absolute_embedded_store",
+     "no-assert"):
+        "the check is that check_dsn does not raise for a relative data dir",
+    ("tests/integration/test_slo.py", "test_burn_rate_alerts_route_to_the_burning_phase", "clock-bound"):
+        "`began` is a time in the scripted data (event timestamps), not a measured one",
+}
+
+
+def sources() -> dict[str, str]:
+    return {p.relative_to(ROOT).as_posix(): p.read_text() for p in sorted((ROOT / "tests").rglob("*.py"))}
+
+
+def test_the_guard_reads_the_whole_suite():
+    found = sources()
+    assert len(found) > 90 and "tests/unit/test_test_guard.py" in found and "tests/conftest.py" in found
+
+
+def test_every_test_file_keeps_the_rules():
+    broken = [f for f in findings(sources()) if f.key not in ALLOWED]
+    assert not broken, "\n".join(f"{f.path}:{f.line} {f.where} [{f.rule}] {f.text}" for f in broken)
+
+
+def test_every_allowed_exception_still_exists():
+    keys = {f.key for f in findings(sources())}
+    assert len(ALLOWED) > 0
+    stale = [k for k in ALLOWED if k not in keys]
+    assert not stale, f"allow-list entries that match nothing any more: {stale}"
+
+
+# Planted examples: source strings, parsed by the guard like any test file.
+HELPERS = '''
+def wait_for(pred):
+    if not pred():
+        raise AssertionError("timed out")
+
+def check_rows(rows):
+    assert rows
+
+def through_another(rows):
+    check_rows(rows)
+'''
+
+
+@pytest.mark.parametrize("body, rule", [
+    ("def test_nothing():\n    x = 1 + 1\n", "no-assert"),
+    ("def test_calls_only_a_non_asserting_function():\n    print('done')\n", "no-assert"),
+    ("class TestThing:\n    def test_method(self):\n        self.x = 1\n", "no-assert"),
+    ("import pytest\ndef test_it():\n    pytest.skip('no chromium')\n    assert 1\n", "skip"),
+    ("import pytest\n@pytest.mark.skipif(True, reason='x')\ndef test_it():\n    assert 1\n", "skip"),
+    ("import pytest\nmod = pytest.importorskip('chdb')\n", "skip"),
+    ("def test_it(worst):\n    assert worst < 0.05\n", "clock-bound"),
+    ("import time\ndef test_it(t0):\n    assert time.monotonic() - t0 < 2\n", "clock-bound"),
+    ("LIMIT = 0.05\ndef test_it(elapsed):\n    assert elapsed <= LIMIT\n", "clock-bound"),
+    ("def test_it(ev, script):\n    assert ev['ttft_s'] <= script.ttft_s + 0.03\n", "clock-bound"),
+    ("def test_it(took):\n    assert 0.1 <= took < 0.2\n", "clock-bound"),
+    ("def test_it(gaps):\n    assert 2 > max(gaps)\n", "clock-bound"),
+    ("from pytest import skip\ndef test_it():\n    skip('no go')\n    assert 1\n", "skip"),
+    ("def test_it(a, b):\n    assert all(x == y for x, y in zip(a, b))\n", "zip-strict"),
+    ("integration:def test_it():\n    meter = Meter('x:1', producer_factory=lambda **kw: None)\n    assert meter\n",
+     "kafka-fake"),
+    ("integration:class MemoryProducer:\n    def send(self, topic, value=None):\n        pass\n", "kafka-fake"),
+])
+def test_the_guard_fails_on_a_planted_example(body, rule):
+    folder, _, body = body.partition(":") if body.startswith("integration:") else ("unit", "", body)
+    path = f"tests/{folder}/test_planted.py"
+    got = findings({path: body, "tests/helpers.py": HELPERS})
+    assert len(got) == 1, got
+    assert (got[0].path, got[0].rule) == (path, rule)
+
+
+@pytest.mark.parametrize("body", [
+    "def test_asserts():\n    assert 1 + 1 == 2\n",
+    "import pytest\ndef test_raises():\n    with pytest.raises(ValueError):\n        int('x')\n",
+    "def test_hands_to_a_helper():\n    wait_for(lambda: True)\n",
+    "def test_hands_to_a_helper_of_a_helper(rows):\n    through_another(rows)\n",
+    "def test_method_call_of_a_helper(w):\n    w.check_rows([1])\n",
+    "from requires import require_tool\ndef test_browser():\n    assert require_tool('chromium')\n",
+    "def test_lower_bound_from_the_script(took):\n    assert took >= 0.2\n",
+    "def test_upper_bound_from_the_callers_clock(took, watched):\n    assert 0.2 <= took <= watched\n",
+    "def test_equality_on_scripted_values(ev):\n    assert ev['ttft_s'] == 0.5\n",
+    "def helper_not_a_test():\n    x = 1\n",
+    "def test_strict_zip(a, b):\n    assert all(x == y for x, y in zip(a, b, strict=True))\n",
+    "class MemoryProducer:\n    pass\n",  # in tests/unit: where a fake belongs
+    "import pytest\ndef test_it():\n    with pytest.raises(pytest.skip.Exception):\n        pass\n",
+    "def test_a_ratio(meta):\n    assert 150 <= 3600 / meta['step_s'] <= 400\n",
+    "import m\ndef test_a_constant():\n    assert 0 < m.STOP_GRACE_S < 1.0\n",
+])
+def test_the_guard_passes_what_keeps_the_rules(body):
+    assert findings({"tests/unit/test_planted.py": body, "tests/helpers.py": HELPERS}) == []
+
+
+def test_skipping_is_allowed_only_in_the_one_place_that_decides():
+    body = "import pytest\ndef missing(reason):\n    pytest.skip(reason)\n"
+    assert findings({"tests/requires.py": body}) == []
+    (elsewhere,) = findings({"tests/cdp.py": body})
+    assert elsewhere.rule == "skip"
