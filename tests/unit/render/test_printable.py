@@ -55,7 +55,7 @@ def test_bands_table_prints_hostile_labels_escaped_and_aligned():
     assert RAW.search(text) is None, repr(text)
     body = [line for line in text.splitlines() if line.startswith("2026-11-29")]
     assert len(body) == len(HOSTILE)
-    for line, label in zip(body, HOSTILE):
+    for line, label in zip(body, HOSTILE, strict=True):
         assert printable(label) in line
     assert len({line.index("  3") for line in body}) == 1  # the n column lines up
 
