@@ -12,6 +12,8 @@ def cmd_config(args, settings: Settings) -> int:
     width = max(len(env) for env, _, _ in settings.describe())
     for env, value, doc in settings.describe():
         print(f"{env.ljust(width)}  {value!s:<32}  {doc}")
+    if settings.is_embedded:
+        print(f"\nSQL interface (ClickHouse HTTP, read-only, served by the worker): {settings.sql_url}/")
     return 0
 
 
@@ -72,7 +74,7 @@ def cmd_worker(args, settings: Settings) -> int:
                   settings.kafka_client_config())
     app = create_app(settings, client)
     if settings.is_embedded:
-        write_state(settings.data_path, f"http://{settings.web_host}:{settings.web_port}")
+        write_state(settings.data_path, f"http://{settings.web_host}:{settings.web_port}", sql_url=settings.sql_url)
     try:
         worker = Worker(app, loglevel=args.loglevel)
         # Faust's terminal spinner sets the root logger to DEBUG whenever the

@@ -1,0 +1,127 @@
+"""The worker's read-only ClickHouse HTTP interface over the store it owns.
+
+Its own listener (PHASEMETER_SQL_PORT on PHASEMETER_WEB_HOST) in the
+worker's event loop, at `/` as a ClickHouse server serves it, so BI tools,
+drivers, notebooks and `curl` connect unchanged (docs/sql.md). The request
+is read by `phasemeter.store.sql_request`, run by
+`phasemeter.store.sql_engine` in a pool of its own threads (never the loop,
+never the sink's lock), at most PHASEMETER_SQL_CONCURRENCY at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from phasemeter.callers import allowed_names, host_allowed
+from phasemeter.settings import Settings
+from phasemeter.store.sql_compress import encode
+from phasemeter.store.sql_engine import SqlEngine, caps_of
+from phasemeter.store.sql_guard import ChError
+from phasemeter.store.sql_request import parse
+from phasemeter.timeparse import ArgError
+
+log = logging.getLogger("phasemeter.sql")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
+
+
+def check_bind(settings: Settings) -> None:
+    """Bound beyond loopback, the interface asks for credentials: without a
+    password set, the worker does not start."""
+    if not _is_loopback(settings.web_host) and not settings.sql_password:
+        raise ArgError(f"PHASEMETER_WEB_HOST={settings.web_host!r} is not loopback: set PHASEMETER_SQL_PASSWORD "
+                       "(and PHASEMETER_SQL_USER) for the SQL interface, or bind to 127.0.0.1")
+
+
+class SqlListener:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.engine = SqlEngine(urlsplit(settings.store_dsn).path, settings.database, caps_of(settings))
+        self.allowed = allowed_names(settings.web_host, settings.allowed_hosts)
+        self.open = _is_loopback(settings.web_host)  # on loopback no credentials are asked
+        self.pool = ThreadPoolExecutor(settings.sql_concurrency, thread_name_prefix="phasemeter-sql")
+        self.turns = asyncio.Semaphore(settings.sql_concurrency)
+        self.runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        try:
+            await web.TCPSite(self.runner, self.settings.web_host, self.settings.sql_port).start()
+        except OSError as exc:  # ingest goes on; the readers are told why nothing answers
+            log.error("SQL interface not served: PHASEMETER_SQL_PORT=%s: %s", self.settings.sql_port, exc)
+            return
+        log.info("SQL interface at %s", self.settings.sql_url)
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _error(self, err: ChError) -> web.Response:
+        version = self.engine._info.version if self.engine._info else "unknown"
+        return web.Response(status=err.status, text=err.body(version), headers={
+            "X-ClickHouse-Exception-Code": str(err.code), "Content-Type": "text/plain; charset=UTF-8"})
+
+    def _authorized(self, user: str, password: str) -> bool:
+        s = self.settings
+        return self.open or (hmac.compare_digest(user.encode(), s.sql_user.encode())
+                             and hmac.compare_digest(password.encode(), s.sql_password.encode()))
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if not host_allowed(request.headers.get("Host"), self.allowed):
+            return self._error(ChError("ACCESS_DENIED", "Host not served by this listener (PHASEMETER_ALLOWED_HOSTS)"))
+        if request.path == "/ping" or (request.path == "/" and request.method in ("GET", "HEAD")
+                                       and "query" not in request.query):
+            return web.Response(text="Ok.\n")
+        if request.path != "/" or request.method not in ("GET", "POST"):
+            return self._error(ChError("UNKNOWN_EXCEPTION", f"No handler for {request.method} {request.path}",
+                                       code=1002))
+        try:
+            body = (await request.read()).decode() if request.method == "POST" else ""
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            req = parse(list(request.query.items()), body, headers, self.engine.caps)
+            if not self._authorized(req.user, req.password):
+                raise ChError("AUTHENTICATION_FAILED", f"{req.user or 'default'}: Authentication failed: password is "
+                                                       "incorrect, or there is no user with such name")
+            loop = asyncio.get_running_loop()
+            try:
+                await asyncio.wait_for(self.turns.acquire(), self.settings.sql_max_execution_s)
+            except asyncio.TimeoutError:
+                raise ChError("TOO_MANY_SIMULTANEOUS_QUERIES", "Too many simultaneous queries") from None
+            try:
+                answer = await loop.run_in_executor(self.pool, self.engine.run, req)
+            finally:
+                self.turns.release()
+        except UnicodeDecodeError:
+            return self._error(ChError("SYNTAX_ERROR", "The query is not UTF-8"))
+        except ChError as err:
+            return self._error(err)
+        body, encoding = answer.body, None
+        if req.compression or req.native_compression:
+            accept = request.headers.get("Accept-Encoding", "") if req.compression else None
+            body, encoding = await loop.run_in_executor(self.pool, encode, body, req.native_compression, accept)
+        info = self.engine.info
+        headers = {"X-ClickHouse-Format": answer.format, "X-ClickHouse-Query-Id": req.query_id or str(uuid.uuid4()),
+                   "X-ClickHouse-Timezone": info.timezone, "X-ClickHouse-Summary": json.dumps(answer.summary),
+                   "X-ClickHouse-Server-Display-Name": "phasemeter", "X-ClickHouse-Database": req.database
+                   or self.settings.database, "Content-Type": "application/octet-stream"}
+        if encoding:
+            headers["Content-Encoding"] = encoding
+        return web.Response(body=body, headers=headers)
