@@ -75,8 +75,7 @@ class SqlListener:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def _error(self, err: ChError) -> web.Response:
-        version = self.engine._info.version if self.engine._info else "unknown"
-        return web.Response(status=err.status, text=err.body(version), headers={
+        return web.Response(status=err.status, text=self.engine.error_body(err), headers={
             "X-ClickHouse-Exception-Code": str(err.code), "Content-Type": "text/plain; charset=UTF-8"})
 
     def _authorized(self, user: str, password: str) -> bool:

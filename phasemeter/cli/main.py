@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from phasemeter.cli import commands, delegate, dlq, emit, inflight, otlp, slo
+from phasemeter.cli import commands, delegate, dlq, emit, inflight, otlp, slo, sql
 from phasemeter.alerts import cli as alerts_cli
 from phasemeter.analytics import cli as analytics_cli
 from phasemeter.query.served import set_handler
@@ -18,7 +18,7 @@ from phasemeter.timeparse import ArgError
 # Feature modules that add their own subcommands, each with
 # register(sub, common, window_flags) setting `func=(args, settings) -> int`.
 # Listed by import, not by name, so a reader (or a tool) can follow every command.
-FEATURES = (alerts_cli, analytics_cli, dlq, emit, inflight, otlp, slo)
+FEATURES = (alerts_cli, analytics_cli, dlq, emit, inflight, otlp, slo, sql)
 
 
 def _common(p: argparse.ArgumentParser) -> None:

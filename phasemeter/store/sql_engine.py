@@ -78,13 +78,17 @@ class SqlEngine:
                     handle.close()
             return self._info
 
+    def error_body(self, err: ChError) -> str:
+        return err.body(self._info.version if self._info else "unknown")
+
     def run(self, request: SqlRequest) -> Answer:
         """The query's result in its format, or a ChError (ClickHouse's form)."""
         check_text(request.sql)
-        info = self.info
         started = time.perf_counter_ns()
-        handle = self._handle()
+        handle = None
         try:
+            info = self.info
+            handle = self._handle()
             internal = _PLAIN_NATIVE if request.protocol_revision else {}
             for name, value in (self.caps | internal | request.settings).items():
                 handle.query(_SET[name], "TabSeparated", params={"v": str(value)})
@@ -114,7 +118,8 @@ class SqlEngine:
         except Exception as exc:  # the engine's own refusal: its code and message
             raise from_engine(str(exc)) from None
         finally:
-            handle.close()
+            if handle is not None:
+                handle.close()
 
 
 def caps_of(settings) -> dict:

@@ -94,11 +94,30 @@ def check_text(sql: str) -> None:
         raise ChError("SYNTAX_ERROR", "Empty query")
     if ";" in toks and any(t != ";" for t in toks[toks.index(";"):]):
         raise ChError("SYNTAX_ERROR", "Multi-statements are not allowed")
-    if toks[0] not in READ_KEYWORDS:
-        raise ChError("READONLY", f"Cannot execute query in readonly mode: {toks[0]} is not a read")
+    first = _explained(toks) if toks[0] == "EXPLAIN" else toks[0]
+    if first not in READ_KEYWORDS:
+        raise ChError("READONLY", f"Cannot execute query in readonly mode: {first} is not a read")
     for a, b in zip(toks, toks[1:]):
         if (a, b) in (("INTO", "OUTFILE"), ("FROM", "INFILE")):
             raise ChError("ACCESS_DENIED", f"{a} {b} is not allowed: the SQL interface reaches no files")
+
+
+_EXPLAIN_KINDS = frozenset({"AST", "SYNTAX", "PLAN", "PIPELINE", "ESTIMATE", "QUERY", "TREE", "TABLE", "OVERRIDE",
+                            "CURRENT", "TRANSACTION"})
+
+
+def _explained(toks: list[str]) -> str:
+    """The first keyword of the statement an EXPLAIN explains (after its kind
+    and its `name = value` options)."""
+    i = 1
+    while i < len(toks):
+        if toks[i] in _EXPLAIN_KINDS or toks[i] == ",":
+            i += 1
+        elif i + 1 < len(toks) and toks[i + 1] == "=":
+            i += 3
+        else:
+            return toks[i]
+    return ""
 
 
 _NODE = re.compile(r"^( *)(\S+)(?: (\S+))?")
@@ -127,6 +146,10 @@ def check_ast(ast: str, table_functions: frozenset[str]) -> str | None:
         stack.append((depth, node))
         if node == "Identifier" and depth == 1 and parent in READ_NODES:
             fmt = name
+        if node == "Set" and any(n == "Subquery" for _, n in stack):
+            # Measured: chDB lets a subquery name settings in readonly mode
+            # (the query's limits still hold); a reader has no need of them.
+            raise ChError("READONLY", "Cannot modify settings of a subquery in readonly mode")
         if node == "Literal" and depth == 1:
             raise ChError("ACCESS_DENIED", "INTO OUTFILE is not allowed: the SQL interface reaches no files")
         if node != "Function" or not name:
