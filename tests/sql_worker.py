@@ -61,10 +61,16 @@ def sql_env(kafka_bootstrap: str, tmp: Path, **extra: str) -> dict:
     return env
 
 
-def start(env: dict, tmp: Path, t0: float) -> WorkerProc:
+def written(env: dict, t0: float) -> None:
     done = subprocess.run([sys.executable, "-c", f"import sql_worker; sql_worker.write_store({t0!r})"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def start(env: dict, tmp: Path, t0: float | None) -> WorkerProc:
+    """The worker over a store of known rows (written first unless t0 is None)."""
+    if t0 is not None:
+        written(env, t0)
     w = WorkerProc(env, tmp, int(env["PHASEMETER_WEB_PORT"])).start()
     w.sql_port = int(env["PHASEMETER_SQL_PORT"])
     w.sql_url = f"http://127.0.0.1:{w.sql_port}/"

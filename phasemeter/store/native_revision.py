@@ -5,10 +5,9 @@ A ClickHouse server answers `default_format=Native&client_protocol_version=N`
 for revision N: each block starts with its BlockInfo, and from revision
 54454 each column's type is followed by a "custom serialization" flag.
 chDB writes revision 0 (no BlockInfo, no flag), so this rewrites its blocks,
-walking the column data to find where each column ends. The engine writes
-LowCardinality columns as their plain type for these clients
-(`low_cardinality_allow_in_native_format=0`); aggregate-function states and
-the dynamic types are refused (a client reads them through a `finalize`).
+walking the column data to find where each column ends (LowCardinality
+included, in its own layout as from revision 54405). Aggregate-function
+states and the dynamic types are refused (a client reads them finalized).
 """
 
 from __future__ import annotations
@@ -83,12 +82,35 @@ def _skip(buf: bytes, pos: int, typ: str, rows: int) -> int:
         total = struct.unpack_from("<Q", buf, pos + 8 * (rows - 1))[0] if rows else 0
         element = inner if name == "Array" else f"Tuple({inner})"
         return _skip(buf, pos + 8 * rows, element, total)
+    if name == "LowCardinality":
+        return _skip_low_cardinality(buf, pos, inner, rows)
     if name == "Tuple":
         for element in _args(inner):
             pos = _skip(buf, pos, _ELEMENT_NAME.sub("", element), rows)
         return pos
     raise Unsupported(f"a {typ} column cannot be sent to a client of protocol revision > 0 "
                       "(read it as a finished value, e.g. with finalizeAggregation or toString)")
+
+
+_HAS_ADDITIONAL_KEYS = 1 << 9
+
+
+def _skip_low_cardinality(buf: bytes, pos: int, inner: str, rows: int) -> int:
+    """A LowCardinality column: its key version, then granules of (index
+    type, own keys, row count, indexes) until every row is read. The keys of
+    LowCardinality(Nullable(T)) are written as T."""
+    keys = inner[len("Nullable("):-1] if inner.startswith("Nullable(") else inner
+    pos += 8  # key serialization version
+    while rows > 0:
+        flags = struct.unpack_from("<Q", buf, pos)[0]
+        pos += 8
+        if flags & _HAS_ADDITIONAL_KEYS:
+            count = struct.unpack_from("<Q", buf, pos)[0]
+            pos = _skip(buf, pos + 8, keys, count)
+        granule = struct.unpack_from("<Q", buf, pos)[0]
+        pos += 8 + granule * (1 << (flags & 0xFF))
+        rows -= granule
+    return pos
 
 
 def with_revision(body: bytes, revision: int) -> bytes:

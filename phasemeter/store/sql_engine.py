@@ -27,10 +27,7 @@ from phasemeter.store.sql_request import SETTABLE, SqlRequest
 
 # One statement per settable name: the name is from a fixed allow-list, the
 # value is bound.
-_SET = {name: "SET " + name + " = {v:String}" for name in SETTABLE | {"low_cardinality_allow_in_native_format"}}
-# Clients that name a protocol revision read LowCardinality as its plain type
-# (native_revision.py rewrites the blocks for them).
-_PLAIN_NATIVE = {"low_cardinality_allow_in_native_format": "0"}
+_SET = {name: "SET " + name + " = {v:String}" for name in SETTABLE}
 
 
 @dataclass(frozen=True)
@@ -89,8 +86,7 @@ class SqlEngine:
         try:
             info = self.info
             handle = self._handle()
-            internal = _PLAIN_NATIVE if request.protocol_revision else {}
-            for name, value in (self.caps | internal | request.settings).items():
+            for name, value in (self.caps | request.settings).items():
                 handle.query(_SET[name], "TabSeparated", params={"v": str(value)})
             handle.query("SET readonly = 1", "TabSeparated")
             handle.query("USE " + quote_identifier(request.database or self.database), "TabSeparated")
@@ -106,9 +102,11 @@ class SqlEngine:
                     body = with_revision(body, request.protocol_revision)
                 except Unsupported as exc:
                     raise ChError("NOT_IMPLEMENTED", str(exc), code=48) from None
-            summary = {"read_rows": str(result.rows_read()), "read_bytes": str(result.bytes_read()),
-                       "written_rows": "0", "written_bytes": "0", "total_rows_to_read": str(result.rows_read()),
-                       "result_rows": "0", "result_bytes": str(len(body)),
+            # chDB: storage_rows_read() is what the query read, rows_read() what it returned.
+            summary = {"read_rows": str(result.storage_rows_read()), "read_bytes": str(result.storage_bytes_read()),
+                       "written_rows": "0", "written_bytes": "0",
+                       "total_rows_to_read": str(result.storage_rows_read()),
+                       "result_rows": str(result.rows_read()), "result_bytes": str(len(body)),
                        "elapsed_ns": str(time.perf_counter_ns() - started)}
             return Answer(body, engine_fmt, summary)
         except ChError:

@@ -29,6 +29,11 @@ _STATUS = {62: 400, 73: 400, 456: 400, 164: 403, 497: 403, 516: 401, 202: 503, 6
 
 # Statements a reader may send (first keyword).
 READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESC", "DESCRIBE", "EXISTS", "EXPLAIN", "("})
+# Statements that change something (refused as ClickHouse refuses them in readonly mode).
+WRITE_KEYWORDS = frozenset({"INSERT", "CREATE", "ALTER", "DROP", "TRUNCATE", "DELETE", "UPDATE", "RENAME", "DETACH",
+                            "ATTACH", "BACKUP", "RESTORE", "GRANT", "REVOKE", "SYSTEM", "KILL", "OPTIMIZE", "SET",
+                            "USE", "EXCHANGE", "UNDROP", "MOVE", "CHECK", "WATCH", "BEGIN", "COMMIT", "ROLLBACK",
+                            "REPLACE", "UPSERT", "MERGE"})
 # Top nodes of `EXPLAIN AST` for those statements.
 READ_NODES = ("SelectWithUnionQuery", "SelectIntersectExceptQuery", "ShowTables", "ShowColumns",
               "DescribeQuery", "ExistsTableQuery", "ExistsDatabaseQuery", "ExistsViewQuery",
@@ -95,8 +100,10 @@ def check_text(sql: str) -> None:
     if ";" in toks and any(t != ";" for t in toks[toks.index(";"):]):
         raise ChError("SYNTAX_ERROR", "Multi-statements are not allowed")
     first = _explained(toks) if toks[0] == "EXPLAIN" else toks[0]
-    if first not in READ_KEYWORDS:
+    if first in WRITE_KEYWORDS:
         raise ChError("READONLY", f"Cannot execute query in readonly mode: {first} is not a read")
+    if first not in READ_KEYWORDS:
+        raise ChError("SYNTAX_ERROR", f"Syntax error: {first} does not start a statement this interface runs")
     for a, b in zip(toks, toks[1:]):
         if (a, b) in (("INTO", "OUTFILE"), ("FROM", "INFILE")):
             raise ChError("ACCESS_DENIED", f"{a} {b} is not allowed: the SQL interface reaches no files")
