@@ -61,7 +61,7 @@ def credentials(params: dict, headers: dict) -> tuple[str, str]:
     auth = headers.get("authorization", "")
     if auth.lower().startswith("basic "):
         try:
-            user, _, password = base64.b64decode(auth[6:].strip()).decode().partition(":")
+            user, _, password = base64.b64decode(auth[6:].strip(), validate=True).decode().partition(":")
             return user, password
         except (binascii.Error, UnicodeDecodeError):
             raise ChError("AUTHENTICATION_FAILED", "Malformed basic authorization header") from None
