@@ -30,6 +30,7 @@ from phasemeter.store.sql_request import parse
 from phasemeter.timeparse import ArgError
 
 log = logging.getLogger("phasemeter.sql")
+WRITE_SLICE = 1 << 20
 
 
 def _is_loopback(host: str) -> bool:
@@ -123,4 +124,15 @@ class SqlListener:
                    or self.settings.database, "Content-Type": "application/octet-stream"}
         if encoding:
             headers["Content-Encoding"] = encoding
-        return web.Response(body=body, headers=headers)
+        response = web.StreamResponse(headers=headers)
+        response.content_length = len(body)
+        await response.prepare(request)
+        # In slices: asyncio's transport (Python < 3.12) keeps what the socket
+        # did not take in one bytearray and deletes from its front after each
+        # send, so one 40 MB write moved gigabytes (measured: 120-370 ms to
+        # read 40 MB on loopback).
+        view = memoryview(body)
+        for start in range(0, len(view), WRITE_SLICE):
+            await response.write(view[start:start + WRITE_SLICE])
+        await response.write_eof()
+        return response

@@ -145,4 +145,5 @@ def _direct(settings, text: str, fmt: str, params: dict, out) -> int:
         return _refused(engine.error_body(err).strip(), err.status)
     out.write(answer.body)
     out.flush()
+    del answer  # the engine's buffer goes with it
     return 0

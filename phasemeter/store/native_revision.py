@@ -129,7 +129,7 @@ def with_revision(body: bytes, revision: int) -> bytes:
             for _field in range(2):  # name, type
                 length, pos = _varuint(body, pos)
                 pos += length
-            typ = body[pos - length:pos].decode()
+            typ = bytes(body[pos - length:pos]).decode()
             out += body[start:pos]
             if revision >= CUSTOM_SERIALIZATION:
                 out += b"\x00"

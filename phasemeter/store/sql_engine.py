@@ -32,9 +32,10 @@ _SET = {name: "SET " + name + " = {v:String}" for name in SETTABLE}
 
 @dataclass(frozen=True)
 class Answer:
-    body: bytes
+    body: bytes | memoryview  # a view of the engine's own buffer: a 1M-row answer is not copied
     format: str
     summary: dict
+    result: object = None  # the engine's result and buffer, which `body` views
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ class SqlEngine:
             if engine_fmt is None:
                 raise ChError("UNKNOWN_FORMAT", f"Unknown output format {fmt}")
             result = handle.query(request.sql, engine_fmt, params=request.params)
-            body = result.bytes()
+            buffer = result.get_memview()
+            body = buffer.view()
             if engine_fmt == "Native" and request.protocol_revision:
                 try:
                     body = with_revision(body, request.protocol_revision)
@@ -108,7 +110,7 @@ class SqlEngine:
                        "total_rows_to_read": str(result.storage_rows_read()),
                        "result_rows": str(result.rows_read()), "result_bytes": str(len(body)),
                        "elapsed_ns": str(time.perf_counter_ns() - started)}
-            return Answer(body, engine_fmt, summary)
+            return Answer(body, engine_fmt, summary, (result, buffer))
         except ChError:
             raise
         except ValueError as exc:  # a database name the store cannot hold
