@@ -141,9 +141,11 @@ def _direct(settings, text: str, fmt: str, params: dict, out) -> int:
     engine = SqlEngine(str(path), settings.database, caps_of(settings))
     try:
         answer = engine.run(SqlRequest(sql=text, default_format=fmt, params=params))
+        out.write(answer.body)
+        for piece in answer.rest or ():  # as the engine makes them
+            out.write(piece)
     except ChError as err:
+        out.flush()
         return _refused(engine.error_body(err).strip(), err.status)
-    out.write(answer.body)
     out.flush()
-    del answer  # the engine's buffer goes with it
     return 0

@@ -14,7 +14,6 @@ Two layers, as in ClickHouse's HTTP handler:
 
 from __future__ import annotations
 
-import gzip
 import struct
 import zlib
 
@@ -47,26 +46,55 @@ def http_encoding(accept: str) -> str | None:
     return None
 
 
-def http_encode(body: bytes, encoding: str) -> bytes:
+def _http_compressor(encoding: str):
+    """An incremental compressor: .compress(bytes) -> bytes, .flush() -> bytes."""
     if encoding == "gzip":
-        return gzip.compress(body, compresslevel=1)
+        return zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 16+15: the gzip container
     if encoding == "deflate":
-        return zlib.compress(body, 1)
+        return zlib.compressobj(1)
     if encoding == "lz4":
         import lz4.frame
 
-        return lz4.frame.compress(body)
+        return _Lz4Frame(lz4.frame.LZ4FrameCompressor())
     try:
         from compression import zstd  # Python 3.14
     except ImportError:
         from backports import zstd
-    return zstd.compress(body)
+    return zstd.ZstdCompressor()
+
+
+class _Lz4Frame:
+    def __init__(self, compressor):
+        self.c, self.started = compressor, False
+
+    def compress(self, data) -> bytes:
+        head = b"" if self.started else self.c.begin()
+        self.started = True
+        return head + self.c.compress(data)
+
+    def flush(self) -> bytes:
+        return (b"" if self.started else self.c.begin()) + self.c.flush()
+
+
+class Encoder:
+    """An answer encoded piece by piece as it comes from the engine: native
+    blocks per piece, then the HTTP encoding around the whole stream."""
+
+    def __init__(self, native: bool, accept: str | None):
+        self.native = native
+        self.encoding = http_encoding(accept) if accept else None
+        self._http = _http_compressor(self.encoding) if self.encoding else None
+
+    def chunk(self, data) -> bytes | memoryview:
+        if self.native:
+            data = native_blocks(data)
+        return self._http.compress(data) if self._http else data
+
+    def end(self) -> bytes:
+        return self._http.flush() if self._http else b""
 
 
 def encode(body: bytes, native: bool, accept: str | None) -> tuple[bytes, str | None]:
-    """(bytes to send, Content-Encoding or None): native blocks first, then
-    the HTTP encoding around them, as ClickHouse nests them."""
-    if native:
-        body = native_blocks(body)
-    encoding = http_encoding(accept) if accept else None
-    return (http_encode(body, encoding), encoding) if encoding else (body, None)
+    """(bytes to send, Content-Encoding or None) of a whole answer."""
+    encoder = Encoder(native, accept)
+    return bytes(encoder.chunk(body)) + encoder.end(), encoder.encoding

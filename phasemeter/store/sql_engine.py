@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from phasemeter.store.client import quote_identifier
@@ -30,12 +31,20 @@ from phasemeter.store.sql_request import SETTABLE, SqlRequest
 _SET = {name: "SET " + name + " = {v:String}" for name in SETTABLE}
 
 
+# Formats whose blocks, each written whole, concatenate into one valid answer
+# (no header or footer around the whole): sent block by block as chDB makes
+# them, so the engine and the network work at once.
+STREAMED = frozenset({"Native", "RowBinary", "TabSeparated", "TabSeparatedRaw", "CSV", "JSONEachRow",
+                      "JSONCompactEachRow"})
+
+
 @dataclass(frozen=True)
 class Answer:
-    body: bytes | memoryview  # a view of the engine's own buffer: a 1M-row answer is not copied
+    body: bytes | memoryview  # the whole answer, or a streamed one's first block
     format: str
     summary: dict
-    result: object = None  # the engine's result and buffer, which `body` views
+    rest: Iterator | None = None  # a streamed answer's other blocks
+    keep: object = None  # the engine's result and buffer that `body` views (not copied)
 
 
 @dataclass(frozen=True)
@@ -80,37 +89,23 @@ class SqlEngine:
         return err.body(self._info.version if self._info else "unknown")
 
     def run(self, request: SqlRequest) -> Answer:
-        """The query's result in its format, or a ChError (ClickHouse's form)."""
+        """The query's answer in its format, or a ChError (ClickHouse's form).
+        A streamed answer holds its first piece; `rest` yields the others and
+        closes the handle when done (or when closed)."""
         check_text(request.sql)
         started = time.perf_counter_ns()
         handle = None
         try:
             info = self.info
             handle = self._handle()
-            for name, value in (self.caps | request.settings).items():
-                handle.query(_SET[name], "TabSeparated", params={"v": str(value)})
-            handle.query("SET readonly = 1", "TabSeparated")
-            handle.query("USE " + quote_identifier(request.database or self.database), "TabSeparated")
-            ast = handle.query("EXPLAIN AST " + request.sql, "TabSeparatedRaw", params=request.params)
-            fmt = check_ast(ast.bytes().decode(), info.table_functions) or request.default_format
-            engine_fmt = info.output_formats.get(fmt.lower())
-            if engine_fmt is None:
-                raise ChError("UNKNOWN_FORMAT", f"Unknown output format {fmt}")
-            result = handle.query(request.sql, engine_fmt, params=request.params)
+            fmt = self._prepare(handle, request, info)
+            if fmt in STREAMED and not request.wait_end:
+                pieces, handle = self._pieces(handle, request, fmt), None  # the pieces close it
+                return Answer(next(pieces, b""), fmt, _summary(None, started), pieces)
+            result = handle.query(request.sql, fmt, params=request.params)
             buffer = result.get_memview()
-            body = buffer.view()
-            if engine_fmt == "Native" and request.protocol_revision:
-                try:
-                    body = with_revision(body, request.protocol_revision)
-                except Unsupported as exc:
-                    raise ChError("NOT_IMPLEMENTED", str(exc), code=48) from None
-            # chDB: storage_rows_read() is what the query read, rows_read() what it returned.
-            summary = {"read_rows": str(result.storage_rows_read()), "read_bytes": str(result.storage_bytes_read()),
-                       "written_rows": "0", "written_bytes": "0",
-                       "total_rows_to_read": str(result.storage_rows_read()),
-                       "result_rows": str(result.rows_read()), "result_bytes": str(len(body)),
-                       "elapsed_ns": str(time.perf_counter_ns() - started)}
-            return Answer(body, engine_fmt, summary, (result, buffer))
+            body = _layout(buffer.view(), request, fmt)
+            return Answer(body, fmt, _summary(result, started), None, (result, buffer))
         except ChError:
             raise
         except ValueError as exc:  # a database name the store cannot hold
@@ -120,6 +115,56 @@ class SqlEngine:
         finally:
             if handle is not None:
                 handle.close()
+
+    def _prepare(self, handle, request: SqlRequest, info: ServerInfo) -> str:
+        """Limits, output settings, then readonly on the handle; the parse
+        checked; -> the engine's name of the answer's format."""
+        for name, value in (self.caps | request.settings).items():
+            handle.query(_SET[name], "TabSeparated", params={"v": str(value)})
+        handle.query("SET readonly = 1", "TabSeparated")
+        handle.query("USE " + quote_identifier(request.database or self.database), "TabSeparated")
+        ast = handle.query("EXPLAIN AST " + request.sql, "TabSeparatedRaw", params=request.params)
+        fmt = check_ast(ast.bytes().decode(), info.table_functions) or request.default_format
+        if fmt.lower() not in info.output_formats:
+            raise ChError("UNKNOWN_FORMAT", f"Unknown output format {fmt}")
+        return info.output_formats[fmt.lower()]
+
+    def _pieces(self, handle, request: SqlRequest, fmt: str):
+        stream = None
+        try:
+            stream = handle.send_query(request.sql, fmt, params=request.params)
+            for result in stream:
+                piece = result.bytes()
+                if piece:
+                    yield _layout(piece, request, fmt)
+        except ChError:
+            raise
+        except Exception as exc:
+            raise from_engine(str(exc)) from None
+        finally:
+            if stream is not None:
+                stream.close()
+            handle.close()
+
+
+def _layout(body, request: SqlRequest, fmt: str):
+    if fmt != "Native" or not request.protocol_revision:
+        return body
+    try:
+        return with_revision(body, request.protocol_revision)
+    except Unsupported as exc:
+        raise ChError("NOT_IMPLEMENTED", str(exc), code=48) from None
+
+
+def _summary(result, started: int) -> dict:
+    """X-ClickHouse-Summary: what the query read (chDB's storage_rows_read;
+    its rows_read() is what it returned). A streamed answer's headers go out
+    with its first block, before the totals are known; `wait_end_of_query=1`
+    asks for the whole answer first, and its totals."""
+    read = (result.storage_rows_read(), result.storage_bytes_read(), result.rows_read()) if result else (0, 0, 0)
+    return {"read_rows": str(read[0]), "read_bytes": str(read[1]), "written_rows": "0", "written_bytes": "0",
+            "total_rows_to_read": str(read[0]), "result_rows": str(read[2]),
+            "elapsed_ns": str(time.perf_counter_ns() - started)}
 
 
 def caps_of(settings) -> dict:

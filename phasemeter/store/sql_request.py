@@ -54,6 +54,7 @@ class SqlRequest:
     compression: bool = False  # enable_http_compression=1: Content-Encoding as Accept-Encoding asks
     native_compression: bool = False  # compress=1: ClickHouse's own compressed blocks
     protocol_revision: int = 0  # client_protocol_version: the layout of Native blocks the client reads
+    wait_end: bool = False  # wait_end_of_query=1: the whole answer made before it is sent, with its totals
 
 
 def credentials(params: dict, headers: dict) -> tuple[str, str]:
@@ -110,5 +111,6 @@ def parse(params: list[tuple[str, str]], body: str, headers: dict, caps: dict) -
                       params=bound, settings=settings, query_id=url.get("query_id", ""),
                       user=user, password=password, compression=url.get("enable_http_compression") in ("1", "true"),
                       native_compression=url.get("compress") in ("1", "true"),
+                      wait_end=url.get("wait_end_of_query") in ("1", "true"),
                       protocol_revision=int(url.get("client_protocol_version", "0") or 0)
                       if url.get("client_protocol_version", "0").isdigit() else 0)

@@ -52,7 +52,8 @@ def sqlw(kafka_bootstrap, tmp_path_factory):
 def test_formats_headers_and_parameters(sqlw):
     url = sqlw.sql_url
     status, headers, body = sql_worker.post(url, "SELECT model, count() AS n FROM generations GROUP BY model "
-                                                 "ORDER BY model", default_format="JSONEachRow", query_id="q-1")
+                                                 "ORDER BY model", default_format="JSONEachRow", query_id="q-1",
+                                            wait_end_of_query="1")
     assert status == 200, body
     assert {d["model"]: int(d["n"]) for d in map(json.loads, body.splitlines())} == sqlw.models
     assert headers["X-ClickHouse-Format"] == "JSONEachRow" and headers["X-ClickHouse-Query-Id"] == "q-1"
@@ -177,3 +178,24 @@ def test_beyond_loopback_credentials_are_required(kafka_bootstrap, tmp_path):
                 assert hdrs["X-ClickHouse-Exception-Code"] == "516"
     finally:
         w.stop()
+
+
+def test_streamed_answers_errors_mid_stream_and_clients_that_leave(sqlw):
+    import http.client
+
+    status, headers, body = sql_worker.post(sqlw.sql_url, "SELECT number FROM numbers(2000000)")
+    assert (status, headers["Transfer-Encoding"]) == (200, "chunked")
+    assert body == "".join(f"{i}\n" for i in range(2000000)).encode()
+    # an error after the first blocks ends the body in ClickHouse's words, as a server's stream does
+    status, _, body = sql_worker.post(sqlw.sql_url, "SELECT throwIf(number = 1900000) FROM numbers(2000000)")
+    assert status == 200 and body.count(b"\n") > 1000
+    assert b"Code: 395. DB::Exception: " in body[-2000:]
+    # clients that go away mid-stream give their turn back: more of them than PHASEMETER_SQL_CONCURRENCY
+    for _ in range(4):
+        conn = http.client.HTTPConnection("127.0.0.1", sqlw.sql_port, timeout=60)
+        conn.request("POST", "/", body=b"SELECT number FROM numbers(50000000)")
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read(1000)
+        conn.close()
+    status, _, body = sql_worker.post(sqlw.sql_url, "SELECT 1")
+    assert (status, body) == (200, b"1\n")
