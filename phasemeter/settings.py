@@ -113,6 +113,10 @@ class Settings:
                                   "Most rows one answer of the SQL interface holds (max_result_rows).")
     sql_max_result_bytes: int = _f(2_000_000_000, "PHASEMETER_SQL_MAX_RESULT_BYTES",
                                    "Most bytes one answer of the SQL interface holds (max_result_bytes).")
+    sql_max_threads: int = _f(2, "PHASEMETER_SQL_MAX_THREADS",
+                              "Threads one query through the SQL interface may use (max_threads): keep it, times "
+                              "PHASEMETER_SQL_CONCURRENCY, below the machine's cores so a dashboard's scans leave "
+                              "the worker some.")
     sql_concurrency: int = _f(2, "PHASEMETER_SQL_CONCURRENCY",
                               "Queries the SQL interface runs at once; more wait their turn (up to the execution "
                               "limit), so dashboards cannot starve ingest of the machine's cores.")

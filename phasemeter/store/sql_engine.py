@@ -170,4 +170,5 @@ def _summary(result, started: int) -> dict:
 def caps_of(settings) -> dict:
     """The worker's limits, by ClickHouse setting name."""
     return {"max_execution_time": settings.sql_max_execution_s, "max_memory_usage": settings.sql_max_memory_bytes,
-            "max_result_rows": settings.sql_max_result_rows, "max_result_bytes": settings.sql_max_result_bytes}
+            "max_result_rows": settings.sql_max_result_rows, "max_result_bytes": settings.sql_max_result_bytes,
+            "max_threads": settings.sql_max_threads}

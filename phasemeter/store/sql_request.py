@@ -26,7 +26,7 @@ TRANSPORT = frozenset({"query", "database", "default_format", "query_id", "sessi
                        "http_response_buffer_size", "add_http_cors_header", "network_compression_method",
                        "network_zstd_compression_level"})
 # Limits a request may lower, never raise (the worker's own are the caps).
-LIMITS = ("max_execution_time", "max_memory_usage", "max_result_rows", "max_result_bytes")
+LIMITS = ("max_execution_time", "max_memory_usage", "max_result_rows", "max_result_bytes", "max_threads")
 # Settings that only change how results are written: applied as asked.
 OUTPUT_SETTINGS = frozenset({
     "date_time_output_format", "session_timezone", "extremes", "output_format_json_quote_64bit_integers",

@@ -10,7 +10,8 @@ import pytest
 from phasemeter.store.sql_guard import ChError
 from phasemeter.store.sql_request import parse
 
-CAPS = {"max_execution_time": 120, "max_memory_usage": 2e9, "max_result_rows": 1e8, "max_result_bytes": 2e9}
+CAPS = {"max_execution_time": 120, "max_memory_usage": 2e9, "max_result_rows": 1e8, "max_result_bytes": 2e9,
+        "max_threads": 2}
 
 
 def test_url_part_first_then_body_and_the_protocols_parameters():
