@@ -77,7 +77,7 @@ def from_engine(text: str) -> ChError:
 
 
 _TOKEN = re.compile(r"""\s+|--[^\n]*|\#[^\n]*|/\*.*?\*/|'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.)*"|`(?:[^`\\]|\\.)*`
-                        |\$\$.*?\$\$|(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<other>.)""", re.S | re.X)
+                        |\$(?P<tag>\w*)\$.*?\$(?P=tag)\$|(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<other>.)""", re.S | re.X)
 
 
 def words(sql: str) -> list[str]:

@@ -56,7 +56,8 @@ def test_words_skip_comments_strings_and_quoted_names():
 @pytest.mark.parametrize("sql", ["SELECT 1", "SELECT 1;", "SELECT 1; -- done", " (SELECT 1) ", "WITH 1 AS x SELECT x",
                                  "SHOW TABLES", "DESCRIBE generations", "EXISTS generations",
                                  "EXPLAIN SELECT 1", "EXPLAIN PLAN actions = 1 SELECT 1",
-                                 "SELECT 'INTO OUTFILE' AS s", "SELECT ';' AS s"])
+                                 "SELECT 'INTO OUTFILE' AS s", "SELECT ';' AS s", "SELECT $t$a;b$t$",
+                                 "SELECT 1 # ; SELECT 2"])
 def test_reads_pass_the_text_check(sql):
     check_text(sql)
 
