@@ -57,6 +57,8 @@ class SqlListener:
         self.pool = ThreadPoolExecutor(settings.sql_concurrency, thread_name_prefix="phasemeter-sql")
         self.turns = asyncio.Semaphore(settings.sql_concurrency)
         self.runner: web.AppRunner | None = None
+        self.stopping = False
+        self.running = 0  # queries holding a turn
 
     async def start(self) -> None:
         app = web.Application(client_max_size=16 * 1024 * 1024)
@@ -71,6 +73,13 @@ class SqlListener:
         log.info("SQL interface at %s", self.settings.sql_url)
 
     async def stop(self) -> None:
+        """New queries are refused, running ones cancelled, then the listener closes."""
+        self.stopping = True
+        if self.running:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.engine.cancel_all)
+            except Exception as exc:  # the store is gone already: nothing runs on it
+                log.warning("SQL interface: cancelling queries at stop: %s", exc)
         if self.runner is not None:
             await self.runner.cleanup()
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -101,13 +110,17 @@ class SqlListener:
                 raise ChError("AUTHENTICATION_FAILED", f"{req.user or 'default'}: Authentication failed: password is "
                                                        "incorrect, or there is no user with such name")
             loop = asyncio.get_running_loop()
+            if self.stopping:
+                raise ChError("ABORTED", "The worker is stopping", code=236)
             try:
                 await asyncio.wait_for(self.turns.acquire(), self.settings.sql_max_execution_s)
             except asyncio.TimeoutError:
                 raise ChError("TOO_MANY_SIMULTANEOUS_QUERIES", "Too many simultaneous queries") from None
+            self.running += 1
             try:
                 answer = await loop.run_in_executor(self.pool, self.engine.run, req)
             except BaseException:
+                self.running -= 1
                 self.turns.release()
                 raise
         except UnicodeDecodeError:
@@ -119,6 +132,7 @@ class SqlListener:
         finally:
             if answer.rest is not None:  # a stream left early (the client went away): its handle closes
                 await loop.run_in_executor(self.pool, answer.rest.close)
+            self.running -= 1
             self.turns.release()
 
     async def _send(self, request: web.Request, req, answer) -> web.StreamResponse:

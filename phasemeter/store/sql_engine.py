@@ -29,6 +29,11 @@ from phasemeter.store.sql_request import SETTABLE, SqlRequest
 # One statement per settable name: the name is from a fixed allow-list, the
 # value is bound.
 _SET = {name: "SET " + name + " = {v:String}" for name in SETTABLE}
+# Every query of this interface carries this log_comment, so a stopping worker
+# can cancel them all and none of the sink's (system.processes' Settings).
+MARK = "phasemeter-sql"
+_MARKED = "SET log_comment = {v:String}"
+_CANCEL = "KILL QUERY WHERE Settings['log_comment'] = {v:String} SYNC"
 
 
 # Formats whose blocks, each written whole, concatenate into one valid answer
@@ -88,6 +93,15 @@ class SqlEngine:
     def error_body(self, err: ChError) -> str:
         return err.body(self._info.version if self._info else "unknown")
 
+    def cancel_all(self) -> None:
+        """Cancel every query of this interface still running (a stopping
+        worker does not wait out a reader's scan; measured: 119 s before)."""
+        handle = self._handle()
+        try:
+            handle.query(_CANCEL, "TabSeparated", params={"v": MARK})
+        finally:
+            handle.close()
+
     def run(self, request: SqlRequest) -> Answer:
         """The query's answer in its format, or a ChError (ClickHouse's form).
         A streamed answer holds its first piece; `rest` yields the others and
@@ -121,6 +135,7 @@ class SqlEngine:
         checked; -> the engine's name of the answer's format."""
         for name, value in (self.caps | request.settings).items():
             handle.query(_SET[name], "TabSeparated", params={"v": str(value)})
+        handle.query(_MARKED, "TabSeparated", params={"v": MARK})
         handle.query("SET readonly = 1", "TabSeparated")
         handle.query("USE " + quote_identifier(request.database or self.database), "TabSeparated")
         ast = handle.query("EXPLAIN AST " + request.sql, "TabSeparatedRaw", params=request.params)

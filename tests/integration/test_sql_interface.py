@@ -199,3 +199,35 @@ def test_streamed_answers_errors_mid_stream_and_clients_that_leave(sqlw):
         conn.close()
     status, _, body = sql_worker.post(sqlw.sql_url, "SELECT 1")
     assert (status, body) == (200, b"1\n")
+
+
+def test_a_stopping_worker_cancels_the_queries_it_runs(kafka_bootstrap, tmp_path):
+    """SIGTERM does not wait out a reader's scan (before: 119 s, its whole
+    max_execution_time); the reader is told in ClickHouse's words."""
+    import signal
+    import threading
+
+    limit_s = 100
+    env = sql_worker.sql_env(kafka_bootstrap, tmp_path, PHASEMETER_SQL_MAX_EXECUTION_S=str(limit_s))
+    w = sql_worker.start(env, tmp_path, (time.time() - 3 * 3600) // 60 * 60)
+    got = {}
+    scan = threading.Thread(target=lambda: got.update(answer=sql_worker.post(
+        w.sql_url, "SELECT count() FROM numbers(100000000000) WHERE sipHash64(number) % 7 = 1 AND 'long-scan' != ''")))
+    try:
+        scan.start()
+        deadline = time.monotonic() + 60
+        running = b"0\n"
+        while running == b"0\n" and time.monotonic() < deadline:
+            running = sql_worker.post(w.sql_url, "SELECT count() FROM system.processes "
+                                                 "WHERE query LIKE concat('%long', '-scan%')")[2]
+        assert running == b"1\n"
+        began = time.monotonic()
+        w.proc.send_signal(signal.SIGTERM)
+        w.proc.wait(limit_s + 60)
+        took = time.monotonic() - began
+        scan.join()
+    finally:
+        w.stop()
+    assert w.proc.returncode == 0 and took < limit_s, took
+    status, headers, body = got["answer"]
+    assert (status, headers["X-ClickHouse-Exception-Code"]) == (500, "394"), body
