@@ -15,6 +15,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import secrets
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -25,7 +26,7 @@ from phasemeter.callers import allowed_names, host_allowed
 from phasemeter.settings import Settings
 from phasemeter.store.sql_compress import Encoder
 from phasemeter.store.sql_engine import SqlEngine, caps_of
-from phasemeter.store.sql_guard import ChError
+from phasemeter.store.sql_guard import ChError, exception_block
 from phasemeter.store.sql_request import parse
 from phasemeter.timeparse import ArgError
 
@@ -154,6 +155,7 @@ class SqlListener:
         else:
             body = await loop.run_in_executor(self.pool, encoder.chunk, answer.body)
             response.enable_chunked_encoding()
+            response.headers["X-ClickHouse-Exception-Tag"] = tag = secrets.token_hex(8)
         await response.prepare(request)
         await _write(response, body)
         if answer.rest is not None:
@@ -161,7 +163,7 @@ class SqlListener:
                 try:
                     piece = await loop.run_in_executor(self.pool, _next_encoded, answer.rest, encoder)
                 except ChError as err:  # the headers are gone: the error ends the body, as a server writes it
-                    await _write(response, encoder.chunk(self.engine.error_body(err).encode()))
+                    await _write(response, encoder.chunk(exception_block(self.engine.error_body(err), tag)))
                     break
                 if piece is None:
                     break

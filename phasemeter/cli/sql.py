@@ -21,6 +21,7 @@ from pathlib import Path
 from phasemeter.timeparse import ArgError
 
 CHUNK = 1 << 16
+HOLD = 1 << 16  # longer than any error block a server ends a stream with
 
 
 def register(sub, common, window_flags) -> None:  # noqa: ARG001
@@ -80,7 +81,7 @@ def worker_sql_url(data_path: Path) -> str | None:
 
 
 def cmd_sql(args, settings) -> int:
-    from phasemeter.store.sql_guard import ChError, check_text
+    from phasemeter.store.sql_guard import ChError, check_text, from_engine
 
     text = sql_text(args)
     params = bound_params(args.param)
@@ -103,14 +104,35 @@ def cmd_sql(args, settings) -> int:
         request.add_header("X-ClickHouse-Key", password)
     try:
         with urllib.request.urlopen(request, timeout=settings.sql_max_execution_s + 10) as resp:
-            while chunk := resp.read(CHUNK):
-                out.write(chunk)
+            error = _copy(resp, out, resp.headers.get("X-ClickHouse-Exception-Tag"))
         out.flush()
-        return 0
+        return _refused(error, from_engine(error).status) if error else 0
     except urllib.error.HTTPError as exc:
         return _refused(exc.read().decode(errors="replace").strip(), exc.code)
     except urllib.error.URLError as exc:
         raise RuntimeError(f"SQL interface at {target} unreachable: {exc.reason}") from None
+
+
+def _copy(resp, out, tag: str | None) -> str | None:
+    """The answer to `out` as it comes; a streamed answer's last HOLD bytes
+    wait for its end, where a server puts an error that came after it began
+    (-> the error's text, the answer's bytes before it written)."""
+    tail = b""
+    while chunk := resp.read(CHUNK):
+        tail += chunk
+        if not tag:
+            out.write(tail)
+            tail = b""
+        elif len(tail) > HOLD:
+            out.write(tail[:-HOLD])
+            tail = tail[-HOLD:]
+    if not tag:
+        return None
+    from phasemeter.store.sql_guard import split_exception
+
+    answer, error = split_exception(tail, tag)
+    out.write(answer)
+    return error
 
 
 def _target(url: str) -> tuple[str, str, str]:

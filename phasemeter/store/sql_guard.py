@@ -63,6 +63,25 @@ class ChError(Exception):
         return f"Code: {self.code}. DB::Exception: {self.message}. ({self.name}) (version {version})\n"
 
 
+def exception_block(body: str, tag: str) -> bytes:
+    """An error after the answer has begun, in the form a server (25.11+)
+    ends a stream with, named by the response's X-ClickHouse-Exception-Tag:
+    `__exception__\\r\\n<tag>\\r\\n<message>\\n<length> <tag>\\r\\n__exception__\\r\\n`."""
+    message = body.rstrip("\n")
+    return f"__exception__\r\n{tag}\r\n{message}\n{len(message)} {tag}\r\n__exception__\r\n".encode()
+
+
+def split_exception(tail: bytes, tag: str) -> tuple[bytes, str | None]:
+    """(the answer's bytes, the error's text or None) of a stream's end."""
+    opening = f"__exception__\r\n{tag}\r\n".encode()
+    at = tail.find(opening)
+    if at < 0:
+        return tail, None
+    rest = tail[at + len(opening):]
+    message = rest[:rest.rfind(f" {tag}\r\n__exception__".encode())].rsplit(b"\n", 1)[0]
+    return tail[:at], message.decode(errors="replace")
+
+
 _ENGINE_ERROR = re.compile(r"Code: (\d+)\. DB::Exception: (?:Code: \d+\. DB::Exception: )?(.*?)\.? \(([A-Z_0-9]+)\)",
                            re.S)
 

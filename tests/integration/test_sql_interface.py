@@ -28,6 +28,7 @@ CLI_CASES = [
     (["SELECT count() FROM generations WHERE model = {m:String}", "--param", "m=qwen3-32b", "--format", "CSV"], ""),
     (["--format", "Parquet"], "SELECT request_id, model, input_tokens FROM generations ORDER BY request_id"),
     (["SELECT * FROM file('/etc/passwd', 'LineAsString')"], ""),
+    (["SELECT throwIf(number = 1900000) FROM numbers(2000000)"], ""),  # an error after the answer began
 ]
 
 
@@ -138,13 +139,16 @@ def test_worker_json_and_config_name_the_interface(sqlw):
 
 
 def test_phasemeter_sql_same_bytes_through_the_worker(sqlw):
-    assert len(CLI_CASES) == len(sqlw.direct) == 5
+    assert len(CLI_CASES) == len(sqlw.direct) == 6
     for (args, stdin), direct in zip(CLI_CASES, sqlw.direct):
         through = sql_cli(sqlw.env, args, stdin)
         assert (through.returncode, through.stdout) == (direct.returncode, direct.stdout), (args, through.stderr)
+        assert through.stderr.split(b"(version")[0] == direct.stderr.split(b"(version")[0]
     assert sqlw.direct[0].returncode == 0 and sqlw.direct[0].stdout.count(b"\n") == len(sqlw.models)
-    refused = sqlw.direct[-1]
+    refused, thrown = sqlw.direct[-2:]
     assert refused.returncode == 2 and b"Code: 497. DB::Exception" in refused.stderr
+    assert thrown.returncode == 1 and b"Code: 395. DB::Exception" in thrown.stderr  # HTTP 500: exit 1
+    assert thrown.stdout.count(b"\n") > 1000 and b"__exception__" not in thrown.stdout
 
 
 def test_phasemeter_sql_flag_errors_create_nothing(sqlw, tmp_path):
@@ -187,9 +191,21 @@ def test_streamed_answers_errors_mid_stream_and_clients_that_leave(sqlw):
     assert (status, headers["Transfer-Encoding"]) == (200, "chunked")
     assert body == "".join(f"{i}\n" for i in range(2000000)).encode()
     # an error after the first blocks ends the body in ClickHouse's words, as a server's stream does
-    status, _, body = sql_worker.post(sqlw.sql_url, "SELECT throwIf(number = 1900000) FROM numbers(2000000)")
+    status, headers, body = sql_worker.post(sqlw.sql_url, "SELECT throwIf(number = 1900000) FROM numbers(2000000)")
+    tag = headers["X-ClickHouse-Exception-Tag"]
     assert status == 200 and body.count(b"\n") > 1000
-    assert b"Code: 395. DB::Exception: " in body[-2000:]
+    assert body.endswith(f" {tag}\r\n__exception__\r\n".encode())
+    assert f"__exception__\r\n{tag}\r\nCode: 395. DB::Exception: ".encode() in body[-2000:]
+    import clickhouse_connect
+    from clickhouse_connect.driver.exceptions import StreamFailureError
+
+    client = clickhouse_connect.get_client(host="127.0.0.1", port=sqlw.sql_port)
+    rows = 0
+    with pytest.raises(StreamFailureError, match="Code: 395"):  # the client's own mid-stream error
+        with client.query_rows_stream("SELECT number, throwIf(number = 1900000) FROM numbers(2000000)") as stream:
+            for _ in stream:
+                rows += 1
+    assert rows > 1000
     # clients that go away mid-stream give their turn back: more of them than PHASEMETER_SQL_CONCURRENCY
     for _ in range(4):
         conn = http.client.HTTPConnection("127.0.0.1", sqlw.sql_port, timeout=60)

@@ -109,3 +109,17 @@ def test_engine_errors_in_clickhouse_form():
         == 404
     assert from_engine("something else").code == 1002
     assert ChError("AUTHENTICATION_FAILED", "no").status == 401
+
+
+def test_an_error_after_the_answer_began_ends_it_as_a_server_does():
+    from clickhouse_connect.driver.transform import extract_exception_with_tag
+
+    from phasemeter.store.sql_guard import exception_block, split_exception
+
+    body = "Code: 395. DB::Exception: Value passed to 'throwIf' is non-zero. (FUNCTION_THROW_IF_VALUE_IS_NON_ZERO)\n"
+    stream = b"1\n2\n" + exception_block(body, "0123abcd")
+    assert stream.endswith(b" 0123abcd\r\n__exception__\r\n")
+    assert extract_exception_with_tag(stream, "0123abcd") == body.rstrip("\n")  # what clickhouse-connect reads
+    assert split_exception(stream, "0123abcd") == (b"1\n2\n", body.rstrip("\n"))
+    assert split_exception(b"1\n2\n", "0123abcd") == (b"1\n2\n", None)
+    assert split_exception(stream, "other") == (stream, None)
