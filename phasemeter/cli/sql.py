@@ -110,7 +110,8 @@ def cmd_sql(args, settings) -> int:
     except urllib.error.HTTPError as exc:
         return _refused(exc.read().decode(errors="replace").strip(), exc.code)
     except urllib.error.URLError as exc:
-        raise RuntimeError(f"SQL interface at {target} unreachable: {exc.reason}") from None
+        raise RuntimeError(f"SQL interface at {target} unreachable: {exc.reason} (a worker whose "
+                           "PHASEMETER_SQL_PORT was taken says so in its log)") from None
 
 
 def _copy(resp, out, tag: str | None) -> str | None:
