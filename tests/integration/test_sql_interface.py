@@ -142,8 +142,12 @@ def test_phasemeter_sql_same_bytes_through_the_worker(sqlw):
     assert len(CLI_CASES) == len(sqlw.direct) == 6
     for (args, stdin), direct in zip(CLI_CASES, sqlw.direct):
         through = sql_cli(sqlw.env, args, stdin)
-        assert (through.returncode, through.stdout) == (direct.returncode, direct.stdout), (args, through.stderr)
-        assert through.stderr.split(b"(version")[0] == direct.stderr.split(b"(version")[0]
+        assert through.returncode == direct.returncode, (args, through.stderr)
+        assert through.stderr.split(b"while executing")[0] == direct.stderr.split(b"while executing")[0]
+        if args[0].startswith("SELECT throwIf"):  # how far an answer got before its error varies with the threads
+            assert through.stdout.count(b"\n") > 1000 and set(through.stdout.split(b"\n")) == {b"0", b""}
+        else:
+            assert through.stdout == direct.stdout, args
     assert sqlw.direct[0].returncode == 0 and sqlw.direct[0].stdout.count(b"\n") == len(sqlw.models)
     refused, thrown = sqlw.direct[-2:]
     assert refused.returncode == 2 and b"Code: 497. DB::Exception" in refused.stderr
