@@ -138,6 +138,7 @@ def main() -> None:
     finally:
         server.kill()
         server.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
     bh, bl = statistics.median(big_http), statistics.median(big_local)
     sh, sl = statistics.median(small_http), statistics.median(small_local)
     added_ms = (sh - sl) * 1000
