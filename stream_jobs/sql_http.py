@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import secrets
@@ -22,7 +21,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from phasemeter.callers import allowed_names, host_allowed
+from phasemeter.callers import allowed_names, host_allowed, is_loopback
 from phasemeter.settings import Settings
 from phasemeter.store.sql_compress import Encoder
 from phasemeter.store.sql_engine import SqlEngine, caps_of
@@ -34,17 +33,10 @@ log = logging.getLogger("phasemeter.sql")
 WRITE_SLICE = 1 << 20
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host.lower() == "localhost"
-
-
 def check_bind(settings: Settings) -> None:
     """Bound beyond loopback, the interface asks for credentials: without a
     password set, the worker does not start."""
-    if not _is_loopback(settings.web_host) and not settings.sql_password:
+    if not is_loopback(settings.web_host) and not settings.sql_password:
         raise ArgError(f"PHASEMETER_WEB_HOST={settings.web_host!r} is not loopback: set PHASEMETER_SQL_PASSWORD "
                        "(and PHASEMETER_SQL_USER) for the SQL interface, or bind to 127.0.0.1")
 
@@ -54,7 +46,7 @@ class SqlListener:
         self.settings = settings
         self.engine = SqlEngine(urlsplit(settings.store_dsn).path, settings.database, caps_of(settings))
         self.allowed = allowed_names(settings.web_host, settings.allowed_hosts)
-        self.open = _is_loopback(settings.web_host)  # on loopback no credentials are asked
+        self.open = is_loopback(settings.web_host)  # on loopback no credentials are asked
         self.pool = ThreadPoolExecutor(settings.sql_concurrency, thread_name_prefix="phasemeter-sql")
         self.turns = asyncio.Semaphore(settings.sql_concurrency)
         self.runner: web.AppRunner | None = None

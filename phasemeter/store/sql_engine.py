@@ -137,7 +137,9 @@ class SqlEngine:
             handle.query(_SET[name], "TabSeparated", params={"v": str(value)})
         handle.query(_MARKED, "TabSeparated", params={"v": MARK})
         handle.query("SET readonly = 1", "TabSeparated")
+        # An identifier cannot be bound: quote_identifier refuses all but letters, digits and _.
         handle.query("USE " + quote_identifier(request.database or self.database), "TabSeparated")
+        # The reader's own text, already one statement (check_text): the engine only parses it here.
         ast = handle.query("EXPLAIN AST " + request.sql, "TabSeparatedRaw", params=request.params)
         fmt = check_ast(ast.bytes().decode(), info.table_functions) or request.default_format
         if fmt.lower() not in info.output_formats:
