@@ -2,6 +2,7 @@
 
     python bench/bench_freshness.py [--rates 2000,5000] [--envelopes 1,100] [--seconds 20]
                                     [--batch-seconds S] [--bootstrap H:P] [--probe] [--json OUT]
+                                    [--sql-load 30]
 
 For each rate and each emitter envelope size (alternated in one run), the real emitter (`Meter.record`, t0 = wall clock at emit,
 durations of ~1 ms) sends at that rate for --seconds under its own gateway
@@ -12,7 +13,10 @@ sql/bench_freshness.sql; a row is queryable as soon as it is stored. Also
 reported: the time from the last emit until every row of the rate step is
 visible through the API (polled every 0.1 s), and per batch (from /health)
 where the worker's time went. --probe adds a raw Kafka reader
-that splits the latency into emitter/broker and worker parts.
+that splits the latency into emitter/broker and worker parts. --sql-load S
+keeps an analytical query running through the worker's SQL interface for the
+whole of each step, S seconds each (a scan of every core until its
+max_execution_time), so freshness is measured while a dashboard reads.
 """
 
 from __future__ import annotations
@@ -166,10 +170,47 @@ def visible(runner, gateway: str) -> dict:
     return {k: (float(df[k].iloc[0]) if len(df) else 0.0) for k in ("n", "p50_ms", "p99_ms", "max_ms")}
 
 
+class SqlLoad:
+    """Analytical queries through the worker's SQL interface, one after the
+    other, each running S seconds (until its lowered max_execution_time)."""
+
+    QUERY = b"SELECT count() FROM numbers_mt(1000000000000) WHERE sipHash64(number) % 7 = 1"
+
+    def __init__(self, url: str, seconds: float):
+        import threading
+
+        self.url, self.seconds, self.stop_flag = url, seconds, threading.Event()
+        self.ran, self.started = [], 0
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        import urllib.error
+        import urllib.request
+
+        while not self.stop_flag.is_set():
+            began = time.monotonic()
+            self.started += 1
+            target = f"{self.url}/?max_execution_time={self.seconds:g}"
+            try:
+                with urllib.request.urlopen(urllib.request.Request(target, data=self.QUERY), timeout=600) as r:
+                    r.read()
+            except urllib.error.HTTPError as exc:  # 159 TIMEOUT_EXCEEDED: it ran its S seconds
+                exc.read()
+            self.ran.append(round(time.monotonic() - began, 1))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_flag.set()
+
+
 def run(bootstrap: str, rates: list[float], envelopes: list[int], seconds: float, timeout_s: float,
         batch_rows: int | None,
-        batch_seconds: float, with_probe: bool = False, worker_python: str = "") -> list[dict]:
-    from phasemeter.kafka_local import ensure_topics
+        batch_seconds: float, with_probe: bool = False, worker_python: str = "",
+        sql_load_s: float = 0.0) -> list[dict]:
+    from phasemeter.kafka_local import ensure_topics, free_port
     from phasemeter.query.runner import HttpRunner
 
     topic = f"bench-fresh-{uuid.uuid4().hex[:8]}"
@@ -177,8 +218,9 @@ def run(bootstrap: str, rates: list[float], envelopes: list[int], seconds: float
     tmp = Path(tempfile.mkdtemp(prefix="pm-bench-fresh-"))
     out = []
     try:
+        sql_port = free_port()
         with U.Worker(bootstrap, topic, tmp, batch_rows=batch_rows, batch_seconds=batch_seconds,
-                      python=worker_python or sys.executable) as w:
+                      python=worker_python or sys.executable, extra_env={"PHASEMETER_SQL_PORT": str(sql_port)}) as w:
             w.migrate()
             w.start()
             runner = HttpRunner(w.url, timeout_s=30)
@@ -186,7 +228,9 @@ def run(bootstrap: str, rates: list[float], envelopes: list[int], seconds: float
             blog = BatchLog(w)
             blog.thread.start()
             try:
-                out = _steps(bootstrap, topic, rates, envelopes, seconds, timeout_s, batch_seconds, runner, probe, blog)
+                load = (lambda: SqlLoad(f"http://127.0.0.1:{sql_port}", sql_load_s)) if sql_load_s else None
+                out = _steps(bootstrap, topic, rates, envelopes, seconds, timeout_s, batch_seconds, runner, probe, blog,
+                             load)
             finally:
                 blog.stop_flag.set()
                 if probe:
@@ -200,11 +244,12 @@ def run(bootstrap: str, rates: list[float], envelopes: list[int], seconds: float
 
 
 def _steps(bootstrap, topic, rates, envelopes, seconds, timeout_s, batch_seconds, runner, probe,
-           blog) -> list[dict]:
+           blog, load=None) -> list[dict]:
     """Each rate with each emitter envelope size, alternated in this run,
     after a warm-up step (not reported): a fresh worker's first batch loads
     every partition's position and the stored offsets, seconds on a busy
-    machine, which is start-up, not freshness."""
+    machine, which is start-up, not freshness. `load` makes a SqlLoad that
+    runs during each step (--sql-load)."""
     out = []
     warm = f"fresh-warmup-{uuid.uuid4().hex[:4]}"
     sent = emit(bootstrap, topic, warm, 200, 2, 1)["sent"]
@@ -215,6 +260,9 @@ def _steps(bootstrap, topic, rates, envelopes, seconds, timeout_s, batch_seconds
         for envelope in envelopes:
             blog.take()
             gateway = f"fresh-{int(rate)}-{envelope}-{uuid.uuid4().hex[:4]}"
+            running = load().__enter__() if load else None
+            if running:
+                time.sleep(1.0)  # the query is running before the first emit
             e = emit(bootstrap, topic, gateway, rate, seconds, envelope)
             deadline = time.monotonic() + timeout_s
             v = visible(runner, gateway)
@@ -222,11 +270,15 @@ def _steps(bootstrap, topic, rates, envelopes, seconds, timeout_s, batch_seconds
                 time.sleep(0.1)
                 v = visible(runner, gateway)
             drain = time.time() - e["emit_end"]
+            if running:
+                running.__exit__()
             out.append({"rate": rate, "envelope_size": envelope, "seconds": seconds, **e, "stored": int(v["n"]),
                         "p50_ms": v["p50_ms"], "p99_ms": v["p99_ms"], "max_ms": v["max_ms"],
                         "last_emit_to_all_visible_s": round(drain, 2),
                         "complete": v["n"] >= e["sent"],
                         "meets_target": v["p99_ms"] <= 1000, **(probe.summary(gateway) if probe else {}),
+                        "sql_queries_started": running.started if running else None,
+                        "sql_queries_s": list(running.ran) if running else None,
                         **batch_summary(blog.take())})
             time.sleep((batch_seconds or 1.0) + 0.5)  # let the worker go idle between steps
     return out
@@ -270,13 +322,15 @@ def main(argv: list[str] | None = None) -> dict:
                     help="also read the topic with a raw consumer to split emitter/broker vs worker latency "
                          "(costs CPU in this process)")
     ap.add_argument("--json", default="")
+    ap.add_argument("--sql-load", type=float, default=0.0,
+                    help="keep an analytical query of this many seconds running through the SQL interface")
     args = ap.parse_args(argv)
     U.exit_cleanly_on_sigterm()
     rates = [float(r) for r in args.rates.split(",") if r]
     envelopes = [int(x) for x in args.envelopes.split(",") if x]
     with U.broker(args.bootstrap or None) as bootstrap:
         rows = run(bootstrap, rates, envelopes, args.seconds, args.timeout, args.batch_rows, args.batch_seconds, args.probe,
-                   args.worker_python)
+                   args.worker_python, args.sql_load)
     result = {"params": vars(args), "rates": rows}
     print(render(rows, args.batch_rows, args.batch_seconds))
     U.write_json(args.json, result)

@@ -45,7 +45,9 @@ def host_name(host_header: str | None) -> str | None:
     return name or None
 
 
-def _is_loopback(name: str) -> bool:
+def is_loopback(name: str) -> bool:
+    """An address or name of this machine's loopback (a listener bound there
+    is out of other machines' reach)."""
     try:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
@@ -58,7 +60,7 @@ def allowed_names(bind: str, configured: str) -> frozenset[str]:
     (PHASEMETER_ALLOWED_HOSTS). `*` alone allows every name, for a listener
     behind a proxy that checks names itself."""
     names = {n.strip().lower() for n in configured.split(",") if n.strip()}
-    if _is_loopback(bind) or bind in ("", "0.0.0.0", "::"):
+    if is_loopback(bind) or bind in ("", "0.0.0.0", "::"):
         names |= LOOPBACK_NAMES
     if bind and bind not in ("0.0.0.0", "::"):
         names.add(bind.lower())
@@ -75,7 +77,7 @@ def host_allowed(host_header: str | None, allowed: frozenset[str]) -> bool:
         return False
     if name in allowed:
         return True
-    return _is_loopback(name) and bool(allowed & LOOPBACK_NAMES)
+    return is_loopback(name) and bool(allowed & LOOPBACK_NAMES)
 
 
 def is_simple_request(method: str, content_type: str | None) -> bool:

@@ -98,6 +98,30 @@ class Settings:
                             "Extra Host names (comma separated) the worker's ports and the OTLP receiver answer, "
                             "beside loopback's; '*' answers any (behind a proxy that checks names). Guards against "
                             "DNS rebinding.")
+    sql_port: int = _f(6067, "PHASEMETER_SQL_PORT",
+                       "Port of the worker's read-only ClickHouse HTTP interface over its embedded store, bound to "
+                       "PHASEMETER_WEB_HOST (docs/sql.md). Beside the web port, not ClickHouse's 8123, which a "
+                       "ClickHouse server on the same machine may hold.")
+    sql_user: str = _f("default", "PHASEMETER_SQL_USER",
+                       "User name the SQL interface asks for when it is bound beyond loopback.")
+    sql_password: str = _f("", "PHASEMETER_SQL_PASSWORD",
+                           "Password the SQL interface asks for when bound beyond loopback (required there: the "
+                           "worker refuses to start without it). On loopback no credentials are asked.", secret=True)
+    sql_max_execution_s: float = _f(120.0, "PHASEMETER_SQL_MAX_EXECUTION_S",
+                                    "Longest a query through the SQL interface runs (max_execution_time).")
+    sql_max_memory_bytes: int = _f(2_000_000_000, "PHASEMETER_SQL_MAX_MEMORY_BYTES",
+                                   "Memory one query through the SQL interface may use (max_memory_usage).")
+    sql_max_result_rows: int = _f(100_000_000, "PHASEMETER_SQL_MAX_RESULT_ROWS",
+                                  "Most rows one answer of the SQL interface holds (max_result_rows).")
+    sql_max_result_bytes: int = _f(2_000_000_000, "PHASEMETER_SQL_MAX_RESULT_BYTES",
+                                   "Most bytes one answer of the SQL interface holds (max_result_bytes).")
+    sql_max_threads: int = _f(2, "PHASEMETER_SQL_MAX_THREADS",
+                              "Threads one query through the SQL interface may use (max_threads): keep it, times "
+                              "PHASEMETER_SQL_CONCURRENCY, below the machine's cores so a dashboard's scans leave "
+                              "the worker some.")
+    sql_concurrency: int = _f(2, "PHASEMETER_SQL_CONCURRENCY",
+                              "Queries the SQL interface runs at once; more wait their turn (up to the execution "
+                              "limit), so dashboards cannot starve ingest of the machine's cores.")
     max_message_bytes: int = _f(1_000_000, "PHASEMETER_MAX_MESSAGE_BYTES",
                                 "Larger raw events are dead-lettered as 'oversize'.")
     dlq_payload_bytes: int = _f(4096, "PHASEMETER_DLQ_PAYLOAD_BYTES",
@@ -149,6 +173,11 @@ class Settings:
     @property
     def store_dsn(self) -> str:
         return self.clickhouse_url or f"chdb://{self.data_path / 'store'}"
+
+    @property
+    def sql_url(self) -> str:
+        """The worker's read-only ClickHouse HTTP interface (served over an embedded store)."""
+        return f"http://{self.web_host}:{self.sql_port}"
 
     @property
     def is_embedded(self) -> bool:

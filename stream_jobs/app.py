@@ -20,7 +20,8 @@ import faust
 from phasemeter.settings import Settings
 from phasemeter.store.client import connect
 
-from . import handoff, ingest_agent, inline_delivery, join_agent, log_offsets, publish, recovery_task, resume, web_guard
+from . import (handoff, ingest_agent, inline_delivery, join_agent, log_offsets, publish, recovery_task, resume,
+               sql_http, web_guard)
 from .pipeline import Pipeline
 from .sink import Sink
 from .ready import is_ready
@@ -174,7 +175,24 @@ def create_app(settings: Settings, client=None) -> faust.App:
 
     register_views(app, settings, pipeline, sink, joiner)
     web_guard.limit_idle(app)
+    if settings.is_embedded:  # a server store is its own SQL interface
+        _serve_sql(app, settings)
     return app
+
+
+def _serve_sql(app: faust.App, settings: Settings) -> None:
+    """The read-only ClickHouse HTTP interface over the store this worker owns
+    (sql_http.py): up with the worker, down before it stops."""
+    sql_http.check_bind(settings)  # beyond loopback without a password: no start
+    listener = sql_http.SqlListener(settings)
+
+    @app.task
+    async def _start_sql():
+        await listener.start()
+
+    @app.on_before_shutdown.connect
+    async def _stop_sql(app, **kwargs):  # noqa: ARG001
+        await listener.stop()
 
 
 async def _crash_guard(name: str, body) -> None:

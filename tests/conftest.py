@@ -188,6 +188,7 @@ def pm_env(kafka_bootstrap, tmp_path):
            "PHASEMETER_TOPIC": f"gen-{tag}", "PHASEMETER_DLQ_TOPIC": f"gen-{tag}.dlq",
            "PHASEMETER_GROUP_ID": f"grp-{tag}", "PHASEMETER_DATABASE": f"db_{tag}",
            "PHASEMETER_DATA_DIR": str(tmp_path / "data"), "PHASEMETER_WEB_PORT": str(port),
+           "PHASEMETER_SQL_PORT": str(free_port()),
            "PHASEMETER_BATCH_SECONDS": "0.5", "PHASEMETER_SESSION_TIMEOUT_S": "6"}
     env.pop("CLICKHOUSE_URL", None)
     return env

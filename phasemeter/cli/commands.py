@@ -12,6 +12,8 @@ def cmd_config(args, settings: Settings) -> int:
     width = max(len(env) for env, _, _ in settings.describe())
     for env, value, doc in settings.describe():
         print(f"{env.ljust(width)}  {value!s:<32}  {doc}")
+    if settings.is_embedded:
+        print(f"\nSQL interface (ClickHouse HTTP, read-only, served by the worker): {settings.sql_url}/")
     return 0
 
 
@@ -47,12 +49,13 @@ def cmd_migrate(args, settings: Settings) -> int:
     return 0
 
 
-def local_url(settings: Settings) -> str:
-    """Where a CLI on this machine reaches the worker's web port. A wildcard
+def local_url(settings: Settings, port: int | None = None) -> str:
+    """Where a CLI on this machine reaches the worker's web port (or another
+    port of it, such as the SQL interface's). A wildcard
     bind (0.0.0.0, ::) is reached on loopback: the port answers only the
     Host names it serves (phasemeter.callers), and 0.0.0.0 is not one."""
     host = "127.0.0.1" if settings.web_host in ("", "0.0.0.0", "::") else settings.web_host
-    return f"http://{'[' + host + ']' if ':' in host else host}:{settings.web_port}"
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port or settings.web_port}"
 
 
 def cmd_worker(args, settings: Settings) -> int:
@@ -80,7 +83,7 @@ def cmd_worker(args, settings: Settings) -> int:
                   settings.kafka_client_config())
     app = create_app(settings, client)
     if settings.is_embedded:
-        write_state(settings.data_path, local_url(settings))
+        write_state(settings.data_path, local_url(settings), sql_url=local_url(settings, settings.sql_port))
     try:
         worker = Worker(app, loglevel=args.loglevel)
         # Faust's terminal spinner sets the root logger to DEBUG whenever the

@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from phasemeter.cli import commands, delegate, dlq, emit, inflight, otlp, slo
+from phasemeter.cli import commands, delegate, dlq, emit, inflight, otlp, slo, sql
 from phasemeter.alerts import cli as alerts_cli
 from phasemeter.analytics import cli as analytics_cli
 from phasemeter.query.served import set_handler
@@ -22,7 +22,7 @@ PORT = number(int, 1, 65_535)
 # Feature modules that add their own subcommands, each with
 # register(sub, common, window_flags) setting `func=(args, settings) -> int`.
 # Listed by import, not by name, so a reader (or a tool) can follow every command.
-FEATURES = (alerts_cli, analytics_cli, dlq, emit, inflight, otlp, slo)
+FEATURES = (alerts_cli, analytics_cli, dlq, emit, inflight, otlp, slo, sql)
 
 
 def _common(p: argparse.ArgumentParser) -> None:

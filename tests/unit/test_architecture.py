@@ -17,7 +17,8 @@ PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join", "phaseme
         "phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.buckets", "phasemeter.alerts.evaluate",
         "phasemeter.analytics.paths", "phasemeter.integrations.otlp_map", "phasemeter.integrations.otlp_decode",
         "phasemeter.integrations.sse", "phasemeter.integrations.openai_call", "phasemeter.stream_jobs.otlp_in",
-        "phasemeter.alerts.burn", "phasemeter.alerts.replay")
+        "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.store.sql_guard",
+        "phasemeter.store.sql_request", "phasemeter.store.sql_compress", "phasemeter.store.native_revision")
 IO = ("faust", "aiokafka", "kafka", "clickhouse_connect", "chdb", "urllib", "socket", "subprocess",
       "phasemeter.store.client", "phasemeter.query.runner", "phasemeter.stream_jobs.sink", "phasemeter.stream_jobs.ledger")
 
@@ -155,7 +156,9 @@ LAYERS = (
                                 "phasemeter.stream_jobs.batch_join", "phasemeter.stream_jobs.sequence", "phasemeter.stream_jobs.phase_events",
                                 "phasemeter.alerts.evaluate", "phasemeter.alerts.rules", "phasemeter.alerts.slo_rules",
                                 "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.analytics.paths",
-                                "phasemeter.analytics.variants")),
+                                "phasemeter.analytics.variants", "phasemeter.store.sql_guard",
+                                "phasemeter.store.sql_request", "phasemeter.store.sql_compress",
+                                "phasemeter.store.native_revision")),
     ("store", ("phasemeter.store", "phasemeter.kafka_local")),
     ("worker, queries, rendering", ("phasemeter.stream_jobs", "phasemeter.query", "phasemeter.analytics",
                                     "phasemeter.alerts", "phasemeter.render")),

@@ -1,0 +1,99 @@
+"""A worker owning a store of known rows, with its SQL interface on a free
+port: shared by tests/integration/test_sql_*.py.
+
+A subprocess writes the store (chDB opens a path in one process only), then
+`phasemeter worker` owns it and serves the SQL interface.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+
+from conftest import WorkerProc
+
+N = 1500
+SEED = 5
+
+
+def write_store(t0: float) -> None:
+    """In a subprocess: migrate and write the known rows."""
+    from phasemeter.demo.rows import synthetic_rows
+    from phasemeter.settings import Settings
+    from phasemeter.store.client import connect
+    from phasemeter.store.migrate import migrate
+    from phasemeter.stream_jobs.sink import Sink
+
+    settings = Settings.from_env()
+    client = connect(settings)
+    migrate(client)
+    Sink.over(client, settings.store_dsn).write(synthetic_rows(N, t0, 3600, seed=SEED), [])
+    client.close()
+
+
+def written_models(t0: float) -> dict[str, int]:
+    from phasemeter.demo.rows import synthetic_rows
+
+    counts: dict[str, int] = {}
+    for row in synthetic_rows(N, t0, 3600, seed=SEED):
+        counts[row["model"]] = counts.get(row["model"], 0) + 1
+    return counts
+
+
+def sql_env(kafka_bootstrap: str, tmp: Path, **extra: str) -> dict:
+    from phasemeter.kafka_local import free_port
+
+    tag = uuid.uuid4().hex[:10]
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PHASEMETER_TOPIC": f"gen-{tag}",
+           "PHASEMETER_DLQ_TOPIC": f"gen-{tag}.dlq", "PHASEMETER_GROUP_ID": f"grp-{tag}",
+           "PHASEMETER_DATABASE": f"db_{tag}", "PHASEMETER_DATA_DIR": str(tmp / "data"),
+           "PHASEMETER_WEB_PORT": str(free_port()), "PHASEMETER_SQL_PORT": str(free_port()),
+           "PHASEMETER_BATCH_SECONDS": "0.5",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]), **extra}
+    env.pop("CLICKHOUSE_URL", None)
+    return env
+
+
+def written(env: dict, t0: float) -> None:
+    done = subprocess.run([sys.executable, "-c", f"import sql_worker; sql_worker.write_store({t0!r})"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def start(env: dict, tmp: Path, t0: float | None) -> WorkerProc:
+    """The worker over a store of known rows (written first unless t0 is None)."""
+    if t0 is not None:
+        written(env, t0)
+    w = WorkerProc(env, tmp, int(env["PHASEMETER_WEB_PORT"])).start()
+    w.sql_port = int(env["PHASEMETER_SQL_PORT"])
+    w.sql_url = f"http://127.0.0.1:{w.sql_port}/"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(w.sql_url + "ping", timeout=2) as resp:
+                assert resp.read() == b"Ok.\n"
+                return w
+        except OSError:
+            time.sleep(0.2)
+    w.stop()
+    raise AssertionError("SQL interface did not answer:\n" + w.log.read_text()[-3000:])
+
+
+def post(url: str, sql: str | bytes = b"", headers: dict | None = None, **params: str):
+    """(status, headers, body) of one request, errors included."""
+    target = url + ("?" + urllib.parse.urlencode(params) if params else "")
+    data = sql.encode() if isinstance(sql, str) else sql
+    request = urllib.request.Request(target, data=data or None, headers=headers or {},
+                                     method="POST" if data else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers, exc.read()
