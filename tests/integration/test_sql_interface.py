@@ -73,7 +73,7 @@ def test_formats_headers_and_parameters(sqlw):
     status, headers, body = sql_worker.post(url, "SELECT model, count() AS n FROM generations GROUP BY model",
                                             default_format="Parquet")
     table = pq.read_table(io.BytesIO(body))
-    assert dict(zip(table["model"].to_pylist(), table["n"].to_pylist())) == sqlw.models
+    assert dict(zip(table["model"].to_pylist(), table["n"].to_pylist(), strict=True)) == sqlw.models
 
 
 @pytest.mark.parametrize("sql,params,status,code", [
@@ -140,7 +140,7 @@ def test_worker_json_and_config_name_the_interface(sqlw):
 
 def test_phasemeter_sql_same_bytes_through_the_worker(sqlw):
     assert len(CLI_CASES) == len(sqlw.direct) == 6
-    for (args, stdin), direct in zip(CLI_CASES, sqlw.direct):
+    for (args, stdin), direct in zip(CLI_CASES, sqlw.direct, strict=True):
         through = sql_cli(sqlw.env, args, stdin)
         assert through.returncode == direct.returncode, (args, through.stderr)
         assert through.stderr.split(b"while executing")[0] == direct.stderr.split(b"while executing")[0]

@@ -145,7 +145,7 @@ def test_refusals_each_with_its_code_while_ingest_goes_on(sqlw):
         feeder.join()
         producer.flush()
         producer.close()
-    wrong = [(g, code) for g, (_, _, code) in zip(got, REFUSED)
+    wrong = [(g, code) for g, (_, _, code) in zip(got, REFUSED, strict=True)
              if g[3] != str(code) or not g[4].startswith(f"Code: {code}. DB::Exception: ") or g[2] < 400]
     assert wrong == []
     assert len(sent) > 0
