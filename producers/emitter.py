@@ -18,7 +18,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from phasemeter.stream_jobs import reasons as R
+import phasemeter.stream_jobs.reasons as R
 
 from .generation import (BadArgument, Generation, check_duration, check_estimated, check_outcome, check_request,
                          check_stalls, check_t0, check_threshold, encodable)

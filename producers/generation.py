@@ -21,7 +21,7 @@ import time
 # The limits are the worker's (one contract, stream_jobs/contract.py, which
 # the JSON Schema files are tested against): an event the emitter accepts is
 # never dead-lettered for a limit. contract.py is pure: no worker imports.
-from phasemeter.stream_jobs import reasons as R
+import phasemeter.stream_jobs.reasons as R
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MAX_EPOCH_S, MAX_TOKENS, MIN_T0,
                                              V2_OPTIONAL, check_gap_within, check_v2_optional)
 from phasemeter.stream_jobs.contract import STATUSES as _STATUSES

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 
-from phasemeter.stream_jobs import reasons as R
+import phasemeter.stream_jobs.reasons as R
 
 from .generation import (_RID, MAX_TOKENS, V2_OPTIONAL, BadArgument, Generation, _dumps, check_duration,
                          check_estimated, check_outcome, check_request, count_error, encodable, epoch_error,

@@ -1,0 +1,232 @@
+"""Hostile inputs against the real OTLP/HTTP receiver and a real Kafka
+broker. For each: every span sent is stored, or refused to the sender with a
+count (partial success) or a whole-request refusal the sender can act on
+(4xx, or 503 to retry); nothing of a refused request is half-sent; the
+receiver keeps serving, and a later good request flows."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from phasemeter.integrations.otlp_receiver import Receiver
+from phasemeter.kafka_local import free_port
+from phasemeter.producers import Meter
+from test_otlp_receiver import topic_messages
+
+pytestmark = pytest.mark.integration
+
+JS, PB = "application/json", "application/x-protobuf"
+VLLM = {"gen_ai.response.model": "llama-3.1-8b", "gen_ai.usage.prompt_tokens": 1500,
+        "gen_ai.usage.completion_tokens": 120, "gen_ai.latency.time_to_first_token": 0.21,
+        "gen_ai.latency.e2e": 2.4}
+
+
+def kv(key, value):
+    if type(value) is int:
+        return {"key": key, "value": {"intValue": str(value)}}
+    if type(value) is float:
+        return {"key": key, "value": {"doubleValue": value}}
+    if type(value) is list:
+        return {"key": key, "value": {"arrayValue": {"values": [{"stringValue": v} for v in value]}}}
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def span(rid: str, start=None, **attrs) -> dict:
+    start = time.time_ns() - 60 * 10**9 if start is None else start
+    a = {**VLLM, "gen_ai.request.id": rid, **attrs}
+    return {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": uuid.uuid4().hex[:16], "name": "llm_request",
+            "startTimeUnixNano": str(start), "endTimeUnixNano": str(start + 2_400_000_000) if type(start) is int
+            else start, "attributes": [kv(k, v) for k, v in a.items()]}
+
+
+def request(spans: list[dict], resource: dict | None = None) -> dict:
+    res = {"attributes": [kv(k, v) for k, v in (resource or {}).items()]}
+    return {"resourceSpans": [{"resource": res, "scopeSpans": [{"spans": spans}]}]}
+
+
+def body_of(req: dict) -> bytes:
+    # ensure_ascii: a lone surrogate travels as the escape "\ud800", as a JSON exporter writes it
+    return json.dumps(req).encode()
+
+
+def post(url: str, body: bytes, content_type: str = JS, **headers) -> tuple[int, dict, bytes]:
+    req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type, **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def pb_request(rids: list[str]) -> bytes:
+    from google.protobuf.json_format import ParseDict
+
+    req = request([span(r) for r in rids])
+    for s in req["resourceSpans"][0]["scopeSpans"][0]["spans"]:  # proto3 JSON: ids in base64, not OTLP's hex
+        s["traceId"] = s["spanId"] = ""
+    return ParseDict(req, ExportTraceServiceRequest()).SerializeToString()
+
+
+@pytest.fixture
+def rx(kafka_bootstrap):
+    topic = f"hostile-{uuid.uuid4().hex[:10]}"
+    meter = Meter(kafka_bootstrap, topic=topic, queue_size=200, flush_timeout_s=10)
+    receiver = Receiver(meter, port=0, queue_size=200, max_spans=100, max_body_bytes=256 * 1024,
+                        read_timeout_s=1.0, workers=4, log=lambda line: None).start()
+    receiver.topic, receiver.bootstrap = topic, kafka_bootstrap
+    yield receiver
+    receiver.stop()
+
+
+def stored(rx) -> list[str]:
+    assert rx.meter.flush(15)
+    return sorted(e["request_id"] for e in topic_messages(rx.bootstrap, rx.topic))
+
+
+def still_serves(rx, rid: str) -> None:
+    status, _, body = post(rx.url, body_of(request([span(rid)])))
+    assert (status, body) == (200, b"{}")
+
+
+def test_more_spans_than_the_limit_are_refused_whole_with_413_and_nothing_is_sent(rx):
+    status, headers, body = post(rx.url, body_of(request([span(f"big-{i}") for i in range(101)])))
+    assert status == 413 and "Retry-After" not in headers
+    assert "101 spans" in json.loads(body)["message"] and "100" in json.loads(body)["message"]
+    status, _, _ = post(rx.url, pb_request([f"pb-{i}" for i in range(101)]), PB)
+    assert status == 413
+    still_serves(rx, "after-big")
+    assert stored(rx) == ["after-big"]
+
+
+def test_a_request_that_does_not_fit_the_queue_is_503_and_nothing_of_it_is_queued():
+    """Kafka unreachable: 60 of 100 places taken; a request of 50 does not fit,
+    and none of its 50 spans is queued or dropped; one of 40 does."""
+    meter = Meter(f"127.0.0.1:{free_port()}", topic="unused", queue_size=100, flush_timeout_s=0.2)
+    rx = Receiver(meter, port=0, queue_size=100, max_spans=100, log=lambda line: None).start()
+    try:
+        assert post(rx.url, body_of(request([span(f"a-{i}") for i in range(60)])))[0] == 200
+        status, headers, _ = post(rx.url, body_of(request([span(f"b-{i}") for i in range(50)])))
+        assert (status, headers.get("Retry-After")) == (503, "1")
+        s = meter.stats()
+        assert (s.enqueued, s.dropped) == (60, 0)
+        assert post(rx.url, body_of(request([span(f"c-{i}") for i in range(40)])))[0] == 200
+        assert meter.stats().enqueued == 100 and meter.stats().dropped == 0
+    finally:
+        rx.stop(flush_timeout_s=0.2)
+
+
+@pytest.mark.parametrize("field", ["gen_ai.response.model", "gen_ai.request.id"])
+def test_a_lone_surrogate_in_a_required_label_is_a_counted_rejection(rx, field):
+    bad = span("bad-rid", **{field: "x\ud800"})
+    status, _, body = post(rx.url, body_of(request([bad, span("good-1")])))
+    partial = json.loads(body)["partialSuccess"]
+    assert status == 200 and partial["rejectedSpans"] == "1" and "bad_value=1" in partial["errorMessage"]
+    assert stored(rx) == ["good-1"]
+    still_serves(rx, "good-2")
+    assert stored(rx) == ["good-1", "good-2"]
+
+
+def test_a_lone_surrogate_in_an_optional_label_drops_that_label_and_says_so(rx):
+    s = span("opt-1", **{"gen_ai.response.finish_reasons": ["stop\udfff"]})
+    status, _, body = post(rx.url, body_of(request([s], resource={"service.instance.id": "gpu-\ud800"})))
+    partial = json.loads(body)["partialSuccess"]
+    assert status == 200 and partial.get("rejectedSpans", "0") == "0"
+    assert "finish_reason=1" in partial["errorMessage"] and "replica=1" in partial["errorMessage"]
+    [event] = topic_messages(rx.bootstrap, rx.topic) if rx.meter.flush(15) else [None]
+    assert (event["request_id"], event["finish_reason"], event["replica"]) == ("opt-1", None, None)
+    assert rx.labels_dropped == {"finish_reason": 1, "replica": 1}
+
+
+def test_every_member_of_a_multi_member_gzip_body_is_read(rx):
+    one, two = pb_request(["m-1"]), pb_request(["m-2"])  # protobuf: concatenated requests are one request
+    status, _, body = post(rx.url, gzip.compress(one) + gzip.compress(two), PB, **{"Content-Encoding": "gzip"})
+    assert (status, body) == (200, b"")
+    assert stored(rx) == ["m-1", "m-2"]
+
+
+def test_a_multi_member_gzip_bomb_is_413(rx):
+    member = gzip.compress(b" " * (200 * 1024))  # each under the 256 KiB limit, together over it
+    status, _, body = post(rx.url, member * 3 + gzip.compress(body_of(request([span("x")]))), JS,
+                           **{"Content-Encoding": "gzip"})
+    assert status == 413 and "decompressed" in json.loads(body)["message"]
+    still_serves(rx, "after-bomb")
+    assert stored(rx) == ["after-bomb"]
+
+
+@pytest.mark.parametrize("start", ["9" * 4300, "1" * 40, 10**400, "18446744073709551616"])
+def test_an_overflowing_timestamp_is_400_with_a_reason_never_500(rx, start):
+    raw = body_of(request([span("over", start=start)])) if type(start) is str else \
+        body_of(request([span("over")])).replace(b'"startTimeUnixNano": "', b'"startTimeUnixNano": ' +
+                                                 str(start).encode() + b', "x": "', 1)
+    status, _, body = post(rx.url, raw)
+    assert status == 400, body
+    assert "startTimeUnixNano" in json.loads(body)["message"]
+    still_serves(rx, "after-overflow")
+    assert stored(rx) == ["after-overflow"]
+
+
+def test_an_overflowing_double_is_no_500(rx):
+    s = span("dbl")
+    s["attributes"].append({"key": "gen_ai.latency.time_in_queue", "value": {"doubleValue": 10**400}})
+    status, _, body = post(rx.url, body_of(request([s])))
+    assert status in (200, 400) and status != 500, body
+    if status == 200:
+        assert json.loads(body)["partialSuccess"]["rejectedSpans"] == "1"
+
+
+def test_another_host_name_is_refused_403(rx):
+    status, _, body = post(rx.url, body_of(request([span("rebound")])), Host="evil.example:4318")
+    assert status == 403 and "evil.example" in json.loads(body)["message"]
+    status, _, _ = post(rx.url.replace("127.0.0.1", "localhost"), body_of(request([span("local")])))
+    assert status == 200
+    assert stored(rx) == ["local"]
+
+
+def test_an_idle_connection_and_a_half_sent_body_are_dropped_after_the_read_timeout(rx):
+    host, port = rx.server.server_address[:2]
+    with socket.create_connection((host, port), timeout=30) as idle, \
+            socket.create_connection((host, port), timeout=30) as half:
+        half.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"resourceSpans\":")
+        t = time.monotonic()
+        assert idle.recv(1024) == b""                   # closed by the receiver, not by our 30 s
+        answer = half.recv(4096)
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer
+        assert time.monotonic() - t < 25
+    still_serves(rx, "after-idle")
+    assert stored(rx) == ["after-idle"]
+
+
+def test_connections_over_the_worker_pool_get_503_and_retry_after(rx):
+    host, port = rx.server.server_address[:2]
+    held = [socket.create_connection((host, port), timeout=30) for _ in range(4)]  # the pool of 4, idle
+    try:
+        deadline = time.monotonic() + 10
+        while rx.busy_refusals == 0 and time.monotonic() < deadline:
+            try:
+                status, headers, _ = post(rx.url, body_of(request([span("over-pool")])))
+            except (ConnectionError, urllib.error.URLError):
+                continue
+            if status == 503:
+                assert headers.get("Retry-After") == "1"
+        assert rx.busy_refusals >= 1
+    finally:
+        for s in held:
+            s.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the pool frees as the held connections close
+        try:
+            if post(rx.url, body_of(request([span("after-pool")])))[0] == 200:
+                break
+        except (ConnectionError, urllib.error.URLError):
+            pass
+    assert "after-pool" in stored(rx)
