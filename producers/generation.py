@@ -23,7 +23,7 @@ import time
 # never dead-lettered for a limit. contract.py is pure: no worker imports.
 import phasemeter.stream_jobs.reasons as R
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MAX_EPOCH_S, MAX_TOKENS, MIN_T0,
-                                             V2_OPTIONAL, check_gap_within, check_v2_optional)
+                                             V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate)
 from phasemeter.stream_jobs.contract import STATUSES as _STATUSES
 
 STATUSES = frozenset(_STATUSES)
@@ -59,23 +59,23 @@ class BadArgument(ValueError):
 
 
 def encodable(text: str) -> bool:
-    """True when UTF-8 can encode `text`. False for a lone surrogate, which
+    """True when UTF-8 can encode `text` (the contract's rule, which the
+    worker dead-letters as not_utf8). False for a lone surrogate, which
     json.loads makes of an escaped "\\ud800": such an event could never be
     sent, so it is refused at the call instead of failing in the sender."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return lone_surrogate(text) is None
 
 
 def label_error(name: str, value, limit: int) -> BadArgument:
     """The refusal of a label that failed the one-line check of its caller
     (a str of 1..limit characters UTF-8 can encode); built only on failure."""
-    message = f"{name} must be a non-empty str of at most {limit} characters that UTF-8 can encode"
+    message = f"{name} must be a non-empty str of at most {limit} characters"
     if not isinstance(value, str):
         return BadArgument(f"{message}, got {type(value).__name__}", R.WRONG_TYPE)
-    return BadArgument(message + ("" if encodable(value) else ", got a lone surrogate"), R.BAD_VALUE)
+    bad = lone_surrogate(value, name)
+    if bad is not None:
+        return BadArgument(bad.detail, bad.reason)
+    return BadArgument(f"{message}, got {len(value)}", R.BAD_VALUE)
 
 
 def count_error(name: str, value, high) -> BadArgument:

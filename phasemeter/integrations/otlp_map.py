@@ -23,11 +23,9 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from phasemeter.producers.generation import encodable
-
 from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, Rejection, check_count,
-                                             check_duration)
+                                             check_duration, lone_surrogate)
 
 # Decoding is otlp_decode's job; its names are re-exported here, where the
 # receiver, the worker's OTLP topic and the tests import them from.
@@ -214,15 +212,13 @@ def _label(name: str, value, limit: int) -> Rejection | None:
         return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
     if not 0 < len(value) <= limit:
         return Rejection(R.BAD_VALUE, f"{name} must be 1..{limit} characters, got {len(value)}")
-    if not encodable(value):
-        return Rejection(R.BAD_VALUE, f"{name} is not text UTF-8 can encode (a lone surrogate)")
-    return None
+    return lone_surrogate(value, name)  # text the worker could not store either (not_utf8)
 
 
 def _optional_label(attrs: dict, names: tuple[str, ...], limit: int) -> str | None:
     """An optional label that does not fit the contract is left out, not fatal."""
     value = _pick(attrs, names)[1]
-    return value if type(value) is str and 0 < len(value) <= limit and encodable(value) else None
+    return value if type(value) is str and 0 < len(value) <= limit and lone_surrogate(value) is None else None
 
 
 def _finish_reason(value) -> str | None:
@@ -235,5 +231,5 @@ def _finish_reason(value) -> str | None:
             return None
     if type(value) is list:
         value = value[0] if value else None
-    return value if type(value) is str and 0 < len(value) <= LABEL_FIELDS["finish_reason"] and encodable(value) \
-        else None
+    return value if type(value) is str and 0 < len(value) <= LABEL_FIELDS["finish_reason"] \
+        and lone_surrogate(value) is None else None

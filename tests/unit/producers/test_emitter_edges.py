@@ -33,7 +33,7 @@ def test_a_lone_surrogate_is_refused_at_the_call_and_counted(meter, field):
         meter.record(**{**GOOD, field: f"ok{LONE}"})
     s = meter.stats()
     assert (s.enqueued, s.dropped, s.refused) == (0, 0, 1)
-    assert meter.refusals() == {R.BAD_VALUE: 1}
+    assert meter.refusals() == {R.NOT_UTF8: 1}  # the worker's reason for the same value
 
 
 @pytest.mark.parametrize("field", ["model", "request_id", "replica"])
