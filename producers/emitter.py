@@ -22,12 +22,13 @@ import phasemeter.stream_jobs.reasons as R
 
 from .generation import (BadArgument, Generation, check_duration, check_estimated, check_outcome, check_request,
                          check_stalls, check_t0, check_threshold, encodable)
-from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S
+from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S, MAX_DURATION_S
 from .phases import PhaseGeneration, end_item, first_token_item, start_item
 from .sender import Sender
 
 log = logging.getLogger("phasemeter.emitter")
-_ESTIMATED = (None, None, None, None, True)  # the v2 fields of a record(output_tokens_estimated=True)
+_ESTIMATED = (None, None, None, None, True)
+_MAX_S = MAX_DURATION_S  # the v2 fields of a record(output_tokens_estimated=True)
 
 # The sender thread has time to spare, so durability wins over latency:
 # acks=all (kafka-python's idempotent default) and effectively endless retries,
@@ -241,9 +242,15 @@ class Meter:
                 raise BadArgument("e2e_s (or t_end) is required", R.MISSING_FIELD)
             else:
                 names = ("e2e_s", "ttft_s", "queue_s")
-            check_duration(names[0], e2e_s)
-            check_duration(names[1], ttft_s)
-            check_duration(names[2], queue_s)
+            try:  # the common case inline: three calls cost more than their checks
+                ok = 0 <= e2e_s <= _MAX_S and (ttft_s is None or 0 <= ttft_s <= _MAX_S) \
+                    and (queue_s is None or 0 <= queue_s <= _MAX_S)
+            except TypeError:
+                ok = False
+            if not ok:  # check_duration holds the rule and says what is wrong
+                check_duration(names[0], e2e_s)
+                check_duration(names[1], ttft_s)
+                check_duration(names[2], queue_s)
             if stalls:  # checked once e2e_s is known (a gap lies inside the generation)
                 if gap_threshold_s is None and gaps_over is not None:
                     gap_threshold_s = self._stall_s

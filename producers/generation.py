@@ -108,11 +108,18 @@ def new_request_id() -> str:
     return "%032x" % (_rng.getrandbits(128) & _UUID4_KEEP | _UUID4_SET)
 
 
+def label_ok(value, limit: int) -> bool:
+    """The rule of a label: a str of 1..limit characters UTF-8 can encode.
+    Callers test the common case inline first (an exact str, ASCII: a flag
+    read) and call this only when that fails."""
+    return isinstance(value, str) and 0 < len(value) <= limit and encodable(value)
+
+
 def check_request(model, input_tokens, cached_input_tokens, request_id, replica) -> None:
     """Programmer errors raise BadArgument (a ValueError) naming the argument.
-    O(1) checks on the common path: a label is checked for UTF-8 only when
-    it is not ASCII (str.isascii() is a flag read)."""
-    if not isinstance(model, str) or not 0 < len(model) <= _MODEL or not (model.isascii() or encodable(model)):
+    O(1) checks on the common path (str.isascii() is a flag read); a label
+    that is not ASCII, or a str subclass, goes through label_ok."""
+    if not (model.__class__ is str and 0 < len(model) <= _MODEL and model.isascii()) and not label_ok(model, _MODEL):
         raise label_error("model", model, _MODEL)
     try:
         bad = not 0 <= input_tokens <= MAX_TOKENS or cached_input_tokens is not None \
@@ -124,12 +131,12 @@ def check_request(model, input_tokens, cached_input_tokens, request_id, replica)
                 or not 0 <= input_tokens <= MAX_TOKENS:
             raise count_error("input_tokens", input_tokens, MAX_TOKENS)
         raise count_error("cached_input_tokens", cached_input_tokens, "input_tokens")
-    if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= _RID
-                                   or not (request_id.isascii() or encodable(request_id))):
+    if request_id is not None and not (request_id.__class__ is str and 0 < len(request_id) <= _RID
+                                       and request_id.isascii()) and not label_ok(request_id, _RID):
         raise label_error("request_id", request_id, _RID)
     # Empty labels are refused here: the worker would dead-letter them (bad_value).
-    if replica is not None and (not isinstance(replica, str) or not 0 < len(replica) <= _REPLICA
-                                or not (replica.isascii() or encodable(replica))):
+    if replica is not None and not (replica.__class__ is str and 0 < len(replica) <= _REPLICA
+                                    and replica.isascii()) and not label_ok(replica, _REPLICA):
         raise label_error("replica", replica, _REPLICA)
 
 
@@ -142,8 +149,8 @@ def check_outcome(output_tokens, status, finish_reason) -> None:
         raise count_error("output_tokens", output_tokens, MAX_TOKENS)
     if status not in STATUSES:
         raise BadArgument(f"status must be one of 'ok', 'error', 'cancelled', got {status!r}")
-    if finish_reason is not None and (not isinstance(finish_reason, str) or not 0 < len(finish_reason) <= _FINISH
-                                      or not (finish_reason.isascii() or encodable(finish_reason))):
+    if finish_reason is not None and not (finish_reason.__class__ is str and 0 < len(finish_reason) <= _FINISH
+                                          and finish_reason.isascii()) and not label_ok(finish_reason, _FINISH):
         raise label_error("finish_reason", finish_reason, _FINISH)
 
 

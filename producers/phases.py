@@ -26,8 +26,8 @@ import time
 import phasemeter.stream_jobs.reasons as R
 
 from .generation import (_RID, MAX_TOKENS, V2_OPTIONAL, BadArgument, Generation, _dumps, check_duration,
-                         check_estimated, check_outcome, check_request, count_error, encodable, epoch_error,
-                         label_error, new_request_id)
+                         check_estimated, check_outcome, check_request, count_error, epoch_error, label_error,
+                         label_ok, new_request_id)
 
 # Epoch bounds for t0/t_first/t_end (the contract's): the worker rejects t0
 # before 2000, and an upper bound catches the unit bug of passing milliseconds.
@@ -37,8 +37,8 @@ from phasemeter.stream_jobs.contract import MAX_EPOCH_S, MIN_T0 as MIN_EPOCH_S  
 def check_request_id(request_id) -> None:
     # Same rule and message as check_request, which stays free of calls
     # because the one-event hot path runs it on every generation.
-    if not isinstance(request_id, str) or not 0 < len(request_id) <= _RID \
-            or not (request_id.isascii() or encodable(request_id)):
+    if not (request_id.__class__ is str and 0 < len(request_id) <= _RID and request_id.isascii()) \
+            and not label_ok(request_id, _RID):
         raise label_error("request_id", request_id, _RID)
 
 
