@@ -6,7 +6,7 @@
 Each case runs in a fresh child process, so its peak RSS is its own: the
 decoding and mapping of one request body (otlp_map.map_request, with the
 span limit where the code has one) and, for the gzip cases, its inflation
-(otlp_http.inflate, or the receiver's inflate in older code). Figures: CPU
+(otlp_wire.inflate, or the receiver's inflate in older code). Figures: CPU
 seconds and peak RSS above the child's RSS before the request. Cases, at the
 default limits (4 MiB body, 8192 spans):
 
@@ -103,8 +103,8 @@ def run_case(case: str, body_file: str) -> dict:
     from phasemeter.integrations import otlp_map
 
     try:
-        from phasemeter.integrations.otlp_http import inflate
-    except ImportError:  # the code before otlp_http
+        from phasemeter.integrations.otlp_wire import inflate
+    except ImportError:  # the code before otlp_wire
         from phasemeter.integrations.otlp_receiver import inflate
     _, ctype, encoding = KINDS[case]
     body = Path(body_file).read_bytes()

@@ -14,16 +14,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .otlp_wire import BadRequest, count_proto_spans
+
 __all__ = ["Span", "BadRequest", "UnsupportedMediaType", "TooManySpans", "proto_spans", "json_spans", "REPLICA",
            "DEFAULT_MAX_SPANS"]
 
 # Resource attributes that label the replica, first present wins (otlp_map).
 REPLICA = ("service.instance.id", "host.name")
 _RESOURCE_KEYS = frozenset(REPLICA)
-
-
-class BadRequest(ValueError):
-    """The body is not an OTLP ExportTraceServiceRequest (HTTP 400)."""
 
 
 class UnsupportedMediaType(BadRequest):
@@ -89,57 +87,6 @@ def proto_spans(body: bytes, max_spans: int | None = None):
                                   s.end_time_unix_nano, s.status.code == _STATUS_ERROR,
                                   _proto_attrs(s.attributes, _is_gen_ai), resource))
     return spans
-
-
-def count_proto_spans(body: bytes, stop_after: int) -> int:
-    """Spans of a serialized ExportTraceServiceRequest (resource_spans = 1,
-    ResourceSpans.scope_spans = 2, ScopeSpans.spans = 2), counted on the wire
-    up to stop_after + 1. BadRequest for what is no protobuf: a truncated
-    field, or a group (which no OTLP message has)."""
-    n = 0
-    for rs_start, rs_end in _len_fields(body, 0, len(body), 1):
-        for ss_start, ss_end in _len_fields(body, rs_start, rs_end, 2):
-            for _ in _len_fields(body, ss_start, ss_end, 2):
-                n += 1
-                if n > stop_after:
-                    return n
-    return n
-
-
-def _len_fields(buf: bytes, pos: int, end: int, wanted: int):
-    """(start, end) of each length-delimited field numbered `wanted` in buf[pos:end]."""
-    while pos < end:
-        key, pos = _varint(buf, pos, end)
-        wire = key & 7
-        if wire == 0:
-            _, pos = _varint(buf, pos, end)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        elif wire == 2:
-            size, pos = _varint(buf, pos, end)
-            if pos + size > end:
-                raise BadRequest("body is not a protobuf ExportTraceServiceRequest: a field runs past its end")
-            if key >> 3 == wanted:
-                yield pos, pos + size
-            pos += size
-        else:
-            raise BadRequest(f"body is not a protobuf ExportTraceServiceRequest: wire type {wire}")
-    if pos > end:
-        raise BadRequest("body is not a protobuf ExportTraceServiceRequest: a field runs past its end")
-
-
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < end and shift < 70:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-    raise BadRequest("body is not a protobuf ExportTraceServiceRequest: a truncated varint")
 
 
 def _is_gen_ai(key: str) -> bool:

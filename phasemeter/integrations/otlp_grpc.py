@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from concurrent import futures
 
-from .otlp_http import status_protobuf
+from .otlp_wire import status_protobuf
 from .otlp_map import PROTOBUF, BadRequest, TooManySpans, map_request
 from .otlp_receiver import Receiver, export_response
 

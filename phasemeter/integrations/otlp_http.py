@@ -20,12 +20,12 @@ import json
 import socket
 import threading
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 from phasemeter.callers import host_allowed
 
 from .otlp_map import JSON, PROTOBUF, BadRequest, TooManySpans, map_request
+from .otlp_wire import TooLarge, inflate, status_protobuf
 
 PATH = "/v1/traces"
 # google.rpc.Code of each refusal, for the Status body OTLP asks for.
@@ -75,56 +75,8 @@ class PoolServer(http.server.HTTPServer):
         self._pool.shutdown(wait=False)  # kept-alive connections end at their read timeout
 
 
-def inflate(body: bytes, encoding: str, limit: int) -> bytes:
-    """gzip or deflate (zlib-wrapped or raw) body, never more than `limit`
-    bytes out. Every member of a multi-member gzip body is read (RFC 1952
-    2.2: a file is a series of members), as `gzip -d` does; their total is
-    what the limit bounds. _TooLarge past the limit."""
-    out, rest = bytearray(), body
-    while True:
-        wbits = 31 if encoding == "gzip" else (15 if rest[:1] == b"\x78" else -15)
-        d = zlib.decompressobj(wbits=wbits)
-        try:
-            out += d.decompress(rest, limit + 1 - len(out))
-        except zlib.error as exc:
-            raise BadRequest(f"body is not valid {encoding}: {exc}") from None
-        if len(out) > limit:
-            raise TooLarge
-        if not d.eof:
-            if d.unconsumed_tail:  # stopped by the limit with input left: over it
-                raise TooLarge
-            raise BadRequest(f"{encoding} body is truncated")
-        rest = d.unused_data
-        if encoding != "gzip" or not rest:
-            break
-    if rest:
-        raise BadRequest(f"{len(rest)} bytes after the end of the {encoding} stream")
-    return bytes(out)
-
-
-class TooLarge(Exception):
-    pass
-
-
 class TimedOut(Exception):
     pass
-
-
-def status_protobuf(code: int, message: str, details: bytes = b"") -> bytes:
-    """google.rpc.Status{code=1, message=2, details=3 (an encoded Any)}, by
-    hand: the OTLP package does not ship it, and it is three fields."""
-    text = message.encode("utf-8")
-    out = b"\x08" + varint(code) + b"\x12" + varint(len(text)) + text
-    return out + (b"\x1a" + varint(len(details)) + details if details else b"")
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

@@ -1,5 +1,5 @@
 """Property-based fuzzing of the OTLP decoders (otlp_decode, through
-otlp_map.map_request) and of the body inflation (otlp_http.inflate).
+otlp_map.map_request) and of the body inflation (otlp_wire.inflate).
 
 The invariant, for any input: the request is refused whole with a reason
 (BadRequest, TooManySpans) or every span in it is mapped, rejected with a
@@ -19,8 +19,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
-from phasemeter.integrations.otlp_decode import count_proto_spans
-from phasemeter.integrations.otlp_http import TooLarge, inflate
+from phasemeter.integrations.otlp_wire import count_proto_spans
+from phasemeter.integrations.otlp_wire import TooLarge, inflate
 from phasemeter.integrations.otlp_map import JSON, PROTOBUF, BadRequest, TooManySpans, map_request
 from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.contract import MAX_EPOCH_S, Rejection
