@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+import zlib
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -230,3 +231,64 @@ def test_connections_over_the_worker_pool_get_503_and_retry_after(rx):
         except (ConnectionError, urllib.error.URLError):
             pass
     assert "after-pool" in stored(rx)
+
+
+def raw_exchange(rx, data: bytes) -> bytes:
+    """Send raw bytes, return the status code of the answer. A request line
+    http.server cannot read gets an HTTP/0.9 answer, a page without a status
+    line: its code is read from the page."""
+    host, port = rx.server.server_address[:2]
+    with socket.create_connection((host, port), timeout=30) as s:
+        s.sendall(data)
+        answer = b""
+        while b"\r\n" not in answer:
+            part = s.recv(4096)
+            if not part:
+                break
+            answer += part
+        if not answer.startswith(b"HTTP/1."):
+            while b"</html>" not in answer and (part := s.recv(4096)):
+                answer += part
+            return answer.split(b"Error code: ", 1)[1][:3] if b"Error code: " in answer else answer
+    return answer.split(b"\r\n", 1)[0].split()[1]
+
+
+def head(lines: list[str], body: bytes = b"") -> bytes:
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+GOOD_HEAD = ["POST /v1/traces HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json"]
+# (name, raw request, expected status code)
+RAW_CORPUS = [
+    ("negative length", head(GOOD_HEAD + ["Content-Length: -1"]), 411),
+    ("huge length", head(GOOD_HEAD + ["Content-Length: " + "9" * 40]), 411),
+    ("chunked", head(GOOD_HEAD + ["Transfer-Encoding: chunked"], b"2\r\n{}\r\n0\r\n\r\n"), 411),
+    ("no content type", head(["POST /v1/traces HTTP/1.1", "Host: 127.0.0.1", "Content-Length: 2"], b"{}"), 415),
+    ("no host", head(["POST /v1/traces HTTP/1.1", "Content-Type: application/json", "Content-Length: 2"], b"{}"),
+     403),
+    ("empty json body", head(GOOD_HEAD + ["Content-Length: 0"]), 400),
+    ("json null", head(GOOD_HEAD + ["Content-Length: 4"], b"null"), 400),
+    ("json list", head(GOOD_HEAD + ["Content-Length: 2"], b"[]"), 400),
+    ("json nested deep", head(GOOD_HEAD + [f"Content-Length: {200_000}"], b"[" * 100_000 + b"]" * 100_000), 400),
+    ("spans not a list", head(GOOD_HEAD + ["Content-Length: 52"],
+                              b'{"resourceSpans":[{"scopeSpans":[{"spans":7}]}]}    '), 400),
+    ("deflate then junk", head(GOOD_HEAD + ["Content-Encoding: deflate", "Content-Length: 14"],
+                               zlib.compress(b"{}") + b"junk"), 400),
+    ("not gzip", head(GOOD_HEAD + ["Content-Encoding: gzip", "Content-Length: 4"], b"abcd"), 400),
+    ("too many headers", head(GOOD_HEAD + [f"X-{i}: y" for i in range(150)] + ["Content-Length: 2"], b"{}"), 431),
+    ("long request line", head(["POST /v1/traces?" + "a" * 70_000 + " HTTP/1.1", "Host: 127.0.0.1"]), 414),
+    ("binary junk", b"\x00\x01\x02\xff\r\n\r\n", 400),
+    ("protobuf junk", head(["POST /v1/traces HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/x-protobuf",
+                            "Content-Length: 6"], b"\x0a\xff\xff\xff\xff\x0f"), 400),
+]
+
+
+def test_a_corpus_of_malformed_requests_is_refused_one_by_one_and_good_requests_still_flow(rx):
+    assert len(RAW_CORPUS) == 16
+    got = {name: raw_exchange(rx, data) for name, data, _ in RAW_CORPUS}
+    for name, _, status in RAW_CORPUS:
+        assert got[name] == str(status).encode(), (name, got[name])
+    still_serves(rx, "after-corpus")
+    status, _, body = post(rx.url, b"", PB)  # an empty protobuf request is a valid, empty export
+    assert (status, body) == (200, b"")
+    assert stored(rx) == ["after-corpus"]
