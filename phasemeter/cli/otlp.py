@@ -139,6 +139,9 @@ def run(args, settings) -> int:
     grpc_line = f"OTLP/gRPC on {grpc_rx.address}" if grpc_rx is not None else f"OTLP/gRPC {grpc_off}"
     print(f"phasemeter otlp: listening for OTLP/HTTP on {rx.url}, {grpc_line} -> Kafka {bootstrap}, "
           f"topic {settings.topic}", flush=True)
+    # A remote exporter's Host name is refused (403) until it is listed: say which ones are served.
+    print(f"phasemeter otlp: HTTP answers Host {', '.join(sorted(rx.allowed_hosts))} "
+          "(PHASEMETER_ALLOWED_HOSTS adds names)", flush=True)
     try:
         while not stop.wait(0.5):
             pass

@@ -292,3 +292,24 @@ def test_a_corpus_of_malformed_requests_is_refused_one_by_one_and_good_requests_
     status, _, body = post(rx.url, b"", PB)  # an empty protobuf request is a valid, empty export
     assert (status, body) == (200, b"")
     assert stored(rx) == ["after-corpus"]
+
+
+def test_the_command_serves_the_names_in_phasemeter_allowed_hosts_and_refuses_others(kafka_bootstrap, tmp_path):
+    import os
+
+    from test_otlp_receiver import otlp_command
+
+    topic, port = f"hostile-cli-{uuid.uuid4().hex[:10]}", free_port()
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PHASEMETER_TOPIC": topic,
+           "PHASEMETER_DATA_DIR": str(tmp_path), "PHASEMETER_ALLOWED_HOSTS": "otlp.internal"}
+    with otlp_command(["--port", str(port), "--grpc-port", "0", "--max-spans", "10", "--workers", "2",
+                       "--read-timeout", "5"], env, port) as proc:
+        url = f"http://127.0.0.1:{port}/v1/traces"
+        assert post(url, body_of(request([span("named")])), Host=f"otlp.internal:{port}")[0] == 200
+        assert post(url, body_of(request([span("rebound")])), Host=f"evil.example:{port}")[0] == 403
+        assert post(url, body_of(request([span(f"many-{i}") for i in range(11)])))[0] == 413
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert "otlp.internal" in out.splitlines()[1]  # the names served, said at start
+    assert sorted(e["request_id"] for e in topic_messages(kafka_bootstrap, topic)) == ["named"]
