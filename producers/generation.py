@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import numbers
 import os
 import random
 import time
@@ -350,9 +351,23 @@ class Generation:
         return False  # never swallow the caller's exception
 
 
+def _number(value):
+    """A number json cannot write itself (numpy.int64, Decimal, Fraction: the
+    checks compare them as numbers and let them in) as the int or float it
+    is; anything else stays a TypeError (the sender counts the event failed)."""
+    if isinstance(value, numbers.Integral) or isinstance(value, numbers.Rational) and value.denominator == 1:
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, numbers.Number) and not isinstance(value, numbers.Complex):  # Decimal
+        f = float(value)
+        return int(value) if f.is_integer() else f  # Decimal(5) is a count the worker takes as 5
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 # allow_nan=False: NaN/Infinity are not JSON; such an event counts as failed
 # instead of poisoning the topic for every consumer.
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_number).encode
 
 
 def encode(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:

@@ -113,3 +113,21 @@ def test_a_closed_meter_takes_no_batch(meter):
     b.record(**GOOD)
     meter.close(0)
     assert meter.put_all(b) is False and meter.stats().enqueued == 0
+
+
+def test_numbers_json_cannot_write_itself_are_sent_as_the_numbers_they_are():
+    import json
+    from decimal import Decimal
+    from fractions import Fraction
+
+    from phasemeter.producers.generation import encode
+
+    class Count(int):  # an int subclass, as numpy's are registered numbers
+        pass
+
+    item = ("r1", "m", Decimal("1764000000.5"), Fraction(1, 10), Decimal("1.5"), None, Count(10), Decimal(5),
+            None, "ok", None, None, None)
+    event = json.loads(encode(item, None)[1])
+    assert (event["t0"], event["ttft_s"], event["e2e_s"], event["input_tokens"], event["output_tokens"]) == \
+        (1764000000.5, 0.1, 1.5, 10, 5)
+    assert type(event["output_tokens"]) is int
