@@ -41,8 +41,11 @@ class PoolServer(http.server.HTTPServer):
 
     def __init__(self, address, handler, workers: int) -> None:
         super().__init__(address, handler)
+        self.workers = workers
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="phasemeter-otlp-http")
         self._slots = threading.BoundedSemaphore(workers)
+        self._open: set = set()  # connections being served, for close_connections()
+        self._open_lock = threading.Lock()
         self.busy = 0  # connections answered 503 because every worker was taken
 
     def process_request(self, request, client_address) -> None:
@@ -59,13 +62,33 @@ class PoolServer(http.server.HTTPServer):
         self._pool.submit(self._serve, request, client_address)
 
     def _serve(self, request, client_address) -> None:
+        with self._open_lock:
+            self._open.add(request)
         try:
             self.finish_request(request, client_address)
         except Exception:  # noqa: BLE001 (socketserver's own rule: a connection's error ends that connection)
             self.handle_error(request, client_address)
         finally:
+            with self._open_lock:
+                self._open.discard(request)
             self.shutdown_request(request)
             self._slots.release()
+
+    def close_connections(self, timeout_s: float) -> None:
+        """End every connection still open (kept alive, waiting for a next
+        request), then wait up to `timeout_s` for the workers: called once no
+        request is in hand, so stopping never waits out a read timeout."""
+        with self._open_lock:
+            conns = list(self._open)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout_s
+        for _ in range(self.workers):
+            if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                break
 
     def handle_error(self, request, client_address) -> None:
         pass  # a reset connection is the client's business; the receiver counts what it answers

@@ -100,6 +100,7 @@ class Receiver:
             stop(flush_timeout_s)
         with self.lock:
             self.lock.wait_for(lambda: not self.in_flight, timeout=flush_timeout_s)
+        self.server.close_connections(1.0)  # kept-alive ones: their exporters reconnect (and get refused)
         self.meter.close(flush_timeout_s)
         self.log(self.summary())
 

@@ -313,3 +313,20 @@ def test_the_command_serves_the_names_in_phasemeter_allowed_hosts_and_refuses_ot
     assert proc.returncode == 0, out
     assert "otlp.internal" in out.splitlines()[1]  # the names served, said at start
     assert sorted(e["request_id"] for e in topic_messages(kafka_bootstrap, topic)) == ["named"]
+
+
+def test_stop_does_not_wait_out_the_read_timeout_of_kept_alive_connections(kafka_bootstrap):
+    topic = f"hostile-stop-{uuid.uuid4().hex[:10]}"
+    meter = Meter(kafka_bootstrap, topic=topic, queue_size=10, flush_timeout_s=10)
+    rx = Receiver(meter, port=0, queue_size=10, read_timeout_s=120.0, workers=2, log=lambda line: None).start()
+    host, port = rx.server.server_address[:2]
+    kept = socket.create_connection((host, port), timeout=30)
+    try:
+        kept.sendall(head(GOOD_HEAD + ["Content-Length: 2"], b"{}"))
+        assert kept.recv(4096).startswith(b"HTTP/1.1 200")  # answered, and kept alive for a next request
+        t = time.monotonic()
+        rx.stop()
+        assert time.monotonic() - t < rx.read_timeout_s / 4
+        assert kept.recv(4096) == b""  # the receiver ended it
+    finally:
+        kept.close()
