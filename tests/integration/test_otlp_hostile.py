@@ -323,7 +323,12 @@ def test_stop_does_not_wait_out_the_read_timeout_of_kept_alive_connections(kafka
     kept = socket.create_connection((host, port), timeout=30)
     try:
         kept.sendall(head(GOOD_HEAD + ["Content-Length: 2"], b"{}"))
-        assert kept.recv(4096).startswith(b"HTTP/1.1 200")  # answered, and kept alive for a next request
+        answer = b""
+        while not answer.endswith(b"\r\n\r\n{}"):  # the whole answer, headers and body
+            part = kept.recv(4096)
+            assert part, answer
+            answer += part
+        assert answer.startswith(b"HTTP/1.1 200")  # answered, and kept alive for a next request
         t = time.monotonic()
         rx.stop()
         assert time.monotonic() - t < rx.read_timeout_s / 4
