@@ -95,7 +95,7 @@ class PoolServer(http.server.HTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
-        self._pool.shutdown(wait=False)  # kept-alive connections end at their read timeout
+        self._pool.shutdown(wait=False)  # kept-alive connections: close_connections(), or their read timeout
 
 
 class TimedOut(Exception):
