@@ -27,8 +27,8 @@ from .phases import PhaseGeneration, end_item, first_token_item, start_item
 from .sender import Sender
 
 log = logging.getLogger("phasemeter.emitter")
-_ESTIMATED = (None, None, None, None, True)
-_MAX_S = MAX_DURATION_S  # the v2 fields of a record(output_tokens_estimated=True)
+_ESTIMATED = (None, None, None, None, True)  # the v2 fields of a record(output_tokens_estimated=True)
+_MAX_S = MAX_DURATION_S
 
 # The sender thread has time to spare, so durability wins over latency:
 # acks=all (kafka-python's idempotent default) and effectively endless retries,
