@@ -245,7 +245,7 @@ class Meter:
             try:  # the common case inline: three calls cost more than their checks
                 ok = 0 <= e2e_s <= _MAX_S and (ttft_s is None or 0 <= ttft_s <= _MAX_S) \
                     and (queue_s is None or 0 <= queue_s <= _MAX_S)
-            except TypeError:
+            except (TypeError, ArithmeticError):  # a str; a Decimal NaN signals when compared
                 ok = False
             if not ok:  # check_duration holds the rule and says what is wrong
                 check_duration(names[0], e2e_s)
@@ -262,7 +262,7 @@ class Meter:
         except ValueError as exc:  # counted, then the caller's to handle
             self._ch.refuse(exc)
             raise
-        except TypeError as exc:  # a timestamp that is no number: t_end - t0
+        except (TypeError, ArithmeticError) as exc:  # a timestamp that is no number: t_end - t0
             bad = BadArgument(f"record(): {exc}", R.WRONG_TYPE)
             self._ch.refuse(bad)
             raise bad from None

@@ -125,7 +125,7 @@ def check_request(model, input_tokens, cached_input_tokens, request_id, replica)
     try:
         bad = not 0 <= input_tokens <= MAX_TOKENS or cached_input_tokens is not None \
             and not 0 <= cached_input_tokens <= input_tokens
-    except TypeError:  # None, a str: a wrong type, never a TypeError out of the emitter
+    except (TypeError, ArithmeticError):  # None, a str, a Decimal NaN: never a TypeError out
         bad = True
     if bad:
         if input_tokens is None or isinstance(input_tokens, bool) or not isinstance(input_tokens, (int, float)) \
@@ -144,7 +144,7 @@ def check_request(model, input_tokens, cached_input_tokens, request_id, replica)
 def check_outcome(output_tokens, status, finish_reason) -> None:
     try:
         bad = not 0 <= output_tokens <= MAX_TOKENS
-    except TypeError:
+    except (TypeError, ArithmeticError):
         bad = True
     if bad:
         raise count_error("output_tokens", output_tokens, MAX_TOKENS)
@@ -187,7 +187,7 @@ def check_duration(name: str, value) -> None:
         return
     try:
         ok = 0 <= value <= MAX_DURATION_S
-    except TypeError:  # a str: refused as a wrong type, never a TypeError out of the emitter
+    except (TypeError, ArithmeticError):  # a str, a Decimal NaN: refused, never raised as such
         ok = False
     if not ok:
         message = f"{name} must give a duration in [0, {MAX_DURATION_S:g}] s, got {value!r}"
