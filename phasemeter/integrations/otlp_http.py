@@ -16,6 +16,7 @@ Standard library only.
 from __future__ import annotations
 
 import http.server
+import io
 import json
 import socket
 import threading
@@ -102,13 +103,44 @@ class TimedOut(Exception):
     pass
 
 
+class DeadlineReader(io.RawIOBase):
+    """A connection's reads, each given only the time left until the
+    handler's `deadline`: a timeout per read alone lets a client that sends
+    a byte at a time hold a worker forever."""
+
+    def __init__(self, sock, handler) -> None:
+        self._sock, self._handler = sock, handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        left = self._handler.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not arrive in time")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buf)
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
+    """Deadlines, each `read_timeout_s` long: for a kept-alive connection's
+    next request line; from it, for the headers; from them, for the body."""
+
     protocol_version = "HTTP/1.1"  # keep-alive: exporters reuse their connection
     server_version = "phasemeter-otlp"
 
     def setup(self) -> None:
-        self.timeout = self.server.receiver.read_timeout_s  # every read of this connection, headers included
+        self.timeout = self.server.receiver.read_timeout_s
         super().setup()
+        self.rfile = io.BufferedReader(DeadlineReader(self.connection, self))
+
+    def handle_one_request(self) -> None:
+        self.deadline = time.monotonic() + self.timeout  # for the request line
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        self.deadline = time.monotonic() + self.timeout  # for the headers
+        return super().parse_request()
 
     def log_message(self, fmt, *args) -> None:  # the receiver prints counts instead
         pass
@@ -146,7 +178,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._refuse(411, "a valid Content-Length header is required")
         if int(length) > rx.max_body_bytes:  # refused before reading it
             return self._refuse(413, f"body of {int(length)} bytes is over the limit of {rx.max_body_bytes}")
-        body = self._read(int(length), time.monotonic() + rx.read_timeout_s)
+        self.deadline = time.monotonic() + rx.read_timeout_s  # for the body
+        body = self._read(int(length))
         try:
             if len(body) < int(length):
                 raise BadRequest(f"body ended after {len(body)} of {int(length)} bytes")
@@ -164,18 +197,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._refuse(503, "emitter queue full; retry later", read=True, retry_after=1)
         self._send(200, ctype, rx.response(ctype, answer), close=False)
 
-    def _read(self, n: int, deadline: float) -> bytes:
+    def _read(self, n: int) -> bytes:
         """n bytes of body, or fewer if the client closed; TimedOut past the deadline."""
         buf, got = bytearray(n), 0
         view = memoryview(buf)
-        while got < n:
-            if time.monotonic() > deadline:
-                raise TimedOut
-            k = self.rfile.readinto1(view[got:])
-            if not k:
-                break
-            got += k
-        view.release()
+        try:
+            while got < n:
+                k = self.rfile.readinto1(view[got:])
+                if not k:
+                    break
+                got += k
+        except TimeoutError:
+            raise TimedOut from None
+        finally:
+            view.release()
         return bytes(buf[:got]) if got < n else bytes(buf)
 
     def do_GET(self) -> None:  # noqa: N802
@@ -197,6 +232,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send(status, ctype, body, close=not read, retry_after=retry_after)
 
     def _send(self, status: int, ctype: str, body: bytes, close: bool, retry_after: int | None = None) -> None:
+        self.connection.settimeout(self.timeout)  # a write gets the whole timeout, not what a read left
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))

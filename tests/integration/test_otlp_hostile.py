@@ -335,3 +335,28 @@ def test_stop_does_not_wait_out_the_read_timeout_of_kept_alive_connections(kafka
         assert kept.recv(4096) == b""  # the receiver ended it
     finally:
         kept.close()
+
+
+def test_headers_sent_a_byte_at_a_time_are_cut_off_after_the_read_timeout(rx):
+    """Each byte comes well within the read timeout, so only a deadline on the
+    whole request, not a timeout per read, frees the worker."""
+    host, port = rx.server.server_address[:2]
+    headers = head(GOOD_HEAD + ["X-Slow: " + "y" * 200, "Content-Length: 2"], b"{}")
+    with socket.create_connection((host, port), timeout=30) as slow:
+        slow.settimeout(rx.read_timeout_s / 4)
+        t = time.monotonic()
+        closed = False
+        for byte in headers:  # one byte per read_timeout / 4: ~65 s to send them all
+            try:
+                slow.sendall(bytes([byte]))
+                if slow.recv(4096) == b"":
+                    closed = True
+                    break
+            except TimeoutError:  # nothing came back within the pause: keep sending
+                continue
+            except OSError:  # reset: closed too
+                closed = True
+                break
+        assert closed and time.monotonic() - t < 10 * rx.read_timeout_s
+    still_serves(rx, "after-slow")
+    assert stored(rx) == ["after-slow"]
