@@ -44,8 +44,8 @@ def register(sub, common, window_flags) -> None:  # noqa: ARG001 (the extension 
                    help="requests served at once, per transport (default 16); one more HTTP connection gets "
                         "503 + Retry-After, one more gRPC call RESOURCE_EXHAUSTED")
     p.add_argument("--read-timeout", type=float, default=10.0, metavar="S",
-                   help="seconds an HTTP connection may stay idle, and a request body may take to arrive whole "
-                        "(default 10)")
+                   help="seconds an HTTP connection has for each of a request's line (so: how long it may idle), "
+                        "headers and body (default 10)")
     p.add_argument("--report-every", type=int, default=100, help="print counts every N requests (and at exit)")
     p.set_defaults(func=run)
 

@@ -5,9 +5,10 @@ Bounded, whatever the callers do:
   * at most `workers` connections are served at once, each by a thread of a
     fixed pool; one more is answered 503 with Retry-After at once (OTLP/HTTP
     exporters retry 503) and closed, never given a thread of its own;
-  * every read has a timeout, and a request's body must arrive whole within
-    `read_timeout_s` of its headers: an idle keep-alive connection, or a body
-    sent in part and then held, frees its thread after that time;
+  * a request's line, then its headers, then its body must each arrive
+    within `read_timeout_s` (deadlines, not timeouts per read): an idle
+    keep-alive connection, or a request sent in part, or a byte at a time,
+    frees its thread after that time;
   * `Host` must name this listener (phasemeter/callers.py), or 403: a web page
     re-pointed at 127.0.0.1 by DNS rebinding cannot post to it.
 Standard library only.
