@@ -15,6 +15,8 @@ default limits (4 MiB body, 8192 spans):
   max-spans-pb       8192 vLLM spans, protobuf (taken)
   attrs-flood-pb     one span carrying 2M empty attributes in 4 MiB (the multiplier the span limit leaves)
   gzip-bomb          4 MiB inflated from 4 KiB, in 20 gzip members (refused: 413)
+  4-json-floods-http four empty-spans-json requests at once to a real Receiver over HTTP (the
+                     whole process: request bodies, server, decoding)
 
 With --against, bench/results/<date>-otlp-limits.json holds each figure of
 this checkout beside the same case on the other code as its reference.
@@ -36,7 +38,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CASES = ("empty-spans-pb", "empty-spans-json", "max-spans-pb", "attrs-flood-pb", "gzip-bomb")
+CASES = ("empty-spans-pb", "empty-spans-json", "max-spans-pb", "attrs-flood-pb", "gzip-bomb", "4-json-floods-http")
+CONCURRENT = 4
 LIMIT = 4 * 1024 * 1024
 T0_NS = 1_764_000_000 * 10**9
 
@@ -58,7 +61,8 @@ KINDS = {"empty-spans-pb": (None, "application/x-protobuf", "identity"),
          "empty-spans-json": (None, "application/json", "identity"),
          "max-spans-pb": (None, "application/x-protobuf", "identity"),
          "attrs-flood-pb": (None, "application/x-protobuf", "identity"),
-         "gzip-bomb": (None, "application/json", "gzip")}
+         "gzip-bomb": (None, "application/json", "gzip"),
+         "4-json-floods-http": (None, "application/json", "identity")}
 
 
 def body_of(case: str) -> tuple[bytes, str, str]:
@@ -90,6 +94,8 @@ def body_of(case: str) -> tuple[bytes, str, str]:
     if case == "attrs-flood-pb":  # one span, attributes (field 9) of empty KeyValues
         span = b"\x0a\x0b" + b"x" * 11 + b"\x4a\x00" * ((LIMIT - 64) // 2)
         return _len_field(1, _len_field(2, _len_field(2, span))), "application/x-protobuf", "identity"
+    if case == "4-json-floods-http":
+        return body_of("empty-spans-json")
     if case == "gzip-bomb":
         member = gzip.compress(b" " * (LIMIT // 20 + 1))
         return member * 21, "application/json", "gzip"
@@ -108,6 +114,8 @@ def run_case(case: str, body_file: str) -> dict:
         from phasemeter.integrations.otlp_receiver import inflate
     _, ctype, encoding = KINDS[case]
     body = Path(body_file).read_bytes()
+    if case == "4-json-floods-http":
+        return run_http(case, body, ctype)
     kwargs = {"max_spans": 8192} if "max_spans" in inspect.signature(otlp_map.map_request).parameters else {}
     # The peak is this process's own high-water mark, reset here: ru_maxrss
     # would carry the parent's across fork and exec (it built the bodies).
@@ -124,6 +132,48 @@ def run_case(case: str, body_file: str) -> dict:
     cpu = time.process_time() - cpu
     peak = _status_mb("VmHWM")
     return {"case": case, "cpu_s": round(cpu, 4), "peak_rss_mb": round(peak - before, 1), "outcome": outcome}
+
+
+def run_http(case: str, body: bytes, ctype: str) -> dict:
+    """In the child: CONCURRENT requests at once to a real Receiver (HTTP),
+    its Meter pointed at a port nothing listens on (the floods are refused,
+    or mapped to nothing, before any event is queued)."""
+    import socket
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from phasemeter.integrations.otlp_receiver import Receiver
+    from phasemeter.producers import Meter
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        unused = s.getsockname()[1]
+    meter = Meter(f"127.0.0.1:{unused}", queue_size=10_000, flush_timeout_s=0)
+    rx = Receiver(meter, port=0, queue_size=10_000, max_body_bytes=LIMIT, log=lambda line: None).start()
+    statuses: list = []
+
+    def post() -> None:
+        req = urllib.request.Request(rx.url, data=body, method="POST", headers={"Content-Type": ctype})
+        try:
+            with urllib.request.urlopen(req, timeout=100) as resp:
+                statuses.append(resp.status)
+        except urllib.error.HTTPError as exc:
+            statuses.append(exc.code)
+
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _status_mb("VmRSS")
+    cpu = time.process_time()
+    threads = [threading.Thread(target=post) for _ in range(CONCURRENT)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cpu = time.process_time() - cpu
+    peak = _status_mb("VmHWM")
+    rx.stop(0)
+    return {"case": case, "cpu_s": round(cpu, 4), "peak_rss_mb": round(peak - before, 1),
+            "outcome": f"{CONCURRENT} requests at once: HTTP {sorted(statuses)}"}
 
 
 def _status_mb(field: str) -> float:

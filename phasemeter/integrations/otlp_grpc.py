@@ -35,7 +35,7 @@ from __future__ import annotations
 from concurrent import futures
 
 from .otlp_wire import status_protobuf
-from .otlp_map import PROTOBUF, BadRequest, TooManySpans, map_request
+from .otlp_map import PROTOBUF, BadRequest, TooManySpans
 from .otlp_receiver import Receiver, export_response
 
 DEFAULT_PORT = 4317
@@ -108,7 +108,9 @@ class GrpcReceiver:
             return self._refuse(context, grpc.StatusCode.UNAVAILABLE, "shutting down; retry later", retry=True)
         try:
             try:
-                mapped = map_request(body, PROTOBUF, default_model=rx.default_model, max_spans=rx.max_spans)
+                mapped = rx.decode(body, PROTOBUF)
+            except rx.Busy:
+                refusal = (grpc.StatusCode.UNAVAILABLE, "every decoder is busy; retry later", True)
             except TooManySpans as exc:
                 refusal = (grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), False)
             except BadRequest as exc:

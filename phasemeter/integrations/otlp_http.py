@@ -26,8 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from phasemeter.callers import host_allowed
 
-from .otlp_map import JSON, PROTOBUF, BadRequest, TooManySpans, map_request
-from .otlp_wire import TooLarge, inflate, status_protobuf
+from .otlp_map import JSON, PROTOBUF, BadRequest, TooManySpans
+from .otlp_wire import TooLarge, status_protobuf
 
 PATH = "/v1/traces"
 # google.rpc.Code of each refusal, for the Status body OTLP asks for.
@@ -184,9 +184,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             if len(body) < int(length):
                 raise BadRequest(f"body ended after {len(body)} of {int(length)} bytes")
-            if encoding != "identity":
-                body = inflate(body, encoding, rx.max_body_bytes)
-            mapped = map_request(body, ctype, default_model=rx.default_model, max_spans=rx.max_spans)
+            mapped = rx.decode(body, ctype, encoding)
+        except rx.Busy:
+            return self._refuse(503, "every decoder is busy; retry later", read=True, retry_after=1)
         except TooLarge:
             return self._refuse(413, f"decompressed body is over the limit of {rx.max_body_bytes} bytes", read=True)
         except TooManySpans as exc:

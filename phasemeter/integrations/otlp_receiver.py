@@ -25,13 +25,23 @@ from phasemeter.callers import allowed_names
 from phasemeter.stream_jobs import reasons as R
 
 from .otlp_http import PATH, Handler, PoolServer
-from .otlp_map import DEFAULT_MAX_BODY, DEFAULT_MAX_SPANS, JSON, Mapped
+from .otlp_map import DEFAULT_MAX_BODY, DEFAULT_MAX_SPANS, JSON, Mapped, map_request
+from .otlp_wire import inflate
 
 DEFAULT_WORKERS = 16
 DEFAULT_READ_TIMEOUT_S = 10.0
+# Requests decoded at once, both transports together. Decoding holds the GIL,
+# so more at once would not finish sooner, only hold more memory: up to about
+# 30 x the body each (bench/bench_otlp_limits.py), however many workers wait.
+DECODERS = 2
+
+
+class Busy(Exception):
+    """No decoder came free within the read timeout (HTTP 503, gRPC UNAVAILABLE: retried)."""
 
 
 class Receiver:
+    Busy = Busy  # for the transports, which do not import this module (it imports theirs)
     """One HTTP server of `workers` threads in front of one Meter.
     `queue_size` is the bound the Meter was built with: a request whose
     events do not all fit is answered 503 (retry later). `max_spans` (at most
@@ -57,6 +67,7 @@ class Receiver:
         self.lock = threading.Condition()
         self.requests = self.refused = self.mapped = self.ignored = self.in_flight = 0
         self.closing = False
+        self.decoding = threading.BoundedSemaphore(DECODERS)
         self.rejected: collections.Counter = collections.Counter()
         self.labels_dropped: collections.Counter = collections.Counter()
         self._stoppers: list = []  # other servers in front of this Meter (otlp_grpc), stopped with it
@@ -116,6 +127,19 @@ class Receiver:
         with self.lock:
             self.in_flight -= 1
             self.lock.notify_all()
+
+    def decode(self, body: bytes, ctype: str, encoding: str = "identity") -> Mapped:
+        """Inflate and map one request body, DECODERS at a time. Busy when no
+        decoder comes free within the read timeout; BadRequest (and its
+        kinds) and TooLarge as inflate and map_request raise them."""
+        if not self.decoding.acquire(timeout=self.read_timeout_s):
+            raise Busy
+        try:
+            if encoding != "identity":
+                body = inflate(body, encoding, self.max_body_bytes)
+            return map_request(body, ctype, default_model=self.default_model, max_spans=self.max_spans)
+        finally:
+            self.decoding.release()
 
     def handle(self, mapped: Mapped) -> tuple[list[tuple[str, str, str]], collections.Counter] | None:
         """Queue the events, all or none: the rejected spans and the labels

@@ -360,3 +360,23 @@ def test_headers_sent_a_byte_at_a_time_are_cut_off_after_the_read_timeout(rx):
         assert closed and time.monotonic() - t < 10 * rx.read_timeout_s
     still_serves(rx, "after-slow")
     assert stored(rx) == ["after-slow"]
+
+
+def test_requests_are_decoded_two_at_a_time_and_one_that_waits_too_long_gets_503(kafka_bootstrap):
+    topic = f"hostile-dec-{uuid.uuid4().hex[:10]}"
+    meter = Meter(kafka_bootstrap, topic=topic, queue_size=10, flush_timeout_s=10)
+    rx = Receiver(meter, port=0, queue_size=10, read_timeout_s=0.5, log=lambda line: None).start()
+    try:
+        assert rx.decoding.acquire(timeout=5) and rx.decoding.acquire(timeout=5)  # both decoders taken
+        try:
+            assert rx.decoding.acquire(blocking=False) is False
+            status, headers, body = post(rx.url, body_of(request([span("waited")])))
+            assert (status, headers.get("Retry-After")) == (503, "1") and b"decod" in body
+        finally:
+            rx.decoding.release()
+            rx.decoding.release()
+        still_serves(rx, "after-wait")
+        assert rx.meter.flush(15)
+        assert sorted(e["request_id"] for e in topic_messages(kafka_bootstrap, topic)) == ["after-wait"]
+    finally:
+        rx.stop()
