@@ -41,8 +41,8 @@ def register(sub, common, window_flags) -> None:  # noqa: ARG001 (the extension 
                    help="spans one request may carry; more is refused whole (HTTP 413, gRPC RESOURCE_EXHAUSTED, "
                         f"not retried); at most --queue-size (default {DEFAULT_MAX_SPANS})")
     p.add_argument("--workers", type=int, default=16,
-                   help="requests served at once, per transport (default 16); one more HTTP connection gets "
-                        "503 + Retry-After, one more gRPC call RESOURCE_EXHAUSTED")
+                   help="threads serving each transport (default 16); one more HTTP connection gets "
+                        "503 + Retry-After; gRPC takes twice as many calls at once, then RESOURCE_EXHAUSTED")
     p.add_argument("--read-timeout", type=float, default=10.0, metavar="S",
                    help="seconds an HTTP connection has for each of a request's line (so: how long it may idle), "
                         "headers and body (default 10)")
