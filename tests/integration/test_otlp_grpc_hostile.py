@@ -97,3 +97,24 @@ def test_undecodable_bodies_are_invalid_argument_and_the_server_keeps_serving(gr
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert call(grx, body(["after-junk"]))[0] == grpc.StatusCode.OK
     assert [e["request_id"] for e in events(grx)] == ["after-junk"]
+
+
+def test_a_multi_member_gzip_message_is_refused_whole_never_half_read(grx):
+    """gRPC undoes the compression itself; a message of two gzip members (no
+    gRPC exporter sends one, but a hand-made client may) is refused by it,
+    and neither member's spans is queued."""
+    import gzip
+    import struct
+
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("h2")
+    payload = gzip.compress(body(["mm-1"])) + gzip.compress(body(["mm-2"]))
+    frame = b"\x01" + struct.pack(">I", len(payload)) + payload  # compressed flag, length, message
+    with httpx.Client(http1=False, http2=True) as client:  # HTTP/2 with prior knowledge, as gRPC speaks it
+        resp = client.post(f"http://127.0.0.1:{grx.port}/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                           content=frame, headers={"content-type": "application/grpc", "te": "trailers",
+                                                   "grpc-encoding": "gzip"})
+    assert resp.headers.get("grpc-status") not in (None, "0"), resp.headers
+    assert grx.rx.meter.stats().enqueued == 0
+    assert call(grx, body(["after-mm"]))[0] == grpc.StatusCode.OK
+    assert [e["request_id"] for e in events(grx)] == ["after-mm"]
