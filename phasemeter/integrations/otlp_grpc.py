@@ -20,8 +20,9 @@ HTTP Receiver's Meter, counts and shutdown, so both answer alike:
 
 Bounded: `max_workers` threads serve calls, at most `max_concurrent_rpcs`
 are taken at once (gRPC answers RESOURCE_EXHAUSTED beyond, before this code
-runs), each HTTP/2 connection carries at most that many streams, and a
-connection idle for `idle_s` is closed.
+runs), each HTTP/2 connection carries at most that many streams, a
+connection idle for `idle_s` is closed, and so is one that has not begun
+HTTP/2 within the receiver's read timeout.
 
 The request is handed over as bytes, not parsed by gRPC: the mapping decodes
 it as it does an HTTP body (otlp_decode.proto_spans), and a body that does
@@ -71,6 +72,8 @@ class GrpcReceiver:
             options=[("grpc.max_receive_message_length", rx.max_body_bytes),
                      ("grpc.max_concurrent_streams", max_concurrent_rpcs),
                      ("grpc.max_connection_idle_ms", int(idle_s * 1000)),
+                     # a connection that never completes HTTP/2's preface is closed after the read timeout
+                     ("grpc.server_handshake_timeout_ms", int(rx.read_timeout_s * 1000)),
                      ("grpc.so_reuseport", 0)])  # a port already taken fails here, as it does for HTTP
         handler = grpc.unary_unary_rpc_method_handler(self._export)  # no (de)serializers: bytes in and out
         self.server.add_generic_rpc_handlers(

@@ -118,3 +118,20 @@ def test_a_multi_member_gzip_message_is_refused_whole_never_half_read(grx):
     assert grx.rx.meter.stats().enqueued == 0
     assert call(grx, body(["after-mm"]))[0] == grpc.StatusCode.OK
     assert [e["request_id"] for e in events(grx)] == ["after-mm"]
+
+
+def test_a_connection_that_never_speaks_http2_is_closed_after_the_read_timeout():
+    import socket
+
+    meter = Meter(f"127.0.0.1:{free_port()}", topic="unused", queue_size=10, flush_timeout_s=0.2)
+    rx = Receiver(meter, port=0, queue_size=10, read_timeout_s=1.0, log=lambda line: None).start()
+    g = GrpcReceiver(rx, port=0).start()
+    try:
+        with socket.create_connection(("127.0.0.1", g.port), timeout=30) as idle:
+            t = time.monotonic()
+            while idle.recv(4096):  # the server's SETTINGS, then nothing until it closes
+                pass
+            assert time.monotonic() - t < 10 * rx.read_timeout_s
+        assert call(g, body([]))[0] == grpc.StatusCode.OK  # and it still serves
+    finally:
+        rx.stop(flush_timeout_s=0.2)
