@@ -22,7 +22,9 @@ Bounded: `max_workers` threads serve calls, at most `max_concurrent_rpcs`
 are taken at once (gRPC answers RESOURCE_EXHAUSTED beyond, before this code
 runs), each HTTP/2 connection carries at most that many streams, a
 connection idle for `idle_s` is closed, and so is one that has not begun
-HTTP/2 within the receiver's read timeout.
+HTTP/2 within the receiver's read timeout; every connection is asked to go
+away after `max_age_s` and closed the read timeout later, which frees the
+threads of calls whose message never arrived whole.
 
 The request is handed over as bytes, not parsed by gRPC: the mapping decodes
 it as it does an HTTP body (otlp_decode.proto_spans), and a body that does
@@ -62,7 +64,8 @@ class GrpcReceiver:
     the port is taken), serves from start(), and stops when rx.stop() does."""
 
     def __init__(self, rx: Receiver, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                 max_workers: int = 8, max_concurrent_rpcs: int = 16, idle_s: float = 60.0) -> None:
+                 max_workers: int = 8, max_concurrent_rpcs: int = 16, idle_s: float = 60.0,
+                 max_age_s: float = 60.0) -> None:
         import grpc
 
         self.rx = rx
@@ -74,6 +77,11 @@ class GrpcReceiver:
                      ("grpc.max_connection_idle_ms", int(idle_s * 1000)),
                      # a connection that never completes HTTP/2's preface is closed after the read timeout
                      ("grpc.server_handshake_timeout_ms", int(rx.read_timeout_s * 1000)),
+                     # A call whose message never arrives whole holds a thread (gRPC waits for it
+                     # before calling us): a connection is told to go away after max_age_s, and
+                     # closed, cancelling such calls, the read timeout after. Exporters reconnect.
+                     ("grpc.max_connection_age_ms", int(max_age_s * 1000)),
+                     ("grpc.max_connection_age_grace_ms", int(rx.read_timeout_s * 1000)),
                      ("grpc.so_reuseport", 0)])  # a port already taken fails here, as it does for HTTP
         handler = grpc.unary_unary_rpc_method_handler(self._export)  # no (de)serializers: bytes in and out
         self.server.add_generic_rpc_handlers(

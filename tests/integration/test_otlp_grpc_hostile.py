@@ -135,3 +135,46 @@ def test_a_connection_that_never_speaks_http2_is_closed_after_the_read_timeout()
         assert call(g, body([]))[0] == grpc.StatusCode.OK  # and it still serves
     finally:
         rx.stop(flush_timeout_s=0.2)
+
+
+def test_calls_whose_message_never_arrives_whole_free_their_threads():
+    """Two calls send part of a message and hold: with at most two calls
+    taken, gRPC refuses every other (RESOURCE_EXHAUSTED) until their
+    connections reach their maximum age and its grace; then calls flow."""
+    import struct
+    import threading
+
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("h2")
+    meter = Meter(f"127.0.0.1:{free_port()}", topic="unused", queue_size=10, flush_timeout_s=0.2)
+    rx = Receiver(meter, port=0, queue_size=10, read_timeout_s=1.0, log=lambda line: None).start()
+    g = GrpcReceiver(rx, port=0, max_workers=2, max_concurrent_rpcs=2, max_age_s=2.0).start()
+    release, answers = threading.Event(), []
+
+    def half_sent() -> None:
+        def content():
+            yield b"\x00" + struct.pack(">I", 1000) + b"\x0a" * 10  # 10 bytes of a 1000-byte message
+            release.wait(120)
+        try:
+            with httpx.Client(http1=False, http2=True, timeout=120) as client:
+                resp = client.post(f"http://127.0.0.1:{g.port}/opentelemetry.proto.collector.trace.v1."
+                                   "TraceService/Export", content=content(),
+                                   headers={"content-type": "application/grpc", "te": "trailers"})
+                answers.append(resp.headers.get("grpc-status"))
+        except httpx.HTTPError as exc:
+            answers.append(type(exc).__name__)
+
+    holders = [threading.Thread(target=half_sent) for _ in range(2)]
+    try:
+        for t in holders:
+            t.start()
+        deadline = time.monotonic() + 60
+        while call(g, body([]))[0] != grpc.StatusCode.OK:
+            assert time.monotonic() < deadline, "the half-sent calls still hold the server"
+            time.sleep(0.2)
+    finally:
+        release.set()
+        for t in holders:
+            t.join(30)
+        rx.stop(flush_timeout_s=0.2)
+    assert len(answers) == 2 and "0" not in answers  # neither half-sent call was taken as a request
