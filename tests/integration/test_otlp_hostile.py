@@ -77,15 +77,29 @@ def pb_request(rids: list[str]) -> bytes:
     return ParseDict(req, ExportTraceServiceRequest()).SerializeToString()
 
 
-@pytest.fixture
-def rx(kafka_bootstrap):
+def receiver(kafka_bootstrap, read_timeout_s: float):
     topic = f"hostile-{uuid.uuid4().hex[:10]}"
     meter = Meter(kafka_bootstrap, topic=topic, queue_size=200, flush_timeout_s=10)
-    receiver = Receiver(meter, port=0, queue_size=200, max_spans=100, max_body_bytes=256 * 1024,
-                        read_timeout_s=1.0, workers=4, log=lambda line: None).start()
-    receiver.topic, receiver.bootstrap = topic, kafka_bootstrap
-    yield receiver
-    receiver.stop()
+    rx = Receiver(meter, port=0, queue_size=200, max_spans=100, max_body_bytes=256 * 1024,
+                  read_timeout_s=read_timeout_s, workers=4, log=lambda line: None).start()
+    rx.topic, rx.bootstrap = topic, kafka_bootstrap
+    return rx
+
+
+@pytest.fixture
+def rx(kafka_bootstrap):
+    """A receiver whose read timeout no loaded machine reaches by accident."""
+    r = receiver(kafka_bootstrap, 30.0)
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def rx_quick(kafka_bootstrap):
+    """A receiver with a read timeout of 1 s, for the tests of the timeout."""
+    r = receiver(kafka_bootstrap, 1.0)
+    yield r
+    r.stop()
 
 
 def stored(rx) -> list[str]:
@@ -192,7 +206,8 @@ def test_another_host_name_is_refused_403(rx):
     assert stored(rx) == ["local"]
 
 
-def test_an_idle_connection_and_a_half_sent_body_are_dropped_after_the_read_timeout(rx):
+def test_an_idle_connection_and_a_half_sent_body_are_dropped_after_the_read_timeout(rx_quick):
+    rx = rx_quick
     host, port = rx.server.server_address[:2]
     with socket.create_connection((host, port), timeout=30) as idle, \
             socket.create_connection((host, port), timeout=30) as half:
@@ -337,9 +352,10 @@ def test_stop_does_not_wait_out_the_read_timeout_of_kept_alive_connections(kafka
         kept.close()
 
 
-def test_headers_sent_a_byte_at_a_time_are_cut_off_after_the_read_timeout(rx):
+def test_headers_sent_a_byte_at_a_time_are_cut_off_after_the_read_timeout(rx_quick):
     """Each byte comes well within the read timeout, so only a deadline on the
     whole request, not a timeout per read, frees the worker."""
+    rx = rx_quick
     host, port = rx.server.server_address[:2]
     headers = head(GOOD_HEAD + ["X-Slow: " + "y" * 200, "Content-Length: 2"], b"{}")
     with socket.create_connection((host, port), timeout=30) as slow:
@@ -365,7 +381,7 @@ def test_headers_sent_a_byte_at_a_time_are_cut_off_after_the_read_timeout(rx):
 def test_requests_are_decoded_two_at_a_time_and_one_that_waits_too_long_gets_503(kafka_bootstrap):
     topic = f"hostile-dec-{uuid.uuid4().hex[:10]}"
     meter = Meter(kafka_bootstrap, topic=topic, queue_size=10, flush_timeout_s=10)
-    rx = Receiver(meter, port=0, queue_size=10, read_timeout_s=0.5, log=lambda line: None).start()
+    rx = Receiver(meter, port=0, queue_size=10, read_timeout_s=2.0, log=lambda line: None).start()
     try:
         assert rx.decoding.acquire(timeout=5) and rx.decoding.acquire(timeout=5)  # both decoders taken
         try:
