@@ -1,14 +1,15 @@
-"""The HTTP side of the OTLP/HTTP receiver (otlp_receiver): a server of a
-fixed pool of threads, and the handler of POST /v1/traces.
+"""The HTTP side of the OTLP/HTTP receiver (otlp_receiver): the handler of
+POST /v1/traces, on bounded_http's server.
 
-Bounded, whatever the callers do:
+Bounded, whatever the callers do (bounded_http):
   * at most `workers` connections are served at once, each by a thread of a
     fixed pool; one more is answered 503 with Retry-After at once (OTLP/HTTP
     exporters retry 503) and closed, never given a thread of its own;
   * a request's line, then its headers, then its body must each arrive
     within `read_timeout_s` (deadlines, not timeouts per read): an idle
     keep-alive connection, or a request sent in part, or a byte at a time,
-    frees its thread after that time;
+    frees its thread after that time; its head is bounded in bytes and
+    headers, whatever http.client was told;
   * `Host` must name this listener (phasemeter/callers.py), or 403: a web page
     re-pointed at 127.0.0.1 by DNS rebinding cannot post to it.
 Standard library only.
@@ -16,132 +17,29 @@ Standard library only.
 
 from __future__ import annotations
 
-import http.server
-import io
 import json
-import socket
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from phasemeter.callers import host_allowed
 
+from .bounded_http import BoundedHandler
 from .otlp_map import JSON, PROTOBUF, BadRequest, TooManySpans
 from .otlp_wire import TooLarge, status_protobuf
 
 PATH = "/v1/traces"
 # google.rpc.Code of each refusal, for the Status body OTLP asks for.
 _GRPC_CODE = {400: 3, 403: 7, 404: 5, 405: 12, 408: 4, 411: 3, 413: 8, 415: 3, 500: 13, 503: 14}
-_BUSY_BODY = json.dumps({"code": 14, "message": "every worker of the receiver is busy; retry later"}).encode()
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: application/json\r\n"
-         b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
-
-
-class PoolServer(http.server.HTTPServer):
-    """http.server with a fixed pool of `workers` threads instead of one
-    thread per connection (ThreadingHTTPServer)."""
-
-    def __init__(self, address, handler, workers: int) -> None:
-        super().__init__(address, handler)
-        self.workers = workers
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="phasemeter-otlp-http")
-        self._slots = threading.BoundedSemaphore(workers)
-        self._open: set = set()  # connections being served, for close_connections()
-        self._open_lock = threading.Lock()
-        self.busy = 0  # connections answered 503 because every worker was taken
-
-    def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.busy += 1
-            try:
-                request.settimeout(1.0)
-                request.sendall(_BUSY)
-                request.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        self._pool.submit(self._serve, request, client_address)
-
-    def _serve(self, request, client_address) -> None:
-        with self._open_lock:
-            self._open.add(request)
-        try:
-            self.finish_request(request, client_address)
-        except Exception:  # noqa: BLE001 (socketserver's own rule: a connection's error ends that connection)
-            self.handle_error(request, client_address)
-        finally:
-            with self._open_lock:
-                self._open.discard(request)
-            self.shutdown_request(request)
-            self._slots.release()
-
-    def close_connections(self, timeout_s: float) -> None:
-        """End every connection still open (kept alive, waiting for a next
-        request), then wait up to `timeout_s` for the workers: called once no
-        request is in hand, so stopping never waits out a read timeout."""
-        with self._open_lock:
-            conns = list(self._open)
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        deadline = time.monotonic() + timeout_s
-        for _ in range(self.workers):
-            if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                break
-
-    def handle_error(self, request, client_address) -> None:
-        pass  # a reset connection is the client's business; the receiver counts what it answers
-
-    def server_close(self) -> None:
-        super().server_close()
-        self._pool.shutdown(wait=False)  # kept-alive connections: close_connections(), or their read timeout
 
 
 class TimedOut(Exception):
     pass
 
 
-class DeadlineReader(io.RawIOBase):
-    """A connection's reads, each given only the time left until the
-    handler's `deadline`: a timeout per read alone lets a client that sends
-    a byte at a time hold a worker forever."""
-
-    def __init__(self, sock, handler) -> None:
-        self._sock, self._handler = sock, handler
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf) -> int:
-        left = self._handler.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the request did not arrive in time")
-        self._sock.settimeout(left)
-        return self._sock.recv_into(buf)
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    """Deadlines, each `read_timeout_s` long: for a kept-alive connection's
-    next request line; from it, for the headers; from them, for the body."""
+class Handler(BoundedHandler):
+    """POST /v1/traces. The body's deadline is set once its headers are in."""
 
     protocol_version = "HTTP/1.1"  # keep-alive: exporters reuse their connection
     server_version = "phasemeter-otlp"
-
-    def setup(self) -> None:
-        self.timeout = self.server.receiver.read_timeout_s
-        super().setup()
-        self.rfile = io.BufferedReader(DeadlineReader(self.connection, self))
-
-    def handle_one_request(self) -> None:
-        self.deadline = time.monotonic() + self.timeout  # for the request line
-        super().handle_one_request()
-
-    def parse_request(self) -> bool:
-        self.deadline = time.monotonic() + self.timeout  # for the headers
-        return super().parse_request()
 
     def log_message(self, fmt, *args) -> None:  # the receiver prints counts instead
         pass

@@ -24,7 +24,8 @@ import threading
 from phasemeter.callers import allowed_names
 from phasemeter.stream_jobs import reasons as R
 
-from .otlp_http import PATH, Handler, PoolServer
+from .bounded_http import PoolServer
+from .otlp_http import PATH, Handler
 from .otlp_map import DEFAULT_MAX_BODY, DEFAULT_MAX_SPANS, JSON, Mapped, map_request
 from .otlp_wire import inflate
 
@@ -71,7 +72,7 @@ class Receiver:
         self.rejected: collections.Counter = collections.Counter()
         self.labels_dropped: collections.Counter = collections.Counter()
         self._stoppers: list = []  # other servers in front of this Meter (otlp_grpc), stopped with it
-        self.server = PoolServer((host, port), Handler, workers)
+        self.server = PoolServer((host, port), Handler, workers, self.read_timeout_s, name="phasemeter-otlp-http")
         self.server.receiver = self
         self._thread: threading.Thread | None = None
 

@@ -396,3 +396,18 @@ def test_requests_are_decoded_two_at_a_time_and_one_that_waits_too_long_gets_503
         assert sorted(e["request_id"] for e in topic_messages(kafka_bootstrap, topic)) == ["after-wait"]
     finally:
         rx.stop()
+
+
+def test_the_header_limits_are_the_receivers_own_whatever_http_client_was_told(rx, monkeypatch):
+    """clickhouse_connect raises http.client's process-wide header count to
+    10,000 when imported; the receiver keeps its own bounds."""
+    import http.client
+
+    monkeypatch.setattr(http.client, "_MAXHEADERS", 10_000)
+    many = head(GOOD_HEAD + [f"X-{i}: y" for i in range(150)] + ["Content-Length: 2"], b"{}")
+    assert raw_exchange(rx, many) == b"431"
+    big = head(GOOD_HEAD + [f"X-{i}: " + "y" * 5000 for i in range(60)] + ["Content-Length: 2"], b"{}")
+    answer = raw_exchange(rx, big)  # 300 KB of headers
+    assert answer in (b"431", b""), answer
+    still_serves(rx, "after-headers")
+    assert stored(rx) == ["after-headers"]
