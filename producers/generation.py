@@ -131,7 +131,10 @@ def check_request(model, input_tokens, cached_input_tokens, request_id, replica)
         if input_tokens is None or isinstance(input_tokens, bool) or not isinstance(input_tokens, (int, float)) \
                 or not 0 <= input_tokens <= MAX_TOKENS:
             raise count_error("input_tokens", input_tokens, MAX_TOKENS)
-        raise count_error("cached_input_tokens", cached_input_tokens, "input_tokens")
+        bad = count_error("cached_input_tokens", cached_input_tokens, "input_tokens")
+        if bad.reason == R.ABSURD:  # a count, but more than input_tokens: the worker's inconsistent
+            bad.reason = R.INCONSISTENT
+        raise bad
     if request_id is not None and not (request_id.__class__ is str and 0 < len(request_id) <= _RID
                                        and request_id.isascii()) and not label_ok(request_id, _RID):
         raise label_error("request_id", request_id, _RID)
