@@ -18,14 +18,17 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from .generation import (Generation, check_duration, check_estimated, check_outcome, check_request,
-                         check_stalls, check_threshold)
-from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S
+import phasemeter.stream_jobs.reasons as R
+
+from .generation import (BadArgument, Generation, check_duration, check_estimated, check_outcome, check_request,
+                         check_stalls, check_t0, check_threshold, encodable)
+from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S, MAX_DURATION_S
 from .phases import PhaseGeneration, end_item, first_token_item, start_item
 from .sender import Sender
 
 log = logging.getLogger("phasemeter.emitter")
 _ESTIMATED = (None, None, None, None, True)  # the v2 fields of a record(output_tokens_estimated=True)
+_MAX_S = MAX_DURATION_S
 
 # The sender thread has time to spare, so durability wins over latency:
 # acks=all (kafka-python's idempotent default) and effectively endless retries,
@@ -47,7 +50,9 @@ DEFAULT_PRODUCER_CONFIG = {
 class EmitterStats:
     """Counters of one Meter. enqueued + dropped == attempted events, and
     enqueued == sent + failed + queued (queued includes events handed to the
-    producer that are not acknowledged yet).
+    producer that are not acknowledged yet). `refused` counts the calls that
+    raised BadArgument (a ValueError) instead: never queued, so in neither
+    sum; Meter.refusals() has them per reason code.
 
     An event is one queue item: a generation event, or one phase event. With
     phase events a generation counts two or three times (start, first_token
@@ -59,10 +64,11 @@ class EmitterStats:
     dropped: int
     failed: int
     queued: int
+    refused: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {"enqueued": self.enqueued, "sent": self.sent, "dropped": self.dropped,
-                "failed": self.failed, "queued": self.queued}
+                "failed": self.failed, "queued": self.queued, "refused": self.refused}
 
 
 class Channel:
@@ -72,7 +78,7 @@ class Channel:
     limit, so a stalled broker must fill *our* bound, not the gateway's memory."""
 
     __slots__ = ("q", "maxlen", "lock", "drained", "closed",
-                 "enqueued", "dropped", "in_flight", "sent", "failed")
+                 "enqueued", "dropped", "in_flight", "sent", "failed", "refusals")
 
     def __init__(self, maxlen: int) -> None:
         # No deque(maxlen=...): that silently evicts the *oldest* event; we want
@@ -83,6 +89,7 @@ class Channel:
         self.drained = threading.Condition(self.lock)
         self.closed = False
         self.enqueued = self.dropped = self.in_flight = self.sent = self.failed = 0
+        self.refusals: collections.Counter = collections.Counter()  # reason code -> calls refused
 
     def take(self) -> collections.deque:
         # Swap the whole deque: O(1) under the lock, so a caller arriving
@@ -107,7 +114,11 @@ class Channel:
     def snapshot(self) -> EmitterStats:
         with self.lock:
             return EmitterStats(self.enqueued, self.sent, self.dropped, self.failed,
-                                len(self.q) + self.in_flight)
+                                len(self.q) + self.in_flight, sum(self.refusals.values()))
+
+    def refuse(self, exc: ValueError) -> None:
+        with self.lock:
+            self.refusals[getattr(exc, "reason", R.BAD_VALUE)] += 1
 
 
 class Meter:
@@ -140,8 +151,9 @@ class Meter:
                  stall_threshold_s: float = DEFAULT_STALL_THRESHOLD_S) -> None:
         if not isinstance(topic, str) or not topic:
             raise ValueError("topic must be a non-empty str")
-        if gateway is not None and (not isinstance(gateway, str) or not 0 < len(gateway) <= 200):
-            raise ValueError("gateway must be a non-empty str of at most 200 characters")
+        if gateway is not None and (not isinstance(gateway, str) or not 0 < len(gateway) <= 200
+                                    or not encodable(gateway)):
+            raise ValueError("gateway must be a non-empty str of at most 200 characters that UTF-8 can encode")
         if not isinstance(queue_size, int) or queue_size < 1:
             raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
         if not isinstance(envelope_size, int) or not 1 <= envelope_size <= 2000:
@@ -179,7 +191,11 @@ class Meter:
         `phase_events` (None: the Meter's default) makes it a `PhaseGeneration`,
         which sends `start` now and `first_token`/`end` as they happen."""
         cls = self._gen_cls if phase_events is None else (PhaseGeneration if phase_events else Generation)
-        return cls(self, model, input_tokens, request_id, replica, cached_input_tokens)
+        try:
+            return cls(self, model, input_tokens, request_id, replica, cached_input_tokens)
+        except ValueError as exc:
+            self._ch.refuse(exc)
+            raise
 
     def record(self, *, model: str, input_tokens: int, output_tokens: int, t0: float,
                ttft_s: float | None = None, e2e_s: float | None = None, queue_s: float | None = None,
@@ -202,38 +218,54 @@ class Meter:
         worker's rules (gaps_over <= chunks, max_gap_s <= e2e_s, ...); the
         event is then schema_version 2. Leave them None when nothing was
         timed per chunk: absent is "unknown", 0 would claim a smooth stream."""
-        check_request(model, input_tokens, cached_input_tokens, request_id, replica)
-        check_outcome(output_tokens, status, finish_reason)
-        v2 = None  # the common event: v1, exactly as before
-        if output_tokens_estimated is not False:
-            check_estimated(output_tokens_estimated)
-            v2 = _ESTIMATED
-        stalls = chunks is not None or max_gap_s is not None or gaps_over is not None or gap_threshold_s is not None
-        if t_end is not None or t_first is not None or t_scheduled is not None:
-            if e2e_s is not None or ttft_s is not None or queue_s is not None:
-                raise ValueError("give durations (ttft_s/e2e_s/queue_s) or timestamps "
-                                 "(t_first/t_end/t_scheduled), not both")
-            if t_end is None:
-                raise ValueError("t_end is required when timestamps are given")
-            e2e_s = t_end - t0
-            ttft_s = None if t_first is None else t_first - t0
-            queue_s = None if t_scheduled is None else t_scheduled - t0
-            names = ("t_end", "t_first", "t_scheduled")
-        elif e2e_s is None:
-            raise ValueError("e2e_s (or t_end) is required")
-        else:
-            names = ("e2e_s", "ttft_s", "queue_s")
-        check_duration(names[0], e2e_s)
-        check_duration(names[1], ttft_s)
-        check_duration(names[2], queue_s)
-        if stalls:  # checked once e2e_s is known (a gap lies inside the generation)
-            if gap_threshold_s is None and gaps_over is not None:
-                gap_threshold_s = self._stall_s
-            v2 = check_stalls(chunks, max_gap_s, gaps_over, gap_threshold_s, e2e_s) + (
-                True if output_tokens_estimated else None,)
-        # EVENT_FIELDS order; request_id None is filled in by the sender thread.
-        self._put((request_id, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
-                   cached_input_tokens, status, finish_reason, replica, v2))
+        try:  # free unless it raises (3.11+)
+            if not (t0.__class__ is float and t0 - t0 == 0.0 or t0.__class__ is int):  # NaN - NaN is NaN
+                check_t0(t0)
+            check_request(model, input_tokens, cached_input_tokens, request_id, replica)
+            check_outcome(output_tokens, status, finish_reason)
+            v2 = None  # the common event: v1, exactly as before
+            if output_tokens_estimated is not False:
+                check_estimated(output_tokens_estimated)
+                v2 = _ESTIMATED
+            stalls = chunks is not None or max_gap_s is not None or gaps_over is not None or gap_threshold_s is not None
+            if t_end is not None or t_first is not None or t_scheduled is not None:
+                if e2e_s is not None or ttft_s is not None or queue_s is not None:
+                    raise BadArgument("give durations (ttft_s/e2e_s/queue_s) or timestamps "
+                                      "(t_first/t_end/t_scheduled), not both")
+                if t_end is None:
+                    raise BadArgument("t_end is required when timestamps are given", R.MISSING_FIELD)
+                e2e_s = t_end - t0
+                ttft_s = None if t_first is None else t_first - t0
+                queue_s = None if t_scheduled is None else t_scheduled - t0
+                names = ("t_end", "t_first", "t_scheduled")
+            elif e2e_s is None:
+                raise BadArgument("e2e_s (or t_end) is required", R.MISSING_FIELD)
+            else:
+                names = ("e2e_s", "ttft_s", "queue_s")
+            try:  # the common case inline: three calls cost more than their checks
+                ok = 0 <= e2e_s <= _MAX_S and (ttft_s is None or 0 <= ttft_s <= _MAX_S) \
+                    and (queue_s is None or 0 <= queue_s <= _MAX_S)
+            except (TypeError, ArithmeticError):  # a str; a Decimal NaN signals when compared
+                ok = False
+            if not ok:  # check_duration holds the rule and says what is wrong
+                check_duration(names[0], e2e_s)
+                check_duration(names[1], ttft_s)
+                check_duration(names[2], queue_s)
+            if stalls:  # checked once e2e_s is known (a gap lies inside the generation)
+                if gap_threshold_s is None and gaps_over is not None:
+                    gap_threshold_s = self._stall_s
+                v2 = check_stalls(chunks, max_gap_s, gaps_over, gap_threshold_s, e2e_s) + (
+                    True if output_tokens_estimated else None,)
+            # EVENT_FIELDS order; request_id None is filled in by the sender thread.
+            self._put((request_id, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
+                       cached_input_tokens, status, finish_reason, replica, v2))
+        except ValueError as exc:  # counted, then the caller's to handle
+            self._ch.refuse(exc)
+            raise
+        except (TypeError, ArithmeticError) as exc:  # a timestamp that is no number: t_end - t0
+            bad = BadArgument(f"record(): {exc}", R.WRONG_TYPE)
+            self._ch.refuse(bad)
+            raise bad from None
 
     # -- phase events from separate callbacks (docs/phases.md) ----------------
     # Durations (s since t0, from time.monotonic() differences) are preferred
@@ -246,22 +278,64 @@ class Meter:
         """Send `start` and return the request_id (given, or a new uuid4 hex)
         to pass to `first_token()` and `end()`. t0 defaults to time.time(); a
         caller computing durations should read time.monotonic() alongside."""
-        item = start_item(model, input_tokens, t0, request_id, cached_input_tokens, queue_s, replica)
+        try:
+            item = start_item(model, input_tokens, t0, request_id, cached_input_tokens, queue_s, replica)
+        except ValueError as exc:
+            self._ch.refuse(exc)
+            raise
         self._put(item)
         return item[1]
 
     def first_token(self, request_id: str, *, ttft_s: float | None = None, t_first: float | None = None,
                     queue_s: float | None = None, cached_input_tokens: int | None = None) -> None:
         """Send `first_token`: exactly one of ttft_s (s since t0) or t_first (epoch s)."""
-        self._put(first_token_item(request_id, ttft_s, t_first, queue_s, cached_input_tokens))
+        try:
+            item = first_token_item(request_id, ttft_s, t_first, queue_s, cached_input_tokens)
+        except ValueError as exc:
+            self._ch.refuse(exc)
+            raise
+        self._put(item)
 
     def end(self, request_id: str, *, output_tokens: int, e2e_s: float | None = None,
             t_end: float | None = None, status: str = "ok", finish_reason: str | None = None,
             queue_s: float | None = None, cached_input_tokens: int | None = None,
             output_tokens_estimated: bool = False) -> None:
         """Send `end`: exactly one of e2e_s (s since t0) or t_end (epoch s)."""
-        self._put(end_item(request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s,
-                           cached_input_tokens, output_tokens_estimated))
+        try:
+            item = end_item(request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s,
+                            cached_input_tokens, output_tokens_estimated)
+        except ValueError as exc:
+            self._ch.refuse(exc)
+            raise
+        self._put(item)
+
+    # -- all or nothing (the OTLP receiver: a request is queued whole, or refused) --
+    def batch(self) -> Batch:
+        """An empty `Batch`: its record() runs this Meter's record() checks
+        (refusals counted here) and holds the events for put_all()."""
+        return Batch(self)
+
+    def put_all(self, batch: Batch) -> bool:
+        """Enqueue every event of `batch`, or none when they do not all fit in
+        the bound (or the Meter is closed): False, and nothing is counted as
+        dropped, since the caller still holds them (it answers "retry later")."""
+        items, ch = batch.items, self._ch
+        with ch.lock:
+            q = ch.q
+            if ch.closed or len(q) + ch.in_flight + len(items) > ch.maxlen:
+                return False
+            was_empty = not q
+            q.extend(items)
+            ch.enqueued += len(items)
+        batch.items = []
+        if was_empty and items:
+            self._sender.wake()
+        return True
+
+    def refusals(self) -> collections.Counter:
+        """Calls refused (BadArgument), per the worker's reason code."""
+        with self._ch.lock:
+            return collections.Counter(self._ch.refusals)
 
     def _put(self, item: tuple) -> None:
         ch = self._ch
@@ -325,3 +399,23 @@ class Meter:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+class Batch:
+    """Generation events checked one by one, queued together by
+    `Meter.put_all` or not at all. `record` IS Meter.record (one set of
+    checks, refusals counted by the Meter); it appends here instead of to
+    the queue."""
+
+    __slots__ = ("_ch", "_stall_s", "items")
+
+    def __init__(self, meter: Meter) -> None:
+        self._ch, self._stall_s, self.items = meter._ch, meter._stall_s, []
+
+    record = Meter.record
+
+    def _put(self, item: tuple) -> None:
+        self.items.append(item)
+
+    def __len__(self) -> int:
+        return len(self.items)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import numbers
 import os
 import random
 import time
@@ -20,8 +22,9 @@ import time
 # The limits are the worker's (one contract, stream_jobs/contract.py, which
 # the JSON Schema files are tested against): an event the emitter accepts is
 # never dead-lettered for a limit. contract.py is pure: no worker imports.
-from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, V2_OPTIONAL,
-                                             check_gap_within, check_v2_optional)
+import phasemeter.stream_jobs.reasons as R
+from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MAX_EPOCH_S, MAX_TOKENS, MIN_T0,
+                                             V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate)
 from phasemeter.stream_jobs.contract import STATUSES as _STATUSES
 
 STATUSES = frozenset(_STATUSES)
@@ -45,42 +48,124 @@ _UUID4_KEEP = ~((0xF << 76) | (0x3 << 62)) & ((1 << 128) - 1)
 _UUID4_SET = (0x4 << 76) | (0x2 << 62)  # version 4, RFC 4122 variant
 
 
+class BadArgument(ValueError):
+    """An argument the event contract does not admit, refused at the call and
+    never queued. `reason` is the worker's reason code for the same value
+    (stream_jobs/reasons.py), so the emitter, `phasemeter emit` and the OTLP
+    receiver count refusals alike (Meter.refusals())."""
+
+    def __init__(self, message: str, reason: str = R.BAD_VALUE) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def encodable(text: str) -> bool:
+    """True when UTF-8 can encode `text` (the contract's rule, which the
+    worker dead-letters as not_utf8). False for a lone surrogate, which
+    json.loads makes of an escaped "\\ud800": such an event could never be
+    sent, so it is refused at the call instead of failing in the sender."""
+    return lone_surrogate(text) is None
+
+
+def label_error(name: str, value, limit: int) -> BadArgument:
+    """The refusal of a label that failed the one-line check of its caller
+    (a str of 1..limit characters UTF-8 can encode); built only on failure."""
+    message = f"{name} must be a non-empty str of at most {limit} characters"
+    if not isinstance(value, str):
+        return BadArgument(f"{message}, got {type(value).__name__}", R.WRONG_TYPE)
+    bad = lone_surrogate(value, name)
+    if bad is not None:
+        return BadArgument(bad.detail, bad.reason)
+    return BadArgument(f"{message}, got {len(value)}", R.BAD_VALUE)
+
+
+def count_error(name: str, value, high) -> BadArgument:
+    message = f"{name} must be an int in [0, {high}], got {value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return BadArgument(message, R.WRONG_TYPE)
+    if value != value or value in (math.inf, -math.inf):
+        return BadArgument(message, R.NOT_FINITE)
+    return BadArgument(message, R.NEGATIVE if value < 0 else R.ABSURD)
+
+
+def epoch_error(name: str, value) -> BadArgument:
+    """A phase's t0 / t_first / t_end outside the contract's static bounds."""
+    message = f"{name} must be epoch seconds in [{MIN_T0:.0f}, {MAX_EPOCH_S:.0f}], got {value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return BadArgument(message, R.WRONG_TYPE)
+    return BadArgument(message, R.NOT_FINITE if value != value or value in (math.inf, -math.inf) else R.ABSURD)
+
+
+def check_t0(value) -> None:
+    """record()'s t0, when it is not a plain float or int (the caller tests
+    those inline): a finite number, since NaN or Infinity could not be
+    encoded. Its range is the worker's to judge (absurd), as before."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BadArgument(f"t0 must be a finite number of epoch seconds, got {value!r}",
+                          R.NOT_FINITE if isinstance(value, float) else R.WRONG_TYPE)
+
+
 def new_request_id() -> str:
     return "%032x" % (_rng.getrandbits(128) & _UUID4_KEEP | _UUID4_SET)
 
 
+def label_ok(value, limit: int) -> bool:
+    """The rule of a label: a str of 1..limit characters UTF-8 can encode.
+    Callers test the common case inline first (an exact str, ASCII: a flag
+    read) and call this only when that fails."""
+    return isinstance(value, str) and 0 < len(value) <= limit and encodable(value)
+
+
 def check_request(model, input_tokens, cached_input_tokens, request_id, replica) -> None:
-    """Programmer errors raise ValueError naming the argument; O(1) checks only."""
-    if not isinstance(model, str) or not 0 < len(model) <= _MODEL:
-        raise ValueError(f"model must be a non-empty str of at most {_MODEL} characters")
-    if input_tokens is None or not 0 <= input_tokens <= MAX_TOKENS:
-        raise ValueError(f"input_tokens must be an int in [0, {MAX_TOKENS}], got {input_tokens!r}")
-    if cached_input_tokens is not None and not 0 <= cached_input_tokens <= input_tokens:
-        raise ValueError(f"cached_input_tokens must be in [0, input_tokens], got {cached_input_tokens!r}")
-    if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= _RID):
-        raise ValueError(f"request_id must be a non-empty str of at most {_RID} characters")
+    """Programmer errors raise BadArgument (a ValueError) naming the argument.
+    O(1) checks on the common path (str.isascii() is a flag read); a label
+    that is not ASCII, or a str subclass, goes through label_ok."""
+    if not (model.__class__ is str and 0 < len(model) <= _MODEL and model.isascii()) and not label_ok(model, _MODEL):
+        raise label_error("model", model, _MODEL)
+    try:
+        bad = not 0 <= input_tokens <= MAX_TOKENS or cached_input_tokens is not None \
+            and not 0 <= cached_input_tokens <= input_tokens
+    except (TypeError, ArithmeticError):  # None, a str, a Decimal NaN: never a TypeError out
+        bad = True
+    if bad:
+        if input_tokens is None or isinstance(input_tokens, bool) or not isinstance(input_tokens, (int, float)) \
+                or not 0 <= input_tokens <= MAX_TOKENS:
+            raise count_error("input_tokens", input_tokens, MAX_TOKENS)
+        bad = count_error("cached_input_tokens", cached_input_tokens, "input_tokens")
+        if bad.reason == R.ABSURD:  # a count, but more than input_tokens: the worker's inconsistent
+            bad.reason = R.INCONSISTENT
+        raise bad
+    if request_id is not None and not (request_id.__class__ is str and 0 < len(request_id) <= _RID
+                                       and request_id.isascii()) and not label_ok(request_id, _RID):
+        raise label_error("request_id", request_id, _RID)
     # Empty labels are refused here: the worker would dead-letter them (bad_value).
-    if replica is not None and (not isinstance(replica, str) or not 0 < len(replica) <= _REPLICA):
-        raise ValueError(f"replica must be a non-empty str of at most {_REPLICA} characters")
+    if replica is not None and not (replica.__class__ is str and 0 < len(replica) <= _REPLICA
+                                    and replica.isascii()) and not label_ok(replica, _REPLICA):
+        raise label_error("replica", replica, _REPLICA)
 
 
 def check_outcome(output_tokens, status, finish_reason) -> None:
-    if output_tokens is None or not 0 <= output_tokens <= MAX_TOKENS:
-        raise ValueError(f"output_tokens must be an int in [0, {MAX_TOKENS}], got {output_tokens!r}")
+    try:
+        bad = not 0 <= output_tokens <= MAX_TOKENS
+    except (TypeError, ArithmeticError):
+        bad = True
+    if bad:
+        raise count_error("output_tokens", output_tokens, MAX_TOKENS)
     if status not in STATUSES:
-        raise ValueError(f"status must be one of 'ok', 'error', 'cancelled', got {status!r}")
-    if finish_reason is not None and (not isinstance(finish_reason, str) or not 0 < len(finish_reason) <= _FINISH):
-        raise ValueError(f"finish_reason must be a non-empty str of at most {_FINISH} characters")
+        raise BadArgument(f"status must be one of 'ok', 'error', 'cancelled', got {status!r}")
+    if finish_reason is not None and not (finish_reason.__class__ is str and 0 < len(finish_reason) <= _FINISH
+                                          and finish_reason.isascii()) and not label_ok(finish_reason, _FINISH):
+        raise label_error("finish_reason", finish_reason, _FINISH)
 
 
 def check_estimated(value) -> None:
     if value.__class__ is not bool:
-        raise ValueError(f"output_tokens_estimated must be a bool, got {value!r}")
+        raise BadArgument(f"output_tokens_estimated must be a bool, got {value!r}", R.WRONG_TYPE)
 
 
 def check_threshold(value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_DURATION_S:
-        raise ValueError(f"stall_threshold_s must be seconds in (0, {MAX_DURATION_S:g}], got {value!r}")
+        raise BadArgument(f"stall_threshold_s must be seconds in (0, {MAX_DURATION_S:g}], got {value!r}")
     return float(value)
 
 
@@ -96,13 +181,22 @@ def check_stalls(chunks, max_gap_s, gaps_over, gap_threshold_s, e2e_s) -> tuple:
     bad = check_v2_optional(given, out) or check_gap_within(out["max_gap_s"], e2e_s)
     if bad is not None:
         # The contract's detail names the field, which is also the argument's name.
-        raise ValueError(f"record(): {bad.detail}")
+        raise BadArgument(f"record(): {bad.detail}", bad.reason)
     return out["chunks"], out["max_gap_s"], out["gaps_over"], out["gap_threshold_s"]
 
 
 def check_duration(name: str, value) -> None:
-    if value is not None and not 0 <= value <= MAX_DURATION_S:
-        raise ValueError(f"{name} must give a duration in [0, {MAX_DURATION_S:g}] s, got {value!r}")
+    if value is None:
+        return
+    try:
+        ok = 0 <= value <= MAX_DURATION_S
+    except (TypeError, ArithmeticError):  # a str, a Decimal NaN: refused, never raised as such
+        ok = False
+    if not ok:
+        message = f"{name} must give a duration in [0, {MAX_DURATION_S:g}] s, got {value!r}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BadArgument(message, R.WRONG_TYPE)
+        raise BadArgument(message, R.NOT_FINITE if value != value else R.IMPOSSIBLE_ORDER if value < 0 else R.ABSURD)
 
 
 class Generation:
@@ -215,9 +309,13 @@ class Generation:
                output_tokens_estimated: bool = False) -> None:
         if self._done:
             raise RuntimeError("finish() was already called for this generation")
-        check_outcome(output_tokens, status, finish_reason)
-        if output_tokens_estimated is not False:
-            check_estimated(output_tokens_estimated)
+        try:
+            check_outcome(output_tokens, status, finish_reason)
+            if output_tokens_estimated is not False:
+                check_estimated(output_tokens_estimated)
+        except ValueError as exc:
+            self._meter._ch.refuse(exc)
+            raise
         self._emit(output_tokens, status, finish_reason, output_tokens_estimated)
 
     def _v2(self, estimated: bool) -> tuple | None:
@@ -256,9 +354,23 @@ class Generation:
         return False  # never swallow the caller's exception
 
 
+def _number(value):
+    """A number json cannot write itself (numpy.int64, Decimal, Fraction: the
+    checks compare them as numbers and let them in) as the int or float it
+    is; anything else stays a TypeError (the sender counts the event failed)."""
+    if isinstance(value, numbers.Integral) or isinstance(value, numbers.Rational) and value.denominator == 1:
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, numbers.Number) and not isinstance(value, numbers.Complex):  # Decimal
+        f = float(value)
+        return int(value) if f.is_integer() else f  # Decimal(5) is a count the worker takes as 5
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 # allow_nan=False: NaN/Infinity are not JSON; such an event counts as failed
 # instead of poisoning the topic for every consumer.
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_number).encode
 
 
 def encode(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import time
 
-from .generation import (_RID, MAX_TOKENS, V2_OPTIONAL, Generation, _dumps, check_duration,
-                         check_estimated, check_outcome, check_request, new_request_id)
+import phasemeter.stream_jobs.reasons as R
+
+from .generation import (_RID, MAX_TOKENS, V2_OPTIONAL, BadArgument, Generation, _dumps, check_duration,
+                         check_estimated, check_outcome, check_request, count_error, epoch_error, label_error,
+                         label_ok, new_request_id)
 
 # Epoch bounds for t0/t_first/t_end (the contract's): the worker rejects t0
 # before 2000, and an upper bound catches the unit bug of passing milliseconds.
@@ -34,35 +37,36 @@ from phasemeter.stream_jobs.contract import MAX_EPOCH_S, MIN_T0 as MIN_EPOCH_S  
 def check_request_id(request_id) -> None:
     # Same rule and message as check_request, which stays free of calls
     # because the one-event hot path runs it on every generation.
-    if not isinstance(request_id, str) or not 0 < len(request_id) <= _RID:
-        raise ValueError(f"request_id must be a non-empty str of at most {_RID} characters")
+    if not (request_id.__class__ is str and 0 < len(request_id) <= _RID and request_id.isascii()) \
+            and not label_ok(request_id, _RID):
+        raise label_error("request_id", request_id, _RID)
 
 
 def check_epoch(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not MIN_EPOCH_S <= value <= MAX_EPOCH_S:
-        raise ValueError(f"{name} must be epoch seconds in [{MIN_EPOCH_S:.0f}, {MAX_EPOCH_S:.0f}], "
-                         f"got {value!r}")
+        raise epoch_error(name, value)
 
 
 def check_count(name: str, value) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                               or not 0 <= value <= MAX_TOKENS):
-        raise ValueError(f"{name} must be an int in [0, {MAX_TOKENS}], got {value!r}")
+        raise count_error(name, value, MAX_TOKENS)
 
 
 def check_seconds(name: str, value) -> None:
     # Type first: check_duration alone would let a str escape as TypeError.
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise ValueError(f"{name} must be a number of seconds, got {value!r}")
+        raise BadArgument(f"{name} must be a number of seconds, got {value!r}", R.WRONG_TYPE)
     check_duration(name, value)
 
 
 def one_of(dur_name: str, dur, ts_name: str, ts) -> None:
     """Exactly one of a monotonic duration and an epoch timestamp."""
     if (dur is None) == (ts is None):
-        raise ValueError(f"give exactly one of {dur_name} (s since t0, preferred) or {ts_name} (epoch s)"
-                         + (", not both" if dur is not None else ""))
+        raise BadArgument(f"give exactly one of {dur_name} (s since t0, preferred) or {ts_name} (epoch s)"
+                          + (", not both" if dur is not None else ""),
+                          R.BAD_VALUE if dur is not None else R.MISSING_FIELD)
     if dur is None:
         check_epoch(ts_name, ts)
     else:

@@ -18,7 +18,7 @@ GRPC_EXTRA = "pip install 'phasemeter[otlp-grpc]'"
 
 
 def register(sub, common, window_flags) -> None:  # noqa: ARG001 (the extension signature)
-    from phasemeter.integrations.otlp_map import DEFAULT_MAX_BODY  # pure and light: no http.server
+    from phasemeter.integrations.otlp_map import DEFAULT_MAX_BODY, DEFAULT_MAX_SPANS  # pure and light
 
     p = sub.add_parser("otlp", help="receive OTLP traces, HTTP and gRPC (vLLM --otlp-traces-endpoint), "
                                     "into the raw topic")
@@ -37,6 +37,15 @@ def register(sub, common, window_flags) -> None:  # noqa: ARG001 (the extension 
                    help="events per Kafka message (1..2000; default 100: Kafka's per-message cost dominates)")
     p.add_argument("--queue-size", type=int, default=10_000,
                    help="emitter queue bound; a request that does not fit is answered 503 / UNAVAILABLE (retry)")
+    p.add_argument("--max-spans", type=int, default=DEFAULT_MAX_SPANS,
+                   help="spans one request may carry; more is refused whole (HTTP 413, gRPC RESOURCE_EXHAUSTED, "
+                        f"not retried); at most --queue-size (default {DEFAULT_MAX_SPANS})")
+    p.add_argument("--workers", type=int, default=16,
+                   help="threads serving each transport (default 16); one more HTTP connection gets "
+                        "503 + Retry-After; gRPC takes twice as many calls at once, then RESOURCE_EXHAUSTED")
+    p.add_argument("--read-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds an HTTP connection has for each of a request's line (so: how long it may idle), "
+                        "headers and body (default 10)")
     p.add_argument("--report-every", type=int, default=100, help="print counts every N requests (and at exit)")
     p.set_defaults(func=run)
 
@@ -47,9 +56,17 @@ def _check(args) -> None:
     if args.grpc_port is not None and not 0 <= args.grpc_port <= 65535:
         raise ValueError(f"--grpc-port {args.grpc_port} is not a port number")
     for flag, value in (("--max-body-bytes", args.max_body_bytes), ("--queue-size", args.queue_size),
-                        ("--report-every", args.report_every)):
+                        ("--report-every", args.report_every), ("--max-spans", args.max_spans),
+                        ("--workers", args.workers)):
         if value < 1:
             raise ValueError(f"{flag} must be positive, got {value}")
+    if args.max_spans > args.queue_size:
+        raise ValueError(f"--max-spans {args.max_spans} is over --queue-size {args.queue_size}: such a request "
+                         "could never be queued")
+    if args.workers > 1000:
+        raise ValueError(f"--workers must be at most 1000, got {args.workers}")
+    if not 0 < args.read_timeout <= 3600:  # also refuses nan and inf
+        raise ValueError(f"--read-timeout must be in (0, 3600] seconds, got {args.read_timeout}")
     if not 1 <= args.envelope_size <= 2000:
         raise ValueError(f"--envelope-size must be in 1..2000, got {args.envelope_size}")
     for flag, value in (("--model", args.model), ("--gateway", args.gateway)):
@@ -74,6 +91,7 @@ def _grpc_port(args) -> tuple[int, str]:
 def run(args, settings) -> int:
     from kafka.errors import KafkaError
 
+    from phasemeter.callers import allowed_names
     from phasemeter.integrations.otlp_receiver import Receiver
     from phasemeter.kafka_local import bootstrap_servers, ensure_topics
     from phasemeter.producers import Meter
@@ -87,8 +105,10 @@ def run(args, settings) -> int:
                   envelope_size=args.envelope_size, producer_config=settings.kafka_client_config())
     try:  # bind first: a taken port fails at once, not after Kafka's timeouts
         rx = Receiver(meter, host=args.host, port=args.port, queue_size=args.queue_size,
-                      max_body_bytes=args.max_body_bytes, default_model=args.model,
-                      report_every=args.report_every, log=lambda line: print(line, flush=True))
+                      max_body_bytes=args.max_body_bytes, max_spans=args.max_spans, default_model=args.model,
+                      report_every=args.report_every, workers=args.workers, read_timeout_s=args.read_timeout,
+                      allowed_hosts=allowed_names(args.host, settings.allowed_hosts),
+                      log=lambda line: print(line, flush=True))
     except OSError as exc:
         meter.close(0)
         raise RuntimeError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
@@ -97,7 +117,8 @@ def run(args, settings) -> int:
         from phasemeter.integrations.otlp_grpc import GrpcReceiver
 
         try:  # stopped by rx.stop() from here on
-            grpc_rx = GrpcReceiver(rx, host=args.host, port=grpc_port)
+            grpc_rx = GrpcReceiver(rx, host=args.host, port=grpc_port, max_workers=args.workers,
+                                   max_concurrent_rpcs=2 * args.workers)
         except OSError as exc:
             rx.server.server_close()
             meter.close(0)
@@ -118,6 +139,9 @@ def run(args, settings) -> int:
     grpc_line = f"OTLP/gRPC on {grpc_rx.address}" if grpc_rx is not None else f"OTLP/gRPC {grpc_off}"
     print(f"phasemeter otlp: listening for OTLP/HTTP on {rx.url}, {grpc_line} -> Kafka {bootstrap}, "
           f"topic {settings.topic}", flush=True)
+    # A remote exporter's Host name is refused (403) until it is listed: say which ones are served.
+    print(f"phasemeter otlp: HTTP answers Host {', '.join(sorted(rx.allowed_hosts))} "
+          "(PHASEMETER_ALLOWED_HOSTS adds names)", flush=True)
     try:
         while not stop.wait(0.5):
             pass

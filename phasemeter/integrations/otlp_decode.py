@@ -11,21 +11,36 @@ reject with the worker's reason codes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-__all__ = ["Span", "BadRequest", "UnsupportedMediaType", "proto_spans", "json_spans", "REPLICA"]
+from .otlp_wire import BadRequest, count_proto_spans
+
+__all__ = ["Span", "BadRequest", "UnsupportedMediaType", "TooManySpans", "proto_spans", "json_spans", "REPLICA",
+           "DEFAULT_MAX_SPANS"]
 
 # Resource attributes that label the replica, first present wins (otlp_map).
 REPLICA = ("service.instance.id", "host.name")
 _RESOURCE_KEYS = frozenset(REPLICA)
 
 
-class BadRequest(ValueError):
-    """The body is not an OTLP ExportTraceServiceRequest (HTTP 400)."""
-
-
 class UnsupportedMediaType(BadRequest):
     """Neither OTLP encoding (HTTP 415)."""
+
+
+class TooManySpans(BadRequest):
+    """More spans than one request may carry (HTTP 413, gRPC RESOURCE_EXHAUSTED
+    without RetryInfo): sending it again cannot help, a smaller batch can."""
+
+
+# Spans one request may carry. Counted before any Span is built (and, for
+# protobuf, before the message is parsed), so a body of millions of empty
+# spans costs a scan, not a Python object per span. OpenTelemetry SDKs
+# export batches of 512 by default (OTEL_BSP_MAX_EXPORT_BATCH_SIZE).
+DEFAULT_MAX_SPANS = 8192
+# The largest value of a protobuf uint64 (startTimeUnixNano, endTimeUnixNano).
+_UINT64_MAX = (1 << 64) - 1
+_INT64_MIN = -(1 << 63)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +60,19 @@ class Span:
 _STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
 
 
-def proto_spans(body: bytes):
+def proto_spans(body: bytes, max_spans: int | None = None):
     """Spans of a protobuf ExportTraceServiceRequest. The protobuf runtime is
-    imported here, so the JSON path and the gateway install never need it."""
+    imported here, so the JSON path and the gateway install never need it.
+    TooManySpans when it holds more than `max_spans`, found by a scan of the
+    wire format that stops there: the message is parsed only if it fits."""
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+    if max_spans is not None:
+        n = count_proto_spans(body, max_spans)
+        if n > max_spans:
+            raise TooManySpans(f"the request holds over {max_spans} spans, the limit of one request; "
+                               "send smaller batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)")
     req = ExportTraceServiceRequest()
     try:
         req.ParseFromString(body)
@@ -96,11 +118,18 @@ def _proto_value(v):
     return getattr(v, which)
 
 
-def json_spans(req) -> list[Span]:
+def json_spans(req, max_spans: int | None = None) -> list[Span]:
     """Spans of an OTLP-JSON request. Containers of the wrong shape make the
     request undecodable (BadRequest, naming where); odd attribute values are
     left for the mapping to reject. snake_case keys are accepted too, as a
-    proto3 JSON parser does."""
+    proto3 JSON parser does. TooManySpans over `max_spans`, counted before
+    any span is read."""
+    if max_spans is not None:
+        n = sum(len(_items(ss, "spans", "spans", "scopeSpans")) for rs in _items(req, "resourceSpans",
+                "resource_spans", "request") for ss in _items(rs, "scopeSpans", "scope_spans", "resourceSpans"))
+        if n > max_spans:
+            raise TooManySpans(f"the request holds {n} spans, over the limit of {max_spans} for one request; "
+                               "send smaller batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)")
     spans = []
     for i, rs in enumerate(_items(req, "resourceSpans", "resource_spans", "request")):
         where = f"resourceSpans[{i}]"
@@ -114,8 +143,9 @@ def json_spans(req) -> list[Span]:
                 name = s.get("name")
                 spans.append(Span(_hex(_get(s, "traceId", "trace_id")), _hex(_get(s, "spanId", "span_id")),
                                   name if type(name) is str else "",
-                                  _nanos(_get(s, "startTimeUnixNano", "start_time_unix_nano")),
-                                  _nanos(_get(s, "endTimeUnixNano", "end_time_unix_nano")),
+                                  _nanos(_get(s, "startTimeUnixNano", "start_time_unix_nano"),
+                                         here + ".startTimeUnixNano"),
+                                  _nanos(_get(s, "endTimeUnixNano", "end_time_unix_nano"), here + ".endTimeUnixNano"),
                                   code in (_STATUS_ERROR, "STATUS_CODE_ERROR"),
                                   _json_attrs(s, _is_gen_ai, here), resource))
     return spans
@@ -157,15 +187,19 @@ def _json_value(v, depth: int = 0):
     raw = _get(v, "intValue", "int_value")
     if raw is not None:
         try:
-            return int(raw) if type(raw) in (int, str) else raw
-        except ValueError:
-            return raw  # "12.5", "abc": the mapping rejects it as wrong_type
+            value = int(raw) if type(raw) in (int, str) else raw
+        except ValueError:  # "12.5", "abc", over Python's 4,300 digits: the mapping rejects it as wrong_type
+            return raw
+        # Beyond int64 it is no intValue: kept as text, rejected as wrong_type, never a float overflow later
+        return str(raw) if type(value) is int and not _INT64_MIN <= value <= _UINT64_MAX else value
     raw = _get(v, "doubleValue", "double_value")
     if raw is not None:
         try:
             return float(raw) if type(raw) in (int, float, str) else raw
         except ValueError:
             return raw
+        except OverflowError:  # an integer past the double range is one, as JSON's 1e400: infinite
+            return math.inf if raw > 0 else -math.inf
     arr = _get(v, "arrayValue", "array_value")
     if arr is not None:
         values = arr.get("values") if type(arr) is dict else None
@@ -177,12 +211,20 @@ def _json_value(v, depth: int = 0):
     return None
 
 
-def _nanos(v) -> int:
-    if type(v) is int:
-        return v
+def _nanos(v, where: str) -> int:
+    """A fixed64 of nanoseconds: 0 when absent or no integer (the mapping
+    rejects that span); BadRequest when it is an integer no uint64 holds,
+    which no proto3 JSON parser would decode (and which int() of a
+    4,300-digit string would otherwise raise on)."""
     if type(v) is str and v.isascii() and v.isdigit():  # isdigit alone takes "¹"
-        return int(v)
-    return 0
+        if len(v) > 20:  # more digits than 2**64 - 1 has
+            raise BadRequest(f"{where} has {len(v)} digits: not a uint64")
+        v = int(v)
+    if type(v) is not int:
+        return 0
+    if v > _UINT64_MAX:  # a negative one is left for the mapping to reject, span by span
+        raise BadRequest(f"{where} is an integer of {v.bit_length()} bits: not a uint64")
+    return v
 
 
 def _hex(v) -> str:

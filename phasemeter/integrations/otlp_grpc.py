@@ -10,8 +10,21 @@ HTTP Receiver's Meter, counts and shutdown, so both answer alike:
   * larger than the body limit, also once inflated: RESOURCE_EXHAUSTED
     (refused by gRPC itself, before any of this code runs, so it is not in
     the receiver's refused count);
-  * the emitter's queue cannot take the events, or the receiver is stopping:
-    UNAVAILABLE with a RetryInfo of 1 s, which exporters retry.
+  * more spans than the receiver's max_spans: RESOURCE_EXHAUSTED without a
+    RetryInfo, which the OTLP spec makes not retryable (a smaller batch is
+    the cure, not a retry);
+  * the emitter's queue cannot take all the events (none is queued), or the
+    receiver is stopping: UNAVAILABLE with a RetryInfo of 1 s, which is how
+    the OTLP spec says to signal backpressure ("the server MUST return an
+    error with code Unavailable"), and exporters retry it.
+
+Bounded: `max_workers` threads serve calls, at most `max_concurrent_rpcs`
+are taken at once (gRPC answers RESOURCE_EXHAUSTED beyond, before this code
+runs), each HTTP/2 connection carries at most that many streams, a
+connection idle for `idle_s` is closed, and so is one that has not begun
+HTTP/2 within the receiver's read timeout; every connection is asked to go
+away after `max_age_s` and closed the read timeout later, which frees the
+threads of calls whose message never arrived whole.
 
 The request is handed over as bytes, not parsed by gRPC: the mapping decodes
 it as it does an HTTP body (otlp_decode.proto_spans), and a body that does
@@ -24,14 +37,20 @@ from __future__ import annotations
 
 from concurrent import futures
 
-from .otlp_map import PROTOBUF, BadRequest, map_request
+from .otlp_wire import status_protobuf
+from .otlp_map import PROTOBUF, BadRequest, TooManySpans
 from .otlp_receiver import Receiver, export_response
 
 DEFAULT_PORT = 4317
 # google.rpc.RetryInfo{retry_delay: Duration{seconds: 1}}, encoded by hand: the
 # OTLP package does not ship it. The exporters read it to time their retry.
 RETRY_INFO_1S = b"\x0a\x02\x08\x01"
-RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+RETRY_INFO_KEY = "google.rpc.retryinfo-bin"  # where the OpenTelemetry Python exporter reads it
+# The spec's place for it: a google.rpc.Status detail, an Any of RetryInfo, in
+# grpc-status-details-bin (where Go's and Java's exporters read it).
+_RETRY_INFO_ANY = b"\x0a" + bytes([len(b"type.googleapis.com/google.rpc.RetryInfo")]) + \
+    b"type.googleapis.com/google.rpc.RetryInfo" + b"\x12" + bytes([len(RETRY_INFO_1S)]) + RETRY_INFO_1S
+DETAILS_KEY = "grpc-status-details-bin"
 
 
 def service_name() -> str:
@@ -45,13 +64,24 @@ class GrpcReceiver:
     the port is taken), serves from start(), and stops when rx.stop() does."""
 
     def __init__(self, rx: Receiver, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                 max_workers: int = 8) -> None:
+                 max_workers: int = 8, max_concurrent_rpcs: int = 16, idle_s: float = 60.0,
+                 max_age_s: float = 60.0) -> None:
         import grpc
 
         self.rx = rx
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="phasemeter-otlp-grpc"),
+            maximum_concurrent_rpcs=max_concurrent_rpcs,
             options=[("grpc.max_receive_message_length", rx.max_body_bytes),
+                     ("grpc.max_concurrent_streams", max_concurrent_rpcs),
+                     ("grpc.max_connection_idle_ms", int(idle_s * 1000)),
+                     # a connection that never completes HTTP/2's preface is closed after the read timeout
+                     ("grpc.server_handshake_timeout_ms", int(rx.read_timeout_s * 1000)),
+                     # A call whose message never arrives whole holds a thread (gRPC waits for it
+                     # before calling us): a connection is told to go away after max_age_s, and
+                     # closed, cancelling such calls, the read timeout after. Exporters reconnect.
+                     ("grpc.max_connection_age_ms", int(max_age_s * 1000)),
+                     ("grpc.max_connection_age_grace_ms", int(rx.read_timeout_s * 1000)),
                      ("grpc.so_reuseport", 0)])  # a port already taken fails here, as it does for HTTP
         handler = grpc.unary_unary_rpc_method_handler(self._export)  # no (de)serializers: bytes in and out
         self.server.add_generic_rpc_handlers(
@@ -89,13 +119,17 @@ class GrpcReceiver:
             return self._refuse(context, grpc.StatusCode.UNAVAILABLE, "shutting down; retry later", retry=True)
         try:
             try:
-                mapped = map_request(body, PROTOBUF, default_model=rx.default_model)
+                mapped = rx.decode(body, PROTOBUF)
+            except rx.Busy:
+                refusal = (grpc.StatusCode.UNAVAILABLE, "every decoder is busy; retry later", True)
+            except TooManySpans as exc:
+                refusal = (grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), False)
             except BadRequest as exc:
                 refusal = (grpc.StatusCode.INVALID_ARGUMENT, str(exc), False)
             else:
-                rejected = rx.handle(mapped)
-                if rejected is not None:
-                    return export_response(rejected)
+                answer = rx.handle(mapped)
+                if answer is not None:
+                    return export_response(*answer)
                 refusal = (grpc.StatusCode.UNAVAILABLE, "emitter queue full; retry later", True)
         except Exception as exc:  # a bug of ours: say so, as the HTTP receiver's 500 does
             rx.log(f"otlp: internal error on a gRPC request: {exc!r}")
@@ -107,7 +141,8 @@ class GrpcReceiver:
     def _refuse(self, context, code, message: str, retry: bool = False) -> bytes:
         self.rx.count_refused()
         if retry:
-            context.set_trailing_metadata(((RETRY_INFO_KEY, RETRY_INFO_1S),))
+            context.set_trailing_metadata(((RETRY_INFO_KEY, RETRY_INFO_1S),
+                                           (DETAILS_KEY, status_protobuf(code.value[0], message, _RETRY_INFO_ANY))))
         context.set_code(code)
         context.set_details(message)
         return b""

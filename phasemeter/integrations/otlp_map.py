@@ -18,20 +18,22 @@ dead-letter is rejected here instead, with the same reason codes.
 
 from __future__ import annotations
 
+import collections
 import json
 import time
 from dataclasses import dataclass, field
 
 from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, Rejection, check_count,
-                                             check_duration)
+                                             check_duration, lone_surrogate)
 
 # Decoding is otlp_decode's job; its names are re-exported here, where the
 # receiver, the worker's OTLP topic and the tests import them from.
-from .otlp_decode import REPLICA, BadRequest, Span, UnsupportedMediaType, json_spans, proto_spans
+from .otlp_decode import (DEFAULT_MAX_SPANS, REPLICA, BadRequest, Span, TooManySpans, UnsupportedMediaType,
+                          json_spans, proto_spans)
 
-__all__ = ["Mapped", "Span", "BadRequest", "UnsupportedMediaType", "map_request", "map_export", "map_span",
-           "PROTOBUF", "JSON", "LLM_OPERATIONS"]
+__all__ = ["Mapped", "Span", "BadRequest", "UnsupportedMediaType", "TooManySpans", "map_request", "map_export",
+           "map_span", "PROTOBUF", "JSON", "LLM_OPERATIONS", "DEFAULT_MAX_SPANS"]
 
 # The largest OTLP request body taken (the receiver's --max-body-bytes default);
 # here, not in the receiver, so `phasemeter --help` can show it without
@@ -62,24 +64,27 @@ class Mapped:
     events: list[dict] = field(default_factory=list)   # v1 generation events
     rejected: list[tuple[str, str, str]] = field(default_factory=list)  # (span_id hex, reason, detail)
     ignored: int = 0                                    # spans that are not LLM requests
+    # optional labels left out of a mapped event because they do not fit (event field -> count)
+    labels_dropped: collections.Counter = field(default_factory=collections.Counter)
 
 
 def map_request(body: bytes, content_type: str, *, default_model: str | None = None,
-                now: float | None = None) -> Mapped:
+                now: float | None = None, max_spans: int | None = None) -> Mapped:
     """One OTLP/HTTP request body. `content_type` may carry parameters
     (`application/json; charset=utf-8`). BadRequest if it cannot be decoded,
     UnsupportedMediaType (a BadRequest) for another content type.
     `default_model` labels spans that carry no model name; `now` (default:
-    the clock) bounds span start times as the worker does, at now + 1 day."""
+    the clock) bounds span start times as the worker does, at now + 1 day.
+    TooManySpans (a BadRequest) when it holds more than `max_spans`."""
     kind = content_type.split(";", 1)[0].strip().lower()
     if kind == PROTOBUF:
-        return _map(proto_spans(body), default_model, now)
+        return _map(proto_spans(body, max_spans), default_model, now)
     if kind == JSON:
         try:
             req = json.loads(body)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise BadRequest(f"body is not JSON: {str(exc)[:200]}") from None
-        return map_export(req, default_model=default_model, now=now)
+        return _map(json_spans(req, max_spans), default_model, now)
     raise UnsupportedMediaType(f"content type {kind!r}; expected {PROTOBUF} or {JSON}")
 
 
@@ -100,6 +105,10 @@ def _map(spans, default_model: str | None, now: float | None) -> Mapped:
             out.rejected.append((span.span_id, result.reason, result.detail))
         else:
             out.events.append(result)
+            if result["replica"] is None and _pick(span.resource, REPLICA)[1] is not None:
+                out.labels_dropped["replica"] += 1
+            if result["finish_reason"] is None and span.attrs.get(FINISH) not in (None, [], "[]"):
+                out.labels_dropped["finish_reason"] += 1
     return out
 
 
@@ -203,13 +212,13 @@ def _label(name: str, value, limit: int) -> Rejection | None:
         return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
     if not 0 < len(value) <= limit:
         return Rejection(R.BAD_VALUE, f"{name} must be 1..{limit} characters, got {len(value)}")
-    return None
+    return lone_surrogate(value, name)  # text the worker could not store either (not_utf8)
 
 
 def _optional_label(attrs: dict, names: tuple[str, ...], limit: int) -> str | None:
     """An optional label that does not fit the contract is left out, not fatal."""
     value = _pick(attrs, names)[1]
-    return value if type(value) is str and 0 < len(value) <= limit else None
+    return value if type(value) is str and 0 < len(value) <= limit and lone_surrogate(value) is None else None
 
 
 def _finish_reason(value) -> str | None:
@@ -222,4 +231,5 @@ def _finish_reason(value) -> str | None:
             return None
     if type(value) is list:
         value = value[0] if value else None
-    return value if type(value) is str and 0 < len(value) <= LABEL_FIELDS["finish_reason"] else None
+    return value if type(value) is str and 0 < len(value) <= LABEL_FIELDS["finish_reason"] \
+        and lone_surrogate(value) is None else None

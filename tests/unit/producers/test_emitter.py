@@ -285,7 +285,7 @@ def test_record_form_errors(meters, kwargs, match):
     meter, _ = meters()
     with pytest.raises(ValueError, match=match):
         meter.record(model="m", input_tokens=1, output_tokens=1, t0=1.0, **kwargs)
-    assert meter.stats() == EmitterStats(0, 0, 0, 0, 0)
+    assert meter.stats() == EmitterStats(0, 0, 0, 0, 0, refused=1)
 
 
 GOOD = {"model": "m", "input_tokens": 10, "output_tokens": 1, "t0": 100.0, "e2e_s": 1.0}
@@ -386,13 +386,14 @@ def test_errback_and_send_exception_count_as_failed(meters, caplog):
     assert len(warnings) <= 1  # rate limited: one per 30 s
 
 
-def test_unencodable_event_counts_as_failed_not_raised(meters):
+def test_unencodable_event_is_refused_at_the_call_not_lost_in_the_sender(meters):
     meter, fake = meters()
-    meter.record(**{**GOOD, "t0": float("nan")})  # NaN is not JSON
+    with pytest.raises(ValueError, match="t0"):
+        meter.record(**{**GOOD, "t0": float("nan")})  # NaN is not JSON
     meter.record(**GOOD)
     assert meter.flush()
     s = meter.stats()
-    assert (s.sent, s.failed, s.queued) == (1, 1, 0) and len(fake.records) == 1
+    assert (s.sent, s.failed, s.queued, s.refused) == (1, 0, 0, 1) and len(fake.records) == 1
 
 
 def test_flush_waits_for_acks_and_times_out(meters):
@@ -449,7 +450,7 @@ def test_invariant_under_concurrent_callers(meters):
     assert s.queued == 0 and s.sent > 0 and s.failed > 0
     assert len(fake.records) <= s.sent + s.failed  # "raise" sends never reach the producer
     assert s.as_dict() == {"enqueued": s.enqueued, "sent": s.sent, "dropped": s.dropped,
-                           "failed": s.failed, "queued": 0}
+                           "failed": s.failed, "queued": 0, "refused": 0}
 
 
 # -- lifecycle --------------------------------------------------------------------------

@@ -241,7 +241,7 @@ def test_generation_bad_args_send_nothing(meters):
         meter.generation(model="m", input_tokens=3, cached_input_tokens=4)
     with pytest.raises(ValueError, match="request_id"):
         meter.generation(model="m", input_tokens=3, request_id="")
-    assert meter.stats() == EmitterStats(0, 0, 0, 0, 0)
+    assert meter.stats() == EmitterStats(0, 0, 0, 0, 0, refused=2)
 
 
 def test_per_call_override_both_ways(meters):
@@ -401,7 +401,7 @@ def test_low_level_bad_args_raise_value_error_naming_the_argument(meters, call, 
             args = {**(FIRST if call == "first_token" else END), **bad}
             rid = args.pop("request_id", "rq-1")
             getattr(meter, call)(rid, **args)
-    assert meter.stats() == EmitterStats(0, 0, 0, 0, 0)
+    assert meter.stats() == EmitterStats(0, 0, 0, 0, 0, refused=1)
 
 
 # -- envelopes ---------------------------------------------------------------------
