@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-grpc = pytest.importorskip("grpc")
+import grpc  # noqa: E402  (the otlp-grpc extra, installed with the test extras)
 
 from google.rpc import status_pb2  # noqa: E402  (grpcio-status's googleapis-common-protos)
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
@@ -106,8 +106,7 @@ def test_a_multi_member_gzip_message_is_refused_whole_never_half_read(grx):
     import gzip
     import struct
 
-    httpx = pytest.importorskip("httpx")
-    pytest.importorskip("h2")
+    import httpx  # with h2, pinned in constraints.txt (httpx's http2 extra)
     payload = gzip.compress(body(["mm-1"])) + gzip.compress(body(["mm-2"]))
     frame = b"\x01" + struct.pack(">I", len(payload)) + payload  # compressed flag, length, message
     with httpx.Client(http1=False, http2=True) as client:  # HTTP/2 with prior knowledge, as gRPC speaks it
@@ -144,8 +143,7 @@ def test_calls_whose_message_never_arrives_whole_free_their_threads():
     import struct
     import threading
 
-    httpx = pytest.importorskip("httpx")
-    pytest.importorskip("h2")
+    import httpx  # with h2, pinned in constraints.txt (httpx's http2 extra)
     meter = Meter(f"127.0.0.1:{free_port()}", topic="unused", queue_size=10, flush_timeout_s=0.2)
     rx = Receiver(meter, port=0, queue_size=10, read_timeout_s=1.0, log=lambda line: None).start()
     g = GrpcReceiver(rx, port=0, max_workers=2, max_concurrent_rpcs=2, max_age_s=2.0).start()

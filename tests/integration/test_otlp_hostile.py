@@ -213,11 +213,11 @@ def test_an_idle_connection_and_a_half_sent_body_are_dropped_after_the_read_time
             socket.create_connection((host, port), timeout=30) as half:
         half.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 1000\r\n\r\n{\"resourceSpans\":")
-        t = time.monotonic()
-        assert idle.recv(1024) == b""                   # closed by the receiver, not by our 30 s
+        # Each recv raises socket.timeout after our own 30 s: an answer at all
+        # means the receiver closed them (its read timeout is shorter).
+        assert idle.recv(1024) == b""
         answer = half.recv(4096)
         assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer
-        assert time.monotonic() - t < 25
     still_serves(rx, "after-idle")
     assert stored(rx) == ["after-idle"]
 

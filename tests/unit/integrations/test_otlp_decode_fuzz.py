@@ -78,7 +78,7 @@ def test_otlp_json_with_hostile_values_maps_rejects_ignores_or_is_a_bad_request(
                       "attributes": attrs({**BASE}) + attrs(extra)})
         resources.append(attrs(resource))
     req = {"resourceSpans": [{"resource": {"attributes": r}, "scopeSpans": [{"spans": [s]}]}
-                             for s, r in zip(spans, resources)]}
+                             for s, r in zip(spans, resources, strict=True)]}
     try:
         body = json.dumps(req).encode()
     except ValueError:  # an int json itself cannot write (over 4,300 digits)
