@@ -43,6 +43,13 @@ def ts_array(seconds) -> pa.Array:
     return pa.array(ms, type=pa.timestamp("ms", tz="UTC"))
 
 
+def day_numbers(seconds) -> np.ndarray:
+    """Epoch seconds -> the UTC day of the stored ts (its exact millisecond,
+    as `ts_array` rounds it): the partition of generations (schema/0001)."""
+    ms = np.round(np.asarray(seconds, dtype="float64") * 1000.0).astype("int64")
+    return ms // 86_400_000
+
+
 def _rate(count: np.ndarray, seconds: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """derive._rate on columns: (values, null mask). Null without a time,
     with a time <= 0, or where the rate overflows."""
@@ -73,6 +80,15 @@ class Generations(Sequence):
         if self._rows is None:
             self._rows = self.columns_to_rows()
         return self._rows[i]
+
+    def take(self, indexes: list[int]) -> "Generations":
+        """These rows only, in this order; each row counted as its own
+        message for the token (sink.counted_token hashes the same bytes)."""
+        at = np.asarray(indexes, dtype=np.int64)
+        message_of_row = np.repeat(np.arange(len(self.per_message)), self.per_message)[at]
+        return Generations({k: v.take(at) for k, v in self.columns.items()}, self.ts[at],
+                           [self.request_ids[i] for i in indexes], [self.sources[m] for m in message_of_row],
+                           [1] * len(indexes))
 
     def columns_to_rows(self) -> list[dict]:
         names = list(self.columns)

@@ -11,7 +11,6 @@ deliveries. No Faust import here: the agent in app.py is a thin loop over it.
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from collections import Counter
@@ -19,7 +18,7 @@ from datetime import datetime, timezone
 
 from phasemeter.settings import Settings
 
-from . import batch_join, columnar, columnar_join
+from . import batch_join, columnar, columnar_join, dead_letter
 from . import reasons as R
 from .buckets import Bucketer, parse_edges
 from .ledger import Stored, offset_spans
@@ -201,10 +200,9 @@ class Pipeline:
             if row["request_id"] in seen and rejoin:
                 self.rejoined += 1
             elif row["request_id"] in seen:
-                dead.append({"ts": now, "reason": R.DUPLICATE,
-                             "detail": f"request_id {row['request_id'][:128]} already stored",
-                             "payload": "", "payload_size": 0,
-                             **{k: row[k] for k in ("src_topic", "src_partition", "src_offset")}})
+                dead.append(dead_letter.record(R.DUPLICATE, f"request_id {row['request_id'][:128]} already stored",
+                                               None, {k: row[k] for k in ("src_topic", "src_partition", "src_offset")},
+                                               now, 0))
                 self.duplicates += 1
             else:
                 seen.add(row["request_id"])
@@ -263,10 +261,9 @@ class Pipeline:
             held = stored.get((msg.topic, msg.partition))
             for result in results:
                 if isinstance(result, Rejection):
-                    raw = event.value or b""
-                    dead.append({"ts": now, "reason": result.reason, "detail": result.detail,
-                                 "payload": base64.b64encode(raw[:cap]).decode(), "payload_size": len(raw),
-                                 **source})
+                    # Redacted: no value of a field outside the contract (dead_letter.py).
+                    dead.append(dead_letter.record(result.reason, result.detail, event.value, source, now, cap,
+                                                   parse=msg.topic != self.settings.otlp_topic))
                 elif isinstance(result, Phase):
                     # Partitioned by request_id, so all phases of a generation
                     # meet in one partition of the join, whatever the gateway
@@ -342,6 +339,10 @@ class Pipeline:
             "joined_in_batch": self.joined_in_batch,
             "otlp_spans_ignored": self.otlp_ignored,
             "store_retries": self.sink.retries, "writing_since": self.writing_since,
+            # The error the store gave last, transient (retried, paused) or
+            # deterministic (the rows isolated and dead-lettered), and its code.
+            "store_error": self.sink.store_error, "store_refused": self.sink.store_refused,
+            "last_store_refusal": self.sink.last_refusal,
             **dict(self.counts),
             "uptime_s": round(time.time() - self.started, 1), "last_batch_at": self.last_batch_at,
             "last_batch": self.last_batch,
