@@ -105,10 +105,12 @@ def decoded_events(raw: bytes, max_batch: int):
     """The events of a message (one, or an envelope's) as the Structs above,
     or None when any of them is not one: the full path's to name."""
     # msgspec refuses a lone surrogate escape as malformed, so that message
-    # too goes to the full path, which names the field (not_utf8).
+    # too goes to the full path, which names the field (not_utf8). Objects
+    # nested past the interpreter's recursion limit raise RecursionError
+    # there (arrays a DecodeError): the full path names that malformed_json.
     try:
         message = _DECODER.decode(raw)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):
         return None
     events = message.events if type(message) is Envelope else (message,)
     return events if len(events) <= max_batch else None

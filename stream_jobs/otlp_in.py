@@ -34,7 +34,7 @@ def process_otlp(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float
     encoding = JSON if raw.lstrip()[:1] == b"{" else PROTOBUF
     try:
         mapped = map_request(raw, encoding, default_model=default_model or None, now=now)
-    except BadRequest as exc:
+    except (BadRequest, RecursionError, ValueError) as exc:  # too deep, or a value the mapper cannot read
         return [Rejection(R.MALFORMED_OTLP, f"{encoding}: {str(exc)[:300]}")], 0
     out: list[dict | Phase | Rejection] = [
         Rejection(reason, f"span {span_id}: {detail}"[:400]) for span_id, reason, detail in mapped.rejected]

@@ -196,3 +196,23 @@ def test_envelope_limits_and_clock(events, phases, max_batch):
         # clocks behind the events: within a day (accepted), over a day (too far ahead)
         same(raw, now=NOW - 7200)
         same(raw, now=NOW - 90_000)
+
+
+DEEP = 50_000
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"a":' * DEEP + b"1" + b"}" * DEEP,                                        # objects: msgspec raised RecursionError
+    b"[" * DEEP + b"]" * DEEP,
+    b'{"schema_version":1,"kind":"batch","events":[' + b'{"a":' * DEEP + b"1" + b"}" * DEEP + b"]}",
+    b'{"schema_version":1,"kind":"generation","model":' + b'{"a":' * DEEP + b"1" + b"}" * DEEP + b"}",
+], ids=["objects", "arrays", "in an envelope", "in a field"])
+def test_json_nested_50000_deep_is_malformed_json_on_every_path(raw):
+    from types import SimpleNamespace
+
+    from phasemeter.stream_jobs import columnar
+
+    [result] = same(raw)
+    assert result.reason == "malformed_json"
+    message = SimpleNamespace(topic="t", partition=0, offset=0)
+    assert columnar.from_events([SimpleNamespace(value=raw, message=message)], BUCKET, LIMIT, NOW) is None
