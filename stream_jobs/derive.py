@@ -258,7 +258,12 @@ def process_event(event, bucket: Bucketer, now: float, internal: bool = False,
         return fields if isinstance(fields, Rejection) else Phase(fields["request_id"], fields)
     if internal:  # records the join wrote to the joined topic (stream_jobs/join.py)
         if kind == "orphan":
-            return Rejection(event.get("reason") or R.INTERNAL, str(event.get("detail", ""))[:300])
+            # The joined topic is an input too: only a reason code of ours is
+            # taken from it, and only text as its detail.
+            reason, detail = event.get("reason"), event.get("detail")
+            if reason not in R.ALL or not isinstance(detail, str):
+                return Rejection(R.BAD_VALUE, "an orphan record without a known reason code and a text detail")
+            return Rejection(reason, detail[:300])
         if event.get("status") == "abandoned":
             # Only the join may say "abandoned": validate it as the
             # cancellation it resembles (no output needed), then restore it.

@@ -33,6 +33,7 @@ def watch(worker, done, timeout_s: float = 120) -> list[dict]:
     seen: list[dict] = []
 
     def step():
+        assert worker.proc.poll() is None, f"the worker exited with {worker.proc.poll()}\n{worker.diagnose()}"
         h = worker.health()
         if h is not None:
             seen.append(h)
@@ -88,3 +89,66 @@ def test_300_days_in_one_envelope_and_in_an_emit_backfill_then_a_live_event_all_
     assert len(stored) == 601 and "live" in stored
     assert days == 301  # 300 days back, and today
     assert minute == 601  # every tier counts each row once (the views' blocks deduplicated per insert)
+
+
+DEEP = b'{"a":' * 50_000 + b"1" + b"}" * 50_000
+# Junk for each internal topic: one dead letter each, whatever it is.
+PHASES_JUNK = [b"{not json", b"", None, b"\xff\xfe\x00\x01garbage", b"[1, 2]", b'"phases"', b'{"phases": 5}',
+               b'{"other": []}', b'{"phases": [[1, 2]]}', b'{"phases": [["x", {"kind": "start"}]]}',
+               b'{"phases": [[1.0, {"kind": "start", "request_id": 5}]]}',
+               b'{"phases": [[1.0, {"kind": "start", "request_id": "j1"}]]}',  # a start without its fields
+               b'{"phases": [[1.0, {"kind": "nope", "request_id": "j2"}]]}', DEEP]
+JOINED_JUNK = [b"{not json", b"", None, b"\xff\xfe\x00", b"[1]", b'{"kind": "orphan", "reason": {"x": 1}}',
+               b'{"schema_version": 2, "kind": "orphan", "request_id": "o", "reason": "no_such_reason"}', DEEP]
+OTLP_JUNK = [b"{not json", b"", b"\x0a\xff\xff\xff\xff\x0f", b"\xff\xfe\x00", DEEP, b'{"resourceSpans": 5}']
+
+
+def phases_of(rid: str, t0: float) -> list[dict]:
+    return [{"schema_version": 2, "kind": "start", "request_id": rid, "model": "m", "t0": t0, "input_tokens": 10},
+            {"schema_version": 2, "kind": "first_token", "request_id": rid, "ttft_s": 0.2},
+            {"schema_version": 2, "kind": "end", "request_id": rid, "e2e_s": 1.0, "output_tokens": 5}]
+
+
+def test_junk_on_every_internal_topic_is_dead_lettered_with_a_reason_and_no_agent_stops(worker, pm_env):
+    topic, bootstrap = pm_env["PHASEMETER_TOPIC"], pm_env["KAFKA_BOOTSTRAP_SERVERS"]
+    otlp = f"{topic}.otlp"
+    pm_env["PHASEMETER_OTLP_TOPIC"] = otlp
+    worker.start()
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    junk = [(f"{topic}.phases", PHASES_JUNK), (f"{topic}.joined", JOINED_JUNK), (otlp, OTLP_JUNK)]
+    for name, values in junk:
+        for value in values:
+            producer.send(name, value, key=b"junk", partition=0)
+    producer.flush()
+    now = time.time()
+    good = [event(request_id=f"g{i}", t0=now - 30) for i in range(20)]
+    for e in good:
+        producer.send(topic, json.dumps(e).encode(), key=e["request_id"].encode())
+    for i in range(10):  # joined by the join agent, after the junk on its topic
+        for p in phases_of(f"p{i}", now - 20):
+            producer.send(topic, json.dumps(p).encode(), key=p["request_id"].encode())
+    producer.flush()
+    producer.close()
+
+    n_junk = sum(len(values) for _, values in junk)
+    seen = watch(worker, lambda h: h["accepted"] >= 30 and h["rejected"] >= n_junk)
+    assert worker.proc.poll() is None, worker.diagnose()  # alive: no agent crashed
+    last = seen[-1]
+    assert (last["accepted"], last["rejected"]) == (30, n_junk), last
+    dlq = [json.loads(m.value) for m in records_in(bootstrap, pm_env["PHASEMETER_DLQ_TOPIC"], n_junk)]
+    assert len(dlq) == n_junk
+    by_topic = {name: sorted(d["reason"] for d in dlq if d["src_topic"] == name) for name, _ in junk}
+    # The phases topic's junk comes back through the joined topic, as the join's dead letters do.
+    assert len(by_topic[f"{topic}.joined"]) == len(JOINED_JUNK) + len(PHASES_JUNK)
+    assert len(by_topic[otlp]) == len(OTLP_JUNK)
+    assert all(d["reason"] in R.ALL and d["reason"] != R.INTERNAL for d in dlq), sorted(d["reason"] for d in dlq)
+    time.sleep(0)  # nothing else to wait for: the counts above are final
+    worker.stop()
+    client = open_store(pm_env)
+    try:
+        stored = {r for (r,) in client.query("SELECT request_id FROM generations").result_rows}
+        dead = client.query("SELECT count() FROM dead_letters").result_rows[0][0]
+    finally:
+        client.close()
+    assert stored == {f"g{i}" for i in range(20)} | {f"p{i}" for i in range(10)}
+    assert dead == n_junk
