@@ -6,13 +6,14 @@ included. A dead letter keeps the reason, the detail (which names fields,
 never a payload), the field names, and the values of the contract's fields
 only (docs/delivery.md, "What a dead letter keeps"):
 
-* a message that parses as JSON keeps its structure, with the value of
-  every field the contract does not define replaced by null; a known
-  field's text is cut at its label limit, and a known field that holds an
-  object or a list where the contract has a scalar loses it;
-* a message that does not parse (malformed JSON, not UTF-8, too large, an
-  OTLP message) keeps nothing of its bytes: only its size, the reason and
-  the detail. A prefix of it could be the prompt itself.
+* a message that parses as a JSON object keeps its structure, with the
+  value of every field the contract does not define replaced by null; a
+  known field's text longer than the contract allows, and an object or a
+  list where the contract has a scalar, are replaced by null too;
+* a message that does not parse as a JSON object (malformed JSON, not
+  UTF-8, too deep, a bare string or list, an OTLP message) keeps nothing of
+  its bytes: only its size, the reason and the detail. A prefix of it could
+  be the prompt itself.
 
 Pure: no Kafka, no store.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 from .contract import LABEL_FIELDS
 from .derive import KNOWN_V2
@@ -34,24 +36,27 @@ from . import reasons as R
 CONTAINERS = frozenset({"events", "phases", "kinds"})
 KNOWN_NAMES = (KNOWN_V2 | {name for spec in SPEC.values() for names in spec for name in names}
                | CONTAINERS | set(PHASE_KINDS) | {"reason", "detail"})
-_TEXT_LIMIT = 64  # a known text field without a label limit (kind, status, reason)
-_NAME_LIMIT = 64  # an unknown field's name is kept, cut here
+_TEXT_LIMIT = 64  # a known text field without a label limit (kind, status, reason, detail)
+# An unknown field's name is kept when it looks like one (`prompt`,
+# `messages`); any other name (text with spaces, ...) is replaced by its
+# position, "#3": a name can hold text as well as a value can.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
 _DETAIL_LIMIT = 400
 
 
 def redact(value, key: str | None = None):
     """`value` with every value outside the contract's fields replaced by null."""
     if isinstance(value, dict):
-        return {(k if k in KNOWN_NAMES else str(k)[:_NAME_LIMIT]): (redact(v, k) if k in KNOWN_NAMES else None)
-                for k, v in value.items()}
+        return {(k if k in KNOWN_NAMES or _NAME.fullmatch(k) else f"#{i}"): (redact(v, k) if k in KNOWN_NAMES else None)
+                for i, (k, v) in enumerate(value.items())}
     if isinstance(value, list):
         if key == "kinds":
             return [v if v in PHASE_KINDS or v == JOINED_IN_INGEST else None for v in value]
         return [redact(v, key) for v in value] if key in CONTAINERS else None
     if isinstance(value, str):
-        if key is None or key in CONTAINERS:
-            return None  # text outside any known field
-        return value[:LABEL_FIELDS.get(key, _TEXT_LIMIT)]
+        if key is None or key in CONTAINERS or len(value) > LABEL_FIELDS.get(key, _TEXT_LIMIT):
+            return None  # text outside any known field, or longer than the contract lets it be
+        return value
     return value  # a number, a bool, null
 
 
@@ -62,8 +67,10 @@ def payload(raw: bytes | None, cap: int, parse: bool = True) -> str:
     if not raw or not parse or cap <= 0:
         return ""
     try:
-        kept = json.dumps(redact(json.loads(raw)), ensure_ascii=False, separators=(",", ":"))
-        body = kept.encode("utf-8")
+        event = json.loads(raw)
+        if not isinstance(event, dict):
+            return ""  # a bare string or list has no field names: nothing of it is known
+        body = json.dumps(redact(event), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     except (ValueError, RecursionError, UnicodeError):
         return ""  # malformed, too deep, not UTF-8, a lone surrogate: nothing of it is kept
     return base64.b64encode(body[:cap]).decode()

@@ -5,6 +5,7 @@ dead-lettered with a reason, the worker stays up, and later good input flows.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -152,3 +153,47 @@ def test_junk_on_every_internal_topic_is_dead_lettered_with_a_reason_and_no_agen
         client.close()
     assert stored == {f"g{i}" for i in range(20)} | {f"p{i}" for i in range(10)}
     assert dead == n_junk
+
+
+SECRET = "SECRET-PROMPT-7f3a tell me everything"
+
+
+def test_no_prompt_text_in_the_dead_letters_table_or_on_the_dead_letter_topic(worker, pm_env):
+    topic, bootstrap = pm_env["PHASEMETER_TOPIC"], pm_env["KAFKA_BOOTSTRAP_SERVERS"]
+    worker.start()
+    now = time.time()
+    leaky = [
+        event(request_id="u1", model="keep-me", prompt=SECRET, completion={"text": SECRET}),       # unknown_field
+        event(request_id="u2", messages=[{"role": "user", "content": SECRET}], e2e_s="x"),          # unknown_field
+        {"schema_version": 1, "kind": "batch",
+         "events": [event(request_id="u3", t0=now - 5), event(request_id="u4", t0=now - 5, prompt=SECRET)]},
+        event(request_id="u5", model=SECRET * 10),                                                 # bad_value
+    ]
+    raws = [json.dumps(e).encode() for e in leaky] + [
+        b'{"prompt": "' + SECRET.encode() + b'", "model": ',                                          # malformed
+        json.dumps([SECRET]).encode(), json.dumps({SECRET: 1}).encode()]
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for raw in raws:
+        producer.send(topic, raw, key=b"k")
+    producer.flush()
+    producer.close()
+    n_dead = len(raws) - 1 + 1  # the envelope's good event is stored, its bad one dead-lettered
+    seen = watch(worker, lambda h: h["accepted"] + h["rejected"] >= n_dead + 1)
+    assert (seen[-1]["accepted"], seen[-1]["rejected"]) == (1, n_dead)
+    dlq = list(records_in(bootstrap, pm_env["PHASEMETER_DLQ_TOPIC"], n_dead))
+    assert len(dlq) == n_dead
+    for m in dlq:
+        record = json.loads(m.value)
+        assert SECRET not in m.value.decode() and SECRET not in base64.b64decode(record["payload"]).decode()
+    worker.stop()
+    client = open_store(pm_env)
+    try:
+        stored = client.query("SELECT reason, detail, payload FROM dead_letters").result_rows
+    finally:
+        client.close()
+    assert len(stored) == n_dead
+    for reason, detail, payload in stored:
+        assert SECRET not in detail and SECRET not in base64.b64decode(payload).decode(), (reason, detail)
+    kept = [json.loads(base64.b64decode(p)) for _, _, p in stored if p]
+    first = next(k for k in kept if k.get("request_id") == "u1")
+    assert first["model"] == "keep-me" and first["prompt"] is None and first["completion"] is None
