@@ -82,8 +82,8 @@ _DECODER = msgspec.json.Decoder(Union[_EVENT, Envelope])
 _PHASE_KIND = {struct: kind for kind, struct in PHASES.items()}
 
 
-def _generation(e, latest: float) -> dict | None:
-    if e.t0 > latest:
+def _generation(e, latest: float, oldest: float) -> dict | None:
+    if e.t0 > latest or e.t0 < oldest:  # outside the clock's bound, or the store's retention
         return None
     return ordered_fields(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status,
                           e.input_tokens, e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s,
@@ -116,7 +116,7 @@ def decoded_events(raw: bytes, max_batch: int):
     return events if len(events) <= max_batch else None
 
 
-def common_fields(raw: bytes, now: float, max_batch: int) -> list[dict | Phase] | None:
+def common_fields(raw: bytes, now: float, max_batch: int, oldest: float = MIN_T0) -> list[dict | Phase] | None:
     """Validated fields of each generation in `raw`, and each phase, when all
     its events are well-formed; None sends the message to the full path."""
     events = decoded_events(raw, max_batch)
@@ -126,7 +126,7 @@ def common_fields(raw: bytes, now: float, max_batch: int) -> list[dict | Phase] 
     out = []
     for e in events:
         kind = _PHASE_KIND.get(type(e))
-        result = _generation(e, latest) if kind is None else _phase(e, kind, latest)
+        result = _generation(e, latest, oldest) if kind is None else _phase(e, kind, latest)
         if result is None:
             return None
         out.append(result)
@@ -134,11 +134,12 @@ def common_fields(raw: bytes, now: float, max_batch: int) -> list[dict | Phase] 
 
 
 def process_message_fast(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,
-                         max_batch: int = 10_000, internal: bool = False) -> list[dict | Phase | Rejection]:
+                         max_batch: int = 10_000, internal: bool = False,
+                         oldest: float = MIN_T0) -> list[dict | Phase | Rejection]:
     """`derive.process_message`, the same results, with the common message in C."""
     now = time.time() if now is None else now
     if raw is not None and len(raw) <= max_bytes:
-        common = common_fields(raw, now, max_batch)
+        common = common_fields(raw, now, max_batch, oldest)
         if common is not None:
             return [derive(x, bucket) if type(x) is dict else x for x in common]
-    return process_message(raw, bucket, max_bytes, now, max_batch, internal)
+    return process_message(raw, bucket, max_bytes, now, max_batch, internal, oldest)

@@ -197,3 +197,27 @@ def test_no_prompt_text_in_the_dead_letters_table_or_on_the_dead_letter_topic(wo
     kept = [json.loads(base64.b64decode(p)) for _, _, p in stored if p]
     first = next(k for k in kept if k.get("request_id") == "u1")
     assert first["model"] == "keep-me" and first["prompt"] is None and first["completion"] is None
+
+
+def test_an_event_older_than_the_raw_retention_is_dead_lettered_not_accepted_and_lost(worker, pm_env):
+    """PHASEMETER_RAW_TTL_DAYS (90 here): an older t0 used to be counted
+    accepted while the store's TTL dropped the row as it was written."""
+    topic, bootstrap = pm_env["PHASEMETER_TOPIC"], pm_env["KAFKA_BOOTSTRAP_SERVERS"]
+    worker.start()
+    now = time.time()
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for e in (event(request_id="old", t0=now - 100 * DAY), event(request_id="edge", t0=now - 80 * DAY),
+              {"schema_version": 1, "kind": "batch", "events": [event(request_id="old2", t0=now - 91 * DAY)]}):
+        producer.send(topic, json.dumps(e).encode(), key=b"k")
+    producer.flush()
+    producer.close()
+    seen = watch(worker, lambda h: h["accepted"] + h["rejected"] >= 3)
+    assert (seen[-1]["accepted"], seen[-1]["rejected"]) == (1, 2)
+    worker.stop()
+    client = open_store(pm_env)
+    try:
+        stored = [r for (r,) in client.query("SELECT request_id FROM generations").result_rows]
+        dead = sorted(r for (r,) in client.query("SELECT reason FROM dead_letters").result_rows)
+    finally:
+        client.close()
+    assert stored == ["edge"] and dead == [R.OUTSIDE_RETENTION] * 2

@@ -216,3 +216,23 @@ def test_json_nested_50000_deep_is_malformed_json_on_every_path(raw):
     assert result.reason == "malformed_json"
     message = SimpleNamespace(topic="t", partition=0, offset=0)
     assert columnar.from_events([SimpleNamespace(value=raw, message=message)], BUCKET, LIMIT, NOW) is None
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+def test_the_retention_bound_gives_the_full_paths_reason(wrap):
+    """An event older than the store keeps (`oldest`) takes the full path,
+    which names it outside_retention; a phase is not bound (its joined
+    generation is)."""
+    oldest = NOW - 90 * 86_400
+    good = {"schema_version": 1, "kind": "generation", "request_id": "g", "model": "m", "t0": oldest,
+            "ttft_s": 0.1, "e2e_s": 1.0, "input_tokens": 5, "output_tokens": 2}
+    old = {**good, "request_id": "o", "t0": oldest - 0.001}
+    for events, reasons in (([good], [None]), ([old], ["outside_retention"]), ([good, old], [None, "outside_retention"])):
+        if not wrap and len(events) > 1:
+            continue
+        raw = envelope(events) if wrap else json.dumps(events[0]).encode()
+        full = process_message(raw, BUCKET, LIMIT, NOW, oldest=oldest)
+        fast = process_message_fast(raw, BUCKET, LIMIT, NOW, oldest=oldest)
+        assert fast == full
+        assert [getattr(r, "reason", None) for r in fast] == reasons
+        assert (common_fields(raw, NOW, 10_000, oldest) is not None) == (reasons == [None])
