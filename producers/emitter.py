@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from .generation import (Generation, check_duration, check_estimated, check_outcome, check_request,
                          check_stalls, check_threshold)
-from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S
+from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S, control_character, has_control
 from .phases import PhaseGeneration, end_item, first_token_item, start_item
 from .sender import Sender
 
@@ -142,6 +142,8 @@ class Meter:
             raise ValueError("topic must be a non-empty str")
         if gateway is not None and (not isinstance(gateway, str) or not 0 < len(gateway) <= 200):
             raise ValueError("gateway must be a non-empty str of at most 200 characters")
+        if gateway is not None and has_control(gateway):  # the worker's rule (contract.has_control)
+            raise ValueError(control_character("gateway", gateway).detail)
         if not isinstance(queue_size, int) or queue_size < 1:
             raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
         if not isinstance(envelope_size, int) or not 1 <= envelope_size <= 2000:

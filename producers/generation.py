@@ -23,6 +23,7 @@ import time
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, V2_OPTIONAL,
                                              check_gap_within, check_v2_optional)
 from phasemeter.stream_jobs.contract import STATUSES as _STATUSES
+from phasemeter.stream_jobs.contract import control_character, has_control
 
 STATUSES = frozenset(_STATUSES)
 _MODEL, _RID, _FINISH, _REPLICA = (LABEL_FIELDS[k] for k in ("model", "request_id", "finish_reason", "replica"))
@@ -53,15 +54,21 @@ def check_request(model, input_tokens, cached_input_tokens, request_id, replica)
     """Programmer errors raise ValueError naming the argument; O(1) checks only."""
     if not isinstance(model, str) or not 0 < len(model) <= _MODEL:
         raise ValueError(f"model must be a non-empty str of at most {_MODEL} characters")
+    if has_control(model):  # the worker's rule (contract.has_control): it would dead-letter the event
+        raise ValueError(control_character("model", model).detail)
     if input_tokens is None or not 0 <= input_tokens <= MAX_TOKENS:
         raise ValueError(f"input_tokens must be an int in [0, {MAX_TOKENS}], got {input_tokens!r}")
     if cached_input_tokens is not None and not 0 <= cached_input_tokens <= input_tokens:
         raise ValueError(f"cached_input_tokens must be in [0, input_tokens], got {cached_input_tokens!r}")
     if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= _RID):
         raise ValueError(f"request_id must be a non-empty str of at most {_RID} characters")
+    if request_id is not None and has_control(request_id):
+        raise ValueError(control_character("request_id", request_id).detail)
     # Empty labels are refused here: the worker would dead-letter them (bad_value).
     if replica is not None and (not isinstance(replica, str) or not 0 < len(replica) <= _REPLICA):
         raise ValueError(f"replica must be a non-empty str of at most {_REPLICA} characters")
+    if replica is not None and has_control(replica):
+        raise ValueError(control_character("replica", replica).detail)
 
 
 def check_outcome(output_tokens, status, finish_reason) -> None:
@@ -71,6 +78,8 @@ def check_outcome(output_tokens, status, finish_reason) -> None:
         raise ValueError(f"status must be one of 'ok', 'error', 'cancelled', got {status!r}")
     if finish_reason is not None and (not isinstance(finish_reason, str) or not 0 < len(finish_reason) <= _FINISH):
         raise ValueError(f"finish_reason must be a non-empty str of at most {_FINISH} characters")
+    if finish_reason is not None and has_control(finish_reason):
+        raise ValueError(control_character("finish_reason", finish_reason).detail)
 
 
 def check_estimated(value) -> None:

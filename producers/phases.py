@@ -29,6 +29,7 @@ from .generation import (_RID, MAX_TOKENS, V2_OPTIONAL, Generation, _dumps, chec
 # Epoch bounds for t0/t_first/t_end (the contract's): the worker rejects t0
 # before 2000, and an upper bound catches the unit bug of passing milliseconds.
 from phasemeter.stream_jobs.contract import MAX_EPOCH_S, MIN_T0 as MIN_EPOCH_S  # noqa: E402
+from phasemeter.stream_jobs.contract import control_character, has_control  # noqa: E402
 
 
 def check_request_id(request_id) -> None:
@@ -36,6 +37,8 @@ def check_request_id(request_id) -> None:
     # because the one-event hot path runs it on every generation.
     if not isinstance(request_id, str) or not 0 < len(request_id) <= _RID:
         raise ValueError(f"request_id must be a non-empty str of at most {_RID} characters")
+    if has_control(request_id):  # the worker's rule (contract.has_control)
+        raise ValueError(control_character("request_id", request_id).detail)
 
 
 def check_epoch(name: str, value) -> None:

@@ -73,6 +73,36 @@ def lone_surrogate(value, path: str = "") -> Rejection | None:
     return None
 
 
+# Labels are printed by text outputs and stored as sent, so a label may not
+# hold a control character: C0 (NUL..US: ESC, CR, LF, TAB, ...), DEL, or C1
+# (U+0080..U+009F, which some terminals read as escape sequences too).
+CONTROL_CHARACTERS = "\x00-\x1f\x7f-\x9f"
+_CONTROL = re.compile(f"[{CONTROL_CHARACTERS}]")
+
+
+def has_control(value: str) -> bool:
+    """Whether `value` holds a control character. Every one is unprintable
+    (category Cc), so a printable string is clean at the cost of one C call."""
+    return not value.isprintable() and _CONTROL.search(value) is not None
+
+
+def may_hold_control(raw: bytes) -> bool:
+    """Whether a JSON message can hold a control character in a string. JSON
+    spells C0 only as an escape (a backslash), DEL raw, and C1 as UTF-8
+    0xC2 0x80..0x9F: a message with none of these three bytes needs no
+    walk of its labels (the decoders' common case)."""
+    return b"\\" in raw or b"\x7f" in raw or b"\xc2" in raw
+
+
+def control_character(name: str, value) -> Rejection | None:
+    """control_character naming the label, or None (a non-string is the
+    type check's to name)."""
+    if isinstance(value, str) and has_control(value):
+        return Rejection(R.CONTROL_CHARACTER, f"{name} holds a control character (U+"
+                                              f"{ord(_CONTROL.search(value).group()):04X}); labels are printable text")
+    return None
+
+
 @dataclass(frozen=True)
 class Rejection:
     reason: str   # one of reasons.ALL

@@ -14,7 +14,7 @@ from . import reasons as R
 from .buckets import Bucketer
 from .contract import LABEL_FIELDS, check_count, check_duration, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
 from .contract import V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate, may_hold_lone_surrogate
-from .contract import outside_retention
+from .contract import control_character, has_control, outside_retention
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
 __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_event", "process_message",
@@ -61,7 +61,7 @@ def parse(raw: bytes, max_bytes: int) -> dict | Rejection:
 
 
 def _label(value, limit: int) -> bool:
-    return value is None or (type(value) is str and 0 < len(value) <= limit)
+    return value is None or (type(value) is str and 0 < len(value) <= limit and not has_control(value))
 
 
 def _duration(value) -> bool:
@@ -151,6 +151,9 @@ def _validate_full(event: dict, now: float, oldest: float = MIN_T0) -> dict | Re
             return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
         if not value or len(value) > limit:
             return Rejection(R.BAD_VALUE, f"{name} must be 1..{limit} characters")
+        bad = control_character(name, value)
+        if bad is not None:
+            return bad
         out[name] = value
     status = event.get("status", "ok")
     if status not in STATUSES:

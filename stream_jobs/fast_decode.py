@@ -21,12 +21,14 @@ generated messages.
 from __future__ import annotations
 
 import time
+from itertools import repeat
 from typing import Annotated, Literal, Optional, Union
 
 import msgspec
 
 from .buckets import Bucketer
 from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, V2_OPTIONAL
+from .contract import has_control, may_hold_control
 from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, derive, ordered_fields, process_message
 from .phase_events import PHASE_VERSION, SPEC, check_across
 
@@ -80,6 +82,8 @@ Envelope = _struct("Envelope", "batch", [("schema_version", _Version),
                                          ("events", Annotated[list[_EVENT], msgspec.Meta(min_length=1)])], [], gc=True)
 _DECODER = msgspec.json.Decoder(Union[_EVENT, Envelope])
 _PHASE_KIND = {struct: kind for kind, struct in PHASES.items()}
+# Each Struct's label fields, for the control-character rule (contract.has_control).
+_LABELS = {t: tuple(n for n in t.__struct_fields__ if n in LABEL_FIELDS) for t in (Generation, *PHASES.values())}
 
 
 def _generation(e, latest: float, oldest: float) -> dict | None:
@@ -113,7 +117,13 @@ def decoded_events(raw: bytes, max_batch: int):
     except (msgspec.MsgspecError, RecursionError):
         return None
     events = message.events if type(message) is Envelope else (message,)
-    return events if len(events) <= max_batch else None
+    if len(events) > max_batch or (may_hold_control(raw) and any(map(_holds_control, events))):
+        return None  # a label with a control character: the full path names it
+    return events
+
+
+def _holds_control(e) -> bool:
+    return any(has_control(v) for v in map(getattr, repeat(e), _LABELS[type(e)]) if v is not None)
 
 
 def common_fields(raw: bytes, now: float, max_batch: int, oldest: float = MIN_T0) -> list[dict | Phase] | None:

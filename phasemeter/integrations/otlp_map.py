@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from phasemeter.stream_jobs import reasons as R
+from phasemeter.stream_jobs.contract import control_character, has_control
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, Rejection, check_count,
                                              check_duration)
 
@@ -203,13 +204,13 @@ def _label(name: str, value, limit: int) -> Rejection | None:
         return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
     if not 0 < len(value) <= limit:
         return Rejection(R.BAD_VALUE, f"{name} must be 1..{limit} characters, got {len(value)}")
-    return None
+    return control_character(name, value)  # the worker's rule: it would dead-letter the event
 
 
 def _optional_label(attrs: dict, names: tuple[str, ...], limit: int) -> str | None:
     """An optional label that does not fit the contract is left out, not fatal."""
     value = _pick(attrs, names)[1]
-    return value if type(value) is str and 0 < len(value) <= limit else None
+    return value if type(value) is str and 0 < len(value) <= limit and not has_control(value) else None
 
 
 def _finish_reason(value) -> str | None:
@@ -222,4 +223,5 @@ def _finish_reason(value) -> str | None:
             return None
     if type(value) is list:
         value = value[0] if value else None
-    return value if type(value) is str and 0 < len(value) <= LABEL_FIELDS["finish_reason"] else None
+    return (value if type(value) is str and 0 < len(value) <= LABEL_FIELDS["finish_reason"] and not has_control(value)
+            else None)
