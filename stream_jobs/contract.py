@@ -94,6 +94,13 @@ def may_hold_control(raw: bytes) -> bool:
     return b"\\" in raw or b"\x7f" in raw or b"\xc2" in raw
 
 
+def escape_control(text: str) -> str:
+    """`text` with each control character written as a \\xNN escape: for
+    text we store from a refused event (a dead letter's detail names its
+    fields, and a field name may hold an ESC)."""
+    return text if not has_control(text) else _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def control_character(name: str, value) -> Rejection | None:
     """control_character naming the label, or None (a non-string is the
     type check's to name)."""

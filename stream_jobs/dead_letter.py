@@ -24,7 +24,7 @@ import base64
 import json
 import re
 
-from .contract import LABEL_FIELDS
+from .contract import LABEL_FIELDS, escape_control
 from .derive import KNOWN_V2
 from .join import JOINED_IN_INGEST
 from .phase_events import PHASE_KINDS, SPEC
@@ -79,7 +79,8 @@ def payload(raw: bytes | None, cap: int, parse: bool = True) -> str:
 def record(reason: str, detail: str, raw: bytes | None, source: dict, now: float, cap: int,
            parse: bool = True) -> dict:
     """The dead letter of a rejected message (DLQ_COLUMNS of the sink)."""
-    return {"ts": now, "reason": reason, "detail": detail[:_DETAIL_LIMIT], "payload": payload(raw, cap, parse),
+    return {"ts": now, "reason": reason, "detail": escape_control(detail[:_DETAIL_LIMIT]),
+            "payload": payload(raw, cap, parse),
             "payload_size": len(raw or b""), **source}
 
 
@@ -89,6 +90,6 @@ def refused_row(row: dict, code: int | None, message: str, now: float) -> dict:
     fields = {k: v for k, v in row.items() if k in KNOWN_NAMES}
     body = json.dumps(redact(fields), ensure_ascii=True, default=str).encode()
     return {"ts": now, "reason": R.STORE_REFUSED,
-            "detail": f"the store refused this row (code {code}): {message}"[:_DETAIL_LIMIT],
+            "detail": escape_control(f"the store refused this row (code {code}): {message}"[:_DETAIL_LIMIT]),
             "payload": base64.b64encode(body).decode(), "payload_size": len(body),
             **{k: row[k] for k in ("src_topic", "src_partition", "src_offset")}}

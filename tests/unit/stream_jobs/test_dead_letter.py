@@ -79,3 +79,9 @@ def test_a_row_the_store_refused_keeps_its_contract_fields():
     assert record["reason"] == R.STORE_REFUSED and "code 53" in record["detail"]
     assert json.loads(base64.b64decode(record["payload"])) == {"t0": 5.0, "request_id": "r", "model": "m"}
     assert {k: record[k] for k in SOURCE} == SOURCE
+
+
+def test_a_detail_never_carries_a_control_character():
+    record = dead_letter.record(R.UNKNOWN_FIELD, "fields not in the v1 contract: \x1b]0;pwned\x07, a\nb",
+                                None, SOURCE, 1.0, 0)
+    assert record["detail"] == "fields not in the v1 contract: \\x1b]0;pwned\\x07, a\\nb".replace("\\n", "\\x0a")
