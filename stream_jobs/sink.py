@@ -234,7 +234,7 @@ class Sink:
 
             def insert(indexes: list[int], path: str, part=part, g=g):
                 items = part if len(indexes) == len(part) else _subset(part, indexes)
-                arrow_table, token = _table("generations", items, ROW_COLUMNS)
+                arrow_table, token = self._built(items)
                 if base is not None:  # one batch's groups: its token, numbered (an envelope's rows share offsets)
                     token = f"{base}/days{g}"
                 self.retrying("store write", self._insert, "generations", arrow_table,
@@ -242,6 +242,20 @@ class Sink:
             for i, why in refusals.isolate(list(range(len(part))), insert):
                 refused.append(dead_letter.refused_row(_row(part, i), why.kind.code, str(why), time.time()))
         return refused
+
+    def _built(self, items):
+        """`_table` of generations; a value Arrow cannot take is a refusal of
+        these rows like the store's own (refusals.classify)."""
+        try:
+            return _table("generations", items, ROW_COLUMNS)
+        except Exception as exc:
+            kind = refusals.classify(exc)
+            if kind.kind != refusals.DETERMINISTIC:
+                raise
+            message = f"{type(exc).__name__}: {redact(str(exc))[:300]}"
+            self.last_refusal = {"kind": kind.kind, "code": kind.code, "during": "building the insert",
+                                 "message": message, "at": time.time()}
+            raise refusals.Refused(kind, message) from None
 
     def _write_dead(self, dead: list[dict], salt: str = "") -> None:
         if not dead:

@@ -276,3 +276,12 @@ def test_columns_are_grouped_and_bisected_like_rows():
     assert [d["src_offset"] for d in refused] == [200]
     assert Sink.over(as_rows, "chdb").write(rows, [])[0]["src_offset"] == 200
     assert [(t.num_rows, tok) for _, t, tok in as_columns.landed] == [(t.num_rows, tok) for _, t, tok in as_rows.landed]
+
+
+def test_a_value_arrow_cannot_take_is_isolated_like_a_store_refusal():
+    rows = daily_rows(8)
+    rows[3]["input_tokens"] = 10**30  # past int64: the column fails to build, alone too
+    client = Refusing()
+    refused = Sink.over(client, "chdb").write(rows, [])
+    assert [(d["reason"], d["src_offset"]) for d in refused] == [("store_refused", 3)]
+    assert sum(t.num_rows for table, t, _ in client.landed if table == "generations") == 7
