@@ -77,10 +77,12 @@ def payload(raw: bytes | None, cap: int, parse: bool = True) -> str:
 
 
 def record(reason: str, detail: str, raw: bytes | None, source: dict, now: float, cap: int,
-           parse: bool = True) -> dict:
-    """The dead letter of a rejected message (DLQ_COLUMNS of the sink)."""
+           parse: bool = True, kept: str | None = None) -> dict:
+    """The dead letter of a rejected message (DLQ_COLUMNS of the sink).
+    `kept`: its `payload`, when the caller has it already (an envelope's
+    rejected events share their message's)."""
     return {"ts": now, "reason": reason, "detail": escape_control(detail[:_DETAIL_LIMIT]),
-            "payload": payload(raw, cap, parse),
+            "payload": payload(raw, cap, parse) if kept is None else kept,
             "payload_size": len(raw or b""), **source}
 
 

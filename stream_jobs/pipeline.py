@@ -270,11 +270,14 @@ class Pipeline:
                 log.exception("derivation failed at %s/%s", msg.partition, msg.offset)
                 results = [Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")]
             held = stored.get((msg.topic, msg.partition))
+            kept = None  # the message's redacted payload, built once for all its dead letters
             for result in results:
                 if isinstance(result, Rejection):
                     # Redacted: no value of a field outside the contract (dead_letter.py).
+                    if kept is None:
+                        kept = dead_letter.payload(event.value, cap, parse=msg.topic != self.settings.otlp_topic)
                     dead.append(dead_letter.record(result.reason, result.detail, event.value, source, now, cap,
-                                                   parse=msg.topic != self.settings.otlp_topic))
+                                                   kept=kept))
                 elif isinstance(result, Phase):
                     # Partitioned by request_id, so all phases of a generation
                     # meet in one partition of the join, whatever the gateway
