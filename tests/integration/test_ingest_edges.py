@@ -221,3 +221,25 @@ def test_an_event_older_than_the_raw_retention_is_dead_lettered_not_accepted_and
     finally:
         client.close()
     assert stored == ["edge"] and dead == [R.OUTSIDE_RETENTION] * 2
+
+
+def test_one_otlp_export_of_150_spans_one_per_day_is_stored_whole_without_a_pause(worker, pm_env):
+    """The issue's third way to the same wedge: one OTLP request of 150 spans
+    over 150 days, here as the Collector's kafka exporter writes it."""
+    from test_worker_otlp_topic import proto_message, vllm_span
+
+    topic, bootstrap = pm_env["PHASEMETER_TOPIC"], pm_env["KAFKA_BOOTSTRAP_SERVERS"]
+    otlp = f"{topic}.otlp"
+    pm_env["PHASEMETER_OTLP_TOPIC"] = otlp
+    pm_env["PHASEMETER_RAW_TTL_DAYS"] = "400"
+    worker.run("migrate")
+    worker.start()
+    now = time.time()
+    spans = [{**vllm_span(i), "start": now - (i + 1) * DAY, "end": now - (i + 1) * DAY + 3} for i in range(150)]
+    producer = KafkaProducer(bootstrap_servers=bootstrap, max_request_size=2_000_000)
+    producer.send(otlp, proto_message(spans))
+    producer.flush()
+    producer.close()
+    seen = watch(worker, lambda h: h["accepted"] + h["rejected"] >= 150)
+    assert (seen[-1]["accepted"], seen[-1]["rejected"]) == (150, 0), seen[-1]
+    assert [h["paused_reason"] for h in seen if h["status"] != "ok"] == [] and seen[-1]["store_retries"] == 0
