@@ -100,10 +100,6 @@ def _subset(rows, indexes: list[int]):
     return rows.take(indexes) if isinstance(rows, Generations) else [rows[i] for i in indexes]
 
 
-def _row(rows, i: int) -> dict:
-    return rows[i]
-
-
 class StoreUnavailable(RuntimeError):
     pass
 
@@ -240,7 +236,7 @@ class Sink:
                 self.retrying("store write", self._insert, "generations", arrow_table,
                               token + (f"/{path}" if path else "") + salt, refusable=True)
             for i, why in refusals.isolate(list(range(len(part))), insert):
-                refused.append(dead_letter.refused_row(_row(part, i), why.kind.code, str(why), time.time()))
+                refused.append(dead_letter.refused_row(part[i], why.kind.code, str(why), time.time()))
         return refused
 
     def _built(self, items):
