@@ -243,3 +243,32 @@ def test_one_otlp_export_of_150_spans_one_per_day_is_stored_whole_without_a_paus
     seen = watch(worker, lambda h: h["accepted"] + h["rejected"] >= 150)
     assert (seen[-1]["accepted"], seen[-1]["rejected"]) == (150, 0), seen[-1]
     assert [h["paused_reason"] for h in seen if h["status"] != "ok"] == [] and seen[-1]["store_retries"] == 0
+
+
+def test_labels_with_control_characters_are_dead_lettered_and_never_stored(worker, pm_env):
+    topic, bootstrap = pm_env["PHASEMETER_TOPIC"], pm_env["KAFKA_BOOTSTRAP_SERVERS"]
+    worker.start()
+    now = time.time()
+    bad = [event(request_id="c1", model="m\x1b[2J"), event(request_id="c2", replica="r\x1b]0;pwned\x07"),
+           event(request_id="c3", finish_reason="stop\r\n"), event(request_id="c4", gateway="g\x00"),
+           event(request_id="c5\x85"), event(request_id="c6", model="m\x7f")]
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for e in bad:
+        producer.send(topic, json.dumps(e).encode(), key=b"k")
+    producer.send(topic, json.dumps({"schema_version": 1, "kind": "batch", "events": [
+        event(request_id="ok1", model="modèle ✓", t0=now - 5), event(request_id="c7", model="\x1b[31mred")]}).encode())
+    producer.flush()
+    producer.close()
+    seen = watch(worker, lambda h: h["accepted"] + h["rejected"] >= len(bad) + 2)
+    assert (seen[-1]["accepted"], seen[-1]["rejected"]) == (1, len(bad) + 1)
+    worker.stop()
+    client = open_store(pm_env)
+    try:
+        stored = [r for (r,) in client.query("SELECT model FROM generations").result_rows]
+        dead = client.query("SELECT reason, detail FROM dead_letters").result_rows
+    finally:
+        client.close()
+    assert stored == ["modèle ✓"]
+    assert len(dead) == len(bad) + 1
+    assert {r for r, _ in dead} == {R.CONTROL_CHARACTER}
+    assert not any(c in d for _, d in dead for c in "\x1b\x00\r\n\x7f\x85")  # nothing raw reaches a terminal
