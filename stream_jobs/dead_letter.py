@@ -70,7 +70,8 @@ def payload(raw: bytes | None, cap: int, parse: bool = True) -> str:
         event = json.loads(raw)
         if not isinstance(event, dict):
             return ""  # a bare string or list has no field names: nothing of it is known
-        body = json.dumps(redact(event), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        # ASCII (\u escapes): cut at `cap` it stays decodable text.
+        body = json.dumps(redact(event), ensure_ascii=True, separators=(",", ":")).encode("ascii")
     except (ValueError, RecursionError, UnicodeError):
         return ""  # malformed, too deep, not UTF-8, a lone surrogate: nothing of it is kept
     return base64.b64encode(body[:cap]).decode()

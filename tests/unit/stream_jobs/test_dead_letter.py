@@ -71,6 +71,8 @@ def test_a_message_of_another_encoding_keeps_nothing_and_the_cap_holds():
     raw = json.dumps({"model": "m", "t0": 1.0, "x": SECRET}).encode()
     assert dead_letter.record(R.MALFORMED_OTLP, "d", raw, SOURCE, 1.0, 4096, parse=False)["payload"] == ""
     assert len(base64.b64decode(dead_letter.payload(raw, 10))) == 10
+    cut = base64.b64decode(dead_letter.payload(json.dumps({"model": "é✓" * 20}).encode(), 11))
+    assert cut.decode("ascii") == '{"model":"\\'  # cut anywhere, still text
 
 
 def test_a_row_the_store_refused_keeps_its_contract_fields():
