@@ -261,6 +261,7 @@ def test_a_lower_partition_limit_of_a_server_is_met_by_bisection():
     client = Refusing(days=30)
     assert Sink.over(client, "chdb").write(daily_rows(100), []) == []
     assert sum(t.num_rows for _, t, _ in client.landed) == 100
+    assert len(client.landed) == 4  # 100 days: refused, then halves of 50 (refused), then quarters of 25
     assert all(len({x.date() for x in t.column("ts").to_pylist()}) <= 30 for _, t, _ in client.landed)
 
 
