@@ -125,7 +125,7 @@ class Settings:
     max_message_bytes: int = _f(1_000_000, "PHASEMETER_MAX_MESSAGE_BYTES",
                                 "Larger raw events are dead-lettered as 'oversize'.")
     dlq_payload_bytes: int = _f(4096, "PHASEMETER_DLQ_PAYLOAD_BYTES",
-                                "How many bytes of a rejected event the dead-letter record keeps.")
+                                "How many bytes of a rejected event's redacted JSON the dead-letter record keeps.")
     raw_ttl_days: int = _f(90, "PHASEMETER_RAW_TTL_DAYS", "Days raw generation rows are kept (set by `phasemeter migrate`).")
     rollup_ttl_days: int = _f(400, "PHASEMETER_ROLLUP_TTL_DAYS",
                               "Days the per-minute rollup is kept (set by `phasemeter migrate`).")

@@ -22,7 +22,8 @@ import phasemeter.stream_jobs.reasons as R
 
 from .generation import (BadArgument, Generation, check_duration, check_estimated, check_outcome, check_request,
                          check_stalls, check_t0, check_threshold, encodable)
-from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S, MAX_DURATION_S
+from phasemeter.stream_jobs.contract import (DEFAULT_STALL_THRESHOLD_S, MAX_DURATION_S, control_character,
+                                             has_control)
 from .phases import PhaseGeneration, end_item, first_token_item, start_item
 from .sender import Sender
 
@@ -154,6 +155,8 @@ class Meter:
         if gateway is not None and (not isinstance(gateway, str) or not 0 < len(gateway) <= 200
                                     or not encodable(gateway)):
             raise ValueError("gateway must be a non-empty str of at most 200 characters that UTF-8 can encode")
+        if gateway is not None and has_control(gateway):  # the worker's rule (contract.has_control)
+            raise ValueError(control_character("gateway", gateway).detail)
         if not isinstance(queue_size, int) or queue_size < 1:
             raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
         if not isinstance(envelope_size, int) or not 1 <= envelope_size <= 2000:

@@ -26,6 +26,7 @@ import phasemeter.stream_jobs.reasons as R
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MAX_EPOCH_S, MAX_TOKENS, MIN_T0,
                                              V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate)
 from phasemeter.stream_jobs.contract import STATUSES as _STATUSES
+from phasemeter.stream_jobs.contract import control_character, has_control
 
 STATUSES = frozenset(_STATUSES)
 _MODEL, _RID, _FINISH, _REPLICA = (LABEL_FIELDS[k] for k in ("model", "request_id", "finish_reason", "replica"))
@@ -73,7 +74,7 @@ def label_error(name: str, value, limit: int) -> BadArgument:
     message = f"{name} must be a non-empty str of at most {limit} characters"
     if not isinstance(value, str):
         return BadArgument(f"{message}, got {type(value).__name__}", R.WRONG_TYPE)
-    bad = lone_surrogate(value, name)
+    bad = lone_surrogate(value, name) or control_character(name, value)
     if bad is not None:
         return BadArgument(bad.detail, bad.reason)
     return BadArgument(f"{message}, got {len(value)}", R.BAD_VALUE)
@@ -110,17 +111,21 @@ def new_request_id() -> str:
 
 
 def label_ok(value, limit: int) -> bool:
-    """The rule of a label: a str of 1..limit characters UTF-8 can encode.
-    Callers test the common case inline first (an exact str, ASCII: a flag
-    read) and call this only when that fails."""
-    return isinstance(value, str) and 0 < len(value) <= limit and encodable(value)
+    """The rule of a label: a str of 1..limit printable characters UTF-8 can
+    encode (contract.has_control: the worker dead-letters a control
+    character). Callers test the common case inline first (an exact str,
+    printable ASCII: a flag read and one C scan) and call this only when
+    that fails."""
+    return isinstance(value, str) and 0 < len(value) <= limit and encodable(value) and not has_control(value)
 
 
 def check_request(model, input_tokens, cached_input_tokens, request_id, replica) -> None:
     """Programmer errors raise BadArgument (a ValueError) naming the argument.
-    O(1) checks on the common path (str.isascii() is a flag read); a label
-    that is not ASCII, or a str subclass, goes through label_ok."""
-    if not (model.__class__ is str and 0 < len(model) <= _MODEL and model.isascii()) and not label_ok(model, _MODEL):
+    Cheap checks on the common path (str.isascii() is a flag read, and
+    isprintable() one C scan of a short label); a label that is not printable
+    ASCII, or a str subclass, goes through label_ok."""
+    if not (model.__class__ is str and 0 < len(model) <= _MODEL and model.isascii() and model.isprintable()) \
+            and not label_ok(model, _MODEL):
         raise label_error("model", model, _MODEL)
     try:
         bad = not 0 <= input_tokens <= MAX_TOKENS or cached_input_tokens is not None \
@@ -136,11 +141,13 @@ def check_request(model, input_tokens, cached_input_tokens, request_id, replica)
             bad.reason = R.INCONSISTENT
         raise bad
     if request_id is not None and not (request_id.__class__ is str and 0 < len(request_id) <= _RID
-                                       and request_id.isascii()) and not label_ok(request_id, _RID):
+                                       and request_id.isascii() and request_id.isprintable()) \
+            and not label_ok(request_id, _RID):
         raise label_error("request_id", request_id, _RID)
     # Empty labels are refused here: the worker would dead-letter them (bad_value).
     if replica is not None and not (replica.__class__ is str and 0 < len(replica) <= _REPLICA
-                                    and replica.isascii()) and not label_ok(replica, _REPLICA):
+                                    and replica.isascii() and replica.isprintable()) \
+            and not label_ok(replica, _REPLICA):
         raise label_error("replica", replica, _REPLICA)
 
 
@@ -154,7 +161,8 @@ def check_outcome(output_tokens, status, finish_reason) -> None:
     if status not in STATUSES:
         raise BadArgument(f"status must be one of 'ok', 'error', 'cancelled', got {status!r}")
     if finish_reason is not None and not (finish_reason.__class__ is str and 0 < len(finish_reason) <= _FINISH
-                                          and finish_reason.isascii()) and not label_ok(finish_reason, _FINISH):
+                                          and finish_reason.isascii() and finish_reason.isprintable()) \
+            and not label_ok(finish_reason, _FINISH):
         raise label_error("finish_reason", finish_reason, _FINISH)
 
 

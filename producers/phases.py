@@ -32,12 +32,14 @@ from .generation import (_RID, MAX_TOKENS, V2_OPTIONAL, BadArgument, Generation,
 # Epoch bounds for t0/t_first/t_end (the contract's): the worker rejects t0
 # before 2000, and an upper bound catches the unit bug of passing milliseconds.
 from phasemeter.stream_jobs.contract import MAX_EPOCH_S, MIN_T0 as MIN_EPOCH_S  # noqa: E402
+from phasemeter.stream_jobs.contract import control_character, has_control  # noqa: E402
 
 
 def check_request_id(request_id) -> None:
     # Same rule and message as check_request, which stays free of calls
     # because the one-event hot path runs it on every generation.
-    if not (request_id.__class__ is str and 0 < len(request_id) <= _RID and request_id.isascii()) \
+    if not (request_id.__class__ is str and 0 < len(request_id) <= _RID and request_id.isascii()
+            and request_id.isprintable()) \
             and not label_ok(request_id, _RID):
         raise label_error("request_id", request_id, _RID)
 

@@ -26,7 +26,7 @@ from operator import attrgetter
 import numpy as np
 import pyarrow as pa
 
-from .contract import MAX_DURATION_S
+from .contract import MAX_DURATION_S, MIN_T0
 from .derive import ROW_COLUMNS, NO_EXTRAS
 from .fast_decode import Generation, decoded_events
 
@@ -41,6 +41,13 @@ def ts_array(seconds) -> pa.Array:
     """Epoch seconds -> the stored ts column: the exact millisecond, UTC."""
     ms = np.round(np.asarray(seconds, dtype="float64") * 1000.0).astype("int64")
     return pa.array(ms, type=pa.timestamp("ms", tz="UTC"))
+
+
+def day_numbers(seconds) -> np.ndarray:
+    """Epoch seconds -> the UTC day of the stored ts (its exact millisecond,
+    as `ts_array` rounds it): the partition of generations (schema/0001)."""
+    ms = np.round(np.asarray(seconds, dtype="float64") * 1000.0).astype("int64")
+    return ms // 86_400_000
 
 
 def _rate(count: np.ndarray, seconds: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,6 +81,15 @@ class Generations(Sequence):
             self._rows = self.columns_to_rows()
         return self._rows[i]
 
+    def take(self, indexes: list[int]) -> "Generations":
+        """These rows only, in this order; each row counted as its own
+        message for the token (sink.counted_token hashes the same bytes)."""
+        at = np.asarray(indexes, dtype=np.int64)
+        message_of_row = np.repeat(np.arange(len(self.per_message)), self.per_message)[at]
+        return Generations({k: v.take(at) for k, v in self.columns.items()}, self.ts[at],
+                           [self.request_ids[i] for i in indexes], [self.sources[m] for m in message_of_row],
+                           [1] * len(indexes))
+
     def columns_to_rows(self) -> list[dict]:
         names = list(self.columns)
         values = [self.columns[n].to_pylist() for n in names]
@@ -101,7 +117,8 @@ class Generations(Sequence):
         return {(m, b, datetime.fromtimestamp(t, timezone.utc)) for m, b, t in keys}
 
 
-def from_events(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000) -> Generations | None:
+def from_events(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000,
+                oldest: float = MIN_T0) -> Generations | None:
     """The batch's rows as columns when every message is a well-formed
     generation or an envelope of them (what the row path would give, with
     no rejection and no phase); else None."""
@@ -118,7 +135,7 @@ def from_events(events, bucket, max_bytes: int, now: float, max_batch: int = 10_
         counts.append(len(inner))
     if not gens:
         return None
-    return _derive(gens, counts, events, bucket, now)
+    return _derive(gens, counts, events, bucket, now, oldest)
 
 
 class Ahead:
@@ -129,21 +146,22 @@ class Ahead:
     that reads the store or the worker's positions is made in its turn.
 
     Its rows are the batch's only if admission left the batch as it was
-    (the same events, in order). An earlier clock is only stricter (a t0 too
-    far ahead of it sends the batch to the row path), so the rows are those
-    `from_events` would give in the batch's turn."""
+    (the same events, in order). An earlier clock is stricter about a t0
+    too far ahead of it (such a batch took the row path), and the retention
+    bound moves with the clock, so `rows_for` checks it again at the batch's
+    turn: the rows are those `from_events` would give then."""
 
-    def __init__(self, events, bucket, max_bytes: int, now: float):
+    def __init__(self, events, bucket, max_bytes: int, now: float, oldest: float = MIN_T0):
         self.events = list(events)
-        self.gens = from_events(self.events, bucket, max_bytes, now)
+        self.gens = from_events(self.events, bucket, max_bytes, now, oldest=oldest)
 
-    def rows_for(self, events) -> Generations | None:
-        if self.gens is None or len(events) != len(self.events):
+    def rows_for(self, events, oldest: float = MIN_T0) -> Generations | None:
+        if self.gens is None or len(events) != len(self.events) or self.gens.ts.min() < oldest:
             return None
         return self.gens if all(a is b for a, b in zip(events, self.events)) else None
 
 
-def _derive(gens: list, counts: list[int], events, bucket, now: float) -> Generations | None:
+def _derive(gens: list, counts: list[int], events, bucket, now: float, oldest: float = MIN_T0) -> Generations | None:
     n = len(gens)
 
     # One field of every Struct: map over an attrgetter runs the loop in C,
@@ -170,7 +188,7 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float) -> Genera
     # The checks of fast_decode._generation and derive.ordered_fields: a
     # batch with any event they send to the full path takes the row path.
     until = np.where(ttft_known, ttft, e2e)
-    bad = ((t0 > now + MAX_DURATION_S) | (ttft_known & (e2e < ttft)) | (queue_known & (queue > until))
+    bad = ((t0 > now + MAX_DURATION_S) | (t0 < oldest) | (ttft_known & (e2e < ttft)) | (queue_known & (queue > until))
            | (~ttft_known & (n_out > 0)) | (cached_known & (cached > n_in)))
     if bad.any():
         return None

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from .batch_join import Forwarded, message_time
 from .columnar import Generations, _derive
-from .contract import MAX_DURATION_S
+from .contract import MAX_DURATION_S, MIN_T0
 from .fast_decode import _PHASE_KIND, PHASES, Generation, _phase, decoded_events
 from .join import JOINED_IN_INGEST, phase_partition
 from .phase_events import PHASE_KINDS
@@ -98,10 +98,12 @@ def _generation(rid: str, ph: list):
                       status=end.status or "ok", ttft_s=ttft)
 
 
-def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch: int = 10_000) -> Joined | None:
+def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch: int = 10_000,
+         oldest: float = MIN_T0) -> Joined | None:
     """A batch of phase messages -> what the row path makes of it (its rows
     as columns), or None for the row path. As there, only phases that came
-    in a message of more than one event are joined in the batch."""
+    in a message of more than one event are joined in the batch; a joined
+    generation older than `oldest` (the retention) sends the batch there."""
     latest = now + MAX_DURATION_S
     lone: list[tuple[int, object]] = []  # (message, phase): forwarded as they are
     enveloped: list[tuple[int, object]] = []
@@ -147,7 +149,7 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
             return None
         gens.append(g)
         counts[enveloped[i][0]] += 1
-    columns = _derive(gens, counts, events, bucket, now)
+    columns = _derive(gens, counts, events, bucket, now, oldest)
     if columns is None:
         return None
 

@@ -14,6 +14,7 @@ from . import reasons as R
 from .buckets import Bucketer
 from .contract import LABEL_FIELDS, check_count, check_duration, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
 from .contract import V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate, may_hold_lone_surrogate
+from .contract import control_character, has_control, outside_retention
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
 __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_event", "process_message",
@@ -60,7 +61,7 @@ def parse(raw: bytes, max_bytes: int) -> dict | Rejection:
 
 
 def _label(value, limit: int) -> bool:
-    return value is None or (type(value) is str and 0 < len(value) <= limit)
+    return value is None or (type(value) is str and 0 < len(value) <= limit and not has_control(value))
 
 
 def _duration(value) -> bool:
@@ -72,7 +73,7 @@ def _count(value) -> bool:
     return value is None or (type(value) is int and 0 <= value <= MAX_TOKENS)
 
 
-def _fast(event, now: float) -> dict | None:
+def _fast(event, now: float, oldest: float = MIN_T0) -> dict | None:
     """The common, well-formed event in one pass, or None to take the full
     path. Only accepts what `validate` accepts and returns the same fields
     (a test checks both on the whole poison corpus and on random events);
@@ -91,7 +92,7 @@ def _fast(event, now: float) -> dict | None:
     if not (model is not None and rid is not None and _label(model, 200) and _label(rid, 128)
             and _label(reason, 64) and _label(gw, 200) and _label(replica, 200) and status in STATUSES
             and n_in is not None and n_out is not None and _count(n_in) and _count(n_out) and _count(cached)
-            and type(t0) in (float, int) and MIN_T0 <= t0 <= now + MAX_DURATION_S
+            and type(t0) in (float, int) and MIN_T0 <= t0 <= now + MAX_DURATION_S and t0 >= oldest
             and e2e is not None and _duration(e2e) and _duration(ttft) and _duration(queue)):
         return None
     return ordered_fields(model, rid, reason, gw, replica, status, n_in, n_out, cached, float(t0),
@@ -114,16 +115,17 @@ def ordered_fields(model, rid, reason, gw, replica, status, n_in, n_out, cached,
             "schema_version": version, **NO_EXTRAS}
 
 
-def validate(event: dict, now: float | None = None) -> dict | Rejection:
-    """Check types, ranges and orderings; return normalised fields."""
+def validate(event: dict, now: float | None = None, oldest: float = MIN_T0) -> dict | Rejection:
+    """Check types, ranges and orderings; return normalised fields.
+    `oldest`: the earliest t0 the store keeps (contract.oldest_kept)."""
     now = time.time() if now is None else now
-    fields = _fast(event, now)
+    fields = _fast(event, now, oldest)
     if fields is not None:
         return fields
-    return _validate_full(event, now)
+    return _validate_full(event, now, oldest)
 
 
-def _validate_full(event: dict, now: float) -> dict | Rejection:
+def _validate_full(event: dict, now: float, oldest: float = MIN_T0) -> dict | Rejection:
     if not isinstance(event, dict):
         return Rejection(R.NOT_OBJECT, f"event is {type(event).__name__}, not an object")
     version = event.get("schema_version")
@@ -149,6 +151,9 @@ def _validate_full(event: dict, now: float) -> dict | Rejection:
             return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
         if not value or len(value) > limit:
             return Rejection(R.BAD_VALUE, f"{name} must be 1..{limit} characters")
+        bad = control_character(name, value)
+        if bad is not None:
+            return bad
         out[name] = value
     status = event.get("status", "ok")
     if status not in STATUSES:
@@ -178,6 +183,9 @@ def _validate_full(event: dict, now: float) -> dict | Rejection:
         out[name] = float(value)
     if not MIN_T0 <= out["t0"] <= now + MAX_DURATION_S:
         return Rejection(R.ABSURD, f"t0={out['t0']} is not epoch seconds between 2000 and now+1d")
+    bad = outside_retention(out["t0"], oldest)
+    if bad is not None:
+        return bad
     ttft, e2e, queue = out["ttft_s"], out["e2e_s"], out["queue_s"]
     if ttft is not None and e2e < ttft:
         return Rejection(R.IMPOSSIBLE_ORDER, f"t_end before t_first (e2e_s={e2e} < ttft_s={ttft})")
@@ -229,7 +237,8 @@ def derive(fields: dict, bucket: Bucketer) -> dict:
     }
 
 
-def process(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None) -> dict | Rejection:
+def process(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,
+            oldest: float = MIN_T0) -> dict | Rejection:
     """The whole pure pipeline for one message value holding one generation."""
     event = parse(raw, max_bytes)
     if isinstance(event, Rejection):
@@ -237,14 +246,14 @@ def process(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = No
     bad = lone_surrogate(event) if may_hold_lone_surrogate(raw) else None
     if bad is not None:
         return bad
-    fields = validate(event, now)
+    fields = validate(event, now, oldest)
     if isinstance(fields, Rejection):
         return fields
     return derive(fields, bucket)
 
 
 def process_event(event, bucket: Bucketer, now: float, internal: bool = False,
-                  check_text: bool = False) -> dict | Phase | Rejection:
+                  check_text: bool = False, oldest: float = MIN_T0) -> dict | Phase | Rejection:
     """One parsed event (a dict from a message or an envelope) -> row, Phase or
     Rejection. `check_text`: its message holds an escape that may have parsed
     to a lone surrogate (contract.may_hold_lone_surrogate)."""
@@ -258,21 +267,27 @@ def process_event(event, bucket: Bucketer, now: float, internal: bool = False,
         return fields if isinstance(fields, Rejection) else Phase(fields["request_id"], fields)
     if internal:  # records the join wrote to the joined topic (stream_jobs/join.py)
         if kind == "orphan":
-            return Rejection(event.get("reason") or R.INTERNAL, str(event.get("detail", ""))[:300])
+            # The joined topic is an input too: only a reason code of ours is
+            # taken from it, and only text as its detail.
+            reason, detail = event.get("reason"), event.get("detail")
+            if reason not in R.ALL or not isinstance(detail, str):
+                return Rejection(R.BAD_VALUE, "an orphan record without a known reason code and a text detail")
+            return Rejection(reason, detail[:300])
         if event.get("status") == "abandoned":
             # Only the join may say "abandoned": validate it as the
             # cancellation it resembles (no output needed), then restore it.
-            fields = validate({**event, "status": "cancelled"}, now)
+            fields = validate({**event, "status": "cancelled"}, now, oldest)
             if not isinstance(fields, Rejection):
                 fields["status"] = "abandoned"
                 return derive(fields, bucket)
             return fields
-    fields = validate(event, now)
+    fields = validate(event, now, oldest)
     return fields if isinstance(fields, Rejection) else derive(fields, bucket)
 
 
 def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,
-                    max_batch: int = 10_000, internal: bool = False) -> list[dict | Phase | Rejection]:
+                    max_batch: int = 10_000, internal: bool = False,
+                    oldest: float = MIN_T0) -> list[dict | Phase | Rejection]:
     """One Kafka message -> one result per event it carries: a row (a whole
     generation), a Phase (to be joined) or a Rejection.
 
@@ -281,7 +296,8 @@ def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | N
     that amortises Kafka's per-message cost (as OTLP exporters do). Each
     inner event is validated on its own: one bad event does not sink its
     neighbours, and its rejection detail says which index it was.
-    `internal` is set only for the worker's own joined topic.
+    `internal` is set only for the worker's own joined topic. `oldest`: the
+    earliest t0 the store keeps (contract.oldest_kept; MIN_T0: no bound).
     """
     event = parse(raw, max_bytes)
     if isinstance(event, Rejection):
@@ -289,7 +305,7 @@ def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | N
     now = time.time() if now is None else now
     check = may_hold_lone_surrogate(raw)
     if event.get("kind") != "batch":
-        return [process_event(event, bucket, now, internal, check)]
+        return [process_event(event, bucket, now, internal, check, oldest)]
     version = event.get("schema_version")
     if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
         return [Rejection(R.UNKNOWN_VERSION, f"envelope schema_version={version!r}")]
@@ -300,7 +316,7 @@ def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | N
         return [Rejection(R.BAD_VALUE, f"envelope must hold 1..{max_batch} events and nothing else")]
     out: list[dict | Phase | Rejection] = []
     for i, item in enumerate(inner):
-        result = process_event(item, bucket, now, internal, check)
+        result = process_event(item, bucket, now, internal, check, oldest)
         out.append(Rejection(result.reason, f"events[{i}]: {result.detail}") if isinstance(result, Rejection)
                    else result)
     return out

@@ -21,12 +21,14 @@ generated messages.
 from __future__ import annotations
 
 import time
+from itertools import repeat
 from typing import Annotated, Literal, Optional, Union
 
 import msgspec
 
 from .buckets import Bucketer
 from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, V2_OPTIONAL
+from .contract import has_control, may_hold_control
 from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, derive, ordered_fields, process_message
 from .phase_events import PHASE_VERSION, SPEC, check_across
 
@@ -80,10 +82,12 @@ Envelope = _struct("Envelope", "batch", [("schema_version", _Version),
                                          ("events", Annotated[list[_EVENT], msgspec.Meta(min_length=1)])], [], gc=True)
 _DECODER = msgspec.json.Decoder(Union[_EVENT, Envelope])
 _PHASE_KIND = {struct: kind for kind, struct in PHASES.items()}
+# Each Struct's label fields, for the control-character rule (contract.has_control).
+_LABELS = {t: tuple(n for n in t.__struct_fields__ if n in LABEL_FIELDS) for t in (Generation, *PHASES.values())}
 
 
-def _generation(e, latest: float) -> dict | None:
-    if e.t0 > latest:
+def _generation(e, latest: float, oldest: float) -> dict | None:
+    if e.t0 > latest or e.t0 < oldest:  # outside the clock's bound, or the store's retention
         return None
     return ordered_fields(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status,
                           e.input_tokens, e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s,
@@ -105,16 +109,24 @@ def decoded_events(raw: bytes, max_batch: int):
     """The events of a message (one, or an envelope's) as the Structs above,
     or None when any of them is not one: the full path's to name."""
     # msgspec refuses a lone surrogate escape as malformed, so that message
-    # too goes to the full path, which names the field (not_utf8).
+    # too goes to the full path, which names the field (not_utf8). Objects
+    # nested past the interpreter's recursion limit raise RecursionError
+    # there (arrays a DecodeError): the full path names that malformed_json.
     try:
         message = _DECODER.decode(raw)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):
         return None
     events = message.events if type(message) is Envelope else (message,)
-    return events if len(events) <= max_batch else None
+    if len(events) > max_batch or (may_hold_control(raw) and any(map(_holds_control, events))):
+        return None  # a label with a control character: the full path names it
+    return events
 
 
-def common_fields(raw: bytes, now: float, max_batch: int) -> list[dict | Phase] | None:
+def _holds_control(e) -> bool:
+    return any(has_control(v) for v in map(getattr, repeat(e), _LABELS[type(e)]) if v is not None)
+
+
+def common_fields(raw: bytes, now: float, max_batch: int, oldest: float = MIN_T0) -> list[dict | Phase] | None:
     """Validated fields of each generation in `raw`, and each phase, when all
     its events are well-formed; None sends the message to the full path."""
     events = decoded_events(raw, max_batch)
@@ -124,7 +136,7 @@ def common_fields(raw: bytes, now: float, max_batch: int) -> list[dict | Phase] 
     out = []
     for e in events:
         kind = _PHASE_KIND.get(type(e))
-        result = _generation(e, latest) if kind is None else _phase(e, kind, latest)
+        result = _generation(e, latest, oldest) if kind is None else _phase(e, kind, latest)
         if result is None:
             return None
         out.append(result)
@@ -132,11 +144,12 @@ def common_fields(raw: bytes, now: float, max_batch: int) -> list[dict | Phase] 
 
 
 def process_message_fast(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,
-                         max_batch: int = 10_000, internal: bool = False) -> list[dict | Phase | Rejection]:
+                         max_batch: int = 10_000, internal: bool = False,
+                         oldest: float = MIN_T0) -> list[dict | Phase | Rejection]:
     """`derive.process_message`, the same results, with the common message in C."""
     now = time.time() if now is None else now
     if raw is not None and len(raw) <= max_bytes:
-        common = common_fields(raw, now, max_batch)
+        common = common_fields(raw, now, max_batch, oldest)
         if common is not None:
             return [derive(x, bucket) if type(x) is dict else x for x in common]
-    return process_message(raw, bucket, max_bytes, now, max_batch, internal)
+    return process_message(raw, bucket, max_bytes, now, max_batch, internal, oldest)

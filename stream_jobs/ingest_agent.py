@@ -89,7 +89,9 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
         # Blocks (retrying) while the store is down: the stream stops being
         # consumed (backpressure) and no progress is recorded.
         pipeline.writing_since = t_split
-        await loop_run(sink.write, rows, dead)
+        # Rows the store refuses for good come back as dead letters, stored.
+        refused = await loop_run(sink.write, rows, dead)
+        dead = dead + refused
         if pipeline.reread_records:  # records a previous owner may have written too
             rewritten = await loop_run(sink.rewrite_dropped, rows, dead)
             if rewritten:
@@ -114,7 +116,7 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
         positions = pipeline.sequencer.position({(e.message.topic, e.message.partition) for e in events})
         await save(positions)
         await ingest_handoff.commit(app, positions)
-        pipeline.accepted += len(rows)
+        pipeline.accepted += len(rows) - len(refused)
         pipeline.rejected += len(dead)
         pipeline.last_batch_at = time.time()
         span = columnar.ts_bounds(rows)

@@ -31,6 +31,7 @@ from collections import Counter
 import msgspec
 
 from . import handoff, join, publish, resume
+from .phases_in import read_phases
 from .ready import is_ready, until_ready
 from .sequence import Sequencer
 
@@ -39,7 +40,6 @@ log = logging.getLogger("phasemeter.join")
 # same values as the standard library's, which had been 9 % of the worker's
 # event loop in a join run (envelopes and changelog entries).
 _dumps = msgspec.json.encode
-_loads = msgspec.json.decode
 
 
 # The join's position per phases partition lives in the table itself, so it
@@ -162,8 +162,12 @@ class Join:
             outputs: list[join.Output] = []
             for event in events:
                 p = event.message.partition
-                # [[gateway timestamp, phase fields], ...], validated by ingest
-                for ts, fields in _loads(event.value)["phases"]:
+                # [[gateway timestamp, phase fields], ...], validated by ingest and
+                # again here: what is not one is dead-lettered through ingest.
+                pairs, refused = read_phases(event.value, now)
+                outputs += refused
+                self.counts["phases_refused"] += len(refused)
+                for ts, fields in pairs:
                     self.clocks.observe(p, ts, now)
                     rid = fields["request_id"]
                     key = rid.encode()

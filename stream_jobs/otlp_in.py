@@ -20,13 +20,15 @@ from phasemeter.integrations.otlp_map import JSON, PROTOBUF, BadRequest, map_req
 
 from . import reasons as R
 from .buckets import Bucketer
+from .contract import MIN_T0
 from .derive import Phase, Rejection, process_event
 
 
 def process_otlp(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float,
-                 default_model: str | None = None) -> tuple[list[dict | Phase | Rejection], int]:
+                 default_model: str | None = None, oldest: float = MIN_T0) -> tuple[list[dict | Phase | Rejection], int]:
     """One OTLP topic message -> (results, spans ignored as not LLM requests).
-    `default_model` names the model of spans that carry none."""
+    `default_model` names the model of spans that carry none; `oldest` is
+    the earliest t0 the store keeps (contract.oldest_kept)."""
     if raw is None or not raw:
         return [Rejection(R.MALFORMED_OTLP, "empty message")], 0
     if len(raw) > max_bytes:
@@ -34,9 +36,9 @@ def process_otlp(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float
     encoding = JSON if raw.lstrip()[:1] == b"{" else PROTOBUF
     try:
         mapped = map_request(raw, encoding, default_model=default_model or None, now=now)
-    except BadRequest as exc:
+    except (BadRequest, RecursionError, ValueError) as exc:  # too deep, or a value the mapper cannot read
         return [Rejection(R.MALFORMED_OTLP, f"{encoding}: {str(exc)[:300]}")], 0
     out: list[dict | Phase | Rejection] = [
         Rejection(reason, f"span {span_id}: {detail}"[:400]) for span_id, reason, detail in mapped.rejected]
-    out += [process_event(event, bucket, now) for event in mapped.events]
+    out += [process_event(event, bucket, now, oldest=oldest) for event in mapped.events]
     return out, mapped.ignored

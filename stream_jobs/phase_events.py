@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from . import reasons as R
 from .contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, STATUSES, V2_OPTIONAL, Rejection, check_count,
-                       check_duration, check_gap_within, check_number, check_v2_optional)
+                       check_duration, check_gap_within, check_number, check_v2_optional, control_character)
 
 PHASE_KINDS = ("start", "first_token", "end")
 PHASE_VERSION = 2
@@ -73,6 +73,9 @@ def validate_phase(event: dict, now: float) -> dict | Rejection:
                 return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
             if not value or len(value) > LABEL_FIELDS[name]:
                 return Rejection(R.BAD_VALUE, f"{name} must be 1..{LABEL_FIELDS[name]} characters")
+            bad = control_character(name, value)
+            if bad is not None:
+                return bad
         elif name == "status":
             if value not in STATUSES:
                 return Rejection(R.BAD_VALUE, f"status={str(value)[:40]!r}; expected one of {STATUSES}")

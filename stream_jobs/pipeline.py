@@ -11,7 +11,6 @@ deliveries. No Faust import here: the agent in app.py is a thin loop over it.
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from collections import Counter
@@ -19,9 +18,10 @@ from datetime import datetime, timezone
 
 from phasemeter.settings import Settings
 
-from . import batch_join, columnar, columnar_join
+from . import batch_join, columnar, columnar_join, dead_letter
 from . import reasons as R
 from .buckets import Bucketer, parse_edges
+from .contract import oldest_kept
 from .ledger import Stored, offset_spans
 from .sequence import Sequencer
 from .derive import Phase, Rejection, process_event
@@ -81,6 +81,11 @@ class Pipeline:
         self.last_batch: dict | None = None
         self.writing_since: float | None = None
 
+    def oldest(self, now: float) -> float:
+        """The earliest t0 the store keeps: an older event is dead-lettered
+        (outside_retention) instead of stored and deleted by the TTL."""
+        return oldest_kept(now, self.settings.raw_ttl_days)
+
     def forget_offsets(self) -> None:
         """After a rebalance another worker may have stored more: re-read."""
         self.sequencer.forget()
@@ -119,11 +124,13 @@ class Pipeline:
         if (topic not in (self.settings.topic, self.settings.joined_topic_name)
                 or any(e.message.topic != topic for e in events) or self._rereads(events)):
             return None
-        gens = ahead.rows_for(events) if ahead is not None else None
+        now = time.time()
+        gens = ahead.rows_for(events, self.oldest(now)) if ahead is not None else None
         if gens is not None:
             self.counts["batches_decoded_ahead"] += 1
         else:
-            gens = columnar.from_events(events, self.bucket, self.settings.max_message_bytes, time.time())
+            gens = columnar.from_events(events, self.bucket, self.settings.max_message_bytes, now,
+                                        oldest=self.oldest(now))
         if gens is None or len(set(gens.request_ids)) != len(gens):
             return None
         if self._stored_ids(self._dup_scope(topic), gens.request_ids, gens):
@@ -138,8 +145,9 @@ class Pipeline:
         bookkeeping."""
         if any(e.message.topic != self.settings.topic for e in events) or self._rereads(events):
             return None
-        joined = columnar_join.fold(events, self.bucket, self.settings.max_message_bytes, time.time(),
-                                    self.settings.topic_partitions)
+        now = time.time()
+        joined = columnar_join.fold(events, self.bucket, self.settings.max_message_bytes, now,
+                                    self.settings.topic_partitions, oldest=self.oldest(now))
         if joined is None or self._stored_ids(self._dup_scope(self.settings.joined_topic_name),
                                               joined.gens.request_ids, joined.gens):
             return None  # a re-join after a crash: the row path drops it and counts it
@@ -201,10 +209,9 @@ class Pipeline:
             if row["request_id"] in seen and rejoin:
                 self.rejoined += 1
             elif row["request_id"] in seen:
-                dead.append({"ts": now, "reason": R.DUPLICATE,
-                             "detail": f"request_id {row['request_id'][:128]} already stored",
-                             "payload": "", "payload_size": 0,
-                             **{k: row[k] for k in ("src_topic", "src_partition", "src_offset")}})
+                dead.append(dead_letter.record(R.DUPLICATE, f"request_id {row['request_id'][:128]} already stored",
+                                               None, {k: row[k] for k in ("src_topic", "src_partition", "src_offset")},
+                                               now, 0))
                 self.duplicates += 1
             else:
                 seen.add(row["request_id"])
@@ -226,7 +233,8 @@ class Pipeline:
 
     def decode_ahead(self, events) -> columnar.Ahead:
         """The next batch's columns, decoded while this one is written."""
-        return columnar.Ahead(events, self.bucket, self.settings.max_message_bytes, time.time())
+        now = time.time()
+        return columnar.Ahead(events, self.bucket, self.settings.max_message_bytes, now, self.oldest(now))
 
     def split(self, events, ahead: columnar.Ahead | None = None):
         """Admitted events -> (rows, dead letters, phases to forward as
@@ -243,6 +251,7 @@ class Pipeline:
         enveloped = []  # (phase, source, recheck) of phases that came in envelopes: _join_in_batch
         suspects: set = set()
         now = time.time()
+        oldest = self.oldest(now)
         cap = self.settings.dlq_payload_bytes
         stored = self._already_stored(events)
         for event in events:
@@ -252,21 +261,23 @@ class Pipeline:
             try:
                 if msg.topic == self.settings.otlp_topic:
                     results, ignored = process_otlp(event.value, self.bucket, self.settings.max_message_bytes, now,
-                                                   self.settings.otlp_model)
+                                                   self.settings.otlp_model, oldest)
                     self.otlp_ignored += ignored
                 else:
                     results = process_message_fast(event.value, self.bucket, self.settings.max_message_bytes, now,
-                                                   internal=msg.topic != self.settings.topic)
+                                                   internal=msg.topic != self.settings.topic, oldest=oldest)
             except Exception as exc:  # a bug must not turn one event into a stuck partition
                 log.exception("derivation failed at %s/%s", msg.partition, msg.offset)
                 results = [Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")]
             held = stored.get((msg.topic, msg.partition))
+            kept = None  # the message's redacted payload, built once for all its dead letters
             for result in results:
                 if isinstance(result, Rejection):
-                    raw = event.value or b""
-                    dead.append({"ts": now, "reason": result.reason, "detail": result.detail,
-                                 "payload": base64.b64encode(raw[:cap]).decode(), "payload_size": len(raw),
-                                 **source})
+                    # Redacted: no value of a field outside the contract (dead_letter.py).
+                    if kept is None:
+                        kept = dead_letter.payload(event.value, cap, parse=msg.topic != self.settings.otlp_topic)
+                    dead.append(dead_letter.record(result.reason, result.detail, event.value, source, now, cap,
+                                                   kept=kept))
                 elif isinstance(result, Phase):
                     # Partitioned by request_id, so all phases of a generation
                     # meet in one partition of the join, whatever the gateway
@@ -308,8 +319,10 @@ class Pipeline:
         if not enveloped:
             return [], []
 
+        oldest = self.oldest(now)
+
         def derive(event: dict) -> dict | None:
-            row = process_event(event, self.bucket, now, internal=True)
+            row = process_event(event, self.bucket, now, internal=True, oldest=oldest)
             return None if isinstance(row, Rejection) else row
         folded = batch_join.fold([phase for phase, _, _ in enveloped], derive)
         joined = []
@@ -342,6 +355,10 @@ class Pipeline:
             "joined_in_batch": self.joined_in_batch,
             "otlp_spans_ignored": self.otlp_ignored,
             "store_retries": self.sink.retries, "writing_since": self.writing_since,
+            # The error the store gave last, transient (retried, paused) or
+            # deterministic (the rows isolated and dead-lettered), and its code.
+            "store_error": self.sink.store_error, "store_refused": self.sink.store_refused,
+            "last_store_refusal": self.sink.last_refusal,
             **dict(self.counts),
             "uptime_s": round(time.time() - self.started, 1), "last_batch_at": self.last_batch_at,
             "last_batch": self.last_batch,

@@ -21,7 +21,11 @@ ORPHAN_PHASE = "orphan_phase"        # first_token/end whose start never came wi
 LATE_PHASE = "late_phase"            # a phase that arrived after its generation was declared abandoned
 INTERNAL = "internal_error"          # a bug of ours hit this event; kept, not lost, not looping
 MALFORMED_OTLP = "malformed_otlp"    # an OTLP topic message that is no ExportTraceServiceRequest
+STORE_REFUSED = "store_refused"      # the store refuses this row on every retry (a deterministic error)
+OUTSIDE_RETENTION = "outside_retention"  # t0 older than the raw TTL: the store would delete it unseen
+CONTROL_CHARACTER = "control_character"  # a label holds a control character (C0, DEL or C1)
 
 ALL = (OVERSIZE, NOT_UTF8, MALFORMED_JSON, NOT_OBJECT, UNKNOWN_VERSION, BAD_KIND, MISSING_FIELD,
        UNKNOWN_FIELD, WRONG_TYPE, BAD_VALUE, NOT_FINITE, NEGATIVE, ABSURD, IMPOSSIBLE_ORDER,
-       INCONSISTENT, DUPLICATE, ORPHAN_PHASE, LATE_PHASE, INTERNAL, MALFORMED_OTLP)
+       INCONSISTENT, DUPLICATE, ORPHAN_PHASE, LATE_PHASE, INTERNAL, MALFORMED_OTLP, STORE_REFUSED,
+       OUTSIDE_RETENTION, CONTROL_CHARACTER)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 import uuid
 from collections import Counter
 from operator import itemgetter
@@ -24,8 +25,8 @@ from operator import itemgetter
 from phasemeter.query.runner import DirectRunner
 from phasemeter.settings import redact
 
-from . import ledger
-from .columnar import Generations, ts_array
+from . import dead_letter, ledger, refusals
+from .columnar import Generations, day_numbers, ts_array
 from .derive import ROW_COLUMNS
 
 log = logging.getLogger("phasemeter.sink")
@@ -89,6 +90,16 @@ def _sources(rows) -> list[tuple[str, int, int, str]]:
     return [(r["src_topic"], r["src_partition"], r["src_offset"], r["request_id"]) for r in rows]
 
 
+def _days(rows) -> list[int]:
+    """The partition (UTC day of ts, schema/0001) of each row, dicts or columns."""
+    ts = rows.ts if isinstance(rows, Generations) else [r["ts"] for r in rows]
+    return day_numbers(ts).tolist()
+
+
+def _subset(rows, indexes: list[int]):
+    return rows.take(indexes) if isinstance(rows, Generations) else [rows[i] for i in indexes]
+
+
 class StoreUnavailable(RuntimeError):
     pass
 
@@ -121,7 +132,12 @@ class Sink:
         self.client = None
         self._runner: DirectRunner | None = None
         self.paused_reason: str | None = None
-        self.rows_written = self.dead_written = self.retries = 0
+        self.rows_written = self.dead_written = self.retries = self.store_refused = 0
+        # The error a store call is facing, and of which kind (refusals.classify):
+        # {"kind", "code", "during"}; None once a call succeeded. The last
+        # deterministic refusal stays visible after its rows were isolated.
+        self.store_error: dict | None = None
+        self.last_refusal: dict | None = None
         self._stopping = threading.Event()
         # The duplicate check's statements: sliced for a server's limit on a
         # bound value, one per batch on the embedded store (ledger.CRC_SLICE).
@@ -150,18 +166,26 @@ class Sink:
                 self._runner = DirectRunner(self.client, self.lock)
         return self.client
 
-    def retrying(self, what: str, fn, *args):
+    def retrying(self, what: str, fn, *args, refusable: bool = False):
         """Run fn(client, *args) until it succeeds; backpressure, never loss.
-        Once `stop_retrying` was called, a failure raises SinkStopped instead."""
+        Once `stop_retrying` was called, a failure raises SinkStopped instead.
+        `refusable` (an insert): an error that would repeat on every retry
+        (refusals.classify) raises Refused instead of being retried."""
         backoff = 0.2
         while True:
             try:
                 result = fn(self._ensure(), *args)
-                self.paused_reason = None
+                self.paused_reason = self.store_error = None
                 return result
             except Exception as exc:  # store down/locked: pause, keep the batch
+                kind = refusals.classify(exc)
+                message = redact(str(exc))[:300]
+                self.store_error = {"kind": kind.kind, "code": kind.code, "during": what}
+                if refusable and kind.kind == refusals.DETERMINISTIC:
+                    self.last_refusal = {**self.store_error, "message": message, "at": time.time()}
+                    raise refusals.Refused(kind, message) from None
                 self.retries += 1
-                self.paused_reason = f"{what} failed: {redact(str(exc))[:300]}"
+                self.paused_reason = f"{what} failed: {message}"
                 stopped = self._stopping.is_set()
                 if not stopped:
                     log.warning("%s; retrying in %.1fs", self.paused_reason, backoff)
@@ -180,23 +204,68 @@ class Sink:
         progress is recorded only after it, and it is re-read)."""
         self._stopping.set()
 
-    def write(self, rows: list[dict], dead: list[dict]) -> None:
-        """Insert both kinds; blocks (retrying) until the store accepted them.
-        A retry re-sends the same rows with the same tokens, so a half-landed
-        attempt is not stored twice."""
-        self.retrying("store write", self._insert, rows, dead)
-        self.rows_written += len(rows)
-        self.dead_written += len(dead)
+    def write(self, rows, dead: list[dict]) -> list[dict]:
+        """Insert both kinds; blocks (retrying) while the store is away. A
+        retry re-sends the same rows with the same tokens, so a half-landed
+        attempt is not stored twice. Rows the store refuses for good are
+        isolated and returned as dead letters (already stored with `dead`),
+        for the caller to publish and count."""
+        refused = self._write_rows(rows)
+        self._write_dead(dead + refused)
+        self.store_refused += len(refused)
+        self.rows_written += len(rows) - len(refused)
+        self.dead_written += len(dead) + len(refused)
+        return refused
 
-    def _insert(self, client, rows: list[dict], dead: list[dict], salt: str = "") -> None:
-        # Built before taking the lock: the web API's reads share it, and need
-        # not wait while Python builds tables (14-39 % of a write, docs/performance/sink.md).
-        inserts = [(table, *_table(table, items, columns)) for table, items, columns in
-                   (("generations", rows, ROW_COLUMNS), ("dead_letters", dead, DLQ_COLUMNS)) if len(items)]
+    def _write_rows(self, rows, salt: str = "") -> list[dict]:
+        """generations, in inserts of at most the store's partitions per block
+        (refusals.partition_groups), each isolating what the store refuses."""
+        if not len(rows):
+            return []
+        groups = refusals.partition_groups(_days(rows))
+        base = _table("generations", rows, ROW_COLUMNS)[1] if len(groups) > 1 else None
+        refused = []
+        for g, group in enumerate(groups):
+            part = rows if len(groups) == 1 else _subset(rows, group)
+
+            def insert(indexes: list[int], path: str, part=part, g=g):
+                items = part if len(indexes) == len(part) else _subset(part, indexes)
+                arrow_table, token = self._built(items)
+                if base is not None:  # one batch's groups: its token, numbered (an envelope's rows share offsets)
+                    token = f"{base}/days{g}"
+                self.retrying("store write", self._insert, "generations", arrow_table,
+                              token + (f"/{path}" if path else "") + salt, refusable=True)
+            for i, why in refusals.isolate(list(range(len(part))), insert):
+                refused.append(dead_letter.refused_row(part[i], why.kind.code, str(why), time.time()))
+        return refused
+
+    def _built(self, items):
+        """`_table` of generations; a value Arrow cannot take is a refusal of
+        these rows like the store's own (refusals.classify)."""
+        try:
+            return _table("generations", items, ROW_COLUMNS)
+        except Exception as exc:
+            kind = refusals.classify(exc)
+            if kind.kind != refusals.DETERMINISTIC:
+                raise
+            message = f"{type(exc).__name__}: {redact(str(exc))[:300]}"
+            self.last_refusal = {"kind": kind.kind, "code": kind.code, "during": "building the insert",
+                                 "message": message, "at": time.time()}
+            raise refusals.Refused(kind, message) from None
+
+    def _write_dead(self, dead: list[dict], salt: str = "") -> None:
+        if not dead:
+            return
+        arrow_table, token = _table("dead_letters", dead, DLQ_COLUMNS)
+        self.retrying("store write", self._insert, "dead_letters", arrow_table, token + salt)
+
+    def _insert(self, client, table: str, arrow_table, token: str) -> None:
+        # Tables are built before taking the lock: the web API's reads share
+        # it, and need not wait while Python builds them (14-39 % of a write,
+        # docs/performance/sink.md).
         with self.lock:
-            for table, arrow_table, token in inserts:
-                client.insert_arrow(table, arrow_table,
-                                    settings={**self.insert_settings, "insert_deduplication_token": token + salt})
+            client.insert_arrow(table, arrow_table,
+                                settings={**self.insert_settings, "insert_deduplication_token": token})
 
     def rewrite_dropped(self, rows, dead: list[dict]) -> int:
         """After `write`: the rows and dead letters of it that the store does
@@ -214,8 +283,11 @@ class Sink:
         held = {key: self.stored_in_range(*key, lo, hi) for key, (lo, hi) in spans.items()}
         lost = [rows[i] for i, (t, p, o, rid) in enumerate(keys) if (o, rid) not in held[t, p].rows]
         lost_dead = [d for d in dead if d["src_offset"] not in held[d["src_topic"], d["src_partition"]].dead]
-        if lost or lost_dead:
-            self.retrying("store write", self._insert, lost, lost_dead, f"/{uuid.uuid4().hex}")
+        salt = f"/{uuid.uuid4().hex}"
+        # A row the store refuses here was refused by `write` just before:
+        # its dead letter is in `dead` (the caller passes those `write` returned).
+        self._write_rows(lost, salt)
+        self._write_dead(lost_dead, salt)
         return len(lost) + len(lost_dead)
 
     def _locked(self, client, fn, *args):

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from phasemeter.stream_jobs import reasons as R
+from phasemeter.stream_jobs.contract import control_character, has_control
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, Rejection, check_count,
                                              check_duration, lone_surrogate)
 
@@ -212,13 +213,15 @@ def _label(name: str, value, limit: int) -> Rejection | None:
         return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
     if not 0 < len(value) <= limit:
         return Rejection(R.BAD_VALUE, f"{name} must be 1..{limit} characters, got {len(value)}")
-    return lone_surrogate(value, name)  # text the worker could not store either (not_utf8)
+    # text the worker could not store (not_utf8), or would dead-letter (control_character)
+    return lone_surrogate(value, name) or control_character(name, value)
 
 
 def _optional_label(attrs: dict, names: tuple[str, ...], limit: int) -> str | None:
     """An optional label that does not fit the contract is left out, not fatal."""
     value = _pick(attrs, names)[1]
-    return value if type(value) is str and 0 < len(value) <= limit and lone_surrogate(value) is None else None
+    return value if type(value) is str and 0 < len(value) <= limit and lone_surrogate(value) is None \
+        and not has_control(value) else None
 
 
 def _finish_reason(value) -> str | None:
@@ -232,4 +235,4 @@ def _finish_reason(value) -> str | None:
     if type(value) is list:
         value = value[0] if value else None
     return value if type(value) is str and 0 < len(value) <= LABEL_FIELDS["finish_reason"] \
-        and lone_surrogate(value) is None else None
+        and lone_surrogate(value) is None and not has_control(value) else None

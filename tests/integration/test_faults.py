@@ -175,6 +175,7 @@ def test_store_locked_worker_pauses_then_resumes_without_loss(worker, pm_env):
         health = wait_for(lambda: (h := worker.health()) and h["consumed"] > 0 and h["status"] == "paused" and h,
                           60, "the worker to report a paused store")
         assert "failed" in health["paused_reason"]
+        assert health["store_error"]["kind"] == "transient"  # retried, never isolated: the store, not the rows
         time.sleep(2)
         assert worker.health()["accepted"] == 0  # nothing acked while the store is locked
     finally:

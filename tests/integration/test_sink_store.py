@@ -145,3 +145,25 @@ def test_records_dropped_as_a_retry_of_an_insert_that_never_landed_are_written_a
     assert (count(client, "generations"), count(client, "dead_letters")) == (20, 3)
     assert int(client.command("SELECT uniqExact(src_offset, request_id) FROM generations")) == 20
     assert sink.rewrite_dropped(batch, dead) == 0
+
+
+def test_days_beyond_a_store_partition_limit_are_stored_once_everywhere_also_when_resent(client):
+    """generations is partitioned by day. A batch of 300 days goes in
+    inserts of at most 100 (ClickHouse's default limit per insert block), and
+    a store with a lower limit is met by bisection (the refusal, Code 252,
+    is deterministic); sent twice, every tier counts each row once."""
+    from phasemeter.store.client import load_sql
+
+    client.command(load_sql("set_raw_ttl"), parameters={"days": 400})  # 300 days back are kept
+    rows = [row(i, ts=T0 - i * 86_400.0, src_offset=0) for i in range(300)]  # one envelope, one day each
+    sink = Sink.over(client, "chdb")
+    assert sink.write(rows, []) == []
+    sink.insert_settings = {**Sink.insert_settings, "max_partitions_per_insert_block": 40}
+    assert sink.write(rows, []) == []  # bisected inserts of the same rows: their own tokens
+    assert sink.write(rows, []) == []  # a retry of them: the same tokens, dropped
+    assert sink.retries == 0 and sink.last_refusal["code"] == 252
+    counts = client.query("SELECT count(), uniqExact(request_id) FROM generations").result_rows[0]
+    tiers = [client.query(f"SELECT sum(n) FROM {t}").result_rows[0][0]
+             for t in ("generations_minute", "generations_hour", "generations_day")]
+    assert counts == (600, 300)  # the bisected copy is another insert (another token), stored once itself
+    assert tiers == [600, 600, 600]

@@ -148,3 +148,17 @@ def test_a_batch_decoded_ahead_serves_only_the_same_records_in_the_same_order():
     assert ahead.rows_for(records[::-1]) is None
     assert ahead.rows_for([record(0, records[0].value), *records[1:]]) is None  # equal, not the same record
     assert Ahead([record(0, b"{")], BUCKET, LIMIT, NOW).rows_for([]) is None
+
+
+def test_the_retention_bound_sends_the_batch_to_the_row_path_which_names_it():
+    oldest = NOW - 90 * 86_400
+    base = {"schema_version": 1, "kind": "generation", "request_id": "b", "model": "m", "t0": oldest,
+            "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 1000, "output_tokens": 50}
+    inside = [record(0, encode([base, {**base, "request_id": "x"}], True))]
+    gens = from_events(inside, BUCKET, LIMIT, NOW, oldest=oldest)
+    assert gens is not None and list(gens) == row_path(inside)
+    outside = [record(0, encode([base, {**base, "request_id": "x", "t0": oldest - 0.01}], True))]
+    assert from_events(outside, BUCKET, LIMIT, NOW, oldest=oldest) is None
+    assert [getattr(r, "reason", None) for r in process_message(outside[0].value, BUCKET, LIMIT, NOW, oldest=oldest)] \
+        == [None, "outside_retention"]
+    assert Ahead(inside, BUCKET, LIMIT, NOW, oldest).rows_for(inside, oldest + 1) is None  # re-checked in its turn

@@ -6,6 +6,7 @@ worker validates with and the emitter checks its arguments with."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,8 @@ def test_schema_limits_are_the_contracts(path):
     for name, rule in definitions(doc):
         if name in C.LABEL_FIELDS:
             assert rule["maxLength"] == C.LABEL_FIELDS[name], (path, name)
+            pattern = re.compile(re.sub(r"\$$", r"\\Z", rule["pattern"]))  # ECMA's $ is Python's \Z
+            assert all((pattern.search(f"a{chr(c)}") is None) == C.has_control(chr(c)) for c in range(0x3000)), name
         elif name in COUNTS:
             assert (rule["minimum"], rule["maximum"]) == (0, C.MAX_TOKENS), (path, name)
         elif name in DURATIONS or name in GAPS:

@@ -19,6 +19,8 @@ NOW = 1_800_000_000.0
 BUCKET = Bucketer(parse_edges("default"))
 REASONS = {v for k, v in vars(R).items() if k.isupper() and isinstance(v, str)}
 seconds = st.floats(min_value=0.0, max_value=3600.0, allow_nan=False)
+# A label is printable text in any script: no control character (category Cc).
+labels = st.characters(blacklist_categories=("Cc", "Cs"))
 
 
 @st.composite
@@ -28,8 +30,8 @@ def valid_events(draw) -> dict:
     no_first = n_out == 0 and draw(st.booleans())  # no first token is valid only without output
     ttft = None if no_first else draw(seconds)
     e2e = (ttft or 0.0) + draw(seconds)
-    event = {"schema_version": 1, "kind": "generation", "request_id": draw(st.text(min_size=1, max_size=40)),
-             "model": draw(st.text(min_size=1, max_size=30)), "t0": NOW - draw(seconds),
+    event = {"schema_version": 1, "kind": "generation", "request_id": draw(st.text(labels, min_size=1, max_size=40)),
+             "model": draw(st.text(labels, min_size=1, max_size=30)), "t0": NOW - draw(seconds),
              "ttft_s": ttft, "e2e_s": e2e, "input_tokens": n_in, "output_tokens": n_out}
     if ttft is not None and draw(st.booleans()):
         event["queue_s"] = draw(st.floats(min_value=0.0, max_value=ttft, allow_nan=False))

@@ -16,8 +16,8 @@ from phasemeter.stream_jobs.derive import KNOWN, process_message
 from phasemeter.stream_jobs.fast_decode import PHASES, Generation, common_fields, process_message_fast
 from phasemeter.stream_jobs.phase_events import SPEC
 from tests.corpus import NOW_REF, POISON, as_bytes
-from tests.unit.stream_jobs.test_derive_properties import (BAD_VALUES, BUCKET, NOW, any_text_events, mutated,
-                                                           valid_events)
+from tests.unit.stream_jobs.test_derive_properties import (BAD_VALUES, BUCKET, NOW, any_text_events, labels,
+                                                           mutated, valid_events)
 
 LIMIT = 1_000_000
 
@@ -97,13 +97,13 @@ def test_any_text_alone_or_in_an_envelope(event, wrap):
 @st.composite
 def valid_phases(draw) -> list[dict]:
     """The three phases of one generation, each as an emitter may send it."""
-    rid, t0 = draw(st.text(min_size=1, max_size=20)), NOW - draw(st.floats(0, 3600))
+    rid, t0 = draw(st.text(labels, min_size=1, max_size=20)), NOW - draw(st.floats(0, 3600))
     ttft, decode = draw(st.floats(0, 60)), draw(st.floats(0, 600))
     n_in = draw(st.integers(1, 100_000))
-    start = {"schema_version": 2, "kind": "start", "request_id": rid, "model": draw(st.text(min_size=1, max_size=20)),
+    start = {"schema_version": 2, "kind": "start", "request_id": rid, "model": draw(st.text(labels, min_size=1, max_size=20)),
              "t0": t0, "input_tokens": n_in}
     for name, value in (("cached_input_tokens", st.integers(0, n_in)), ("queue_s", st.floats(0, 1)),
-                        ("gateway", st.text(min_size=1, max_size=8)), ("replica", st.none())):
+                        ("gateway", st.text(labels, min_size=1, max_size=8)), ("replica", st.none())):
         if draw(st.booleans()):
             start[name] = draw(value)
     first = {"schema_version": 2, "kind": "first_token", "request_id": rid}
@@ -111,7 +111,7 @@ def valid_phases(draw) -> list[dict]:
     end = {"schema_version": 2, "kind": "end", "request_id": rid, "output_tokens": draw(st.integers(0, 50_000))}
     end.update({"e2e_s": ttft + decode} if draw(st.booleans()) else {"t_end": t0 + ttft + decode})
     for name, value in (("status", st.sampled_from(["ok", "error", "cancelled", None])),
-                        ("finish_reason", st.text(min_size=1, max_size=8)), ("ttft_s", st.just(ttft)),
+                        ("finish_reason", st.text(labels, min_size=1, max_size=8)), ("ttft_s", st.just(ttft)),
                         ("queue_s", st.floats(0, 0.5)), ("cached_input_tokens", st.integers(0, 10))):
         if draw(st.booleans()):
             end[name] = draw(value)
@@ -196,3 +196,78 @@ def test_envelope_limits_and_clock(events, phases, max_batch):
         # clocks behind the events: within a day (accepted), over a day (too far ahead)
         same(raw, now=NOW - 7200)
         same(raw, now=NOW - 90_000)
+
+
+DEEP = 50_000
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"a":' * DEEP + b"1" + b"}" * DEEP,                                        # objects: msgspec raised RecursionError
+    b"[" * DEEP + b"]" * DEEP,
+    b'{"schema_version":1,"kind":"batch","events":[' + b'{"a":' * DEEP + b"1" + b"}" * DEEP + b"]}",
+    b'{"schema_version":1,"kind":"generation","model":' + b'{"a":' * DEEP + b"1" + b"}" * DEEP + b"}",
+], ids=["objects", "arrays", "in an envelope", "in a field"])
+def test_json_nested_50000_deep_is_malformed_json_on_every_path(raw):
+    from types import SimpleNamespace
+
+    from phasemeter.stream_jobs import columnar
+
+    [result] = same(raw)
+    assert result.reason == "malformed_json"
+    message = SimpleNamespace(topic="t", partition=0, offset=0)
+    assert columnar.from_events([SimpleNamespace(value=raw, message=message)], BUCKET, LIMIT, NOW) is None
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+def test_the_retention_bound_gives_the_full_paths_reason(wrap):
+    """An event older than the store keeps (`oldest`) takes the full path,
+    which names it outside_retention; a phase is not bound (its joined
+    generation is)."""
+    oldest = NOW - 90 * 86_400
+    good = {"schema_version": 1, "kind": "generation", "request_id": "g", "model": "m", "t0": oldest,
+            "ttft_s": 0.1, "e2e_s": 1.0, "input_tokens": 5, "output_tokens": 2}
+    old = {**good, "request_id": "o", "t0": oldest - 0.001}
+    for events, reasons in (([good], [None]), ([old], ["outside_retention"]), ([good, old], [None, "outside_retention"])):
+        if not wrap and len(events) > 1:
+            continue
+        raw = envelope(events) if wrap else json.dumps(events[0]).encode()
+        full = process_message(raw, BUCKET, LIMIT, NOW, oldest=oldest)
+        fast = process_message_fast(raw, BUCKET, LIMIT, NOW, oldest=oldest)
+        assert fast == full
+        assert [getattr(r, "reason", None) for r in fast] == reasons
+        assert (common_fields(raw, NOW, 10_000, oldest) is not None) == (reasons == [None])
+
+
+CONTROLS = ["\x00", "\x1b[2J", "\x1b]0;pwned\x07", "\r\n", "\t", "\x7f", "\x85", "\x9b31m"]
+GOOD_GEN = {"schema_version": 1, "kind": "generation", "request_id": "g", "model": "m", "t0": NOW - 60,
+            "ttft_s": 0.1, "e2e_s": 1.0, "input_tokens": 5, "output_tokens": 2, "finish_reason": "stop",
+            "gateway": "gw", "replica": "r1"}
+GOOD_START = {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": NOW - 60,
+              "input_tokens": 5, "gateway": "gw", "replica": "r1"}
+
+
+@pytest.mark.parametrize("control", CONTROLS, ids=repr)
+@pytest.mark.parametrize("field", ["model", "request_id", "finish_reason", "gateway", "replica"])
+def test_a_label_with_a_control_character_is_refused_on_every_path(field, control):
+    from types import SimpleNamespace
+
+    from phasemeter.stream_jobs import columnar
+
+    bad = {**GOOD_GEN, "request_id": "b", field: "x" + control + "y"}
+    for raw in (json.dumps(bad).encode(), json.dumps(bad, ensure_ascii=False).encode(),
+                envelope([GOOD_GEN, bad])):
+        out = same(raw)
+        assert out[-1].reason == "control_character" and field in out[-1].detail
+        message = SimpleNamespace(topic="t", partition=0, offset=0)
+        assert columnar.from_events([SimpleNamespace(value=raw, message=message)], BUCKET, LIMIT, NOW) is None
+    if field != "finish_reason":
+        phase = {**GOOD_START, field: "x" + control + "y"}
+        for raw in (json.dumps(phase).encode(), envelope([GOOD_START, phase], version=2)):
+            assert same(raw)[-1].reason == "control_character"
+
+
+def test_printable_text_in_every_script_is_a_label():
+    for label in ("llama-3.1-8b", "modèle é", "模型", "emoji 🧪‍🔬", "a b", "\u00a0nbsp", "zero\u200dwidth"):
+        raw = json.dumps({**GOOD_GEN, "model": label}).encode()
+        assert isinstance(same(raw)[0], dict), label
+        assert common_fields(raw, NOW, 10_000) is not None  # and still decoded in C

@@ -282,7 +282,9 @@ def test_all_nasty_names_together_stay_distinct():
 
 
 def test_render_of_a_real_inflight_table():
-    """join.inflight rows, as the worker renders them, read back."""
+    """join.inflight rows, as the worker renders them, read back. (A label
+    with a control character, such as NASTY[2]'s newline, is refused at
+    ingest now: the exposition's escaping of it is tested above.)"""
     now = 1_800_000_000.0
     bucket = Bucketer(parse_edges("default"))
 
@@ -296,7 +298,7 @@ def test_render_of_a_real_inflight_table():
     entries = []
     for rid, phases in [("a", [start("a", NASTY[0], now - 40, 100)]),
                         ("b", [start("b", NASTY[0], now - 4, 100)]),
-                        ("c", [start("c", NASTY[2], now - 7.25, 5000), first("c")]),
+                        ("c", [start("c", NASTY[4], now - 7.25, 5000), first("c")]),
                         ("d", [first("d")])]:
         entry = None
         for fields in phases:
@@ -308,7 +310,7 @@ def test_render_of_a_real_inflight_table():
     gen = fams["phasemeter_inflight_generations"]["samples"]
     age = fams["phasemeter_inflight_oldest_age_seconds"]["samples"]
     k1 = frozenset({"model": NASTY[0], "input_bucket": "0-512", "phase": "prefill"}.items())
-    k2 = frozenset({"model": NASTY[2], "input_bucket": "2k-8k", "phase": "decode"}.items())
+    k2 = frozenset({"model": NASTY[4], "input_bucket": "2k-8k", "phase": "decode"}.items())
     assert gen == {k1: 2.0, k2: 1.0} and age == {k1: 40.0, k2: 7.25}
     assert series(fams, "phasemeter_inflight_awaiting_start") == 1
 

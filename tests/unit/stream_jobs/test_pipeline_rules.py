@@ -5,6 +5,7 @@ over for a check. These rules are the worker's exactly-once logic."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
@@ -18,7 +19,9 @@ from phasemeter.stream_jobs.contract import MAX_DURATION_S
 from phasemeter.stream_jobs.ledger import Stored
 from phasemeter.stream_jobs.pipeline import Pipeline
 
-T0 = 1_790_000_000.0  # in the past: a t0 after now+1d is rejected
+# A whole minute ten days ago: in the past (a t0 after now+1d is rejected)
+# and inside the raw retention (a t0 older than PHASEMETER_RAW_TTL_DAYS is too).
+T0 = time.time() // 60 * 60 - 10 * 86_400
 TOPIC = "gen"
 
 
@@ -347,3 +350,34 @@ def test_a_joined_and_an_agent_joined_copy_in_one_batch_keep_one_row():
     batch = [rec(0, envelope, topic=s.joined_topic_name), rec(0, env(*phases_of("a")))]
     rows, dead, _, _ = p.split(batch)
     assert [r["src_topic"] for r in rows] == [s.joined_topic_name] and dead == [] and p.rejoined == 1
+
+
+def test_events_outside_the_raw_retention_are_dead_lettered_on_every_path():
+    """A t0 the store's TTL would delete as it is written is outside_retention
+    (it was stored and vanished); the columnar batch takes the row path for it."""
+    s = Settings(topic=TOPIC, raw_ttl_days=30)
+    now = time.time()
+    old, edge = now - 31 * 86_400, now - 29 * 86_400
+    for batch in ([rec(0, gen("o", t0=old))],                                   # one event
+                  [rec(0, env(gen("a", t0=edge), gen("o", t0=old), version=1))],  # in an envelope
+                  [rec(0, gen("a", t0=edge)), rec(1, gen("o", t0=old))]):       # beside a good one
+        rows, dead, _, _ = Pipeline(s, FakeSink()).split(batch)
+        assert [d["reason"] for d in dead] == [R.OUTSIDE_RETENTION], batch
+        assert "PHASEMETER_RAW_TTL_DAYS" in dead[0]["detail"]
+        assert [r["request_id"] for r in rows] == ["a"] * (len(rows) > 0) and isinstance(rows, list)
+    rows = Pipeline(s, FakeSink()).split([rec(0, env(gen("a", t0=edge), gen("b", t0=edge), version=1))])[0]
+    assert isinstance(rows, Generations) and len(rows) == 2  # inside: still columns
+    future = Pipeline(s, FakeSink()).split([rec(0, gen("f", t0=now + MAX_DURATION_S + 60))])[1]
+    assert [d["reason"] for d in future] == [R.ABSURD]  # more than a day ahead: the contract's bound, as before
+
+
+def test_a_batch_decoded_ahead_is_checked_against_the_retention_of_its_turn():
+    s = Settings(topic=TOPIC, raw_ttl_days=30)
+    p = Pipeline(s, FakeSink())
+    now = time.time()
+    batch = [rec(0, env(gen("a", t0=now - 30 * 86_400 - 5), version=1))]
+    early = columnar.Ahead(batch, p.bucket, p.settings.max_message_bytes, now - 60, p.oldest(now - 60))
+    assert early.gens is not None  # inside the bound a minute earlier
+    rows, dead, _, _ = p.split(batch, early)
+    assert [d["reason"] for d in dead] == [R.OUTSIDE_RETENTION] and len(rows) == 0
+    assert p.counts["batches_decoded_ahead"] == 0

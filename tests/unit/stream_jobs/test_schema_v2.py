@@ -18,6 +18,7 @@ Both ways:
 from __future__ import annotations
 
 import json
+import re
 import math
 import random
 import time
@@ -42,7 +43,7 @@ EPOCH_MAX = 4_102_444_800  # 2100-01-01: the schema's static bound (the worker's
 
 # -- a tiny JSON Schema 2020-12 interpreter (the keywords this schema uses) --------
 ANNOTATIONS = {"$schema", "$id", "title", "description", "default", "$comment", "$defs"}
-ASSERTIONS = {"$ref", "type", "const", "enum", "minimum", "maximum", "minLength", "maxLength",
+ASSERTIONS = {"$ref", "type", "const", "enum", "minimum", "maximum", "minLength", "maxLength", "pattern",
               "required", "properties", "additionalProperties", "items", "minItems", "maxItems",
               "oneOf", "if", "then", "allOf", "not"}
 
@@ -111,6 +112,9 @@ def schema_errors(schema: dict, value, root: dict | None = None, at: str = "$") 
             errs.append(f"{at}: shorter than {schema['minLength']}")
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             errs.append(f"{at}: longer than {schema['maxLength']}")
+        # ECMA 262's \uXXXX is Python's too; its $ ends the string only, as Python's \Z does.
+        if "pattern" in schema and re.search(re.sub(r"\$$", r"\\Z", schema["pattern"]), value) is None:
+            errs.append(f"{at}: does not match {schema['pattern']}")
     if isinstance(value, dict):
         for name in schema.get("required", ()):
             if name not in value:
@@ -190,6 +194,7 @@ def test_schema_uses_only_interpreted_keywords():
     ({"enum": ["ok", None]}, ["ok", None], ["no", 0]),
     ({"minimum": 0, "maximum": 1}, [0, 1, 0.5, "x"], [-0.1, 1.1]),
     ({"minLength": 1, "maxLength": 2}, ["a", "ab", 5], ["", "abc"]),
+    ({"pattern": "^[^\\u0000-\\u001f]*$"}, ["a b", "é", 5], ["a\x1bb", "\n"]),
     ({"required": ["a"], "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
      [{"a": 1}], [{}, {"a": "x"}, {"a": 1, "b": 2}]),
     ({"minItems": 1, "maxItems": 2, "items": {"type": "integer"}}, [[1], [1, 2]], [[], [1, 2, 3], ["x"]]),

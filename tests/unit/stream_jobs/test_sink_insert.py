@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 import pyarrow as pa
 
 from phasemeter.stream_jobs.derive import ROW_COLUMNS
@@ -170,3 +171,118 @@ def test_the_token_counts_every_row_of_a_record():
     assert batch_token("generations", rows) == "generations:" + h.hexdigest()[:32]
     assert counted_token("generations", [(("t", 1, 7), 3), (("s", 2, 1), 1), (("t", 0, 9), 1)]) == \
         batch_token("generations", rows)
+
+
+DAY = 86_400.0
+
+
+class Refusing(Recorder):
+    """Refuses, as the store does for good, any insert holding a row whose
+    request_id starts with "bad" (Code 53), and any of more than `days`
+    partitions (Code 252); both before anything lands."""
+
+    def __init__(self, days: int = 100, transient_first: int = 0):
+        super().__init__()
+        self.days, self.transient_first, self.landed = days, transient_first, []
+
+    def insert_arrow(self, table, arrow_table, settings=None):
+        self.calls.append((table, arrow_table, dict(settings or {})))
+        if self.transient_first:
+            self.transient_first -= 1
+            raise ConnectionError("store away")
+        if table == "generations":
+            ids = arrow_table.column("request_id").to_pylist()
+            if any(i.startswith("bad") for i in ids):
+                raise RuntimeError("Code: 53. DB::Exception: Type mismatch (TYPE_MISMATCH)")
+            days = {t.date() for t in arrow_table.column("ts").to_pylist()}
+            if len(days) > self.days:
+                raise RuntimeError("Code: 252. DB::Exception: Too many partitions for single INSERT block "
+                                   f"(more than {self.days}). (TOO_MANY_PARTS)")
+        self.landed.append((table, arrow_table, settings["insert_deduplication_token"]))
+
+
+def daily_rows(n: int, bad: set[int] = frozenset(), per_offset: int = 1) -> list[dict]:
+    return [row(i, ts=1_764_000_000.0 - i * DAY, request_id=("bad" if i in bad else "r") + str(i),
+                src_partition=0, src_offset=i // per_offset) for i in range(n)]
+
+
+def test_a_batch_of_300_days_is_written_in_inserts_of_at_most_100_days_with_tokens_of_their_own():
+    rows = daily_rows(300, per_offset=300)  # one envelope: every row at one offset
+    client = Refusing()
+    assert Sink.over(client, "chdb").write(rows, []) == []
+    assert len(client.landed) == 3 and len(client.calls) == 3
+    assert [t.num_rows for _, t, _ in client.landed] == [100, 100, 100]
+    tokens = [token for _, _, token in client.landed]
+    assert len(set(tokens)) == 3  # the same offsets in each: numbered, or a group would be dropped as a retry
+    again = Refusing()
+    Sink.over(again, "chdb").write(list(rows), [])
+    assert [token for _, _, token in again.landed] == tokens  # the same batch, the same inserts and tokens
+
+
+def test_a_row_the_store_refuses_for_good_is_isolated_and_dead_lettered_and_the_rest_stored():
+    rows = daily_rows(40, bad={5, 33})
+    dead = [{"ts": 1.0, "reason": "not_utf8", "detail": "", "payload": "", "payload_size": 3,
+             "src_topic": "t", "src_partition": 0, "src_offset": 99}]
+    client = Refusing()
+    sink = Sink.over(client, "chdb")
+    refused = sink.write(rows, dead)
+    assert len(refused) == 2
+    assert [(d["reason"], d["src_offset"]) for d in refused] == [("store_refused", 5), ("store_refused", 33)]
+    assert all("code 53" in d["detail"] and "Type mismatch" in d["detail"] for d in refused)
+    landed = [r for table, t, _ in client.landed if table == "generations" for r in t.column("request_id").to_pylist()]
+    assert sorted(landed) == sorted(f"r{i}" for i in range(40) if i not in (5, 33))
+    [dead_insert] = [t for table, t, _ in client.landed if table == "dead_letters"]
+    assert dead_insert.column("src_offset").to_pylist() == [99, 5, 33]
+    assert sink.store_refused == 2 and sink.rows_written == 38 and sink.dead_written == 3
+    assert sink.retries == 0  # a deterministic refusal is never retried as such
+    assert sink.store_error is None  # facing nothing now; the refusal stays visible
+    assert (sink.last_refusal["kind"], sink.last_refusal["code"]) == ("deterministic", 53)
+    tokens = [tok for table, _, tok in client.landed if table == "generations"]
+    assert len(tokens) == len(set(tokens))
+
+
+def test_a_transient_error_is_still_retried_with_the_same_insert():
+    client = Refusing(transient_first=2)
+    sink = Sink.over(client, "chdb")
+    facing = []
+    sink._stopping.wait = lambda backoff_s: facing.append(dict(sink.store_error)) and False
+    assert sink.write(daily_rows(3), []) == []
+    assert facing == [{"kind": "transient", "code": None, "during": "store write"}] * 2  # what /health says
+    assert sink.store_error is None
+    client = Refusing(transient_first=2)
+    sink = Sink.over(client, "chdb")
+    sink._stopping.wait = lambda backoff_s: False
+    assert sink.write(daily_rows(3), []) == []
+    assert sink.retries == 2 and len(client.landed) == 1 and sink.last_refusal is None
+    assert client.calls[0][2] == client.calls[-1][2]
+
+
+def test_a_lower_partition_limit_of_a_server_is_met_by_bisection():
+    client = Refusing(days=30)
+    assert Sink.over(client, "chdb").write(daily_rows(100), []) == []
+    assert sum(t.num_rows for _, t, _ in client.landed) == 100
+    assert len(client.landed) == 4  # 100 days: refused, then halves of 50 (refused), then quarters of 25
+    assert all(len({x.date() for x in t.column("ts").to_pylist()}) <= 30 for _, t, _ in client.landed)
+
+
+def test_columns_are_grouped_and_bisected_like_rows():
+    from phasemeter.stream_jobs.columnar import Generations
+
+    rows = daily_rows(250, bad={200})
+    gens = Generations({c: pa.array([r[c] for r in rows]) for c in ROW_COLUMNS if c != "ts"},
+                       np.array([r["ts"] for r in rows]), [r["request_id"] for r in rows],
+                       [("t", 0, i) for i in range(250)], [1] * 250)
+    as_columns, as_rows = Refusing(), Refusing()
+    refused = Sink.over(as_columns, "chdb").write(gens, [])
+    assert [d["src_offset"] for d in refused] == [200]
+    assert Sink.over(as_rows, "chdb").write(rows, [])[0]["src_offset"] == 200
+    assert [(t.num_rows, tok) for _, t, tok in as_columns.landed] == [(t.num_rows, tok) for _, t, tok in as_rows.landed]
+
+
+def test_a_value_arrow_cannot_take_is_isolated_like_a_store_refusal():
+    rows = daily_rows(8)
+    rows[3]["input_tokens"] = 10**30  # past int64: the column fails to build, alone too
+    client = Refusing()
+    refused = Sink.over(client, "chdb").write(rows, [])
+    assert [(d["reason"], d["src_offset"]) for d in refused] == [("store_refused", 3)]
+    assert sum(t.num_rows for table, t, _ in client.landed if table == "generations") == 7

@@ -1,0 +1,73 @@
+"""Messages of the phases topic, read as the input they are.
+
+Ingest forwards each valid phase to `<topic>.phases` as
+{"phases": [[gateway timestamp, phase fields], ...]} (join_agent's
+`phase_envelopes`), and the join applies them to its table. But the topic
+is an input like any other: anything may be written to it, and one message
+that was not what ingest writes stopped the join agent, and the worker with
+it, again after every restart. So every pair is checked again here: a phase
+as `validate_phase` accepts it, or ingest's note of a generation it joined
+itself. Anything else becomes an orphan record with its reason on the joined
+topic, which ingest stores as a dead letter (join.orphan), and the pairs
+beside it are joined as usual. Pure: no Faust, no Kafka.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from . import join
+from . import reasons as R
+from .contract import LABEL_FIELDS, Rejection
+from .phase_events import PHASE_KINDS, validate_phase
+
+_loads = msgspec.json.decode
+_NOTE_FIELDS = {"kind", "request_id", "kinds"}
+
+
+def read_phases(raw: bytes | None, now: float) -> tuple[list[tuple[float, dict]], list[join.Output]]:
+    """A message -> (its valid (timestamp, fields) pairs, the orphan records
+    of what it held that is not one)."""
+    try:
+        body = _loads(raw) if raw else None
+    except (msgspec.DecodeError, RecursionError) as exc:  # nothing of it travels: it may be any text
+        return [], [_orphan(Rejection(R.MALFORMED_JSON, f"phases topic: {str(exc)[:200]}"), None)]
+    if not isinstance(body, dict) or set(body) != {"phases"} or not isinstance(body["phases"], list):
+        return [], [_orphan(Rejection(R.NOT_OBJECT, 'phases topic: expected {"phases": [[timestamp, phase], ...]}'),
+                            None)]
+    pairs, refused = [], []
+    for i, item in enumerate(body["phases"]):
+        bad = _check(item, now)
+        if bad is None:
+            pairs.append((item[0], item[1]))
+        else:
+            fields = item[1] if isinstance(item, list) and len(item) == 2 and isinstance(item[1], dict) else None
+            refused.append(_orphan(Rejection(bad.reason, f"phases[{i}]: {bad.detail}"), fields))
+    return pairs, refused
+
+
+def _check(item, now: float) -> Rejection | None:
+    if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], dict)):
+        return Rejection(R.WRONG_TYPE, "not a [timestamp, phase] pair")
+    ts, fields = item
+    if type(ts) not in (int, float) or not math.isfinite(ts):
+        return Rejection(R.WRONG_TYPE, "the timestamp is not a finite number")
+    kind = fields.get("kind")
+    if kind == join.JOINED_IN_INGEST:
+        rid, kinds = fields.get("request_id"), fields.get("kinds")
+        ok = (set(fields) == _NOTE_FIELDS and type(rid) is str and 0 < len(rid) <= LABEL_FIELDS["request_id"]
+              and isinstance(kinds, list) and all(k in PHASE_KINDS for k in kinds))
+        return None if ok else Rejection(R.BAD_VALUE, f"a malformed {kind} note")
+    if kind not in PHASE_KINDS:
+        return Rejection(R.BAD_KIND, f"kind={str(kind)[:40]!r}")
+    checked = validate_phase({**fields, "schema_version": 2}, now)
+    return checked if isinstance(checked, Rejection) else None
+
+
+def _orphan(rejection: Rejection, fields: dict | None) -> join.Output:
+    rid = fields.get("request_id") if fields is not None else None
+    rid = rid if type(rid) is str else ""
+    ph = {str(fields.get("kind"))[:40]: fields} if fields is not None else {}
+    return rid, join.orphan(rid, rejection.reason, rejection.detail, ph)

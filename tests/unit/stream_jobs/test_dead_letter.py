@@ -1,0 +1,89 @@
+"""A dead letter keeps the reason, the field names and the values of the
+contract's fields only: no prompt or response text, whatever was sent."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from phasemeter.stream_jobs import dead_letter
+from phasemeter.stream_jobs import reasons as R
+
+SECRET = "SECRET prompt text: tell me everything"
+SOURCE = {"src_topic": "t", "src_partition": 0, "src_offset": 4}
+
+
+def kept(raw: bytes, cap: int = 100_000) -> str:
+    return base64.b64decode(dead_letter.payload(raw, cap)).decode()
+
+
+def test_unknown_fields_keep_their_names_and_lose_their_values():
+    event = {"schema_version": 1, "kind": "generation", "request_id": "r1", "model": "m", "t0": 1.5,
+             "input_tokens": 3, "prompt": SECRET, "messages": [{"role": "user", "content": SECRET}],
+             "completion": {"text": SECRET}}
+    got = json.loads(kept(json.dumps(event).encode()))
+    assert got == {**{k: event[k] for k in ("schema_version", "kind", "request_id", "model", "t0", "input_tokens")},
+                   "prompt": None, "messages": None, "completion": None}
+
+
+def test_an_envelope_and_the_joins_records_are_redacted_inside():
+    envelope = {"schema_version": 2, "kind": "batch",
+                "events": [{"kind": "start", "request_id": "a", "model": "m", "prompt": SECRET}, SECRET, [SECRET]]}
+    got = json.loads(kept(json.dumps(envelope).encode()))
+    assert got["events"] == [{"kind": "start", "request_id": "a", "model": "m", "prompt": None}, None, [None]]
+    orphan = {"kind": "orphan", "reason": "orphan_phase", "detail": "end without start",
+              "phases": {"end": {"output_tokens": 3, "text": SECRET}}}
+    assert json.loads(kept(json.dumps(orphan).encode()))["phases"] == {"end": {"output_tokens": 3, "text": None}}
+    phases = {"phases": [[1.0, {"kind": "end", "request_id": "a", "note": SECRET}]]}
+    assert SECRET not in kept(json.dumps(phases).encode())
+
+
+@pytest.mark.parametrize("value", [
+    {"model": SECRET * 20},                      # longer than the label's limit (200)
+    {"model": {"prompt": SECRET}},               # an object where a label belongs
+    {"model": [SECRET]},                         # a list where a label belongs
+    {"kinds": [SECRET]},                         # only phase kinds are kept in a note's kinds
+    {SECRET * 10: 1},                            # a name is kept, cut at 64 characters
+])
+def test_a_known_field_keeps_only_a_short_scalar(value):
+    text = kept(json.dumps(value).encode())
+    assert SECRET not in text
+    assert json.loads(kept(b'{"model": "m", "gateway": "' + b"g" * 200 + b'"}')) == {"model": "m", "gateway": "g" * 200}
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"prompt": "' + SECRET.encode() + b'", "model": ',   # malformed JSON: nothing of it is kept
+    b'["' + SECRET.encode() + b'"]', b'"' + SECRET.encode() + b'"',
+    b"\xff" + SECRET.encode(), b'{"a":' * 50_000 + b"1" + b"}" * 50_000, b"", None,
+    b'{"prompt": "\\ud800 ' + SECRET.encode() + b'"}',
+])
+def test_what_does_not_parse_as_an_object_keeps_nothing_but_its_size(raw):
+    record = dead_letter.record(R.MALFORMED_JSON, "detail", raw, SOURCE, 1.0, 4096)
+    assert SECRET not in base64.b64decode(record["payload"]).decode(errors="replace")
+    assert record["payload_size"] == len(raw or b"")
+    if raw is None or raw[:1] != b"{" or raw.startswith(b'{"prompt": "' + SECRET.encode() + b'", "model": '):
+        assert record["payload"] == ""
+
+
+def test_a_message_of_another_encoding_keeps_nothing_and_the_cap_holds():
+    raw = json.dumps({"model": "m", "t0": 1.0, "x": SECRET}).encode()
+    assert dead_letter.record(R.MALFORMED_OTLP, "d", raw, SOURCE, 1.0, 4096, parse=False)["payload"] == ""
+    assert len(base64.b64decode(dead_letter.payload(raw, 10))) == 10
+    cut = base64.b64decode(dead_letter.payload(json.dumps({"model": "é✓" * 20}).encode(), 11))
+    assert cut.decode("ascii") == '{"model":"\\'  # cut anywhere, still text
+
+
+def test_a_row_the_store_refused_keeps_its_contract_fields():
+    row = {"ts": 5.0, "t0": 5.0, "request_id": "r", "model": "m", "prefill_tps": 3.0, **SOURCE}
+    record = dead_letter.refused_row(row, 53, "Code: 53. Type mismatch", 9.0)
+    assert record["reason"] == R.STORE_REFUSED and "code 53" in record["detail"]
+    assert json.loads(base64.b64decode(record["payload"])) == {"t0": 5.0, "request_id": "r", "model": "m"}
+    assert {k: record[k] for k in SOURCE} == SOURCE
+
+
+def test_a_detail_never_carries_a_control_character():
+    record = dead_letter.record(R.UNKNOWN_FIELD, "fields not in the v1 contract: \x1b]0;pwned\x07, a\nb",
+                                None, SOURCE, 1.0, 0)
+    assert record["detail"] == "fields not in the v1 contract: \\x1b]0;pwned\\x07, a\\nb".replace("\\n", "\\x0a")
