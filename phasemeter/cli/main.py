@@ -34,7 +34,8 @@ def _window_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step", default="auto", help="time step: 30s, 1m, 5m, 1h or auto (~300 points)")
     p.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     p.add_argument("--bucket", action="append", default=[], help="only this input bucket (repeatable)")
-    p.add_argument("--via", help="worker URL to ask (default: found from the data dir when it runs)")
+    p.add_argument("--via", help="ClickHouse HTTP interface to read through, http(s)://host:port (default: the "
+                                 "SQL interface of the worker that holds the embedded store, found from the data dir)")
     analytics_cli.extend_window_flags(p)  # --exact/--rollup, --buckets, --latency
 
 
@@ -116,12 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     set_handler(serve)  # what a worker started from here runs a CLI's read command with
 
-    def here_or_worker() -> int:
-        settings = settings_from(args)
-        code = delegate.through_worker(args, argv, settings)  # None: the worker cannot, run it here
-        return args.func(args, settings) if code is None else code
-
-    return guarded(args, here_or_worker)
+    return guarded(args, lambda: args.func(args, settings_from(args)))
 
 
 def serve(request: dict) -> int:

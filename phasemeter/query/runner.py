@@ -1,10 +1,21 @@
-"""Run a named query from `sql/` either directly or through the worker.
+"""Run a named query from `sql/` over ClickHouse SQL, through clickhouse-connect.
 
-Every read feature (bands, alerts, analytics) asks a Runner for
-`df(name, params)`. DirectRunner binds params on the ClickHouse side;
-HttpRunner sends the name and the typed params to the worker's read-only
-`/query/named/<name>` endpoint, which runs the same DirectRunner there. So a
-CLI command behaves the same whether or not a worker owns the embedded store.
+Every read feature (bands, alerts, analytics, the live page) asks a Runner
+for `df(name, params)`: the named file's SQL with typed parameters bound by
+ClickHouse ({name:Type}). There is one read protocol and one Runner; only
+the store's address differs (`open_runner`):
+
+* a ClickHouse server (CLICKHOUSE_URL=http(s)://...): that server;
+* an embedded store no worker holds: chdb:///<data dir>/store, opened here;
+* an embedded store a worker holds (chDB opens a path in one process only):
+  the worker's read-only ClickHouse HTTP interface, found in its worker.json
+  (phasemeter.query.remote), read exactly as a server is read;
+* `--via URL`: that ClickHouse HTTP interface.
+
+A reader never writes: its client runs every query with readonly=2
+(ClickHouse refuses INSERT, DDL and the like; settings in a query's SETTINGS
+clause stay allowed, which the named queries use). A target whose user is
+already read-only is left as it is.
 """
 
 from __future__ import annotations
@@ -17,11 +28,12 @@ import urllib.request
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from phasemeter.store.client import load_sql
+from phasemeter.store.client import StoreError, load_sql
 
 if TYPE_CHECKING:  # imported where a frame is built: the worker's ingest path never needs pandas
     import pandas as pd
 
+    from phasemeter.settings import Settings
 
 def encode_params(params: dict) -> str:
     def enc(v):
@@ -128,6 +140,9 @@ def frame_from_json(payload: dict) -> pd.DataFrame:
 
 
 class DirectRunner:
+    """A clickhouse-connect client (chDB or HTTP) and the lock its statements
+    share: the worker's runner shares the sink's, one statement at a time."""
+
     def __init__(self, client, lock: threading.Lock | None = None):
         self.client = client
         self.lock = lock or threading.Lock()
@@ -141,6 +156,10 @@ class DirectRunner:
 
 
 class HttpRunner:
+    """The worker's `/query/named` endpoint: not a reader's path any more (readers use
+    open_runner); the test and benchmark helpers that count a worker's rows use it
+    until they read through the worker's SQL interface."""
+
     def __init__(self, url: str, timeout_s: float = 120.0):
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
@@ -165,18 +184,34 @@ class HttpRunner:
         pass
 
 
-def open_runner(settings, via: str | None = None):
-    """HttpRunner when a worker owns the embedded store (or --via), else DirectRunner;
-    in a command the worker serves (phasemeter.query.served), the worker's own runner."""
-    from phasemeter.query.remote import worker_url
-    from phasemeter.query.served import current
+def read_settings(settings: Settings, via: str | None = None) -> Settings:
+    """The settings a reader opens the store with: `via`, else the SQL
+    interface of the worker that holds the embedded store, else `settings`."""
+    from phasemeter.query.remote import SQL_URL, worker_state
 
-    if current() is not None:
-        return current().runner
+    if via:
+        return settings.replace(clickhouse_url=via)
+    info = worker_state(settings.data_path) if settings.is_embedded else None
+    if info is None:
+        return settings
+    if not info.get(SQL_URL):
+        raise StoreError(f"a worker (pid {info['pid']}) holds the store at {settings.data_path} but serves no "
+                         "ClickHouse HTTP interface: restart it with this version of phasemeter")
+    return settings.replace(clickhouse_url=info[SQL_URL])
 
-    url = via or (worker_url(settings.data_path) if settings.is_embedded else None)
-    if url:
-        return HttpRunner(url)
+
+def read_only(client):
+    """readonly=2 on every query of this client, unless its user already is
+    read-only (a user's readonly=1 may not be changed, and needs no change)."""
+    current = client.server_settings.get("readonly")
+    if current is None or (not current.readonly and current.value == "0"):
+        client.set_client_setting("readonly", "2")
+    return client
+
+
+def open_runner(settings: Settings, via: str | None = None) -> DirectRunner:
+    """The reader's Runner: the store at `read_settings`' address, migrated,
+    read-only. Creates nothing."""
     from phasemeter.store.client import open_migrated_store
 
-    return DirectRunner(open_migrated_store(settings))
+    return DirectRunner(read_only(open_migrated_store(read_settings(settings, via))))

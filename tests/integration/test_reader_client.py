@@ -1,0 +1,35 @@
+"""A reader's client (phasemeter.query.runner.open_runner) on a real chDB
+store: the named queries run, and nothing it sends can write."""
+
+from __future__ import annotations
+
+import pytest
+from stores import migrated_client
+
+from phasemeter.query.runner import open_runner
+from phasemeter.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def settings(tmp_path):
+    with migrated_client(tmp_path, "pm"):
+        pass  # migrated, then closed: a chDB path opens in one process client at a time
+    return Settings(data_dir=str(tmp_path), database="pm")
+
+
+def test_a_reader_reads_and_never_writes(settings):
+    runner = open_runner(settings)
+    try:
+        assert int(runner.df("count_generations", {})["n"].iloc[0]) == 0
+        assert runner.client.get_client_setting("readonly") == "2"
+        for sql in ("INSERT INTO generations (request_id) VALUES ('x')", "CREATE TABLE t (a Int8) ENGINE = Memory",
+                    "DROP TABLE generations", "TRUNCATE TABLE generations"):
+            with pytest.raises(Exception, match="readonly"):
+                runner.client.command(sql)
+        # a named query's own SETTINGS clause stays allowed (readonly=2, not 1)
+        assert runner.client.query("SELECT 1 SETTINGS max_threads = 1").result_rows == [(1,)]
+        assert int(runner.df("count_generations", {})["n"].iloc[0]) == 0
+    finally:
+        runner.close()
