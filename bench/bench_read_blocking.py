@@ -11,7 +11,7 @@ bench_scale.py does, starts a worker that owns it, and times `GET /health`
   (`GET /query/named/bands_rollup`, what Grafana and the live page call):
   28,800 rows from 100M generations;
 * during the same day through the CLI (`query bands ... --format csv`,
-  POST /query/command).
+  which reads the worker's ClickHouse HTTP interface).
 
 The figure is the worst /health latency seen while each read runs (median
 over --runs), and its ratio to the reference's worst.

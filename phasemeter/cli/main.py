@@ -8,10 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from phasemeter.cli import commands, delegate, dlq, emit, inflight, otlp, slo
+from phasemeter.cli import commands, dlq, emit, inflight, otlp, slo
 from phasemeter.alerts import cli as alerts_cli
 from phasemeter.analytics import cli as analytics_cli
-from phasemeter.query.served import set_handler
 from phasemeter.settings import Settings
 from phasemeter.timeparse import ArgError
 
@@ -115,22 +114,7 @@ def _glue_relative_times(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = _glue_relative_times(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    set_handler(serve)  # what a worker started from here runs a CLI's read command with
-
     return guarded(args, lambda: args.func(args, settings_from(args)))
-
-
-def serve(request: dict) -> int:
-    """In the worker (phasemeter.query.served): a CLI's read command, parsed by
-    the same parser and run by the same function, with the same exit codes."""
-    try:
-        args = build_parser().parse_args(request["argv"])
-    except SystemExit as exc:  # argparse has written its message to (captured) stderr
-        return int(exc.code or 0)
-    if not delegate.servable(args):  # the endpoint runs reads only: no migrate, backfill, webhook ...
-        print(f"phasemeter: {' '.join(request['argv'])!r} is not a read command a worker runs", file=sys.stderr)
-        return 2
-    return guarded(args, lambda: args.func(args, delegate.settings_of(request)))
 
 
 def guarded(args, run) -> int:
