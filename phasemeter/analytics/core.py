@@ -159,12 +159,8 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
     filters = {"models": list(models or []), "buckets": list(buckets or [])}
     check_filters(filters["models"], filters["buckets"], bucket_labels(edge_tuple))
 
-    def estimate() -> int:
-        df = runner.df("estimate_rows", {"start": _naive(start), "end": _naive(end), **filters})
-        return int(df["n"].iloc[0]) if len(df) else 0
-
-    choice: PathChoice = choose_path((end - start).total_seconds(), step_s, force=force,
-                                     rebucket=rebucket, estimate_rows=estimate,
+    choice: PathChoice = choose_path((end - start).total_seconds(), step_s, force=force, rebucket=rebucket,
+                                     rule=lambda: read_path(runner, start, end, step_s, filters),
                                      exact_only=_exact_only(kind, abandoned, prefill))
     q_start, q_end = (align_minutes(start, end) if choice.path == "rollup" else (start, end))
     params = {"start": _naive(q_start), "end": _naive(q_end), "step_s": step_s, **filters}
@@ -195,6 +191,13 @@ def run_query(runner, start: datetime, end: datetime, step_s: int, models=None, 
             "bucket_order": order, "rebucketed": rebucket, "abandoned": abandoned, "prefill": prefill,
             "abandoned_split": choice.path == "exact", "tiers": used}
     return df, meta
+
+
+def read_path(runner, start: datetime, end: datetime, step_s: int, filters: dict) -> dict:
+    """The store's exact-or-rollup verdict (sql/read_path.sql: the rule the
+    Grafana panels follow too) as plain values; raw_rows None when not counted."""
+    df = runner.df("read_path", {"start": _naive(start), "end": _naive(end), "step_s": int(step_s), **filters})
+    return {k: (None if pd.isna(v) else v) for k, v in df.iloc[0].items()}
 
 
 def _tier_plan(runner, start: datetime, end: datetime, step_s: int, tiers: bool) -> TierPlan:
