@@ -126,26 +126,36 @@ def test_abandoned_panels_count_per_model_and_bucket(client):
     assert per_cell == {f"{m} · {b}": n for (m, b), n in want.items()}
 
 
-def _cli(client, kind: str, t_from: int, t_to: int, step_s: int):
+def _cli(client, kind: str, t_from: int, t_to: int, step_s: int, path: str):
+    """What `phasemeter query bands` / `latency` print by default (no --exact,
+    no --rollup) for this window and step; `path`: the one the CLI must take."""
     from datetime import datetime, timezone
 
     from phasemeter.analytics import run_query
     from phasemeter.query.runner import DirectRunner
 
     start, end = (datetime.fromtimestamp(t, timezone.utc) for t in (t_from, t_to))
-    df, meta = run_query(DirectRunner(client), start, end, step_s, force="rollup", kind=kind)
-    assert meta["path"] == "rollup"
+    df, meta = run_query(DirectRunner(client), start, end, step_s, kind=kind)
+    assert meta["path"] == path, meta["reason"]
     return df
 
 
+# (from, to, Grafana's interval, the path the CLI's rule takes): the demo's
+# 5-minute cells over its 3 hours (exact: a short window), a step that is not
+# whole minutes (exact), and a window over 6 hours (the rollup, minute tier:
+# the step is not whole hours, so the CLI reads no coarser tier either).
+WINDOWS = [(0, 3 * 3600, 300, "exact"), (600, 2 * 3600 + 600, 90, "exact"), (-5 * 3600, 3 * 3600, 600, "rollup")]
+
+
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
-def test_throughput_panels_equal_query_bands_on_every_cell(client, phase):
-    """The dashboard's bands come from the CLI's own definition: every point of
-    every repeated bucket panel equals `query bands --rollup` (same window,
-    same step), the slow tail p1/p5 included."""
-    t_from, t_to, interval = int(T0), int(T0 + 3 * 3600), 300
+@pytest.mark.parametrize("lo,hi,interval,path", WINDOWS)
+def test_throughput_panels_equal_query_bands_on_every_cell(client, phase, lo, hi, interval, path):
+    """Each panel chooses its path by the CLI's rule (bands_view, schema/0024),
+    so every point of every repeated bucket panel equals what `query bands`
+    prints by default for the same window and step, the slow tail p1/p5 included."""
+    t_from, t_to = int(T0 + lo), int(T0 + hi)
     models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows)
-    cli = _cli(client, "bands", t_from, t_to, interval)
+    cli = _cli(client, "bands", t_from, t_to, interval, path)
     title = "Prefill tokens/s" if phase == "prefill" else "Decode tokens/s"
     [sql] = [s for name, s in queries() if name.startswith(f"panel {title}")]
     compared = 0
@@ -161,11 +171,12 @@ def test_throughput_panels_equal_query_bands_on_every_cell(client, phase):
     assert compared == len(cli)
 
 
-def test_latency_panels_equal_query_latency(client):
-    t_from, t_to, interval = int(T0), int(T0 + 3 * 3600), 600
+@pytest.mark.parametrize("lo,hi,interval,path", WINDOWS)
+def test_latency_panels_equal_query_latency(client, lo, hi, interval, path):
+    t_from, t_to = int(T0 + lo), int(T0 + hi)
     models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows)
     buckets = sorted(r[0] for r in client.query("SELECT DISTINCT input_bucket FROM generations").result_rows)
-    cli = _cli(client, "latency", t_from, t_to, interval)
+    cli = _cli(client, "latency", t_from, t_to, interval, path)
     for title, kind in (("TTFT seconds", "ttft"), ("Queue seconds", "queue")):
         [sql] = [s for name, s in queries() if name.startswith(f"panel {title}")]
         rows = client.query(substitute(sql, t_from, t_to, interval, {"model": models, "bucket": buckets})).result_rows
