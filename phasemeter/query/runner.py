@@ -139,6 +139,27 @@ def frame_from_json(payload: dict) -> pd.DataFrame:
     return df
 
 
+# A day of minute cells is a read under the size from which ClickHouse splits a
+# read across threads (merge_tree_min_bytes_for_concurrent_read, 24 MiB), so it
+# ran on one core. Each cell costs tens of microseconds to merge and finalize
+# (its sketches), so even such a read is worth every core: in-process over 100M
+# rows, 1 day at 1-minute steps took 0.66-0.84x the time for the bands and 0.65x
+# for the latencies (BENCHMARKS.md, section 14). One reading policy for the
+# rollup's band and latency queries.
+SPLIT_SMALL_READS = {"merge_tree_min_rows_for_concurrent_read": 8192,
+                     "merge_tree_min_bytes_for_concurrent_read": 1048576}
+QUERY_SETTINGS = {"bands_rollup": SPLIT_SMALL_READS, "latency_rollup": SPLIT_SMALL_READS}
+
+
+def changeable(client, settings: dict) -> dict:
+    """The settings this client's user may change. The worker's SQL interface
+    runs every query read-only as it is (no setting changes), and clickhouse-
+    connect refuses to send a setting the server reports as fixed; tuning that
+    cannot be sent is left out, never an error."""
+    fixed = {name for name in settings if getattr(client.server_settings.get(name), "readonly", 0)}
+    return {k: v for k, v in settings.items() if k not in fixed}
+
+
 class DirectRunner:
     """A clickhouse-connect client (chDB or HTTP) and the lock its statements
     share: the worker's runner shares the sink's, one statement at a time."""
@@ -146,10 +167,13 @@ class DirectRunner:
     def __init__(self, client, lock: threading.Lock | None = None):
         self.client = client
         self.lock = lock or threading.Lock()
+        self._settings: dict[str, dict] = {}
 
     def df(self, name: str, params: dict) -> pd.DataFrame:
         with self.lock:
-            return self.client.query_df(load_sql(name), parameters=params)
+            if name not in self._settings:
+                self._settings[name] = changeable(self.client, QUERY_SETTINGS.get(name, {}))
+            return self.client.query_df(load_sql(name), parameters=params, settings=self._settings[name] or None)
 
     def close(self) -> None:
         self.client.close()

@@ -3,6 +3,8 @@ store: the named queries run, and nothing it sends can write."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 from stores import migrated_client
 
@@ -31,5 +33,19 @@ def test_a_reader_reads_and_never_writes(settings):
         # a named query's own SETTINGS clause stays allowed (readonly=2, not 1)
         assert runner.client.query("SELECT 1 SETTINGS max_threads = 1").result_rows == [(1,)]
         assert int(runner.df("count_generations", {})["n"].iloc[0]) == 0
+    finally:
+        runner.close()
+
+
+def test_the_rollup_reads_split_small_reads_across_threads_on_chdb(settings):
+    from phasemeter.query.runner import SPLIT_SMALL_READS
+
+    runner = open_runner(settings)
+    try:
+        params = {"start": datetime(2026, 1, 1), "end": datetime(2026, 1, 2),
+                  "step_s": 3600, "models": [], "buckets": []}
+        tiers = {f"{t}_{e}": params["end"] for t in ("hour", "hour3", "day") for e in ("from", "to")}
+        assert runner.df("bands_rollup", params | tiers).empty
+        assert runner._settings["bands_rollup"] == SPLIT_SMALL_READS  # chDB lets them change: sent
     finally:
         runner.close()

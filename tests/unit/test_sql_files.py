@@ -137,13 +137,17 @@ def test_the_stall_frame_splits_windows_as_the_alert_frame_does():
     assert parts((ROOT / "sql" / "stall_window.sql").read_text()) == parts(view.read_text())
 
 
-def test_the_rollup_band_and_latency_queries_read_small_ranges_on_every_core():
-    # A day of minute cells is a read under ClickHouse's default threshold for
-    # splitting it across threads; the sketches' merge made it worth splitting
-    # (BENCHMARKS.md, section 14). The same line in both: one reading policy.
-    lines = {name: load_sql(name).rstrip().splitlines()[-1] for name in ("bands_rollup", "latency_rollup")}
-    assert set(lines.values()) == {"SETTINGS merge_tree_min_rows_for_concurrent_read = 8192, "
-                                   "merge_tree_min_bytes_for_concurrent_read = 1048576"}, lines
+def test_no_named_read_changes_a_setting_in_its_text():
+    """A reader may go through the worker's SQL interface, which runs every
+    query read-only as it is: a SETTINGS clause there is refused. Tuning is
+    the runner's (phasemeter.query.runner.QUERY_SETTINGS), sent where the
+    target allows it; the rollup's band and latency reads share one policy."""
+    from phasemeter.query.runner import QUERY_SETTINGS, SPLIT_SMALL_READS
+
+    for path in (ROOT / "sql").glob("*.sql"):
+        if path.stem not in WRITES:
+            assert not re.search(r"\bSETTINGS\b", "\n".join(_code(path.stem))), path.name
+    assert QUERY_SETTINGS == {"bands_rollup": SPLIT_SMALL_READS, "latency_rollup": SPLIT_SMALL_READS}
 
 
 def test_the_all_tier_check_reads_every_tier_at_its_own_grain():

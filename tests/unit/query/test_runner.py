@@ -51,3 +51,24 @@ def test_via_and_a_server_dsn_win_over_the_worker_state(tmp_path):
     assert read_settings(settings, via="http://10.0.0.5:8123").store_dsn == "http://10.0.0.5:8123"
     server = Settings(data_dir=str(tmp_path), clickhouse_url="https://ch.example:8443")
     assert read_settings(server).store_dsn == "https://ch.example:8443"
+
+
+class _Setting:
+    def __init__(self, readonly: int):
+        self.readonly = readonly
+
+
+class _Target:
+    """What clickhouse-connect learned of a target's settings at connect (its
+    system.settings rows): the worker's interface reports every one fixed."""
+
+    def __init__(self, readonly: int):
+        self.server_settings = {"merge_tree_min_rows_for_concurrent_read": _Setting(readonly),
+                                "merge_tree_min_bytes_for_concurrent_read": _Setting(readonly)}
+
+
+def test_query_tuning_is_sent_only_where_the_target_lets_it_change():
+    from phasemeter.query.runner import SPLIT_SMALL_READS, changeable
+
+    assert changeable(_Target(readonly=0), SPLIT_SMALL_READS) == SPLIT_SMALL_READS
+    assert changeable(_Target(readonly=1), SPLIT_SMALL_READS) == {}
