@@ -21,10 +21,10 @@ def state_file(data_path: Path) -> Path:
     return data_path / "worker.json"
 
 
-def write_state(data_path: Path, url: str, **more: str) -> None:
-    """`more`: further URLs of the worker (its SQL interface: sql_url=...)."""
+def write_state(data_path: Path, url: str, **urls: str) -> None:
+    """`urls`: the worker's other listeners by name (sql_url: its SQL interface)."""
     data_path.mkdir(parents=True, exist_ok=True)
-    state_file(data_path).write_text(json.dumps({"pid": os.getpid(), "url": url, **more}))
+    state_file(data_path).write_text(json.dumps({"pid": os.getpid(), "url": url, **urls}))
 
 
 def clear_state(data_path: Path) -> None:
