@@ -49,16 +49,13 @@ def substitute(sql: str, t_from: int, t_to: int, interval_s: int, variables: dic
     return sql
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path_factory.mktemp('grafana') / 'store'}")
-    c.command("CREATE DATABASE IF NOT EXISTS pm")
-    c.database = "pm"
-    migrate(c)
+def fill(c) -> None:
+    """The dashboard's store: migrated, the SLOs declared, 3 hours of rows."""
     from datetime import datetime, timezone
 
     from phasemeter.store import slo_defs
 
+    migrate(c)
     slo_defs.register(c, SLOS, at=datetime.fromtimestamp(T0 - 86400, timezone.utc))
     sink = Sink.over(c, "chdb://t")
     rows = synthetic_rows(5000, T0, 3 * 3600, seed=3)
@@ -69,8 +66,28 @@ def client(tmp_path_factory):
         if phase == "prefill":
             r.update(ttft_s=None, prefill_tps=None, decode_s=None)
     sink.write(rows, [])
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path_factory.mktemp('grafana') / 'store'}")
+    c.command("CREATE DATABASE IF NOT EXISTS pm")
+    c.database = "pm"
+    fill(c)
     yield c
     c.close()
+
+
+def concrete_queries(client) -> dict[str, str]:
+    """Every query of the dashboard with the macros and variables expanded
+    over the store's 3 hours, at 5-minute intervals (the panels' exact path)."""
+    models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows)
+    buckets = sorted(r[0] for r in client.query("SELECT DISTINCT input_bucket FROM generations").result_rows)
+    out = {}
+    for i, (name, sql) in enumerate(queries()):
+        out[f"{i} {name}"] = substitute(sql, int(T0), int(T0 + 3 * 3600), 300,
+                                        {"model": models, "bucket": buckets, "slo": ["chat"]})
+    return out
 
 
 def queries():
