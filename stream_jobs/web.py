@@ -1,19 +1,13 @@
-"""Read-only HTTP API on the worker's web port (127.0.0.1 by default).
-
-It exists because an embedded chDB store opens in one process only: while
-the worker owns it, readers ask it. GET /query/named runs one named query
-shipped in `sql/` (phasemeter.query.runner.HttpRunner), every value bound
-server-side by ClickHouse; nothing here writes to the store or to a file.
+"""Read-only HTTP API on the worker's web port (127.0.0.1 by default): the
+live page, health, in-flight generations and metrics. Readers of the store
+use the worker's ClickHouse HTTP interface instead (docs/sql.md,
+docs/reads-through-the-worker.md); nothing here writes to the store or to a
+file.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from faust.web import View
-
-from phasemeter.query.runner import decode_params, encode_frame
-from phasemeter.store.client import is_read_only, load_sql
 
 from . import metrics, tasks
 from .live_views import register_live_views
@@ -62,26 +56,3 @@ def register_views(app, settings, pipeline, sink, joiner) -> None:
         async def get(self, request):
             return self.text(metrics.render(pipeline.health(), joiner.inflight()),
                              content_type="text/plain; version=0.0.4")
-
-    @app.page("/query/named/{name}")
-    class Named(View):
-        async def get(self, request, name):
-            try:
-                if not is_read_only(load_sql(name)):
-                    return self.json({"error": f"query {name!r} is not read-only"}, status=403)
-            except ValueError as exc:  # unknown or malformed query name
-                return self.json({"error": str(exc)}, status=404)
-            try:
-                params = decode_params(request.query.get("params", "{}"))
-            except ValueError as exc:
-                return self.json({"error": f"bad params: {exc}"}, status=400)
-            try:
-                runner = sink.runner  # shares the sink's lock: one statement at a time
-            except RuntimeError as exc:  # store down or locked: say so, don't hang
-                return self.json({"error": f"store unavailable: {exc}"}, status=503)
-            loop = asyncio.get_running_loop()
-            try:
-                body = await loop.run_in_executor(None, lambda: encode_frame(runner.df(name, params)))
-            except Exception as exc:  # a bad query must not take the worker down
-                return self.json({"error": f"query failed: {str(exc)[:400]}"}, status=400)
-            return self.bytes(body, content_type="application/json")

@@ -20,12 +20,7 @@ already read-only is left as it is.
 
 from __future__ import annotations
 
-import json
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from phasemeter.store.client import StoreError, load_sql
@@ -34,109 +29,6 @@ if TYPE_CHECKING:  # imported where a frame is built: the worker's ingest path n
     import pandas as pd
 
     from phasemeter.settings import Settings
-
-def encode_params(params: dict) -> str:
-    def enc(v):
-        if isinstance(v, datetime):
-            return {"$dt": v.isoformat()}
-        return v
-    return json.dumps({k: enc(v) for k, v in params.items()})
-
-
-def decode_params(text: str) -> dict:
-    def dec(v):
-        if isinstance(v, dict) and set(v) == {"$dt"}:
-            return datetime.fromisoformat(v["$dt"])
-        if isinstance(v, dict):
-            raise ValueError("nested objects are not query parameters")
-        return v
-    raw = json.loads(text or "{}")
-    if not isinstance(raw, dict):
-        raise ValueError("params must be a JSON object")
-    return {str(k): dec(v) for k, v in raw.items()}
-
-
-def frame_to_json(df: pd.DataFrame) -> dict:
-    """Values as Python's json writes them: floats by repr, so every digit
-    survives (pandas' to_json keeps at most 15 decimal places, which turned
-    1e-20 into 0 and cut digits off small latencies). Nulls of any kind -> null."""
-    import numpy as np
-    import pandas as pd
-
-    dtypes = {c: str(t) for c, t in df.dtypes.items()}
-    columns = []
-    for col, kind in dtypes.items():
-        values = df[col]
-        dtype = values.dtype
-        if kind.startswith("datetime64"):
-            columns.append([None if pd.isna(t) else pd.Timestamp(t).isoformat() for t in values])
-        elif isinstance(dtype, np.dtype) and dtype.kind in "iub":
-            columns.append(values.to_numpy().tolist())  # Python ints and bools, in C
-        elif isinstance(dtype, np.dtype) and dtype.kind == "f":
-            columns.append(json_floats(values.to_numpy()))
-        elif isinstance(dtype, pd.StringDtype) or (isinstance(dtype, pd.api.extensions.ExtensionDtype)
-                                                   and pd.api.types.is_integer_dtype(dtype)):
-            # str, or nullable ints: Python str / int cells, None for the nulls
-            columns.append(values.to_numpy(dtype=object, na_value=None).tolist())
-        else:
-            columns.append([_plain(v, pd.NA) for v in values.to_numpy(dtype=object)])
-    return {"columns": list(df.columns), "dtypes": dtypes, "rows": [list(r) for r in zip(*columns)]}
-
-
-def json_floats(values) -> list:
-    """A numpy float array as JSON cells: Python floats, NaN as None. tolist()
-    converts in C; a cell at a time took ~0.27 s for a day at 1-minute steps
-    (28,800 rows x 20 columns). The worker's frames and the CLI's JSON
-    (render.table.json_records) both write floats this way."""
-    import numpy as np
-
-    cells = values.tolist()
-    for i in np.flatnonzero(np.isnan(values)).tolist():
-        cells[i] = None
-    return cells
-
-
-def encode_frame(df: pd.DataFrame) -> bytes:
-    """`frame_to_json` as the JSON the worker sends. msgspec writes it ~10x
-    faster than the standard library, but writes an infinity as null; a
-    frame that holds one goes through the standard library, which writes
-    Infinity, as the worker always did (json.loads reads it back as inf)."""
-    import json
-
-    import msgspec
-    import numpy as np
-
-    doc = frame_to_json(df)
-    floats = df.select_dtypes(include="floating")
-    if floats.shape[1] and np.isinf(floats.to_numpy(dtype=np.float64, na_value=np.nan)).any():
-        return json.dumps(doc).encode()
-    return msgspec.json.encode(doc)
-
-
-def _plain(v, na):
-    """One cell as JSON: numpy scalars as Python numbers, arrays (the SLO
-    `counts`) as lists, nulls (None, NaN, pandas' `na`) as None."""
-    if hasattr(v, "tolist") and getattr(v, "ndim", 0):
-        return v.tolist()
-    if isinstance(v, (list, tuple)):
-        return [_plain(x, na) for x in v]
-    null = v is None or v is na or (isinstance(v, float) and v != v)
-    return None if null else (v.item() if hasattr(v, "item") else v)
-
-
-def frame_from_json(payload: dict) -> pd.DataFrame:
-    """The worker's frame back, each column in the dtype it had there: a
-    nullable integer column (the rollup's counts over no rows) stays nullable
-    instead of failing an int64 cast on its nulls."""
-    import pandas as pd
-
-    df = pd.DataFrame(payload["rows"], columns=payload["columns"])
-    for col, kind in payload["dtypes"].items():
-        if kind.startswith("datetime64"):
-            df[col] = pd.to_datetime(df[col]).dt.tz_localize(None) if len(df) else pd.Series(dtype="datetime64[ns]")
-        elif kind != "object":
-            df[col] = df[col].astype(kind)
-    return df
 
 
 # A day of minute cells is a read under the size from which ClickHouse splits a
@@ -179,35 +71,6 @@ class DirectRunner:
         self.client.close()
 
 
-class HttpRunner:
-    """The worker's `/query/named` endpoint: not a reader's path any more (readers use
-    open_runner); the test and benchmark helpers that count a worker's rows use it
-    until they read through the worker's SQL interface."""
-
-    def __init__(self, url: str, timeout_s: float = 120.0):
-        self.url = url.rstrip("/")
-        self.timeout_s = timeout_s
-
-    def df(self, name: str, params: dict) -> pd.DataFrame:
-        query = urllib.parse.urlencode({"params": encode_params(params)})
-        target = f"{self.url}/query/named/{urllib.parse.quote(name)}?{query}"
-        try:
-            with urllib.request.urlopen(target, timeout=self.timeout_s) as resp:
-                return frame_from_json(json.loads(resp.read()))
-        except urllib.error.HTTPError as exc:
-            body = exc.read().decode(errors="replace")
-            try:
-                body = json.loads(body)["error"]
-            except (ValueError, KeyError):
-                pass
-            raise RuntimeError(f"worker at {self.url} refused query {name!r}: {body}") from None
-        except urllib.error.URLError as exc:
-            raise RuntimeError(f"worker at {self.url} unreachable: {exc.reason}") from None
-
-    def close(self) -> None:
-        pass
-
-
 def read_settings(settings: Settings, via: str | None = None) -> Settings:
     """The settings a reader opens the store with: `via`, else the SQL
     interface of the worker that holds the embedded store, else `settings`."""
@@ -239,3 +102,19 @@ def open_runner(settings: Settings, via: str | None = None) -> DirectRunner:
     from phasemeter.store.client import open_migrated_store
 
     return DirectRunner(read_only(open_migrated_store(read_settings(settings, via))))
+
+
+def worker_runner(settings: Settings, timeout_s: float = 120.0) -> DirectRunner:
+    """A Runner on the SQL interface of the worker that holds `settings`'
+    embedded store, and never the store itself: for callers beside a worker
+    (the tests' and benchmarks' counts) that must not take its store while it
+    is away. StoreError when no live worker serves one."""
+    from phasemeter.query.remote import SQL_URL, worker_state
+    from phasemeter.store.client import connect
+
+    info = worker_state(settings.data_path) or {}
+    if not info.get(SQL_URL):
+        raise StoreError(f"no worker serves SQL over the store at {settings.data_path}")
+    client = connect(settings.replace(clickhouse_url=info[SQL_URL]), create=False,
+                     connect_timeout=timeout_s, send_receive_timeout=timeout_s)
+    return DirectRunner(read_only(client))
