@@ -49,3 +49,24 @@ def test_the_rollup_reads_split_small_reads_across_threads_on_chdb(settings):
         assert runner._settings["bands_rollup"] == SPLIT_SMALL_READS  # chDB lets them change: sent
     finally:
         runner.close()
+
+
+def test_opening_a_reader_on_an_unmigrated_store_creates_nothing(tmp_path):
+    """A reader (open_runner) that finds a store not yet migrated says so, and
+    leaves it as it was: no table of the migrator's, no DDL at all (the
+    worker's SQL interface refuses DDL, so a reader that sent any could not
+    read through it)."""
+    import clickhouse_connect
+
+    from phasemeter.store.client import StoreError
+
+    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/store")
+    c.command("CREATE DATABASE pm")
+    c.close()
+    with pytest.raises(StoreError, match="pending migration"):
+        open_runner(Settings(data_dir=str(tmp_path), database="pm"))
+    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/store")
+    try:
+        assert c.query("SELECT name FROM system.tables WHERE database = 'pm'").result_rows == []
+    finally:
+        c.close()
