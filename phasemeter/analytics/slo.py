@@ -47,13 +47,13 @@ def with_objectives(slo: Slo, overrides: list[str]) -> Slo:
 
 
 def _registered(runner) -> dict[int, datetime]:
-    from phasemeter.store.slo_defs import covered_from
-
+    """slo_id -> the first minute its per-minute counts are complete from (the
+    store's rule, schema/0026: slo_view decides alike for Grafana)."""
     df = runner.df("slo_registered", {})
     out = {}
-    for slo_id, at in (zip(df["slo_id"], df["registered_at"]) if len(df) else ()):
+    for slo_id, at in (zip(df["slo_id"], df["covered_from"]) if len(df) else ()):
         at = at.to_pydatetime() if hasattr(at, "to_pydatetime") else at
-        out[int(slo_id)] = covered_from(_utc(at))
+        out[int(slo_id)] = _utc(at)
     return out
 
 

@@ -289,7 +289,7 @@ def test_cookbook_dead_letters_by_reason(store):
 # table of columns, held to what the store reports.
 VIEW_ARGS = {
     "bands_view": "", "latency_view": "", "read_path_view": "",
-    "slo_rollup_view": ", slo_id = 1",
+    "slo_rollup_view": ", slo_id = 1", "slo_view": ", slo = 'chat'",
 }
 
 

@@ -65,7 +65,8 @@ def test_summary_counts_abandoned_by_phase():
 # The exact queries are parameterized views (one definition for the CLI and the
 # Grafana panels' bands_view / latency_view); their sql/ files select from them.
 EXACT_VIEWS = {"bands_exact": ("0024_bands_view.sql", "bands_exact_view"),
-               "latency": ("0025_latency_view.sql", "latency_exact_view")}
+               "latency": ("0025_latency_view.sql", "latency_exact_view"),
+               "slo_exact": ("0026_slo_view.sql", "slo_exact_view")}
 
 
 def _code(name: str) -> list[str]:
@@ -114,7 +115,7 @@ def test_every_slo_count_uses_the_one_judge_with_the_same_arguments():
     the same row columns in the same order, the queries the same bound limits."""
     from phasemeter.alerts.slo_rules import OBJECTIVES, SLO_COUNTS
 
-    exact = _judge_call((ROOT / "sql" / "slo_exact.sql").read_text())
+    exact = _judge_call("\n".join(_code("slo_exact")))
     assert _judge_call((ROOT / "sql" / "slo_windows.sql").read_text()) == exact
     [view] = (ROOT / "schema").glob("*_slo_minute.sql")
     in_view = _judge_call(view.read_text())
