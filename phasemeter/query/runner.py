@@ -13,9 +13,9 @@ the store's address differs (`open_runner`):
 * `--via URL`: that ClickHouse HTTP interface.
 
 A reader never writes: its client runs every query with readonly=2
-(ClickHouse refuses INSERT, DDL and the like; settings in a query's SETTINGS
-clause stay allowed, which the named queries use). A target whose user is
-already read-only is left as it is.
+(ClickHouse refuses INSERT, DDL and the like; settings sent with a query stay
+allowed, such as the rollup reads' tuning below). A target whose user is
+already read-only is left as it is, and sent no setting.
 """
 
 from __future__ import annotations
