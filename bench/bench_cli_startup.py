@@ -20,11 +20,11 @@ sources again (PYTHONDONTWRITEBYTECODE=1, as some CI and sandbox shells set).
   clickhouse-connect for one `SELECT 1` -- what any embedded query pays.
 * through the worker: a `phasemeter worker` (on a local broker) owns a third
   store, filled as the small one; `query bands`, `latency`, `slo` and
-  `alerts check` there send the command to the worker, which runs it and
-  sends the text back (phasemeter/cli/delegate.py). With --before-python (an
-  interpreter with an older phasemeter installed, e.g. the main tree's venv)
-  the same `query bands` runs with that CLI too, in the same rounds: the
-  path before, which rebuilt the frames here and needed pandas.
+  `alerts check` there read the worker's ClickHouse HTTP interface with
+  clickhouse-connect (phasemeter/query/runner.py), as they read a server.
+  With --before-python (an interpreter with an older phasemeter installed,
+  e.g. the main tree's venv) the same `query bands` runs with that CLI too,
+  in the same rounds: the path before.
 
     python bench/bench_cli_startup.py              # 10 runs each
     python bench/bench_cli_startup.py --runs 20 --rows 5000 --json out.json
@@ -121,7 +121,7 @@ def commands(stores: dict[str, Path], owned: Path | None = None,
                ("worker: slo --slos example", [CLI, "slo", *d, "--slos", "example"]),
                ("worker: alerts check", [CLI, "alerts", "check", *d])]
         if before:
-            via.append(("worker, CLI before (HttpRunner + pandas): query bands --from -1h",
+            via.append(("worker, CLI before: query bands --from -1h",
                         [before, "-m", "phasemeter", "query", "bands", *d, "--from", "-1h"]))
     return [
         ("python -c pass (reference)", [PY, "-c", "pass"]),

@@ -8,7 +8,7 @@ For each rate and each emitter envelope size (alternated in one run), the real e
 durations of ~1 ms) sends at that rate for --seconds under its own gateway
 label, into one `phasemeter worker` (default batching: 5000 rows or 1 s).
 Latency per row = ingested_at (set by ClickHouse at insert) - ts (the emit
-time, to the ms), read through the worker's query API with the named query
+time, to the ms), read through the worker's SQL interface with the named query
 sql/bench_freshness.sql; a row is queryable as soon as it is stored. Also
 reported: the time from the last emit until every row of the rate step is
 visible through the API (polled every 0.1 s), and per batch (from /health)
@@ -211,7 +211,8 @@ def run(bootstrap: str, rates: list[float], envelopes: list[int], seconds: float
         batch_seconds: float, with_probe: bool = False, worker_python: str = "",
         sql_load_s: float = 0.0) -> list[dict]:
     from phasemeter.kafka_local import ensure_topics, free_port
-    from phasemeter.query.runner import HttpRunner
+    from phasemeter.query.runner import worker_runner
+    from phasemeter.settings import Settings
 
     topic = f"bench-fresh-{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, [topic, f"{topic}.dlq"], 4)
@@ -223,7 +224,7 @@ def run(bootstrap: str, rates: list[float], envelopes: list[int], seconds: float
                       python=worker_python or sys.executable, extra_env={"PHASEMETER_SQL_PORT": str(sql_port)}) as w:
             w.migrate()
             w.start()
-            runner = HttpRunner(w.url, timeout_s=30)
+            runner = worker_runner(Settings.from_env(w.env), timeout_s=30)  # its SQL interface
             probe = KafkaProbe(bootstrap, topic).__enter__() if with_probe else None
             blog = BatchLog(w)
             blog.thread.start()

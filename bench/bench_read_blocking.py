@@ -7,11 +7,11 @@ bench_scale.py does, starts a worker that owns it, and times `GET /health`
 (answered on the loop, nothing else) every few milliseconds:
 
 * alone: the reference, in the same run;
-* during a day at 1-minute steps through the named-query API
-  (`GET /query/named/bands_rollup`, what Grafana and the live page call):
-  28,800 rows from 100M generations;
+* during a day at 1-minute steps through the worker's ClickHouse HTTP
+  interface (`sql/bands_rollup.sql` with clickhouse-connect, as Grafana and
+  any client read): 28,800 rows from 100M generations;
 * during the same day through the CLI (`query bands ... --format csv`,
-  POST /query/command).
+  which reads the worker's ClickHouse HTTP interface).
 
 The figure is the worst /health latency seen while each read runs (median
 over --runs), and its ratio to the reference's worst.
@@ -71,7 +71,8 @@ def main() -> int:
 
     from phasemeter.analytics.core import tier_params
     from phasemeter.analytics.paths import tier_plan
-    from phasemeter.query.runner import HttpRunner
+    from phasemeter.query.runner import worker_runner
+    from phasemeter.settings import Settings
 
     env = {**os.environ, "PHASEMETER_DATABASE": S.DB}
     env.pop("CLICKHOUSE_URL", None)
@@ -88,12 +89,12 @@ def main() -> int:
     print(f"machine: {U.machine_info()}", file=sys.stderr)
     try:
         with S.worker_owning(root, env) as worker:
-            runner = HttpRunner(worker.url)
+            runner = worker_runner(Settings.from_env(worker.env))
             rows = len(runner.df("bands_rollup", params))  # warm: the first read is cold
             subprocess.run(cli, env=env, check=True, capture_output=True)
             reads = {
                 "nothing (reference)": lambda: time.sleep(1.0),
-                "named query, 1 d at 1 min": lambda: runner.df("bands_rollup", params),
+                "SQL interface, 1 d at 1 min": lambda: runner.df("bands_rollup", params),
                 "CLI query bands, 1 d at 1 min (CSV)": lambda: subprocess.run(cli, env=env, check=True,
                                                                              capture_output=True),
             }

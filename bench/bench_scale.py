@@ -282,7 +282,7 @@ def main() -> int:
     ap.add_argument("--keep", help="store folder to reuse and keep (one --rows only)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--via-worker", action="store_true",
-                    help="read through a running worker that owns the store (the CLI delegates to it)")
+                    help="read through a running worker that owns the store (its ClickHouse HTTP interface)")
     ap.add_argument("--only", choices=["all", "bands", "slo"], default="all",
                     help="which query families to time (the fixed cost always)")
     args = ap.parse_args()

@@ -317,16 +317,23 @@ class Cell:
 
     def drain(self, expected: int, stall_s: float = 90.0) -> bool:
         """Until the stores hold `expected` generations + dead letters and stay there."""
-        from phasemeter.query.runner import HttpRunner
+        from clickhouse_connect.driver.exceptions import Error as ClickHouseError
+
+        from phasemeter.query.runner import worker_runner
+        from phasemeter.settings import Settings
 
         last, since = -1, time.monotonic()
         while time.monotonic() - since < stall_s:
             total = 0
             for w in self.workers:
-                try:
-                    df = HttpRunner(w.url, timeout_s=10).df("count_generations", {})
+                try:  # through the worker's SQL interface; a frozen or restarting worker counts next round
+                    runner = worker_runner(Settings.from_env(w.env), timeout_s=10)
+                    try:
+                        df = runner.df("count_generations", {})
+                    finally:
+                        runner.close()
                     total += int(df["n"].iloc[0]) + int(df["dead"].iloc[0])
-                except RuntimeError:
+                except (RuntimeError, ClickHouseError):
                     pass
             total += sum(w.final_count for w in self.retired)
             if total != last:

@@ -1,25 +1,13 @@
-"""Read-only HTTP API on the worker's web port (127.0.0.1 by default).
-
-It exists because an embedded chDB store opens in one process only: while
-the worker owns it, CLI reads come here: a whole read command
-(POST /query/command, phasemeter.cli.delegate: the CLI's parsed command, run
-here by the same function, its output sent back) or one named query
-(GET /query/named, phasemeter.query.runner.HttpRunner). Only named queries
-shipped in `sql/`, every value bound server-side by ClickHouse; nothing
-here writes to the store or to a file.
+"""Read-only HTTP API on the worker's web port (127.0.0.1 by default): the
+live page, health, in-flight generations and metrics. Readers of the store
+use the worker's ClickHouse HTTP interface instead (docs/sql.md,
+docs/reads-through-the-worker.md); nothing here writes to the store or to a
+file.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-
 from faust.web import View
-from msgspec.json import encode as _json_encode
-
-from phasemeter.query import served
-from phasemeter.query.runner import decode_params, encode_frame
-from phasemeter.store.client import is_read_only, load_sql
 
 from . import metrics, tasks
 from .live_views import register_live_views
@@ -39,31 +27,6 @@ def consumer_lag(app, pipeline) -> dict:
         return {"lag": None, "lag_by_partition": {}}
     per = {f"{t}/{p}": max(0, ends[t, p] - pos) for (t, p), pos in pipeline.sequencer.position(ends).items()}
     return {"lag": sum(per.values()) if per else None, "lag_by_partition": per}
-
-
-def served_command(handler, runner, request: dict) -> dict:
-    """One CLI read command run in this thread, its output captured."""
-    with served.serving(runner, request["files"]) as capture:
-        code = handler(request)
-    return {"rc": code, "stdout": capture.stdout.getvalue(), "stderr": capture.stderr.getvalue(),
-            "files": {path: base64.b64encode(data).decode() for path, data in capture.files.items()}}
-
-
-def _encode(reply: dict) -> bytes:
-    """A command's reply (strings and ints) as JSON, in the executor's thread
-    with the read. On the event loop, Faust's View.json (the standard
-    library's encoder) held the agents up for ~60 ms for a day at 1-minute
-    steps (6 MB of CSV); the named-query path does the same with
-    runner.encode_frame."""
-    return _json_encode(reply)
-
-
-def _command_request(body) -> dict:
-    ok = (isinstance(body, dict) and isinstance(body.get("argv"), list) and all(isinstance(a, str) for a in body["argv"])
-          and isinstance(body.get("settings"), dict) and isinstance(body.get("files"), dict))
-    if not ok:
-        raise ValueError("expected {argv: [str], settings: {}, files: {}}")
-    return body
 
 
 def register_views(app, settings, pipeline, sink, joiner) -> None:
@@ -95,49 +58,3 @@ def register_views(app, settings, pipeline, sink, joiner) -> None:
         async def get(self, request):
             return self.text(metrics.render(pipeline.health(), joiner.inflight()),
                              content_type="text/plain; version=0.0.4")
-
-    @app.page("/query/named/{name}")
-    class Named(View):
-        async def get(self, request, name):
-            try:
-                if not is_read_only(load_sql(name)):
-                    return self.json({"error": f"query {name!r} is not read-only"}, status=403)
-            except ValueError as exc:  # unknown or malformed query name
-                return self.json({"error": str(exc)}, status=404)
-            try:
-                params = decode_params(request.query.get("params", "{}"))
-            except ValueError as exc:
-                return self.json({"error": f"bad params: {exc}"}, status=400)
-            try:
-                runner = sink.runner  # shares the sink's lock: one statement at a time
-            except RuntimeError as exc:  # store down or locked: say so, don't hang
-                return self.json({"error": f"store unavailable: {exc}"}, status=503)
-            loop = asyncio.get_running_loop()
-            try:
-                body = await loop.run_in_executor(None, lambda: encode_frame(runner.df(name, params)))
-            except Exception as exc:  # a bad query must not take the worker down
-                return self.json({"error": f"query failed: {str(exc)[:400]}"}, status=400)
-            return self.bytes(body, content_type="application/json")
-
-    @app.page("/query/command")
-    class Command(View):
-        """POST, because the request carries the operator's files; it reads only
-        (phasemeter.cli.main.serve runs read commands, nothing else)."""
-        async def post(self, request):
-            handler = served.handler()
-            if handler is None:  # a worker not started by `phasemeter worker`: the CLI runs it itself
-                return self.json({"error": "this worker runs no commands"}, status=404)
-            try:
-                body = _command_request(await request.json())
-            except ValueError as exc:
-                return self.json({"error": f"bad request: {exc}"}, status=400)
-            try:
-                runner = sink.runner
-            except RuntimeError as exc:
-                return self.json({"error": f"store unavailable: {exc}"}, status=503)
-            loop = asyncio.get_running_loop()
-            try:
-                reply = await loop.run_in_executor(None, lambda: _encode(served_command(handler, runner, body)))
-            except Exception as exc:  # a crashing command must not take the worker down
-                return self.json({"error": f"command failed: {str(exc)[:400]}"}, status=500)
-            return self.bytes(reply, content_type="application/json")

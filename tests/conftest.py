@@ -150,12 +150,21 @@ class WorkerProc:
             return f"(not read: {exc})"
         return "\n".join(f"{t['name']}: " + " -> ".join(t["awaiting"]) for t in found)
 
-    def stored_count(self) -> int:
-        """Rows in the store, asked through the worker's read-only API."""
-        from phasemeter.query.runner import HttpRunner
+    def sql(self, timeout_s: float = 120.0):
+        """A Runner on the worker's read-only ClickHouse HTTP interface (its
+        worker.json's sql_url), never the store itself."""
+        from phasemeter.query.runner import worker_runner
+        from phasemeter.settings import Settings
 
-        df = HttpRunner(self.url).df("count_generations", {})
-        return int(df["n"].iloc[0])
+        return worker_runner(Settings.from_env(self.env), timeout_s)
+
+    def stored_count(self) -> int:
+        """Rows in the store, asked through the worker's SQL interface."""
+        runner = self.sql()
+        try:
+            return int(runner.df("count_generations", {})["n"].iloc[0])
+        finally:
+            runner.close()
 
     def wait_processed(self, n: int, timeout_s: float = 120) -> dict:
         deadline = time.monotonic() + timeout_s

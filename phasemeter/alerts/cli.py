@@ -24,7 +24,7 @@ def _flags(p, common) -> None:
     p.add_argument("--rules", help="rules TOML file (default: the shipped default_rules.toml)")
     p.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     p.add_argument("--bucket", action="append", default=[], help="only this input bucket (repeatable)")
-    p.add_argument("--via", help="worker URL to ask (default: found from the data dir when it runs)")
+    p.add_argument("--via", help="ClickHouse HTTP interface to read through (default: the worker's, found from the data dir)")
     p.add_argument("--format", default="table", choices=["table", "json"])
     p.add_argument("--slos", help="SLO file whose burn-rate rules are evaluated too (default: PHASEMETER_SLOS; "
                                   "none declared: per-phase rules only)")

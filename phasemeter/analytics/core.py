@@ -166,12 +166,8 @@ def run_query(runner, start: datetime, end: datetime, step_s: int | None, models
         step_s, rule = _auto_step(runner, start, end, filters, kind, force, rebucket)
     step_s = int(step_s)
 
-    def estimate() -> int:
-        df = runner.df("estimate_rows", {"start": _naive(start), "end": _naive(end), **filters})
-        return int(df["n"].iloc[0]) if len(df) else 0
-
-    choice: PathChoice = choose_path((end - start).total_seconds(), step_s, force=force,
-                                     rebucket=rebucket, estimate_rows=estimate,
+    choice: PathChoice = choose_path((end - start).total_seconds(), step_s, force=force, rebucket=rebucket,
+                                     rule=lambda: read_path(runner, start, end, step_s, filters),
                                      exact_only=_exact_only(kind, abandoned, prefill))
     q_start, q_end = (align_minutes(start, end) if choice.path == "rollup" else (start, end))
     params = {"start": _naive(q_start), "end": _naive(q_end), "step_s": step_s, **filters}
@@ -202,6 +198,13 @@ def run_query(runner, start: datetime, end: datetime, step_s: int | None, models
             "bucket_order": order, "rebucketed": rebucket, "abandoned": abandoned, "prefill": prefill,
             "abandoned_split": choice.path == "exact", "tiers": used}
     return df, meta
+
+
+def read_path(runner, start: datetime, end: datetime, step_s: int, filters: dict) -> dict:
+    """The store's exact-or-rollup verdict (sql/read_path.sql: the rule the
+    Grafana panels follow too) as plain values; raw_rows None when not counted."""
+    df = runner.df("read_path", {"start": _naive(start), "end": _naive(end), "step_s": int(step_s), **filters})
+    return {k: (None if pd.isna(v) else v) for k, v in df.iloc[0].items()}
 
 
 def _tier_plan(runner, start: datetime, end: datetime, step_s: int, tiers: bool) -> TierPlan:

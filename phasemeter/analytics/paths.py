@@ -1,11 +1,13 @@
 """Raw (exact) or rollup? A pure decision, unit-tested on its own.
 
-Rollup when the caller forces it, or when the window is long (> 6 h) or would
-read many raw rows (> 5M), and the step is whole minutes (the rollup's grain).
-Re-bucketing needs raw input_tokens, so it is exact-only; so are the choices
-the rollup cannot answer (`exact_only`: --abandoned exclude, --prefill engine or
-uncached, see variants.py): they route to the exact path, and with --rollup they
-fail naming both flags.
+Rollup when the caller forces it; otherwise by the store's rule
+(schema/0023_read_path_rule.sql, read through sql/read_path.sql): the step is
+whole minutes (the rollup's grain) and the window is long (> 6 h) or would
+read many raw rows (> 5M). The Grafana panels choose by the same rule, in SQL,
+so a panel takes the CLI's path. Re-bucketing needs raw input_tokens, so it
+is exact-only; so are the choices the rollup cannot answer (`exact_only`:
+--abandoned exclude, --prefill engine or uncached, see variants.py): they
+route to the exact path, and with --rollup they fail naming both flags.
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ from typing import Callable
 
 from phasemeter.timeparse import STEPS, ArgError
 
-ROLLUP_MIN_WINDOW_S = 6 * 3600
-ROLLUP_MIN_ROWS = 5_000_000
-ROLLUP_GRAIN_S = 60
+ROLLUP_GRAIN_S = 60  # the minute tier's cells; --rollup needs whole minutes before any store is asked
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,11 @@ class PathChoice:
 
 
 def choose_path(window_s: float, step_s: int, *, force: str | None = None, rebucket: bool = False,
-                estimate_rows: int | Callable[[], int] | None = None,
+                rule: dict | Callable[[], dict] | None = None,
                 exact_only: dict[str, str] | None = None) -> PathChoice:
-    """`estimate_rows` may be a callable: it is only asked when the answer matters.
-    `exact_only`: {flag as typed: why the rollup cannot answer it}."""
+    """`rule`: the store's verdict for this window, step and filters (a row of
+    read_path_view), or a callable returning it: only asked when nothing else
+    decides. `exact_only`: {flag as typed: why the rollup cannot answer it}."""
     exact_only = exact_only or {}
     whole_minutes = step_s >= ROLLUP_GRAIN_S and step_s % ROLLUP_GRAIN_S == 0
     if force == "exact":
@@ -52,15 +53,26 @@ def choose_path(window_s: float, step_s: int, *, force: str | None = None, rebuc
         return PathChoice("exact", "--buckets re-bucketing reads raw input_tokens")
     if exact_only:
         return PathChoice("exact", f"{' and '.join(exact_only)} needs raw rows ({'; '.join(exact_only.values())})")
-    if not whole_minutes:
-        return PathChoice("exact", f"step {step_s}s is finer than / not a multiple of the rollup's 1 min")
-    if window_s > ROLLUP_MIN_WINDOW_S:
-        return PathChoice("rollup", f"window {window_s / 3600:.1f} h > {ROLLUP_MIN_WINDOW_S // 3600} h")
-    rows = estimate_rows() if callable(estimate_rows) else estimate_rows
-    if rows is not None and rows > ROLLUP_MIN_ROWS:
-        return PathChoice("rollup", f"~{rows:,} raw rows > {ROLLUP_MIN_ROWS:,}")
-    shown = "unknown" if rows is None else f"{rows:,}"
-    return PathChoice("exact", f"short window ({window_s / 3600:.1f} h), {shown} raw rows")
+    if rule is None:
+        raise ValueError("rule: the store's verdict (sql/read_path.sql) is needed to choose a path")
+    return from_rule(rule() if callable(rule) else rule)
+
+
+def from_rule(verdict: dict) -> PathChoice:
+    """The store's verdict (columns of read_path_view) as a path and the line
+    that says why, quoting the limits the store applied."""
+    window_h, rows = float(verdict["window_s"]) / 3600, verdict.get("raw_rows")
+    why = verdict["rule"]
+    if why == "step":
+        return PathChoice("exact", f"step {int(verdict['step_s'])}s is finer than / not a multiple of the rollup's "
+                                   f"{int(verdict['grain_s']) // 60} min")
+    if why == "window":
+        return PathChoice("rollup", f"window {window_h:.1f} h > {float(verdict['rollup_window_s']) / 3600:g} h")
+    if why == "rows":
+        return PathChoice("rollup", f"~{int(rows):,} raw rows > {int(verdict['rollup_raw_rows']):,}")
+    if why == "short":
+        return PathChoice("exact", f"short window ({window_h:.1f} h), {int(rows):,} raw rows")
+    raise ValueError(f"rule {why!r}: expected step, window, rows or short")
 
 
 # The coarser tiers of the rollup (schema/0014, 0019, 0015), finest first:

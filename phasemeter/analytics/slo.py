@@ -20,7 +20,7 @@ from phasemeter.alerts import burn
 from phasemeter.alerts.slo_rules import SLO_COUNTS, Slo, parse_objectives
 from phasemeter.timeparse import ArgError
 
-from phasemeter.analytics.core import _naive, _utc, align_minutes, check_filters
+from phasemeter.analytics.core import _naive, _utc, align_minutes, check_filters, read_path
 from phasemeter.analytics.paths import choose_path
 
 WINDOW_STEP_S = 86_400  # "one row for the whole window": counted per day, then summed (counts add)
@@ -47,13 +47,13 @@ def with_objectives(slo: Slo, overrides: list[str]) -> Slo:
 
 
 def _registered(runner) -> dict[int, datetime]:
-    from phasemeter.store.slo_defs import covered_from
-
+    """slo_id -> the first minute its per-minute counts are complete from (the
+    store's rule, schema/0026: slo_view decides alike for Grafana)."""
     df = runner.df("slo_registered", {})
     out = {}
-    for slo_id, at in (zip(df["slo_id"], df["registered_at"]) if len(df) else ()):
+    for slo_id, at in (zip(df["slo_id"], df["covered_from"]) if len(df) else ()):
         at = at.to_pydatetime() if hasattr(at, "to_pydatetime") else at
-        out[int(slo_id)] = covered_from(_utc(at))
+        out[int(slo_id)] = _utc(at)
     return out
 
 
@@ -82,13 +82,9 @@ def attainment(runner, slo: Slo, start: datetime, end: datetime, step_s: int | N
     lo, _ = align_minutes(start, end)
     exact_only = exact_reason(slo, declared, covered, lo)
 
-    def estimate() -> int:
-        df = runner.df("estimate_rows", {"start": _naive(start), "end": _naive(end),
-                                         "models": list(models), "buckets": list(buckets)})
-        return int(df["n"].iloc[0]) if len(df) else 0
-
-    choice = choose_path((end - start).total_seconds(), q_step, force=force, estimate_rows=estimate,
-                         exact_only=exact_only)
+    filters = {"models": list(models), "buckets": list(buckets)}
+    choice = choose_path((end - start).total_seconds(), q_step, force=force, exact_only=exact_only,
+                         rule=lambda: read_path(runner, start, end, q_step, filters))
     q_start, q_end = align_minutes(start, end) if choice.path == "rollup" else (start, end)
     params = {"start": _naive(q_start), "end": _naive(q_end), "step_s": q_step, "models": list(models),
               "buckets": list(buckets)}

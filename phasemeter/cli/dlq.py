@@ -15,7 +15,7 @@ def register(sub, common, window_flags) -> None:
     common(p)
     p.add_argument("--from", dest="start", default="-1d", help="'now', -15m, -2h, or ISO time (default -1d)")
     p.add_argument("--to", dest="end", default="now")
-    p.add_argument("--via", help="worker URL to ask")
+    p.add_argument("--via", help="ClickHouse HTTP interface to read through (default: the worker's, found from the data dir)")
     p.add_argument("--format", default="table", choices=["table", "json"])
     p.set_defaults(func=inspect)
 

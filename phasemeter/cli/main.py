@@ -9,10 +9,9 @@ import argparse
 import os
 import sys
 
-from phasemeter.cli import commands, delegate, dlq, emit, inflight, otlp, slo, sql
+from phasemeter.cli import commands, dlq, emit, inflight, otlp, slo, sql
 from phasemeter.alerts import cli as alerts_cli
 from phasemeter.analytics import cli as analytics_cli
-from phasemeter.query.served import set_handler
 from phasemeter.settings import Settings
 from phasemeter.textgrid import printable
 from phasemeter.timeparse import ArgError, number
@@ -40,7 +39,8 @@ def _window_flags(p: argparse.ArgumentParser) -> None:
                         "p1/p99 need; docs/live.md)")
     p.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     p.add_argument("--bucket", action="append", default=[], help="only this input bucket (repeatable)")
-    p.add_argument("--via", help="worker URL to ask (default: found from the data dir when it runs)")
+    p.add_argument("--via", help="ClickHouse HTTP interface to read through, http(s)://host:port (default: the "
+                                 "SQL interface of the worker that holds the embedded store, found from the data dir)")
     analytics_cli.extend_window_flags(p)  # --exact/--rollup, --buckets, --latency
 
 
@@ -121,15 +121,13 @@ def _glue_relative_times(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = _glue_relative_times(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    set_handler(serve)  # what a worker started from here runs a CLI's read command with
 
-    def here_or_worker() -> int:
+    def run() -> int:
         settings = settings_from(args)
         check_worker_database(args, settings)
-        code = delegate.through_worker(args, argv, settings)  # None: the worker cannot, run it here
-        return args.func(args, settings) if code is None else code
+        return args.func(args, settings)
 
-    return guarded(args, here_or_worker)
+    return guarded(args, run)
 
 
 def check_worker_database(args, settings: Settings) -> None:
@@ -164,19 +162,6 @@ def _worker_database(url: str) -> str | None:
             return json.loads(resp.read()).get("database")
     except (OSError, ValueError, AttributeError):
         return None
-
-
-def serve(request: dict) -> int:
-    """In the worker (phasemeter.query.served): a CLI's read command, parsed by
-    the same parser and run by the same function, with the same exit codes."""
-    try:
-        args = build_parser().parse_args(request["argv"])
-    except SystemExit as exc:  # argparse has written its message to (captured) stderr
-        return int(exc.code or 0)
-    if not delegate.servable(args):  # the endpoint runs reads only: no migrate, backfill, webhook ...
-        print(f"phasemeter: {' '.join(request['argv'])!r} is not a read command a worker runs", file=sys.stderr)
-        return 2
-    return guarded(args, lambda: args.func(args, delegate.settings_of(request)))
 
 
 def guarded(args, run) -> int:

@@ -29,7 +29,7 @@ def register(sub, common, window_flags) -> None:  # noqa: ARG001 -- its own flag
     g = p.add_mutually_exclusive_group()
     g.add_argument("--exact", action="store_true", help="count raw rows")
     g.add_argument("--rollup", action="store_true", help="read the per-minute counts of a declared SLO")
-    p.add_argument("--via", help="worker URL to ask (default: found from the data dir when it runs)")
+    p.add_argument("--via", help="ClickHouse HTTP interface to read through (default: the worker's, found from the data dir)")
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
     p.set_defaults(func=cmd_slo)
 

@@ -213,7 +213,7 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str, keep
         h = wait_stored(url, stats.sent + phases.get("started", 0), settings.abandon_after_s + 60)
         _say(f"worker stored {h.get('accepted')} rows in all, "
              f"{h.get('accepted', 0) - ended} of them abandoned")
-        show_results(settings, url, out)
+        show_results(settings, out)
         _say(f"done in {time.monotonic() - t_start:.0f}s")
         if not keep:
             print(explore_hint(demo_dir) + "\n(`phasemeter demo --keep` leaves it running, with the live page)",
@@ -236,17 +236,17 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str, keep
         signal.signal(signal.SIGINT, previous_int)
 
 
-def show_results(settings: Settings, url: str, out: Path) -> None:
+def show_results(settings: Settings, out: Path) -> None:
     from phasemeter.stream_jobs.buckets import labels, parse_edges
 
     from phasemeter.render.png import render_bands_png
     from phasemeter.render.table import to_csv, to_table
     from phasemeter.query.queries import bands, order_bands
-    from phasemeter.query.runner import HttpRunner
+    from phasemeter.query.runner import open_runner
     from phasemeter.timeparse import window
 
     order = labels(parse_edges(settings.bucket_edges))
-    runner = HttpRunner(url)  # the worker owns the embedded store: ask it
+    runner = open_runner(settings)  # the worker owns the embedded store: its SQL interface
     start, end = window("-60m", "now")
     table = to_table(order_bands(bands(runner, start, end, 900), order))
     print(table)

@@ -27,7 +27,7 @@ METHOD = ('exact: ClickHouse quantilesExactInclusive == numpy.percentile(method=
 
 def bands(runner, start: datetime, end: datetime, step_s: int,
           models: list[str] | None = None, buckets: list[str] | None = None) -> pd.DataFrame:
-    """`runner` is a phasemeter.query.runner Direct/HttpRunner. The exact path's
+    """`runner` is a phasemeter.query.runner.DirectRunner. The exact path's
     query with its defaults: abandoned generations included, prefill total."""
     params = {"start": start, "end": end, "step_s": int(step_s),
               "models": list(models or []), "buckets": list(buckets or []),

@@ -1,8 +1,11 @@
 """Find the worker that owns the embedded store (see phasemeter.query.runner).
 
 chDB opens a path in one process only. The worker writes
-<data_dir>/worker.json (pid + web URL) while it runs; the CLI reads it and
-asks the worker's read-only HTTP API instead of opening the store itself.
+<data_dir>/worker.json while it runs: its pid, its web URL (`url`: the live
+page, /health, /inflight) and the URL of its read-only ClickHouse HTTP
+interface (`sql_url`). A reader finds the worker here and reads the store
+through that interface with clickhouse-connect, exactly as it reads a
+ClickHouse server.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
+SQL_URL = "sql_url"  # worker.json's key for the worker's ClickHouse HTTP interface
 
 
 def state_file(data_path: Path) -> Path:
@@ -31,11 +36,17 @@ def clear_state(data_path: Path) -> None:
         pass
 
 
-def worker_url(data_path: Path) -> str | None:
-    """URL of a live worker that owns this data dir's store, else None."""
+def worker_state(data_path: Path) -> dict | None:
+    """worker.json of a live worker that owns this data dir's store, else None."""
     try:
         info = json.loads(state_file(data_path).read_text())
         os.kill(int(info["pid"]), 0)
-        return info["url"]
+        return info if isinstance(info.get("url"), str) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def worker_url(data_path: Path) -> str | None:
+    """Web URL of a live worker that owns this data dir's store, else None."""
+    info = worker_state(data_path)
+    return info["url"] if info else None

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from phasemeter.query.served import write_file
+from phasemeter.files import write_file
 from phasemeter.render.assets import asset
 from phasemeter.timeparse import ISO_UTC
 

@@ -24,7 +24,7 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.figure import Figure
 from matplotlib.textpath import text_to_path
 
-from phasemeter.query.served import write_file
+from phasemeter.files import write_file
 from phasemeter.textgrid import printable
 
 PHASES = ("prefill", "decode")

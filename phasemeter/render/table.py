@@ -213,14 +213,22 @@ def json_records(df: pd.DataFrame) -> list[dict]:
     return [dict(zip(names, values)) for values in zip(*columns)]
 
 
+def json_floats(values: np.ndarray) -> list:
+    """A numpy float array as JSON cells: Python floats, NaN as None. tolist()
+    converts in C; a cell at a time took ~0.27 s for a day at 1-minute steps
+    (28,800 rows x 20 columns)."""
+    cells = values.tolist()
+    for i in np.flatnonzero(np.isnan(values)).tolist():
+        cells[i] = None
+    return cells
+
+
 def _json_column(col: pd.Series, name) -> list:
     if name == "t":
         text = pd.to_datetime(col).dt.strftime(ISO_UTC)
         return [v if isinstance(v, str) else None for v in text.tolist()]
     numpy = isinstance(col.dtype, np.dtype)  # not pandas' nullable Int64/Float64 (pd.NA inside)
     if numpy and col.dtype.kind == "f":  # numpy floats: NaN -> None, the rest Python floats
-        from phasemeter.query.runner import json_floats  # not at import: it brings urllib
-
         return json_floats(col.to_numpy())
     if numpy and col.dtype.kind in "iub":  # numpy ints and bools: no missing values
         return col.tolist()

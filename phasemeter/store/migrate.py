@@ -81,6 +81,10 @@ def discover() -> list[Migration]:
 
 def applied(client) -> dict[int, str]:
     client.command(_LEDGER)
+    return _ledger(client)
+
+
+def _ledger(client) -> dict[int, str]:
     rows = client.query("SELECT version, checksum FROM schema_migrations").result_rows
     return {int(v): c for v, c in rows}
 
@@ -104,6 +108,14 @@ def migrate(client) -> list[Migration]:
     return now_applied
 
 
+# Whether the ledger exists: a read, so that checking a store (every reader
+# does) never sends DDL; the worker's SQL interface refuses any.
+_HAS_LEDGER = """
+SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = 'schema_migrations'
+"""
+
+
 def pending(client) -> list[Migration]:
-    done = applied(client)
+    """The migrations not applied yet. Reads only: creates nothing."""
+    done = _ledger(client) if int(client.command(_HAS_LEDGER)) else {}
     return [mig for mig in discover() if mig.version not in done]

@@ -10,22 +10,17 @@ covers (docs/slo.md).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from phasemeter.alerts.slo_rules import OBJECTIVES, SloSet
 from phasemeter.store.client import load_sql
 
-# Counted from the first whole minute after registration, plus one minute for
-# gateway clocks running ahead of the store's (a row stamped after the
-# registration but inserted before it would be missing from its minute).
-SKEW = timedelta(minutes=1)
-
-
 def registered(client) -> dict[int, datetime]:
-    """slo_id -> the first minute its per-minute counts are complete from (UTC)."""
+    """slo_id -> the first minute its per-minute counts are complete from (UTC):
+    the store's phasemeter_slo_covered_from_v1 (schema/0026)."""
     out = {}
-    for slo_id, _name, at in client.query(load_sql("slo_registered")).result_rows:
-        out[int(slo_id)] = covered_from(_utc(at))
+    for slo_id, _name, _at, covered in client.query(load_sql("slo_registered")).result_rows:
+        out[int(slo_id)] = _utc(covered)
     return out
 
 
@@ -39,11 +34,6 @@ def epoch_ms(when: datetime) -> int:
     return round(_utc(when).timestamp() * 1000)
 
 
-def covered_from(registered_at: datetime) -> datetime:
-    start = registered_at.replace(second=0, microsecond=0)
-    if start < registered_at:
-        start += timedelta(minutes=1)
-    return start + SKEW
 
 
 def register(client, sloset: SloSet, at: datetime | None = None) -> tuple[list[str], list[int]]:

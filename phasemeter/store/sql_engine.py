@@ -58,6 +58,10 @@ class ServerInfo:
     timezone: str
     table_functions: frozenset
     output_formats: dict  # lower-case name -> the engine's spelling
+    # The store's views, lower-case `database.name`: parameterized views are
+    # called like table functions. Only a migration makes one, and migrations
+    # do not run while a worker owns the store, so they are read once.
+    views: frozenset = frozenset()
 
 
 class SqlEngine:
@@ -83,9 +87,11 @@ class SqlEngine:
                         return handle.query(sql, "TabSeparatedRaw").bytes().decode().splitlines()
                     version, timezone = col("SELECT version(), timezone()")[0].split("\t")
                     formats = col("SELECT name FROM system.formats WHERE is_output")
+                    views = col("SELECT lower(database || '.' || name) FROM system.tables WHERE engine = 'View' "
+                                "AND database NOT IN ('system', 'information_schema', 'INFORMATION_SCHEMA')")
                     self._info = ServerInfo(version, timezone,
                                             frozenset(col("SELECT name FROM system.table_functions")),
-                                            {f.lower(): f for f in formats})
+                                            {f.lower(): f for f in formats}, frozenset(views))
                 finally:
                     handle.close()
             return self._info
@@ -141,7 +147,8 @@ class SqlEngine:
         handle.query("USE " + quote_identifier(request.database or self.database), "TabSeparated")
         # The reader's own text, already one statement (check_text): the engine only parses it here.
         ast = handle.query("EXPLAIN AST " + request.sql, "TabSeparatedRaw", params=request.params)
-        fmt = check_ast(ast.bytes().decode(), info.table_functions) or request.default_format
+        fmt = check_ast(ast.bytes().decode(), info.table_functions, info.views,
+                        request.database or self.database) or request.default_format
         if fmt.lower() not in info.output_formats:
             raise ChError("UNKNOWN_FORMAT", f"Unknown output format {fmt}")
         return info.output_formats[fmt.lower()]

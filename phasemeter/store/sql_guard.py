@@ -149,9 +149,13 @@ def _explained(toks: list[str]) -> str:
 _NODE = re.compile(r"^( *)(\S+)(?: (\S+))?")
 
 
-def check_ast(ast: str, table_functions: frozenset[str]) -> str | None:
+def check_ast(ast: str, table_functions: frozenset[str], views: frozenset[str] = frozenset(),
+              database: str = "") -> str | None:
     """Refuse a parse (`EXPLAIN AST` text) that is not a read or reaches outside
-    the store; return the query's own FORMAT, if it names one."""
+    the store; return the query's own FORMAT, if it names one. `views` are the
+    store's views as lower-case `database.name`: a parameterized view is called
+    like a table function (`bands_view(...)`, `db.bands_view(...)`), and reads
+    only the store, so such a call passes; any other name there is refused."""
     lines = [ln for ln in ast.splitlines() if ln.strip()]
     if not lines:
         raise ChError("SYNTAX_ERROR", "Empty query")
@@ -181,7 +185,8 @@ def check_ast(ast: str, table_functions: frozenset[str]) -> str | None:
         if node != "Function" or not name:
             continue
         low = name.lower()
-        if parent == "TableExpression" and low not in TABLE_FUNCTIONS:
+        if parent == "TableExpression" and low not in TABLE_FUNCTIONS \
+                and not (low not in outside and (low in views or f"{database.lower()}.{low}" in views)):
             raise ChError("ACCESS_DENIED", f"table function {name} is not allowed: it reaches outside the store")
         if low in outside or low in OUTSIDE_SCALARS:
             raise ChError("ACCESS_DENIED", f"function {name} is not allowed: it reaches outside the store")

@@ -49,16 +49,13 @@ def substitute(sql: str, t_from: int, t_to: int, interval_s: int, variables: dic
     return sql
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path_factory.mktemp('grafana') / 'store'}")
-    c.command("CREATE DATABASE IF NOT EXISTS pm")
-    c.database = "pm"
-    migrate(c)
+def fill(c) -> None:
+    """The dashboard's store: migrated, the SLOs declared, 3 hours of rows."""
     from datetime import datetime, timezone
 
     from phasemeter.store import slo_defs
 
+    migrate(c)
     slo_defs.register(c, SLOS, at=datetime.fromtimestamp(T0 - 86400, timezone.utc))
     sink = Sink.over(c, "chdb://t")
     rows = synthetic_rows(5000, T0, 3 * 3600, seed=3)
@@ -69,8 +66,28 @@ def client(tmp_path_factory):
         if phase == "prefill":
             r.update(ttft_s=None, prefill_tps=None, decode_s=None)
     sink.write(rows, [])
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path_factory.mktemp('grafana') / 'store'}")
+    c.command("CREATE DATABASE IF NOT EXISTS pm")
+    c.database = "pm"
+    fill(c)
     yield c
     c.close()
+
+
+def concrete_queries(client) -> dict[str, str]:
+    """Every query of the dashboard with the macros and variables expanded
+    over the store's 3 hours, at 5-minute intervals (the panels' exact path)."""
+    models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows)
+    buckets = sorted(r[0] for r in client.query("SELECT DISTINCT input_bucket FROM generations").result_rows)
+    out = {}
+    for i, (name, sql) in enumerate(queries()):
+        out[f"{i} {name}"] = substitute(sql, int(T0), int(T0 + 3 * 3600), 300,
+                                        {"model": models, "bucket": buckets, "slo": ["chat"]})
+    return out
 
 
 def queries():
@@ -126,26 +143,36 @@ def test_abandoned_panels_count_per_model_and_bucket(client):
     assert per_cell == {f"{m} · {b}": n for (m, b), n in want.items()}
 
 
-def _cli(client, kind: str, t_from: int, t_to: int, step_s: int):
+def _cli(client, kind: str, t_from: int, t_to: int, step_s: int, path: str):
+    """What `phasemeter query bands` / `latency` print by default (no --exact,
+    no --rollup) for this window and step; `path`: the one the CLI must take."""
     from datetime import datetime, timezone
 
     from phasemeter.analytics import run_query
     from phasemeter.query.runner import DirectRunner
 
     start, end = (datetime.fromtimestamp(t, timezone.utc) for t in (t_from, t_to))
-    df, meta = run_query(DirectRunner(client), start, end, step_s, force="rollup", kind=kind)
-    assert meta["path"] == "rollup"
+    df, meta = run_query(DirectRunner(client), start, end, step_s, kind=kind)
+    assert meta["path"] == path, meta["reason"]
     return df
 
 
+# (from, to, Grafana's interval, the path the CLI's rule takes): the demo's
+# 5-minute cells over its 3 hours (exact: a short window), a step that is not
+# whole minutes (exact), and a window over 6 hours (the rollup, minute tier:
+# the step is not whole hours, so the CLI reads no coarser tier either).
+WINDOWS = [(0, 3 * 3600, 300, "exact"), (600, 2 * 3600 + 600, 90, "exact"), (-5 * 3600, 3 * 3600, 600, "rollup")]
+
+
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
-def test_throughput_panels_equal_query_bands_on_every_cell(client, phase):
-    """The dashboard's bands come from the CLI's own definition: every point of
-    every repeated bucket panel equals `query bands --rollup` (same window,
-    same step), the slow tail p1/p5 included."""
-    t_from, t_to, interval = int(T0), int(T0 + 3 * 3600), 300
+@pytest.mark.parametrize("lo,hi,interval,path", WINDOWS)
+def test_throughput_panels_equal_query_bands_on_every_cell(client, phase, lo, hi, interval, path):
+    """Each panel chooses its path by the CLI's rule (bands_view, schema/0024),
+    so every point of every repeated bucket panel equals what `query bands`
+    prints by default for the same window and step, the slow tail p1/p5 included."""
+    t_from, t_to = int(T0 + lo), int(T0 + hi)
     models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows)
-    cli = _cli(client, "bands", t_from, t_to, interval)
+    cli = _cli(client, "bands", t_from, t_to, interval, path)
     title = "Prefill tokens/s" if phase == "prefill" else "Decode tokens/s"
     [sql] = [s for name, s in queries() if name.startswith(f"panel {title}")]
     compared = 0
@@ -161,11 +188,12 @@ def test_throughput_panels_equal_query_bands_on_every_cell(client, phase):
     assert compared == len(cli)
 
 
-def test_latency_panels_equal_query_latency(client):
-    t_from, t_to, interval = int(T0), int(T0 + 3 * 3600), 600
+@pytest.mark.parametrize("lo,hi,interval,path", WINDOWS)
+def test_latency_panels_equal_query_latency(client, lo, hi, interval, path):
+    t_from, t_to = int(T0 + lo), int(T0 + hi)
     models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows)
     buckets = sorted(r[0] for r in client.query("SELECT DISTINCT input_bucket FROM generations").result_rows)
-    cli = _cli(client, "latency", t_from, t_to, interval)
+    cli = _cli(client, "latency", t_from, t_to, interval, path)
     for title, kind in (("TTFT seconds", "ttft"), ("Queue seconds", "queue")):
         [sql] = [s for name, s in queries() if name.startswith(f"panel {title}")]
         rows = client.query(substitute(sql, t_from, t_to, interval, {"model": models, "bucket": buckets})).result_rows
@@ -204,12 +232,15 @@ def test_bucket_variable_lists_buckets_by_lower_edge(client):
     assert got == [b for b in order if b in got] and len(got) >= 3
 
 
-@pytest.mark.parametrize("name,interval,bucket_pick", [("chat", 300, "all"), ("chat", 600, "first two"),
-                                                        ("long", 900, "all")])
-def test_slo_panel_equals_phasemeter_slo_rollup(client, name, interval, bucket_pick):
-    """Every point of the SLO panel equals `phasemeter slo --by model --rollup`
-    for that SLO (found by name), model, window and step; its target line is
-    the SLO's target."""
+@pytest.mark.parametrize("name,interval,bucket_pick,lo,path", [
+    ("chat", 300, "all", 7 * 60, "exact"), ("chat", 600, "first two", 7 * 60, "exact"),
+    ("long", 900, "all", 7 * 60, "exact"), ("chat", 90, "all", 7 * 60 + 30, "exact"),
+    ("chat", 600, "all", -4 * 3600 + 7 * 60, "rollup"), ("long", 900, "all", -4 * 3600 + 7 * 60, "rollup")])
+def test_slo_panel_equals_phasemeter_slo(client, name, interval, bucket_pick, lo, path):
+    """Every point of the SLO panel equals what `phasemeter slo --by model`
+    reads by default for that SLO (found by name), model, window and step, on
+    the path the CLI takes (slo_view, schema/0026); its target line is the
+    SLO's target."""
     from datetime import datetime, timezone
 
     from phasemeter.analytics.slo import attainment
@@ -218,13 +249,12 @@ def test_slo_panel_equals_phasemeter_slo_rollup(client, name, interval, bucket_p
 
     order = labels(parse_edges("default"))
     slo = SLOS.get(name)
-    t_from, t_to = int(T0 + 7 * 60), int(T0 + 3 * 3600 - 3 * 60)  # whole minutes, not on a step boundary
+    t_from, t_to = int(T0 + lo), int(T0 + 3 * 3600 - 3 * 60)  # not on a step boundary
     models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows)
     buckets = order if bucket_pick == "all" else order[:2]
     start, end = (datetime.fromtimestamp(t, timezone.utc) for t in (t_from, t_to))
-    rows, meta = attainment(DirectRunner(client), slo, start, end, interval, models, buckets, order,
-                            force="rollup", by="model")
-    assert meta["path"] == "rollup" and len(rows) > 10
+    rows, meta = attainment(DirectRunner(client), slo, start, end, interval, models, buckets, order, by="model")
+    assert meta["path"] == path and len(rows) > 10, meta["reason"]
     want = {(int(r["t"].timestamp()), r["model"]): r["attainment"] for r in rows}
     assert len(set(want.values())) > 3  # attainment varies: a wrong count cannot match by luck
     variables = {"model": models, "bucket": buckets, "slo": [name]}

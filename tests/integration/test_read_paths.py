@@ -15,7 +15,8 @@ First a subprocess writes the store. Then, at the same time, a subprocess
 runs every command with the store opened directly (chDB: a path opens in one
 process only), and a worker started on a byte-for-byte copy of that store
 owns it while the test process runs the same commands, which now read
-through the worker's HTTP API. Exit codes and output must be equal; exact
+through the worker's ClickHouse HTTP interface with clickhouse-connect, as
+they read a ClickHouse server. Exit codes and output must be equal; exact
 bands must equal numpy on the rows written.
 """
 
@@ -256,9 +257,9 @@ def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tm
         for k, v in pm_env.items():
             monkeypatch.setenv(k, v)
         monkeypatch.delenv("CLICKHOUSE_URL", raising=False)
-        from phasemeter.query.remote import worker_url
+        from phasemeter.query.remote import SQL_URL, worker_state
 
-        assert worker_url(Path(pm_env["PHASEMETER_DATA_DIR"]))  # commands go through its HTTP API
+        assert worker_state(Path(pm_env["PHASEMETER_DATA_DIR"]))[SQL_URL]  # commands read through its SQL interface
         via = run_all(commands(tmp_path / "worker"))
         direct_run.wait(600)
         assert direct_run.returncode == 0, (tmp_path / "direct.err").read_text(errors="replace")[-3000:]
@@ -283,7 +284,7 @@ def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tm
         assert _normalise(name, d["err"]) == _normalise(name, v["err"]), name
         assert "Traceback" not in d["err"] + v["err"], (name, d["err"], v["err"])
     _check_outcomes(direct, tmp_path)
-    for ext in ("png", "svg", "html"):  # the worker drew them, the CLI wrote them: the same bytes
+    for ext in ("png", "svg", "html"):  # drawn from rows read through the worker: the same bytes
         for kind in WINDOWS:
             a, b = (_chart_bytes(tmp_path / d / f"{kind}.{ext}") for d in ("direct", "worker"))
             assert a == b, (kind, ext)
@@ -298,12 +299,12 @@ def _chart_bytes(path: Path) -> bytes:
 
 
 # Commands run as a user runs them (a fresh `python -m phasemeter` process)
-# through the worker: the same output as the direct run, and not one of
-# these modules imported (the CLI's fixed cost: docs/performance/reads.md).
+# through the worker: the same output as the direct run, and chDB never
+# imported (the CLI reads the worker's SQL interface; it does not open the store).
 LIGHT = ("normal/bands exact", "normal/bands table", "normal/latency exact", "normal/slo table",
          "normal/alerts check", "normal/alerts backtest", "normal/dlq inspect", "normal/chart html",
          "error/bad column", "error/out suffix")
-HEAVY = ("pandas", "numpy", "pyarrow", "chdb", "clickhouse_connect", "matplotlib")
+HEAVY = ("chdb",)
 
 
 def run_light(cmds: dict[str, list[str]], direct: dict, env: dict, tmp_path: Path) -> dict[str, list[str]]:

@@ -1,10 +1,11 @@
 """The rollup's band and latency queries split even a small read across
-threads (the SETTINGS line at the end of sql/bands_rollup.sql and
-sql/latency_rollup.sql): the answer must not change with it.
+threads (phasemeter.query.runner.SPLIT_SMALL_READS, sent with
+sql/bands_rollup.sql and sql/latency_rollup.sql where the target allows it):
+the answer must not change with it.
 
 What it buys is speed, so its figures are in BENCHMARKS.md (docs/performance/queries.md), not
 here. How the reads are shared out is decided while the query runs, so no
-EXPLAIN shows it; the line's presence is checked in tests/unit/test_sql_files.py."""
+EXPLAIN shows it; the policy is checked in tests/unit/test_sql_files.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from stores import migrated_client
 
 from phasemeter.analytics.core import tier_params
 from phasemeter.analytics.paths import tier_plan
+from phasemeter.query.runner import QUERY_SETTINGS
 from phasemeter.store.client import load_sql
 
 pytestmark = pytest.mark.integration
@@ -48,17 +50,11 @@ def _params() -> dict:
             "step_s": 60, "models": [], "buckets": [], **tier_params(plan)}
 
 
-def _without_settings(sql: str) -> str:
-    lines = sql.rstrip().splitlines()
-    assert lines[-1].startswith("SETTINGS merge_tree_min_rows_for_concurrent_read"), lines[-1]
-    return "\n".join(lines[:-1])
-
-
 @pytest.mark.parametrize("name", QUERIES)
 def test_the_answer_is_the_same_read_by_one_stream_or_two(client, name):
     sql = load_sql(name)
-    two = client.query_df(sql, parameters=_params())
-    one = client.query_df(_without_settings(sql), parameters=_params())
+    two = client.query_df(sql, parameters=_params(), settings=QUERY_SETTINGS[name])
+    one = client.query_df(sql, parameters=_params())
     assert len(two) == 28800
     assert (two["n"] == 2).all()
     assert two.equals(one)

@@ -205,8 +205,12 @@ def test_registration_stores_each_field_as_declared_to_the_millisecond(store):
     want = [(s.slo_id, s.name, list(s.models), list(s.buckets), *(s.limit(m) for m in OBJECTIVES),
              int(s.count_failed), s.target, at.replace(tzinfo=None)) for s in sorted(SLOS.slos, key=lambda s: s.name)]
     assert got == want
-    assert set(slo_defs.registered(store).values()) == {slo_defs.covered_from(at)}
-    assert slo_defs.covered_from(at) == datetime.fromtimestamp(T0 - 3600 + 120, timezone.utc)
+    # counted from the first whole minute after it, plus one for clocks ahead (schema/0026)
+    assert set(slo_defs.registered(store).values()) == {datetime.fromtimestamp(T0 - 3600 + 120, timezone.utc)}
+    whole = datetime.fromtimestamp(T0 - 3600, timezone.utc)  # on a whole minute: the next one, plus one
+    assert store.query("SELECT phasemeter_slo_covered_from_v1({t:DateTime64(3)})",
+                       parameters={"t": whole.replace(tzinfo=None)}).result_rows[0][0] == \
+        (whole + timedelta(minutes=1)).replace(tzinfo=None)
 
 
 # "sink": the worker's call with the default limit; "thirds": the cells cut into

@@ -32,7 +32,7 @@ def bench():
 @pytest.mark.parametrize("name", ["bench_worker", "bench_join", "bench_sink", "bench_freshness", "profile_worker",
                                   "bench_otlp", "bench_asgi", "bench_openai_wrapper", "bench_cli_startup",
                                   "run_all", "bare_faust_app", "bench_chunk_hook", "bench_scale", "bench_slo_sink",
-                                  "profile_tiers", "bench_read_blocking", "bench_web_port", "bench_sql_http"])
+                                  "profile_tiers", "bench_read_blocking", "bench_web_port", "bench_sql_http", "bench_panel_paths"])
 def test_imports_and_has_main(bench, name):
     mod = bench(name)
     assert callable(mod.main)

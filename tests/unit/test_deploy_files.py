@@ -45,3 +45,20 @@ def test_dockerfile_copies_existing_paths():
         if m:
             for src in m.group(1).split():
                 assert (ROOT / src).exists(), src
+
+
+def test_grafana_provisions_the_worker_interface_beside_the_server():
+    """Two data sources of the ClickHouse plugin: the server of docker compose
+    and the worker's SQL interface at its default address and database."""
+    from phasemeter.settings import Settings
+
+    folder = ROOT / "dashboards" / "grafana" / "provisioning" / "datasources"
+    found = {}
+    for path in sorted(folder.glob("*.yaml")):
+        for ds in yaml.safe_load(path.read_text())["datasources"]:
+            found[ds["uid"]] = ds
+    assert set(found) == {"phasemeter-clickhouse", "phasemeter-embedded"}
+    assert {ds["type"] for ds in found.values()} == {"grafana-clickhouse-datasource"}
+    worker, default = found["phasemeter-embedded"]["jsonData"], Settings()
+    assert f"http://{worker['host']}:{worker['port']}" == default.sql_url
+    assert (worker["protocol"], worker["defaultDatabase"]) == ("http", default.database)

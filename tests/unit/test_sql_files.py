@@ -37,7 +37,7 @@ def test_migrations_are_numbered_and_contiguous_from_one():
 def test_variants_are_chosen_by_bound_parameters_in_the_sql():
     """--abandoned / --prefill reach the SQL as typed params, never as spliced text."""
     for name in ("bands_exact", "bands_rebucket", "latency", "latency_rebucket"):
-        text = (ROOT / "sql" / f"{name}.sql").read_text()
+        text = "\n".join(_code(name))
         assert "{abandoned:String} = 'include'" in text and "throwIf(NOT has(['include', 'exclude']" in text, name
         if name.startswith("bands"):
             assert "if({prefill:String} = 'total', prefill_tps," in text, name
@@ -62,9 +62,24 @@ def test_summary_counts_abandoned_by_phase():
         assert f"AS {col}" in text, col
 
 
+# The exact queries are parameterized views (one definition for the CLI and the
+# Grafana panels' bands_view / latency_view); their sql/ files select from them.
+EXACT_VIEWS = {"bands_exact": ("0024_bands_view.sql", "bands_exact_view"),
+               "latency": ("0025_latency_view.sql", "latency_exact_view"),
+               "slo_exact": ("0026_slo_view.sql", "slo_exact_view")}
+
+
 def _code(name: str) -> list[str]:
-    return [ln.strip() for ln in (ROOT / "sql" / f"{name}.sql").read_text().splitlines()
-            if ln.strip() and not ln.strip().startswith("--")]
+    """A query's code lines: the sql/ file's, or for an exact query its view's body."""
+    if name in EXACT_VIEWS:
+        file, view = EXACT_VIEWS[name]
+        thin = (ROOT / "sql" / f"{name}.sql").read_text()
+        assert f"FROM {view}(" in thin and "generations" not in thin.replace("_view", ""), name
+        text = (ROOT / "schema" / file).read_text()
+        text = text.split(f"CREATE VIEW IF NOT EXISTS {view} AS\n", 1)[1].split(";\n", 1)[0]
+    else:
+        text = (ROOT / "sql" / f"{name}.sql").read_text()
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("--")]
 
 
 def test_each_rebucketing_query_is_its_base_query_with_only_the_bucket_changed():
@@ -100,7 +115,7 @@ def test_every_slo_count_uses_the_one_judge_with_the_same_arguments():
     the same row columns in the same order, the queries the same bound limits."""
     from phasemeter.alerts.slo_rules import OBJECTIVES, SLO_COUNTS
 
-    exact = _judge_call((ROOT / "sql" / "slo_exact.sql").read_text())
+    exact = _judge_call("\n".join(_code("slo_exact")))
     assert _judge_call((ROOT / "sql" / "slo_windows.sql").read_text()) == exact
     [view] = (ROOT / "schema").glob("*_slo_minute.sql")
     in_view = _judge_call(view.read_text())
@@ -123,13 +138,17 @@ def test_the_stall_frame_splits_windows_as_the_alert_frame_does():
     assert parts((ROOT / "sql" / "stall_window.sql").read_text()) == parts(view.read_text())
 
 
-def test_the_rollup_band_and_latency_queries_read_small_ranges_on_every_core():
-    # A day of minute cells is a read under ClickHouse's default threshold for
-    # splitting it across threads; the sketches' merge made it worth splitting
-    # (docs/performance/queries.md). The same line in both: one reading policy.
-    lines = {name: load_sql(name).rstrip().splitlines()[-1] for name in ("bands_rollup", "latency_rollup")}
-    assert set(lines.values()) == {"SETTINGS merge_tree_min_rows_for_concurrent_read = 8192, "
-                                   "merge_tree_min_bytes_for_concurrent_read = 1048576"}, lines
+def test_no_named_read_changes_a_setting_in_its_text():
+    """A reader may go through the worker's SQL interface, which runs every
+    query read-only as it is: a SETTINGS clause there is refused. Tuning is
+    the runner's (phasemeter.query.runner.QUERY_SETTINGS), sent where the
+    target allows it; the rollup's band and latency reads share one policy."""
+    from phasemeter.query.runner import QUERY_SETTINGS, SPLIT_SMALL_READS
+
+    for path in (ROOT / "sql").glob("*.sql"):
+        if path.stem not in WRITES:
+            assert not re.search(r"\bSETTINGS\b", "\n".join(_code(path.stem))), path.name
+    assert QUERY_SETTINGS == {"bands_rollup": SPLIT_SMALL_READS, "latency_rollup": SPLIT_SMALL_READS}
 
 
 def test_the_all_tier_check_reads_every_tier_at_its_own_grain():

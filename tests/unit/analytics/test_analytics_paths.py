@@ -7,50 +7,56 @@ from datetime import datetime, timezone
 import pytest
 
 from phasemeter.analytics.core import align_minutes, step_from
-from phasemeter.analytics.paths import ROLLUP_MIN_ROWS, choose_path
+from phasemeter.analytics.paths import choose_path, from_rule
 from phasemeter.timeparse import ArgError
 
 H = 3600
+LIMITS = {"grain_s": 60, "rollup_window_s": 21600, "rollup_raw_rows": 5_000_000}
+
+
+def verdict(rule: str, window_s: float = H, step_s: int = 60, raw_rows: int | None = None) -> dict:
+    """A row of read_path_view (the rule itself is SQL: tests/integration/test_read_path_rule.py)."""
+    return {"rule": rule, "rollup": int(rule in ("window", "rows")), "window_s": window_s, "step_s": step_s,
+            "raw_rows": raw_rows, **LIMITS}
 
 
 def boom():
-    raise AssertionError("row estimate asked although it cannot change the answer")
+    raise AssertionError("the store's rule asked although the flags decide")
 
 
-@pytest.mark.parametrize("window_s,step_s,rows,path", [
-    (30 * 86400, 60, None, "rollup"),          # long window
-    (6 * H + 1, 120, None, "rollup"),
-    (6 * H, 60, 1000, "exact"),                # not longer than 6 h, few rows
-    (2 * H, 60, ROLLUP_MIN_ROWS + 1, "rollup"),  # short but heavy
-    (2 * H, 60, ROLLUP_MIN_ROWS, "exact"),
-    (30 * 86400, 30, None, "exact"),           # step finer than the rollup grain
-    (30 * 86400, 90, None, "exact"),           # not whole minutes
-])
-def test_auto(window_s, step_s, rows, path):
-    est = boom if rows is None else (lambda: rows)
-    assert choose_path(window_s, step_s, estimate_rows=est).path == path
+@pytest.mark.parametrize("rule,path", [("window", "rollup"), ("rows", "rollup"), ("short", "exact"),
+                                       ("step", "exact")])
+def test_auto_follows_the_stores_rule(rule, path):
+    v = verdict(rule, raw_rows=9_000_000 if rule == "rows" else (1000 if rule == "short" else None))
+    assert choose_path(H, 60, rule=lambda: v).path == path
 
 
-def test_estimate_is_lazy_for_long_windows():
-    assert choose_path(7 * H, 60, estimate_rows=boom).path == "rollup"
-    assert choose_path(7 * H, 30, estimate_rows=boom).path == "exact"
+def test_the_rule_is_not_asked_when_flags_decide():
+    assert choose_path(7 * H, 60, force="exact", rule=boom).path == "exact"
+    assert choose_path(60, 60, force="rollup", rule=boom).path == "rollup"
+    assert choose_path(30 * 86400, 3600, rebucket=True, rule=boom).path == "exact"
+    assert choose_path(30 * 86400, 3600, exact_only={"--prefill engine": "raw"}, rule=boom).path == "exact"
 
 
 def test_forced_and_rebucket():
-    assert choose_path(30 * 86400, 60, force="exact", estimate_rows=boom).path == "exact"
-    assert choose_path(60, 60, force="rollup", estimate_rows=boom).path == "rollup"
-    assert choose_path(30 * 86400, 3600, rebucket=True, estimate_rows=boom).path == "exact"
     with pytest.raises(ArgError, match="--buckets"):
         choose_path(30 * 86400, 3600, force="rollup", rebucket=True)
     with pytest.raises(ArgError, match="whole minutes"):
         choose_path(30 * 86400, 30, force="rollup")
     with pytest.raises(ValueError):
         choose_path(60, 60, force="fast")
+    with pytest.raises(ValueError, match="rule"):
+        choose_path(60, 60)
 
 
-def test_reason_says_why():
-    assert "window" in choose_path(7 * H, 60).reason
-    assert "raw rows" in choose_path(H, 60, estimate_rows=lambda: 9_000_000).reason
+def test_reason_says_why_quoting_the_stores_limits():
+    assert from_rule(verdict("window", 7 * H)).reason == "window 7.0 h > 6 h"
+    assert from_rule(verdict("rows", H, raw_rows=9_000_000)).reason == "~9,000,000 raw rows > 5,000,000"
+    assert from_rule(verdict("short", 2 * H, raw_rows=1234)).reason == "short window (2.0 h), 1,234 raw rows"
+    assert from_rule(verdict("step", step_s=90)).reason == \
+        "step 90s is finer than / not a multiple of the rollup's 1 min"
+    with pytest.raises(ValueError):
+        from_rule(verdict("fast"))
 
 
 def test_align_minutes():

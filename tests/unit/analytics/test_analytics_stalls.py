@@ -27,7 +27,7 @@ def test_flag_parses_on_query_bands():
 
 
 def test_stalls_choose_the_exact_path_even_for_a_long_window():
-    runner = FakeRunner(rows=10**9)
+    runner = FakeRunner(rule="rows")  # the store would say: the rollup
     df, meta = run_query(runner, T0, T0 + 30 * DAY, 3600, kind="stalls")
     [(name, params)] = runner.query()
     assert name == "bands_stalls" and meta["path"] == "exact" and "--stalls" in meta["reason"]

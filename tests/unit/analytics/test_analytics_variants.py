@@ -19,22 +19,28 @@ DAY = timedelta(days=1)
 
 
 class FakeRunner:
-    """Records (name, params); answers like an empty store (no tier has a cell)."""
+    """Records (name, params); answers like an empty store (no tier has a cell)
+    whose path rule (sql/read_path.sql) says `rule` (every window here is a
+    day or longer at whole minutes: the store says "window", the rollup)."""
 
-    def __init__(self, rows: int = 10):
-        self.calls, self.rows = [], rows
+    def __init__(self, rule: str = "window"):
+        self.calls, self.rule = [], rule
 
     def df(self, name, params):
         self.calls.append((name, dict(params)))
-        return pd.DataFrame({"n": [self.rows]}) if name == "estimate_rows" else pd.DataFrame()
+        if name == "read_path":
+            return pd.DataFrame([{"rule": self.rule, "rollup": 1, "window_s": 86400.0, "step_s": params["step_s"],
+                                  "raw_rows": None, "grain_s": 60, "rollup_window_s": 21600,
+                                  "rollup_raw_rows": 5_000_000}])
+        return pd.DataFrame()
 
     def query(self):
-        # The row estimate and the tiers' first cells help choose; the rest is the query.
-        return [c for c in self.calls if c[0] not in ("estimate_rows", "rollup_tier_first_cells")]
+        # The path rule and the tiers' first cells help choose; the rest is the query.
+        return [c for c in self.calls if c[0] not in ("read_path", "rollup_tier_first_cells")]
 
 
 def boom():
-    raise AssertionError("row estimate asked although it cannot change the answer")
+    raise AssertionError("the store's rule asked although the flags decide")
 
 
 @pytest.mark.parametrize("cmd", [["query", "bands"], ["chart"], ["latency"]])
@@ -92,10 +98,11 @@ def test_choose_path_routes_exact_only_choices():
     why = exact_only("exclude", "engine")
     assert list(why) == ["--abandoned exclude", "--prefill engine"]
     assert exact_only("include", "total") == {}
-    auto = choose_path(30 * 86400, 3600, estimate_rows=boom, exact_only=why)
+    auto = choose_path(30 * 86400, 3600, rule=boom, exact_only=why)
     assert auto.path == "exact" and "--abandoned exclude" in auto.reason and "--prefill engine" in auto.reason
     assert choose_path(30 * 86400, 3600, force="exact", exact_only=why).path == "exact"
-    assert choose_path(30 * 86400, 3600, estimate_rows=boom).path == "rollup"
+    assert choose_path(30 * 86400, 3600, rule=FakeRunner().df("read_path", {"step_s": 3600}).iloc[0].to_dict()).path \
+        == "rollup"
     with pytest.raises(ArgError, match=r"--prefill uncached cannot be answered with --rollup"):
         choose_path(30 * 86400, 3600, force="rollup", exact_only=exact_only("include", "uncached"))
 

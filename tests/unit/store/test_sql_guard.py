@@ -76,6 +76,22 @@ def test_the_text_check_refuses_with_clickhouse_codes(sql, code):
     assert err.value.code == code
 
 
+VIEWS = frozenset({"phasemeter.bands_view", "phasemeter.read_path_view"})
+
+
+def test_the_stores_parameterized_views_pass_and_nothing_else_by_their_names():
+    assert check_ast(table_function("bands_view"), TABLE_FUNCTIONS, VIEWS, "phasemeter") is None
+    assert check_ast(table_function("phasemeter.read_path_view"), TABLE_FUNCTIONS, VIEWS, "phasemeter") is None
+    for name, database in (("bands_view", "other"), ("other.bands_view", "phasemeter"), ("nope", "phasemeter")):
+        with pytest.raises(ChError) as err:
+            check_ast(table_function(name), TABLE_FUNCTIONS, VIEWS, database)
+        assert err.value.code == 497, name
+    # a table function keeps its refusal even where a view of its name exists
+    with pytest.raises(ChError) as err:
+        check_ast(table_function("file"), TABLE_FUNCTIONS, VIEWS | {"phasemeter.file"}, "phasemeter")
+    assert err.value.code == 497
+
+
 def test_the_parse_check_returns_the_querys_format():
     assert check_ast(SELECT_FORMAT, TABLE_FUNCTIONS) == "JSON"
     assert check_ast(TOP_SETTINGS, TABLE_FUNCTIONS) is None  # the engine's readonly=1 judges these
