@@ -3,6 +3,12 @@
 
 CREATE FUNCTION phasemeter_rank_pct_v1 AS (lo, n, q) -> if(((toUInt64(floor(q * (n - 1))) + 1) < length(lo)) OR (length(lo) = n), (lo[toUInt64(floor(q * (n - 1))) + 1]) + (((q * (n - 1)) - floor(q * (n - 1))) * ((lo[least(toUInt64(floor(q * (n - 1))) + 2, length(lo))]) - (lo[toUInt64(floor(q * (n - 1))) + 1]))), nan);
 
+CREATE FUNCTION phasemeter_read_path_v1 AS (window_s, step_s, raw_rows) -> multiIf((step_s < ((phasemeter_rollup_limits_v1()).1)) OR ((step_s % ((phasemeter_rollup_limits_v1()).1)) != 0), 'step', window_s > ((phasemeter_rollup_limits_v1()).2), 'window', raw_rows > ((phasemeter_rollup_limits_v1()).3), 'rows', 'short');
+
+CREATE FUNCTION phasemeter_rollup_limits_v1 AS () -> tuple(60, 21600, 5000000);
+
+CREATE FUNCTION phasemeter_slo_covered_from_v1 AS registered_at -> (toStartOfMinute(registered_at) + toIntervalMinute(1 + (toStartOfMinute(registered_at) < registered_at)));
+
 CREATE FUNCTION phasemeter_slo_judge_v1 AS (status, ttft_s, prefill_tps, tpot_s, decode_tps, e2e_s, ttft_max, prefill_min, tpot_max, decode_min, e2e_max, count_failed) -> if((status IN ('error', 'abandoned')) AND (count_failed = 0), [toUInt8(0), 0, 0, 0, 0, 0, 0, 0], [toUInt8(1), toUInt8((status NOT IN ('error', 'abandoned')) AND (NOT ifNull(ttft_s > ttft_max, 0)) AND (NOT ifNull(prefill_tps < prefill_min, 0)) AND (NOT ifNull(tpot_s > tpot_max, 0)) AND (NOT ifNull(decode_tps < decode_min, 0)) AND (NOT ifNull(e2e_s > e2e_max, 0))), toUInt8((status IN ('error', 'abandoned'))), toUInt8(ifNull(ttft_s > ttft_max, 0)), toUInt8(ifNull(prefill_tps < prefill_min, 0)), toUInt8(ifNull(tpot_s > tpot_max, 0)), toUInt8(ifNull(decode_tps < decode_min, 0)), toUInt8(ifNull(e2e_s > e2e_max, 0))]);
 
 CREATE TABLE phasemeter.consumer_progress
@@ -570,6 +576,66 @@ ORDER BY
     input_bucket ASC,
     part ASC;
 
+CREATE VIEW phasemeter.bands_exact_view
+AS SELECT
+    t,
+    model,
+    input_bucket,
+    n,
+    prefill_n,
+    pq[1] AS prefill_p1,
+    pq[2] AS prefill_p5,
+    pq[3] AS prefill_p50,
+    pq[4] AS prefill_p95,
+    pq[5] AS prefill_p99,
+    decode_n,
+    dq[1] AS decode_p1,
+    dq[2] AS decode_p5,
+    dq[3] AS decode_p50,
+    dq[4] AS decode_p95,
+    dq[5] AS decode_p99,
+    abandoned,
+    abandoned_prefill,
+    abandoned_decode,
+    {prefill:String} AS prefill_variant
+FROM
+(
+    SELECT
+        toStartOfInterval(ts, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
+        model,
+        input_bucket,
+        countIf(keep) AS n,
+        countIf(keep AND (prefill_value IS NOT NULL)) AS prefill_n,
+        quantilesExactInclusiveIf(0.01, 0.05, 0.5, 0.95, 0.99)(prefill_value, keep) AS pq,
+        countIf(keep AND (decode_tps IS NOT NULL)) AS decode_n,
+        quantilesExactInclusiveIf(0.01, 0.05, 0.5, 0.95, 0.99)(decode_tps, keep) AS dq,
+        countIf(status = 'abandoned') AS abandoned,
+        countIf((status = 'abandoned') AND (ttft_s IS NULL)) AS abandoned_prefill,
+        countIf((status = 'abandoned') AND (ttft_s IS NOT NULL)) AS abandoned_decode
+    FROM
+    (
+        SELECT
+            ts,
+            model,
+            input_bucket,
+            status,
+            ttft_s,
+            decode_tps,
+            if({prefill:String} = 'total', prefill_tps, if({prefill:String} = 'uncached', prefill_tps_uncached, if((queue_s IS NULL) OR (ttft_s IS NULL) OR (ttft_s <= queue_s), NULL, input_tokens / (ttft_s - queue_s)))) AS prefill_value,
+            (({abandoned:String} = 'include') OR (status != 'abandoned')) AS keep
+        FROM phasemeter.generations
+        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['total', 'engine', 'uncached'], {prefill:String}), 'prefill: expected total, engine or uncached') = 0) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
+    )
+    GROUP BY
+        t,
+        model,
+        input_bucket
+)
+ORDER BY
+    model ASC,
+    input_bucket ASC,
+    t ASC;
+
 CREATE VIEW phasemeter.bands_rollup_view
 AS SELECT
     t,
@@ -648,6 +714,92 @@ FROM
             model,
             input_bucket
     )
+)
+ORDER BY
+    model ASC,
+    input_bucket ASC,
+    t ASC;
+
+CREATE VIEW phasemeter.bands_view
+AS WITH
+    (
+        SELECT rollup
+        FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
+    ) AS rollup,
+    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
+    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+SELECT
+    *,
+    'exact' AS path
+FROM bands_exact_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = 'include', prefill = 'total')
+UNION ALL
+WITH
+    (
+        SELECT rollup
+        FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
+    ) AS rollup,
+    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
+    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+SELECT
+    *,
+    'rollup' AS path
+FROM bands_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, hour_from = minute_to, hour_to = minute_to, hour3_from = minute_to, hour3_to = minute_to, day_from = minute_to, day_to = minute_to);
+
+CREATE VIEW phasemeter.latency_exact_view
+AS SELECT
+    t,
+    model,
+    input_bucket,
+    n,
+    ttft_n,
+    tq[1] AS ttft_p50,
+    tq[2] AS ttft_p90,
+    tq[3] AS ttft_p99,
+    tpot_n,
+    oq[1] AS tpot_p50,
+    oq[2] AS tpot_p90,
+    oq[3] AS tpot_p99,
+    queue_n,
+    qq[1] AS queue_p50,
+    qq[2] AS queue_p90,
+    qq[3] AS queue_p99,
+    abandoned,
+    abandoned_prefill,
+    abandoned_decode
+FROM
+(
+    SELECT
+        toStartOfInterval(ts, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
+        model,
+        input_bucket,
+        countIf(keep) AS n,
+        countIf(keep AND (ttft_s IS NOT NULL)) AS ttft_n,
+        quantilesExactInclusiveIf(0.5, 0.9, 0.99)(ttft_s, keep) AS tq,
+        countIf(keep AND (tpot_s IS NOT NULL)) AS tpot_n,
+        quantilesExactInclusiveIf(0.5, 0.9, 0.99)(tpot_s, keep) AS oq,
+        countIf(keep AND (queue_s IS NOT NULL)) AS queue_n,
+        quantilesExactInclusiveIf(0.5, 0.9, 0.99)(queue_s, keep) AS qq,
+        countIf(status = 'abandoned') AS abandoned,
+        countIf((status = 'abandoned') AND (ttft_s IS NULL)) AS abandoned_prefill,
+        countIf((status = 'abandoned') AND (ttft_s IS NOT NULL)) AS abandoned_decode
+    FROM
+    (
+        SELECT
+            ts,
+            model,
+            input_bucket,
+            status,
+            ttft_s,
+            tpot_s,
+            queue_s,
+            (({abandoned:String} = 'include') OR (status != 'abandoned')) AS keep
+        FROM phasemeter.generations
+        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
+    )
+    GROUP BY
+        t,
+        model,
+        input_bucket
 )
 ORDER BY
     model ASC,
@@ -737,6 +889,72 @@ ORDER BY
     input_bucket ASC,
     t ASC;
 
+CREATE VIEW phasemeter.latency_view
+AS WITH
+    (
+        SELECT rollup
+        FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
+    ) AS rollup,
+    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
+    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+SELECT
+    *,
+    'exact' AS path
+FROM latency_exact_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = 'include')
+UNION ALL
+WITH
+    (
+        SELECT rollup
+        FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
+    ) AS rollup,
+    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
+    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+SELECT
+    *,
+    'rollup' AS path
+FROM latency_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, hour_from = minute_to, hour_to = minute_to, hour3_from = minute_to, hour3_to = minute_to, day_from = minute_to, day_to = minute_to);
+
+CREATE VIEW phasemeter.read_path_view
+AS SELECT
+    rule,
+    rule IN ('window', 'rows') AS rollup,
+    window_s,
+    step_s,
+    if(counted, raw_rows, NULL) AS raw_rows,
+    tuple(60, 21600, 5000000).1 AS grain_s,
+    tuple(60, 21600, 5000000).2 AS rollup_window_s,
+    tuple(60, 21600, 5000000).3 AS rollup_raw_rows
+FROM
+(
+    SELECT
+        dateDiff('millisecond', {start:DateTime64(3)}, {end:DateTime64(3)}) / 1000 AS window_s,
+        {step_s:UInt32} AS step_s,
+        multiIf((step_s < (tuple(60, 21600, 5000000).1)) OR ((step_s % (tuple(60, 21600, 5000000).1)) != 0), 'step', window_s > (tuple(60, 21600, 5000000).2), 'window', 0 > (tuple(60, 21600, 5000000).3), 'rows', 'short') != multiIf((step_s < (tuple(60, 21600, 5000000).1)) OR ((step_s % (tuple(60, 21600, 5000000).1)) != 0), 'step', window_s > (tuple(60, 21600, 5000000).2), 'window', 18446744073709551615 > (tuple(60, 21600, 5000000).3), 'rows', 'short') AS counted,
+        (
+            SELECT count()
+            FROM phasemeter.generations
+            WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (multiIf(({step_s:UInt32} < (tuple(60, 21600, 5000000).1)) OR (({step_s:UInt32} % (tuple(60, 21600, 5000000).1)) != 0), 'step', (dateDiff('millisecond', {start:DateTime64(3)}, {end:DateTime64(3)}) / 1000) > (tuple(60, 21600, 5000000).2), 'window', 0 > (tuple(60, 21600, 5000000).3), 'rows', 'short') != multiIf(({step_s:UInt32} < (tuple(60, 21600, 5000000).1)) OR (({step_s:UInt32} % (tuple(60, 21600, 5000000).1)) != 0), 'step', (dateDiff('millisecond', {start:DateTime64(3)}, {end:DateTime64(3)}) / 1000) > (tuple(60, 21600, 5000000).2), 'window', 18446744073709551615 > (tuple(60, 21600, 5000000).3), 'rows', 'short'))
+        ) AS raw_rows,
+        multiIf((step_s < (tuple(60, 21600, 5000000).1)) OR ((step_s % (tuple(60, 21600, 5000000).1)) != 0), 'step', window_s > (tuple(60, 21600, 5000000).2), 'window', raw_rows > (tuple(60, 21600, 5000000).3), 'rows', 'short') AS rule
+);
+
+CREATE VIEW phasemeter.slo_exact_view
+AS SELECT
+    toStartOfInterval(ts, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
+    model,
+    input_bucket,
+    sumForEach(if((status IN ('error', 'abandoned')) AND ({count_failed:UInt8} = 0), [toUInt8(0), 0, 0, 0, 0, 0, 0, 0], [toUInt8(1), toUInt8((status NOT IN ('error', 'abandoned')) AND (NOT ifNull(ttft_s > {ttft_max:Nullable(Float64)}, 0)) AND (NOT ifNull(prefill_tps < {prefill_min:Nullable(Float64)}, 0)) AND (NOT ifNull(tpot_s > {tpot_max:Nullable(Float64)}, 0)) AND (NOT ifNull(decode_tps < {decode_min:Nullable(Float64)}, 0)) AND (NOT ifNull(e2e_s > {e2e_max:Nullable(Float64)}, 0))), toUInt8((status IN ('error', 'abandoned'))), toUInt8(ifNull(ttft_s > {ttft_max:Nullable(Float64)}, 0)), toUInt8(ifNull(prefill_tps < {prefill_min:Nullable(Float64)}, 0)), toUInt8(ifNull(tpot_s > {tpot_max:Nullable(Float64)}, 0)), toUInt8(ifNull(decode_tps < {decode_min:Nullable(Float64)}, 0)), toUInt8(ifNull(e2e_s > {e2e_max:Nullable(Float64)}, 0))])) AS counts
+FROM phasemeter.generations
+WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (empty({slo_models:Array(String)}) OR has({slo_models:Array(String)}, model)) AND (empty({slo_buckets:Array(String)}) OR has({slo_buckets:Array(String)}, input_bucket))
+GROUP BY
+    t,
+    model,
+    input_bucket
+ORDER BY
+    model ASC,
+    input_bucket ASC,
+    t ASC;
+
 CREATE VIEW phasemeter.slo_rollup_view
 AS SELECT
     toStartOfInterval(minute, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
@@ -753,3 +971,52 @@ ORDER BY
     model ASC,
     input_bucket ASC,
     t ASC;
+
+CREATE VIEW phasemeter.slo_view
+AS WITH
+    (
+        SELECT tuple(slo_id, ttft_max, prefill_min, tpot_max, decode_min, e2e_max, count_failed, models, buckets)
+        FROM phasemeter.slo_definitions
+        WHERE name = {slo:String}
+        ORDER BY registered_at DESC
+        LIMIT 1
+    ) AS d,
+    (
+        SELECT toStartOfMinute(min(registered_at)) + toIntervalMinute(1 + (toStartOfMinute(min(registered_at)) < min(registered_at)))
+        FROM phasemeter.slo_definitions
+        WHERE slo_id = (d.1)
+    ) AS covered,
+    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
+    (
+        SELECT rollup
+        FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
+    ) AND (covered <= minute_from) AS rollup,
+    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+SELECT
+    *,
+    'exact' AS path
+FROM slo_exact_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, ttft_max = (d.2), prefill_min = (d.3), tpot_max = (d.4), decode_min = (d.5), e2e_max = (d.6), count_failed = (d.7), slo_models = (d.8), slo_buckets = (d.9))
+UNION ALL
+WITH
+    (
+        SELECT tuple(slo_id, ttft_max, prefill_min, tpot_max, decode_min, e2e_max, count_failed, models, buckets)
+        FROM phasemeter.slo_definitions
+        WHERE name = {slo:String}
+        ORDER BY registered_at DESC
+        LIMIT 1
+    ) AS d,
+    (
+        SELECT toStartOfMinute(min(registered_at)) + toIntervalMinute(1 + (toStartOfMinute(min(registered_at)) < min(registered_at)))
+        FROM phasemeter.slo_definitions
+        WHERE slo_id = (d.1)
+    ) AS covered,
+    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
+    (
+        SELECT rollup
+        FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
+    ) AND (covered <= minute_from) AS rollup,
+    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+SELECT
+    *,
+    'rollup' AS path
+FROM slo_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, slo_id = (d.1), models = {models:Array(String)}, buckets = {buckets:Array(String)});
