@@ -105,7 +105,7 @@ def store(tmp_path_factory):
 
 def run(client, name: str, **params) -> list[dict]:
     res = client.query(cookbook()[name], parameters={"start": START, "end": END, **params})
-    return [dict(zip(res.column_names, r)) for r in res.result_rows]
+    return [dict(zip(res.column_names, r, strict=True)) for r in res.result_rows]
 
 
 def pct(values, q: float) -> float:
