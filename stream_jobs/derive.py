@@ -55,6 +55,8 @@ def parse(raw: bytes, max_bytes: int) -> dict | Rejection:
         event = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         return Rejection(R.MALFORMED_JSON, str(exc)[:200])
+    except ValueError as exc:  # valid JSON, but an integer longer than Python converts (4,300 digits)
+        return Rejection(R.ABSURD, f"a number too long to be any field's value: {str(exc)[:120]}")
     if not isinstance(event, dict):
         return Rejection(R.NOT_OBJECT, f"top level is {type(event).__name__}")
     return event
