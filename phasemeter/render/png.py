@@ -13,6 +13,7 @@ registry, no interactive backend, safe to call from a worker or a test.
 from __future__ import annotations
 
 import io
+import warnings
 import os
 from pathlib import Path
 
@@ -284,7 +285,11 @@ def render_bands_png(
     buf = io.BytesIO()  # bytes, not a path: a chart the worker draws is written by the CLI
     # SVG text as <text>, not glyph paths; element ids from a fixed salt, not
     # random ones: the same chart is the same file, whichever process drew it.
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "phasemeter"}):
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "phasemeter"}), warnings.catch_warnings():
+        # On a short window AutoDateLocator finds no interval of its table within
+        # maxticks, falls back to one it names, and says so on stderr, once per
+        # process: the chart is right, and the operator has nothing to do.
+        warnings.filterwarnings("ignore", message="AutoDateLocator was unable", category=UserWarning)
         fig.savefig(buf, format="svg" if Path(out).suffix.lower() == ".svg" else "png", dpi=110)
     fig.clear()  # no pyplot registry to close; drop artists promptly
     return write_file(out, buf.getvalue())
