@@ -28,6 +28,8 @@ The rules:
   constant (`STOP_GRACE_S < 1.0`: configured, not measured).
 - `zip-strict`: a `zip()` without `strict=`: a plain zip stops at the
   shorter input, so a loop over it passes on rows that are not there.
+- `empty-loop`: a loop of checks over items nothing says are there
+  (tests/guard_loops.py says what does).
 - `kafka-fake`: in tests/integration/, a Meter given a `producer_factory`
   or a class standing in for a Kafka producer or consumer: integration
   tests use the session's real broker; a fake belongs in tests/unit.
@@ -38,6 +40,8 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+
+from guard_loops import called_name, empty_loops, is_check, literal_names, loop_name
 
 REQUIRES = "tests/requires.py"
 CLOCKS = {"monotonic", "perf_counter", "time", "monotonic_ns", "perf_counter_ns", "time_ns"}
@@ -62,26 +66,12 @@ class Finding:
         return (self.path, self.where, self.rule)
 
 
-def _called_name(call: ast.Call) -> str | None:
-    f = call.func
-    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
-
-
 def _checks_itself(fn: ast.AST) -> bool:
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Assert):
-            return True
-        if isinstance(node, ast.Raise) and node.exc is not None:
-            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
-            if isinstance(exc, ast.Name) and exc.id == "AssertionError":
-                return True
-        if isinstance(node, ast.Call) and _called_name(node) in ("raises", "fail", "warns"):
-            return True
-    return False
+    return any(is_check(node) for node in ast.walk(fn))
 
 
 def _calls(fn: ast.AST) -> set[str]:
-    return {n for node in ast.walk(fn) if isinstance(node, ast.Call) and (n := _called_name(node))}
+    return {n for node in ast.walk(fn) if isinstance(node, ast.Call) and (n := called_name(node))}
 
 
 def asserting_helpers(trees: dict[str, ast.Module]) -> set[str]:
@@ -150,7 +140,7 @@ def _is_duration(node: ast.AST) -> bool:
     if isinstance(node, (ast.Name, ast.Attribute)) and (node.id if isinstance(node, ast.Name) else node.attr).isupper():
         return False  # a configured constant
     for sub in ast.walk(node):
-        if isinstance(sub, ast.Call) and _called_name(sub) in CLOCKS:
+        if isinstance(sub, ast.Call) and called_name(sub) in CLOCKS:
             return True
         ident = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
         if ident and DURATION_WORDS.search(ident.lower()):
@@ -185,6 +175,11 @@ def findings(sources: dict[str, str]) -> list[Finding]:
             out.append(Finding(path, name or where.get(node, "<module>"), rule, node.lineno,
                                lines[node.lineno - 1].strip()))
 
+        module_names = literal_names(tree.body)
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for loop in empty_loops(fn, module_names):  # named by its loop, for a precise allow-list
+                    add(loop, "empty-loop", f"{where[fn]}: for {loop_name(loop)}")
         for fn in _tests(tree):
             if not _checks_itself(fn) and not (_calls(fn) & helpers):
                 add(fn, "no-assert", fn.name)

@@ -103,6 +103,7 @@ def test_dashboard_shape():
     dash = json.loads(DASHBOARD.read_text())
     names = {v["name"] for v in dash["templating"]["list"]}
     assert {"model", "bucket", "datasource"} <= names
+    assert dash["panels"], "the dashboard's panels"
     for panel in dash["panels"]:
         assert panel["datasource"]["type"] == "grafana-clickhouse-datasource"
     assert len(queries()) >= 8
@@ -217,6 +218,7 @@ def test_panels_read_from_to_exclusive_like_the_cli(client):
     sql = substitute(panel_sql("Generations per interval"), minute - 600, minute, 60,
                      {"model": models, "bucket": buckets})
     assert sum(n for _t, _m, n in client.query(sql).result_rows) == want > 0
+    assert len(queries()) >= 8
     for name, sql in queries():
         assert "$__timeFilter" not in sql, name
 

@@ -113,6 +113,7 @@ def check_rows(rows: list[dict], gens: list[dict], via: str = "either") -> None:
     assert len(rows) == len(by_id) == len(gens), (len(rows), len(by_id), len(gens))
     for g in gens:
         row = by_id[g["rid"]]
+        assert g["expected"], g["rid"]  # what the script says the row holds
         for name, want in g["expected"].items():
             got = row[name]
             ok = close(got, want) if isinstance(want, float) or want is None else got == want
@@ -304,6 +305,7 @@ def test_generations_that_never_end_are_written_as_abandoned(worker, pm_env):
     rows = {r["request_id"]: r for r in store_rows(pm_env)}
     assert len(rows) == 40
     check_rows([rows[g["rid"]] for g in done], done)
+    assert len(hung_prefill) == len(hung_decode) == 15
     for g in hung_prefill + hung_decode:
         row, want = rows[g["rid"]], g["expected"]
         assert row["status"] == "abandoned" and row["output_tokens"] == 0, row

@@ -45,6 +45,7 @@ def test_stored_rows_equal_the_derived_ones_nulls_and_milliseconds_included(clie
     for want, have in zip(rows, got, strict=True):
         stored = dict(zip(ROW_COLUMNS, have[:-1], strict=True))  # the last: ts in milliseconds
         stored.pop("ts")  # checked above, as epoch milliseconds
+        assert len(stored) == len(ROW_COLUMNS) - 1  # every column but ts
         for c, v in stored.items():
             assert v == want[c], (want["src_offset"], c, v)  # None == None: NULL stayed NULL
     nulls = client.query("SELECT countIf(isNull(ttft_s)), countIf(isNull(prefill_tps_uncached)), "

@@ -113,6 +113,7 @@ def test_both_paths_equal_a_python_count(store):
     # Whole minutes that cross 10-minute step boundaries at both ends.
     lo, hi = T0 + 3 * 60, T0 + 5 * 3600 + 17 * 60
     start, end = (datetime.fromtimestamp(x, timezone.utc) for x in (lo, hi))
+    assert [s.name for s in SLOS.slos] == ["chat", "long"]
     for slo in SLOS.slos:
         for step in (600, None):
             want = expected(rows, slo, lo, hi, step)
@@ -244,6 +245,7 @@ def test_repair_rebuilds_lost_and_doubled_slo_counts(store, how):
     assert ledger.slo_mismatches(store, *far) == []
     runner = DirectRunner(store)
     start, end = (datetime.fromtimestamp(x, timezone.utc) for x in (T0, T0 + 6 * 3600))
+    assert [s.name for s in SLOS.slos] == ["chat", "long"]
     for slo in SLOS.slos:
         out, _ = attainment(runner, slo, start, end, 600, bucket_labels=LABELS, force="rollup")
         assert got(out) == expected(rows, slo, T0, T0 + 6 * 3600, 600)

@@ -33,6 +33,7 @@ def rows(start: float, minutes: int, stall_every: int | None, chunks: bool = Tru
         row = process(json.dumps(ev).encode(), bucket, 1_000_000, now=start + 86400 * 5)
         assert isinstance(row, dict), row
         out.append({**row, "src_topic": "t", "src_partition": 0, "src_offset": offset0 + i})
+    assert len(out) == minutes * 20 > 0  # three seconds apart, each checked above
     return out
 
 

@@ -35,6 +35,7 @@ def _table(client, table: str) -> tuple:
 def test_every_tier_has_the_minute_tiers_columns_key_and_engine(client):
     want = _columns(client, "generations_minute")
     assert len(want) == 25
+    assert [t.name for t in rollup.COARSE] == ["hour", "hour3", "day"]
     for tier in rollup.COARSE:
         assert _columns(client, tier.table) == want, tier
         engine, key, _ = _table(client, tier.table)
@@ -44,6 +45,7 @@ def test_every_tier_has_the_minute_tiers_columns_key_and_engine(client):
 def test_every_tiers_view_is_the_minute_view_but_for_its_time_function(client):
     minute = rollup.view_select(client, rollup.MINUTE)
     assert minute.count(TIME_FUNCTION["minute"]) == 1
+    assert [t.name for t in rollup.COARSE] == ["hour", "hour3", "day"]
     for tier in rollup.COARSE:
         select = rollup.view_select(client, tier)
         assert select.count(TIME_FUNCTION[tier.name]) == 1, tier
@@ -58,6 +60,7 @@ def test_each_tiers_view_reads_raw_rows_not_another_tier(client):
                             "AND name = {t:String}", parameters={"t": table}).result_rows[0][0]
 
     assert {t.view for t in rollup.TIERS} <= set(views_on("generations"))
+    assert len(rollup.TIERS) == 4  # the minute tier and three coarse ones
     for tier in rollup.TIERS:
         assert views_on(tier.table) == [], tier
 

@@ -76,6 +76,7 @@ def test_sdk_gateway_litellm_and_ndjson_all_reach_the_store(worker, pm_env, tmp_
                 time.sleep(0.05)
         finally:
             litellm.callbacks = []
+    assert set(meters) == {"sdk", "asgi", "litellm"}
     for m in meters.values():
         assert m.flush(15)
         m.close()

@@ -146,6 +146,7 @@ def test_collector_kafka_exporter_messages_become_rows_and_dead_letters(worker, 
                                                rx_span["gen_ai.usage.completion_tokens"], pm_env["PHASEMETER_TOPIC"])
     assert (r[6], r[7], r[8]) == pytest.approx((rx_span["gen_ai.latency.time_to_first_token"],
                                                 rx_span["gen_ai.latency.e2e"], rx_span["gen_ai.latency.time_in_queue"]))
+    assert len(vllm) == 4  # vllm-0 .. vllm-3 above
     for i, s in enumerate(vllm):
         a = s["attrs"]
         r = rows[f"vllm-{i}"]

@@ -69,6 +69,7 @@ def test_sink_bench_tiny(bench, tmp_path):
     assert paths["sink.500"]["inserts"] == 4 and paths["sink.1000"]["inserts"] == 2 and paths["sql"]["inserts"] == 4
     assert paths["columns.500"]["inserts"] == 4 and set(r["meets_columns"]) == {500, 1000}
     assert r["sql_stored"] == r["sql_expected"] > 2 * 2000
+    assert set(r["split"]) == {500, 1000}  # one split per batch size
     for b, s in r["split"].items():
         assert s["arrow_s"] > 0 and s["insert_s"] > 0 and s["sink_s"] >= s["views_s"] >= 0, b
     text = bench("bench_sink").render(r)
@@ -116,6 +117,7 @@ def test_join_bench_phase_events_store_the_same_rows(bench):
         phases = U.phase_events(e)
         kinds.add(tuple(p["kind"] for p in phases))
         entry = None
+        assert 2 <= len(phases) <= 3, phases  # start, first_token, end; no first_token when it failed before one
         for p in phases:
             [phase] = process_message(U.encode_event(p), bucket, 1_000_000, now)
             assert isinstance(phase, Phase), phase

@@ -29,22 +29,24 @@ def test_compose_services_and_settings_names():
     for name in ("migrate", "worker"):
         assert set(services[name]["environment"]) <= KNOWN_ENV, name
     # Published ports stay on the host's loopback.
-    for svc in services.values():
-        for port in svc.get("ports", []):
-            assert port.startswith("127.0.0.1:"), port
-    for svc in services.values():
-        for vol in svc.get("volumes", []):
-            src = vol.split(":")[0]
-            if src.startswith("./"):
-                assert (ROOT / src).exists(), src
+    ports = [port for svc in services.values() for port in svc.get("ports", [])]
+    assert ports, "the broker's, the store's, the worker's and Grafana's ports"
+    for port in ports:
+        assert port.startswith("127.0.0.1:"), port
+    volumes = [vol for svc in services.values() for vol in svc.get("volumes", [])]
+    assert volumes, "the store's data and Grafana's provisioning"
+    for vol in volumes:
+        src = vol.split(":")[0]
+        if src.startswith("./"):
+            assert (ROOT / src).exists(), src
 
 
 def test_dockerfile_copies_existing_paths():
-    for line in (ROOT / "Dockerfile").read_text().splitlines():
-        m = re.match(r"COPY (.+) \S+$", line)
-        if m:
-            for src in m.group(1).split():
-                assert (ROOT / src).exists(), src
+    copied = [src for line in (ROOT / "Dockerfile").read_text().splitlines()
+              if (m := re.match(r"COPY (.+) \S+$", line)) for src in m.group(1).split()]
+    assert copied, "the Dockerfile copies the package in"
+    for src in copied:
+        assert (ROOT / src).exists(), src
 
 
 def test_grafana_provisions_the_worker_interface_beside_the_server():

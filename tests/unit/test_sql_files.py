@@ -13,16 +13,26 @@ WRITES = {"rollup_backfill", "set_raw_ttl", "set_rollup_ttl", "rollup_delete_cel
           "slo_register"}
 
 
+def named_queries() -> list[Path]:
+    return sorted((ROOT / "sql").glob("*.sql"))
+
+
 def test_named_queries_use_typed_parameters_only():
-    for path in (ROOT / "sql").glob("*.sql"):
+    paths, typed = named_queries(), 0
+    assert len(paths) > 30, paths  # the CLI's, the worker's and Grafana's named queries
+    for path in paths:
         text = "\n".join(ln for ln in path.read_text().splitlines() if not ln.strip().startswith("--"))
         assert "%s" not in text and "%(" not in text and "{}" not in text, path.name
         for placeholder in re.findall(r"\{([^}]*)\}", text):
             assert re.fullmatch(r"\w+:[\w(),' ]+", placeholder), (path.name, placeholder)
+            typed += 1
+    assert typed > len(paths), typed  # a window's two bounds at least, in most queries
 
 
 def test_web_servable_queries_are_read_only():
-    for path in (ROOT / "sql").glob("*.sql"):
+    paths = named_queries()
+    assert len(paths) > len(WRITES), paths
+    for path in paths:
         if path.stem not in WRITES:
             assert is_read_only(path.read_text()), path.name
     assert not is_read_only("INSERT INTO t SELECT 1")
@@ -51,7 +61,9 @@ def test_variants_are_chosen_by_bound_parameters_in_the_sql():
         assert "sum(abandoned_n) AS abandoned" in text and "{abandoned" not in text and "{prefill" not in text
         thin = (ROOT / "sql" / f"{name}.sql").read_text()
         assert f"FROM {name}_view(" in thin and "generations_minute" not in thin, name
-    for module in (ROOT / "phasemeter" / "analytics").glob("*.py"):
+    modules = sorted((ROOT / "phasemeter" / "analytics").glob("*.py"))
+    assert len(modules) > 5, modules  # the analytics package is pure Python, its SQL in sql/
+    for module in modules:
         code = module.read_text()
         assert not re.search(r"\b(SELECT|FROM generations|WHERE)\b", code), module.name
 

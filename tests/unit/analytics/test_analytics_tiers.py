@@ -36,6 +36,7 @@ def check(plan, start, end, step):
     (h_lo, h_hi), (h3_lo, h3_hi), (d_lo, d_hi) = plan.ranges["hour"], plan.ranges["hour3"], plan.ranges["day"]
     assert start <= h_lo <= h3_lo <= d_lo <= d_hi <= h3_hi <= h_hi <= end
     grains = dict(TIER_GRAINS)
+    assert set(plan.ranges) == set(grains) and [n for n, _ in TIER_GRAINS] == ["hour", "hour3", "day"]
     for name, (lo, hi) in plan.ranges.items():
         if lo < hi:
             g = grains[name]
@@ -108,6 +109,7 @@ def test_a_tier_with_nothing_in_the_window_is_passed_over():
 
 def test_random_windows_against_brute_force():
     rng = random.Random(4)
+    assert len(TIER_GRAINS) == 3  # hour, hour3, day
     for _ in range(300):
         start = T0 + rng.randrange(0, 3 * D // M) * M
         end = start + rng.randrange(1, 5 * D // M) * M

@@ -35,7 +35,9 @@ def test_secrets_are_masked_everywhere():
 
 
 def test_every_setting_has_env_and_doc():
-    for env, _, doc in Settings().describe():
+    described = Settings().describe()
+    assert len(described) > 10, "the Kafka, store and worker settings at least"
+    for env, _, doc in described:
         assert env and len(doc) > 10
 
 

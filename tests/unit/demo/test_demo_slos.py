@@ -15,6 +15,7 @@ from phasemeter.stream_jobs.buckets import labels, parse_edges
 def test_attainment_drops_on_ttft_during_the_incident_and_one_model_stalls():
     sloset = load_slos(DEMO_SLOS, labels(parse_edges("default")))
     slo_of = {m: s for s in sloset.slos for m in s.models}
+    assert set(slo_of) == {"llama-4-maverick", "qwen3-32b"}  # each of the demo's models has its SLO
     gw = SyntheticGateway(start=0.0, span_s=3600.0)
     n = 40_000
     met, total, ttft_miss, other_miss, stalled, chunked = (Counter() for _ in range(6))

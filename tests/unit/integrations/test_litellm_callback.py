@@ -99,6 +99,7 @@ def call(server, **kwargs):
 
 def events(sink, n: int) -> list[dict]:
     got = sink.wait(n)
+    assert len(got) == n, got  # exactly n: a duplicate fails here
     for ev in got:
         assert isinstance(validate(ev), dict), ev  # what the worker would store
     return got

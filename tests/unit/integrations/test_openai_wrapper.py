@@ -77,6 +77,7 @@ def bare(server, pool):
 
 def events(sink, n: int) -> list[dict]:
     got = sink.wait(n)
+    assert len(got) == n, got  # exactly n: a duplicate fails here
     for ev in got:
         assert isinstance(validate(ev), dict), ev  # what the worker would store, not dead-letter
     return got

@@ -129,6 +129,7 @@ def check_schema(event: dict) -> None:
     assert set(event) <= set(SCHEMA["properties"]), "additionalProperties is false"
     assert set(SCHEMA["required"]) <= set(event)
     py_types = {"number": (int, float), "integer": int, "string": str, "null": type(None)}
+    assert len(SCHEMA["properties"]) == 15, sorted(SCHEMA["properties"])  # event-v1's fields
     for name, rule in SCHEMA["properties"].items():
         if name not in event:
             continue
@@ -442,6 +443,7 @@ def test_invariant_under_concurrent_callers(meters):
         t.start()
     for t in threads:
         t.join()
+    assert len(snapshots) == n_threads * per_thread // 50  # one each 50 calls of each thread
     for s in snapshots:  # every snapshot is consistent, even mid-flight
         assert s.enqueued == s.sent + s.failed + s.queued
     assert meter.flush(timeout_s=5)

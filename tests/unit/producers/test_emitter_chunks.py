@@ -39,10 +39,12 @@ def sent(meter, fake) -> list[dict]:
 def accepted(meter, fake) -> list[dict]:
     """What the worker makes of what was sent (none may be refused)."""
     out = []
+    assert fake.records, "the meter sent what it was driven to"
     for _, _, value in fake.records:
         for r in process_message(value, BUCKET, 1_000_000, WALL + 60):
             assert not isinstance(r, Rejection), (value, r)
             out.append(r)
+    assert len(out) >= len(fake.records)  # a message holds one event or an envelope of them
     return out
 
 

@@ -59,6 +59,7 @@ def check_phase(event: dict) -> None:
     assert set(event) <= allowed, set(event) - allowed
     assert None not in event.values(), "unknown optional fields are omitted, never null"
     assert set(required) <= set(event)
+    assert {"schema_version", "kind", "request_id"} <= set(event)
     if either:
         assert sum(name in event for name in either) == 1, either
     for name, value in event.items():
@@ -82,6 +83,7 @@ def check_phase(event: dict) -> None:
 def wire(fake) -> list[dict]:
     """Every record: key is request_id, value is compact JSON; returns events."""
     out = []
+    assert fake.records, "each caller drives at least one generation"
     for topic, key, value in fake.records:
         event = json.loads(value.decode("utf-8"))
         assert topic == "t"

@@ -153,6 +153,7 @@ def test_header_lines_fit_the_width_and_never_overlap(ncols):
     fig = Figure(figsize=(width, depth + 1.0), dpi=110)
     renderer = FigureCanvasAgg(fig).get_renderer()
     boxes = [t.get_window_extent(renderer) for t in _place(fig, texts)]
+    assert len(boxes) == len(texts) >= 3  # the title and the two notes at least
     if ncols == 1:
         assert texts[0][1].count("\n") >= 1  # the case that overlapped
     for box in boxes:

@@ -111,12 +111,16 @@ def test_agent_and_batch_give_the_same_row_on_a_shuffled_stream_with_copies():
     phases = fwd(events)
     out = batch_join.fold(phases, derive)
     agent: dict = {}
+    assert len(phases) == len(events) > 200  # 200 generations' phases, some missing, some copied
+    joined = 0
     for p, ts, f in phases:
         new, outs, _ = join.apply(agent.get(f["request_id"]), f["request_id"], f, p, ts)
         agent[f["request_id"]] = new
         for rid, event in outs:
             assert derive(event) == next(r for r, _ in out.rows if r["request_id"] == rid)
+            joined += 1
     complete = {rid for rid, e in agent.items() if "done" in e}
+    assert joined == len(complete) > 0  # the agent wrote each completed generation once
     assert {r["request_id"] for r, _ in out.rows} == complete
     forwarded = [f["request_id"] for _, _, f in out.forward if f["kind"] != join.JOINED_IN_INGEST]
     assert set(forwarded) == set(gens) - complete - {rid for rid in gens if rid not in agent}
@@ -128,7 +132,9 @@ def test_the_note_leaves_the_agent_a_done_marker_and_later_copies_are_duplicates
     marker, outs, what = join.apply(None, "a", note, 4, NOW)
     assert (outs, what) == ([], "joined_in_ingest")
     assert marker == {"p": 4, "done": NOW, "how": "joined", "kinds": ["end", "first_token", "start"]}
-    for p in gen("a"):
+    copies = gen("a")
+    assert len(copies) == 3  # start, first_token, end
+    for p in copies:
         assert join.apply(marker, "a", p, 4, NOW + 1) == (marker, [], "duplicate")
     assert join.apply(marker, "a", note, 4, NOW + 1) == (marker, [], "duplicate")  # a re-read sends it again
     # An entry the agent held open (a copy of the start read earlier) is closed by the note, with no output.

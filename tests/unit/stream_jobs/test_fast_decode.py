@@ -38,6 +38,7 @@ def test_the_struct_holds_the_v1_generation_fields():
 
 
 def test_the_phase_structs_hold_their_spec_fields_but_stall_data():
+    assert set(SPEC) == set(PHASES) == {"start", "first_token", "end"}
     for kind, (required, optional, either) in SPEC.items():
         names = {"schema_version", "request_id", *required, *optional, *either} - set(V2_OPTIONAL)
         assert set(PHASES[kind].__struct_fields__) == names

@@ -92,6 +92,7 @@ def expected_row(*, n_in, n_out, t0, ttft, e2e, queue, cached, status) -> dict:
 def assert_row(row, **expected):
     assert isinstance(row, dict), row
     want = expected_row(**expected)
+    assert len(want) == 14, sorted(want)  # docs/metrics.md's derived row
     for key, value in want.items():
         if isinstance(value, float):
             assert row[key] == pytest.approx(value, rel=1e-12, abs=1e-9), key
@@ -191,7 +192,7 @@ def test_duplicates_after_completion_produce_nothing():
 def test_inputs_are_not_mutated_and_entries_survive_json():
     """join_agent keeps the old entry until Kafka has the outputs, and the
     table's changelog stores entries as JSON."""
-    entry = None
+    entry, written = None, 0
     for fields in (first(), start(), end()):
         snapshot = copy.deepcopy(entry)
         fields_snapshot = copy.deepcopy(fields)
@@ -200,7 +201,9 @@ def test_inputs_are_not_mutated_and_entries_survive_json():
         assert json.loads(json.dumps(new)) == new
         for _, rec in outs:
             assert json.loads(json.dumps(rec)) == rec
+            written += 1
         entry = json.loads(json.dumps(new))
+    assert written == 1  # the end completes the generation: its one row
     for ph in ([start()], [first()], [start(), end()]):
         e, _, _ = run(ph)
         snapshot = copy.deepcopy(e)
@@ -491,6 +494,7 @@ def test_shuffled_stream_with_duplicates_and_expiry():
         want[rid] = (n_out, ttft, e2e, ends)
         stream += ph + [rng.choice(ph) for _ in range(rng.randint(0, 2))]
     rng.shuffle(stream)
+    assert len(want) == 300 and len(stream) >= 2 * len(want)  # each generation's phases, some copied
     ts = T0
     for k, fields in enumerate(stream):
         ts += 0.01  # all within the grace: nothing is forgotten, no first_token is given up on
@@ -501,6 +505,7 @@ def test_shuffled_stream_with_duplicates_and_expiry():
         for r, rec in outs:
             written.setdefault(r, []).append(rec)
         if k % 50 == 0:
+            assert table, "the phase just applied is held"
             for rid, entry in list(table.items()):
                 new, outs, note = join.expire(entry, rid, ts, ABANDON, GRACE)
                 assert (new, outs, note) == (entry, [], None)  # nothing due yet

@@ -270,7 +270,9 @@ def test_model_names_escaped_and_read_back(model):
     assert series(fams, "phasemeter_inflight_generations", **labels, phase="prefill") == 1
     assert series(fams, "phasemeter_inflight_oldest_age_seconds", **labels, phase="decode") == 12.25
     assert series(fams, "phasemeter_inflight_oldest_age_seconds", **labels, phase="prefill") == 0.5
-    for line in text.split("\n"):  # nothing of the name leaks out of its quotes
+    lines = text.split("\n")
+    assert len(lines) > 4, text  # the four series above, at least
+    for line in lines:  # nothing of the name leaks out of its quotes
         assert not line.startswith(("multi", "line", " them"))
 
 

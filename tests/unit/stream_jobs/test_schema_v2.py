@@ -217,6 +217,7 @@ def test_limits_match_contract():
     d = SCHEMA["$defs"]
     assert d["count"]["maximum"] == MAX_TOKENS and d["duration"]["maximum"] == MAX_DURATION_S
     assert d["t0"]["minimum"] == MIN_T0 == d["epoch"]["minimum"]
+    assert set(LABEL_FIELDS) == {"model", "request_id", "finish_reason", "gateway", "replica"}
     for name, limit in LABEL_FIELDS.items():
         assert d[name]["maxLength"] == limit and d[name]["minLength"] == 1, name
 
@@ -225,6 +226,7 @@ def test_phase_definitions_follow_spec():
     """Required, optional and exactly-one-of fields of each phase kind are those
     of phase_events.SPEC (and so of the table in docs/phases.md)."""
     d = SCHEMA["$defs"]
+    assert set(SPEC) == {"start", "first_token", "end"}
     for kind, (required, optional, either) in SPEC.items():
         node = d[kind]
         assert node["additionalProperties"] is False
@@ -266,6 +268,7 @@ def test_generation_equals_v1():
     assert set(gen["properties"]) == set(v1["properties"]) | set(V2_OPTIONAL)
     assert not set(V2_OPTIONAL) & set(v1["properties"]) and not set(V2_OPTIONAL) & set(gen["required"])
     assert gen["required"] == v1["required"]
+    assert len(v1["properties"]) == 15, sorted(v1["properties"])
     for name in v1["properties"]:
         rule = _flat(gen["properties"][name])
         for key in ("type", "maximum", "maxLength", "enum", "const"):
@@ -375,6 +378,7 @@ def test_every_kind_and_alternative_has_a_valid_example():
     kinds = {e["kind"] for e in VALID.values()}
     assert kinds == {"start", "first_token", "end", "generation", "batch"}
     present = {k for e in VALID.values() if e["kind"] in SPEC for k, v in e.items() if v is not None}
+    assert len(SPEC) == 3  # start, first_token, end
     for required, optional, either in SPEC.values():
         assert set(required) | set(optional) | set(either) <= present
 
