@@ -38,6 +38,7 @@ def cookbook() -> dict[str, str]:
     """name -> SQL of each ```sql block of the page that starts `-- cookbook: name`."""
     blocks = re.findall(r"```sql\n(.*?)```", DOC.read_text(), re.S)
     out = {}
+    assert blocks, f"{DOC} has no sql code block"
     for block in blocks:
         m = re.match(r"-- cookbook: (\w+)\n", block)
         if m:
@@ -86,6 +87,7 @@ def known_rows() -> list[dict]:
                 row.update(status="abandoned", finish_reason="expired_in_decode", output_tokens=0,
                            decode_tps=None, tpot_s=None)
         rows.append({**row, "src_topic": "t", "src_partition": 0, "src_offset": i})
+    assert len(rows) == len(_events()), "every known event is a row"
     return rows
 
 
