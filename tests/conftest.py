@@ -86,6 +86,11 @@ class WorkerProc:
     """One `phasemeter worker` process with its own settings."""
 
     def __init__(self, env: dict, data_dir: Path, port: int):
+        from phasemeter.kafka_local import free_port
+
+        # Every test worker serves its SQL interface on a port of its own: two
+        # at once on the default one would answer each other's readers.
+        env = env if env.get("PHASEMETER_SQL_PORT") else {**env, "PHASEMETER_SQL_PORT": str(free_port())}
         self.env, self.data_dir, self.port = env, data_dir, port
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
@@ -104,10 +109,27 @@ class WorkerProc:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            if self.health() is not None:
+            if self.health() is not None and self.sql_up():
                 return self
             time.sleep(0.2)
         raise AssertionError("worker did not start:\n" + self.log.read_text()[-3000:])
+
+    @property
+    def sql_url(self) -> str:
+        """The worker's SQL interface, what `--via` takes."""
+        return f"http://127.0.0.1:{self.env['PHASEMETER_SQL_PORT']}"
+
+    def sql_up(self) -> bool:
+        """The worker's SQL interface answers (its listener starts with the
+        worker's tasks, a moment after /health): readers go there. A worker
+        over a ClickHouse server serves none."""
+        if self.env.get("CLICKHOUSE_URL", "").startswith("http"):
+            return True
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.env['PHASEMETER_SQL_PORT']}/ping", timeout=2) as r:
+                return r.read() == b"Ok.\n"
+        except OSError:
+            return False
 
     def restart_after_exit_75(self) -> bool:
         """What the worker's supervisor does (systemd Restart=on-failure, a

@@ -64,7 +64,7 @@ def test_hostile_lines_are_refused_with_reasons_and_the_rest_is_stored(kafka_boo
     assert rc == 1
     assert (s["lines"], s["blank"], s["refused"], s["sent"], s["failed"]) == (len(CORPUS), 1, refused, 3, 0)
     assert sum(s["reasons"].values()) == refused and set(s["reasons"]) <= {
-        "not_utf8", "malformed_json", "internal_error", "unknown_field", "negative", "oversize"}
+        "not_utf8", "malformed_json", "absurd", "unknown_field", "negative", "oversize"}
     assert s["reasons"]["not_utf8"] >= 2 and s["reasons"]["unknown_field"] == 1 and s["reasons"]["oversize"] == 1
     stored = sorted(e["request_id"] for r in records_in(kafka_bootstrap, topic, at_least=3) for e in unwrap(r.value))
     assert stored == ["good-bom", "good-crlf", "good-last"]

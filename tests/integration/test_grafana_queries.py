@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import tomllib
 from pathlib import Path
 
 import clickhouse_connect
@@ -23,11 +24,22 @@ from phasemeter.stream_jobs.sink import Sink
 pytestmark = pytest.mark.integration
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "grafana" / "phasemeter.json"
 T0 = (time.time() // 86400 - 1) * 86400
-SLOS = parse_slos({"slo": [
-    {"name": "chat", "objectives": {"ttft_s": 2.0, "decode_tps": 50.0}, "target": 0.95},
-    {"name": "long", "buckets": ["8k-32k", "32k+"], "count_failed": False,
-     "objectives": {"prefill_tps": 5000.0, "e2e_s": 12.0}, "target": 0.9},
-]})
+# As an SLO file, so that a worker over this store (test_grafana_worker) is
+# started declaring the same SLOs: a worker retires those it does not declare.
+SLOS_TOML = """
+[[slo]]
+name = "chat"
+target = 0.95
+objectives = { ttft_s = 2.0, decode_tps = 50.0 }
+
+[[slo]]
+name = "long"
+buckets = ["8k-32k", "32k+"]
+count_failed = false
+target = 0.9
+objectives = { prefill_tps = 5000.0, e2e_s = 12.0 }
+"""
+SLOS = parse_slos(tomllib.loads(SLOS_TOML))
 
 
 def substitute(sql: str, t_from: int, t_to: int, interval_s: int, variables: dict[str, list[str]]) -> str:

@@ -49,7 +49,11 @@ def test_every_panel_reads_the_same_through_the_worker_interface(pm_env, tmp_pat
     direct = json.loads((tmp_path / "direct.json").read_text())
     assert len(direct) >= 10 and all(direct.values()), [n for n, r in direct.items() if not r]
 
-    w = WorkerProc(pm_env, tmp_path, int(pm_env["PHASEMETER_WEB_PORT"]))
+    from test_grafana_queries import SLOS_TOML
+
+    slos = tmp_path / "slos.toml"
+    slos.write_text(SLOS_TOML)  # the store's SLOs, declared by its worker too (it retires any other)
+    w = WorkerProc({**pm_env, "PHASEMETER_SLOS": str(slos)}, tmp_path, int(pm_env["PHASEMETER_WEB_PORT"]))
     try:
         w.start()
         import clickhouse_connect
