@@ -1,25 +1,31 @@
 """OTLP trace data -> phasemeter generation events (schema v1). Pure.
 
-The mapping rules; decoding either encoding into `Span` is otlp_decode's.
+The mapping rules; the attribute names they read, in precedence order, are
+otlp_names' (docs/ingest/otlp.md's table is generated from them); decoding
+either encoding into `Span` is otlp_decode's.
 
-One span per LLM request becomes one event. Two attribute families are read;
-where both name a field, the first name present in the tuples below wins,
-so a span carrying both gives one answer:
-  * vLLM's `llm_request` span (vllm/tracing SpanAttributes), whose names SGLang
-    also puts on its request root span: gen_ai.usage.prompt_tokens,
-    gen_ai.latency.time_to_first_token, gen_ai.latency.e2e, ...;
-  * GenAI semantic conventions (semantic-conventions-genai v0.1.0), the
-    `gen_ai.client.inference` span: gen_ai.operation.name, gen_ai.usage.input_tokens,
-    gen_ai.response.time_to_first_chunk, ...
-docs/ingest/otlp.md has the table. Every event returned passes the worker's
-validation (stream_jobs.derive.validate); anything the worker would
-dead-letter is rejected here instead, with the same reason codes.
+One span per LLM request becomes one event. Engines' request spans (vLLM's
+`llm_request`, SGLang's `"{role} Req {rid[:8]}"`) carry no
+gen_ai.operation.name; GenAI-convention spans do. What engines send besides
+a finished request, and how it is read (docs/ingest/otlp.md):
+  * no first token: vLLM sets time_to_first_token = 0.0, SGLang a finish
+    reason "abort"; stored `cancelled` with a null ttft_s, never a TTFT of 0;
+  * embeddings: an engine span with no completion_tokens (SGLang) or with
+    none and a first token (vLLM pooling) is ignored, counted as `embedding`;
+  * vLLM n > 1: every child span carries the parent's request id, so each
+    gets `-<span id>` appended (stable across re-exports: a re-sent span is
+    still a duplicate).
+Every event returned passes the worker's validation
+(stream_jobs.derive.validate); anything the worker would dead-letter is
+rejected here instead, with the same reason codes.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from phasemeter.stream_jobs import reasons as R
@@ -28,10 +34,12 @@ from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T
 
 # Decoding is otlp_decode's job; its names are re-exported here, where the
 # receiver, the worker's OTLP topic and the tests import them from.
-from .otlp_decode import REPLICA, BadRequest, Span, UnsupportedMediaType, json_spans, proto_spans
+from .otlp_decode import BadRequest, Span, UnsupportedMediaType, json_spans, proto_spans
+from .otlp_names import (CACHED, E2E, ERROR_TYPE, FINISH, INPUT, MODEL, OPERATION, OUTPUT, QUEUE, REPLICA,
+                         REPLICA_SET, REQUEST_ID, REQUEST_N, STREAM, TTFT)
 
 __all__ = ["Mapped", "Span", "BadRequest", "UnsupportedMediaType", "map_request", "map_export", "map_span",
-           "PROTOBUF", "JSON", "LLM_OPERATIONS"]
+           "PROTOBUF", "JSON", "LLM_OPERATIONS", "NOT_LLM", "EMBEDDING"]
 
 # The largest OTLP request body taken (the receiver's --max-body-bytes default);
 # here, not in the receiver, so `phasemeter --help` can show it without
@@ -43,18 +51,15 @@ JSON = "application/json"
 # gen_ai.operation.name values that are one generation. embeddings,
 # execute_tool, invoke_agent, ... are other work: ignored, not rejected.
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
-# A span without gen_ai.operation.name is a vLLM-family request when it has
-# this name or a latency attribute (SGLang names its span "Req <rid>").
+EMBEDDING_OPERATIONS = frozenset({"embeddings"})
+# Why a span was ignored (Mapped.ignored_by).
+NOT_LLM, EMBEDDING = "not_llm", "embedding"
 VLLM_SPAN_NAME = "llm_request"
-INPUT = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
-OUTPUT = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
-CACHED = ("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cached_tokens")
-MODEL = ("gen_ai.request.model", "gen_ai.response.model")
-REQUEST_ID = ("gen_ai.request.id", "gen_ai.response.id")
-TTFT = ("gen_ai.latency.time_to_first_token", "gen_ai.response.time_to_first_chunk")
-E2E = "gen_ai.latency.e2e"
-QUEUE = "gen_ai.latency.time_in_queue"
-FINISH = "gen_ai.response.finish_reasons"
+# SGLang's request root span: "{role} Req {rid[:8]}", the role `prefill` or
+# `decode` in P/D serving and empty otherwise (hence a leading space).
+SGLANG_SPAN_NAME = re.compile(r"(?:prefill|decode)? Req \S+")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+ABORT = "abort"
 
 
 @dataclass
@@ -62,6 +67,8 @@ class Mapped:
     events: list[dict] = field(default_factory=list)   # v1 generation events
     rejected: list[tuple[str, str, str]] = field(default_factory=list)  # (span_id hex, reason, detail)
     ignored: int = 0                                    # spans that are not LLM requests
+    ignored_by: Counter = field(default_factory=Counter)  # why: NOT_LLM, EMBEDDING
+    replicas_dropped: int = 0                           # UUID-shaped replica values left out
 
 
 def map_request(body: bytes, content_type: str, *, default_model: str | None = None,
@@ -93,9 +100,10 @@ def _map(spans, default_model: str | None, now: float | None) -> Mapped:
     out = Mapped()
     now = time.time() if now is None else now
     for span in spans:
-        result = map_span(span, default_model, now)
-        if result is None:
+        result = map_span(span, default_model, now, out)
+        if type(result) is str:
             out.ignored += 1
+            out.ignored_by[result] += 1
         elif isinstance(result, Rejection):
             out.rejected.append((span.span_id, result.reason, result.detail))
         else:
@@ -103,18 +111,31 @@ def _map(spans, default_model: str | None, now: float | None) -> Mapped:
     return out
 
 
-def is_llm_request(span: Span) -> bool:
-    op = span.attrs.get("gen_ai.operation.name")
+def kind_of(span: Span) -> str | None:
+    """"engine" (vLLM/SGLang request span), "genai" (a GenAI-convention LLM
+    call), or why the span is ignored (NOT_LLM, EMBEDDING)."""
+    op = span.attrs.get(OPERATION)
     if op is not None:
-        return type(op) is str and op in LLM_OPERATIONS
-    return span.name == VLLM_SPAN_NAME or E2E in span.attrs or TTFT[0] in span.attrs
+        if type(op) is str and op in LLM_OPERATIONS:
+            return "genai"
+        return EMBEDDING if type(op) is str and op in EMBEDDING_OPERATIONS else NOT_LLM
+    if (span.name == VLLM_SPAN_NAME or SGLANG_SPAN_NAME.fullmatch(span.name) or E2E[0] in span.attrs
+            or TTFT[0] in span.attrs):
+        return "engine"
+    return NOT_LLM
 
 
-def map_span(span: Span, default_model: str | None = None, now: float | None = None) -> dict | Rejection | None:
-    """The event of one span, a Rejection, or None when it is no LLM request."""
-    if not is_llm_request(span):
-        return None
+def map_span(span: Span, default_model: str | None = None, now: float | None = None,
+             out: Mapped | None = None) -> dict | Rejection | str:
+    """The event of one span, a Rejection, or why it is ignored (a str).
+    `out`, when given, counts the replica values left out."""
+    kind = kind_of(span)
+    if kind not in ("engine", "genai"):
+        return kind
     a = span.attrs
+    engine = kind == "engine"
+    if engine and _pick(a, OUTPUT)[1] is None and _pick(a, INPUT)[1] is not None:
+        return EMBEDDING  # SGLang's embedding requests carry no completion_tokens
     counts = {}
     for field_name, names in (("input_tokens", INPUT), ("output_tokens", OUTPUT), ("cached_input_tokens", CACHED)):
         name, value = _pick(a, names)
@@ -129,6 +150,9 @@ def map_span(span: Span, default_model: str | None = None, now: float | None = N
         if bad is not None:
             return bad
         counts[field_name] = value
+    ttft_name, ttft = _pick(a, TTFT)
+    if engine and counts["output_tokens"] == 0 and type(ttft) in (int, float) and ttft > 0:
+        return EMBEDDING  # vLLM pooling: a first "token" and no completion tokens
     if counts["cached_input_tokens"] is not None and counts["cached_input_tokens"] > counts["input_tokens"]:
         return Rejection(R.INCONSISTENT, f"cached input tokens {counts['cached_input_tokens']} > "
                                          f"input tokens {counts['input_tokens']}")
@@ -141,21 +165,32 @@ def map_span(span: Span, default_model: str | None = None, now: float | None = N
     bad = _label(name, model, LABEL_FIELDS["model"])
     if bad is not None:
         return bad
-    name, rid = _pick(a, REQUEST_ID)
+    rid = _request_id(span)
+    if isinstance(rid, Rejection):
+        return rid
+    timing = _timing(span, counts["output_tokens"], time.time() if now is None else now)
+    if isinstance(timing, Rejection):
+        return timing
+    finish = _finish_reason(a.get(FINISH[0]))
+    error = a.get(ERROR_TYPE)
+    status = ("error" if span.error or (type(error) is str and error) else
+              "cancelled" if finish == ABORT or (ttft is not None and timing["ttft_s"] is None) else "ok")
+    return {"schema_version": 1, "kind": "generation", "request_id": rid, "model": model, **timing, **counts,
+            "status": status, "finish_reason": finish, "gateway": None, "replica": _replica(span.resource, out)}
+
+
+def _request_id(span: Span) -> str | Rejection:
+    name, rid = _pick(span.attrs, REQUEST_ID)
     if rid is None:  # no id of its own: the span's is unique too
         name, rid = "trace_id+span_id", span.trace_id + span.span_id
         if not rid:
             return Rejection(R.MISSING_FIELD, "request_id: no gen_ai.request.id / gen_ai.response.id "
                                               "and no trace or span id")
-    bad = _label(name, rid, LABEL_FIELDS["request_id"])
-    if bad is not None:
-        return bad
-    timing = _timing(span, counts["output_tokens"], time.time() if now is None else now)
-    if isinstance(timing, Rejection):
-        return timing
-    return {"schema_version": 1, "kind": "generation", "request_id": rid, "model": model, **timing, **counts,
-            "status": "error" if span.error else "ok", "finish_reason": _finish_reason(a.get(FINISH)),
-            "gateway": None, "replica": _optional_label(span.resource, REPLICA, LABEL_FIELDS["replica"])}
+    else:
+        n = span.attrs.get(REQUEST_N)
+        if type(n) is int and n > 1 and type(rid) is str and span.span_id:
+            name, rid = f"{name} + span id", f"{rid}-{span.span_id}"
+    return _label(name, rid, LABEL_FIELDS["request_id"]) or rid
 
 
 def _timing(span: Span, output_tokens: int, now: float) -> dict | Rejection:
@@ -167,25 +202,29 @@ def _timing(span: Span, output_tokens: int, now: float) -> dict | Rejection:
         return Rejection(R.ABSURD, f"span start {t0} is not epoch seconds between 2000 and now + 1 day")
     if end and end < start:
         return Rejection(R.IMPOSSIBLE_ORDER, f"span ends {(start - end) / 1e9:g} s before it starts")
-    e2e = span.attrs.get(E2E)
-    e2e_name = E2E
-    if e2e is None:
+    e2e_name, e2e = _pick(span.attrs, E2E)
+    if e2e is None:  # also SGLang before its e2e attribute existed
         if end <= 0:
-            return Rejection(R.MISSING_FIELD, f"e2e: no {E2E} and no endTimeUnixNano")
+            return Rejection(R.MISSING_FIELD, f"e2e: no {E2E[0]} and no endTimeUnixNano")
         e2e, e2e_name = (end - start) / 1e9, "span end - start"
     ttft_name, ttft = _pick(span.attrs, TTFT)
-    queue = span.attrs.get(QUEUE)
-    for name, value in ((e2e_name, e2e), (ttft_name, ttft), (QUEUE, queue)):
+    queue_name, queue = _pick(span.attrs, QUEUE)
+    for name, value in ((e2e_name, e2e), (ttft_name, ttft), (queue_name, queue)):
         bad = None if value is None else check_duration(name, value)
         if bad is not None:
             return bad
+    if ttft == 0:  # vLLM's value for a request that ended before its first token
+        ttft = None
     if ttft is not None and ttft > e2e:
         return Rejection(R.IMPOSSIBLE_ORDER, f"{ttft_name}={ttft} > {e2e_name}={e2e}")
     if queue is not None and queue > (e2e if ttft is None else ttft):
-        return Rejection(R.IMPOSSIBLE_ORDER, f"{QUEUE}={queue} is after the first token / the end")
-    if ttft is None and output_tokens > 0:  # e.g. a non-streaming call: no prefill/decode split
+        return Rejection(R.IMPOSSIBLE_ORDER, f"{queue_name}={queue} is after the first token / the end")
+    if ttft is None and output_tokens > 0:
+        if span.attrs.get(STREAM) is False:
+            return Rejection(R.MISSING_FIELD, f"a non-streaming call ({STREAM}=false) has no first token, so "
+                                              f"its {output_tokens} output tokens cannot be split into phases")
         return Rejection(R.MISSING_FIELD, f"time to first token: {output_tokens} output tokens but none of "
-                                          f"{', '.join(TTFT)}")
+                                          f"{', '.join(TTFT)} (or 0.0: no first token)")
     return {"t0": t0, "ttft_s": None if ttft is None else float(ttft), "e2e_s": float(e2e),
             "queue_s": None if queue is None else float(queue)}
 
@@ -206,10 +245,18 @@ def _label(name: str, value, limit: int) -> Rejection | None:
     return None
 
 
-def _optional_label(attrs: dict, names: tuple[str, ...], limit: int) -> str | None:
-    """An optional label that does not fit the contract is left out, not fatal."""
-    value = _pick(attrs, names)[1]
-    return value if type(value) is str and 0 < len(value) <= limit else None
+def _replica(resource: dict, out: Mapped | None) -> str | None:
+    """The replica label: an optional label that does not fit the contract is
+    left out, not fatal; a UUID-shaped one (a random instance id) is left out
+    and counted, unless the site set it as phasemeter.replica."""
+    name, value = _pick(resource, REPLICA)
+    if type(value) is not str or not 0 < len(value) <= LABEL_FIELDS["replica"]:
+        return None
+    if name != REPLICA_SET and _UUID.fullmatch(value):
+        if out is not None:
+            out.replicas_dropped += 1
+        return None
+    return value
 
 
 def _finish_reason(value) -> str | None:
