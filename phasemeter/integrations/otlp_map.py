@@ -184,7 +184,7 @@ def _request_id(span: Span) -> str | Rejection:
     if rid is None:  # no id of its own: the span's is unique too
         name, rid = "trace_id+span_id", span.trace_id + span.span_id
         if not rid:
-            return Rejection(R.MISSING_FIELD, "request_id: no gen_ai.request.id / gen_ai.response.id "
+            return Rejection(R.MISSING_FIELD, f"request_id: none of {', '.join(REQUEST_ID)} "
                                               "and no trace or span id")
     else:
         n = span.attrs.get(REQUEST_N)

@@ -20,7 +20,7 @@ OUTPUT = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
 CACHED = ("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens",
           "gen_ai.usage.cached_tokens")
 MODEL = ("gen_ai.request.model", "gen_ai.response.model")
-REQUEST_ID = ("gen_ai.request.id", "gen_ai.response.id")
+REQUEST_ID = ("gen_ai.request.id", "gen_ai.response.id", "rid")  # rid: SGLang's root span
 TTFT = ("gen_ai.latency.time_to_first_token", "gen_ai.response.time_to_first_chunk",
         "gen_ai.client.operation.time_to_first_chunk", "gen_ai.server.time_to_first_token",
         "gen_ai.server.ttft", "gen_ai.response.time_to_first_token")
@@ -38,7 +38,7 @@ OPERATION = "gen_ai.operation.name"
 REPLICA_SET = "phasemeter.replica"
 REPLICA = (REPLICA_SET, "host.name", "service.instance.id")
 # Span attributes outside gen_ai.* that are read.
-OTHER_SPAN_KEYS = frozenset({ERROR_TYPE})
+OTHER_SPAN_KEYS = frozenset({ERROR_TYPE, "rid"})
 
 
 class Source(NamedTuple):

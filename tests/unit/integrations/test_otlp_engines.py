@@ -126,3 +126,9 @@ def test_non_streaming_call_says_so():
 def test_a_genai_span_without_output_tokens_is_still_refused():
     attrs = {k: v for k, v in GENAI.items() if k != "gen_ai.usage.output_tokens"}
     assert one(attrs)[0] == R.MISSING_FIELD
+
+
+def test_sglang_rid_is_the_request_id():
+    # SGLang's root span names its request `rid`, with no gen_ai.request.id.
+    attrs = {k: v for k, v in SGLANG.items() if k != "gen_ai.request.id"}
+    assert one(attrs, name=" Req 9f1c")["request_id"] == "9f1c"
