@@ -50,8 +50,8 @@ JSON = "application/json"
 
 # gen_ai.operation.name values that are one generation. embeddings,
 # execute_tool, invoke_agent, ... are other work: ignored, not rejected.
-LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
-EMBEDDING_OPERATIONS = frozenset({"embeddings"})
+LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
+EMBEDDING_OPERATIONS = frozenset({"embeddings", "embedding"})
 # Why a span was ignored (Mapped.ignored_by).
 NOT_LLM, EMBEDDING = "not_llm", "embedding"
 VLLM_SPAN_NAME = "llm_request"
@@ -114,7 +114,7 @@ def _map(spans, default_model: str | None, now: float | None) -> Mapped:
 def kind_of(span: Span) -> str | None:
     """"engine" (vLLM/SGLang request span), "genai" (a GenAI-convention LLM
     call), or why the span is ignored (NOT_LLM, EMBEDDING)."""
-    op = span.attrs.get(OPERATION)
+    op = _pick(span.attrs, OPERATION)[1]
     if op is not None:
         if type(op) is str and op in LLM_OPERATIONS:
             return "genai"

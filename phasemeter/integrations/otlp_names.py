@@ -30,7 +30,7 @@ FINISH = ("gen_ai.response.finish_reasons",)
 ERROR_TYPE = "error.type"
 STREAM = "gen_ai.request.stream"
 REQUEST_N = "gen_ai.request.n"            # vLLM: the request's `n`; its children share one request id
-OPERATION = "gen_ai.operation.name"
+OPERATION = ("gen_ai.operation.name", "llm.request.type")  # llm.request.type: OpenLLMetry
 # Resource attributes naming the replica. `phasemeter.replica` is the one a
 # site sets on purpose (OTEL_RESOURCE_ATTRIBUTES) and is kept as given; the
 # others are dropped when UUID-shaped: the Python SDK puts a random
@@ -38,7 +38,7 @@ OPERATION = "gen_ai.operation.name"
 REPLICA_SET = "phasemeter.replica"
 REPLICA = (REPLICA_SET, "host.name", "service.instance.id")
 # Span attributes outside gen_ai.* that are read.
-OTHER_SPAN_KEYS = frozenset({ERROR_TYPE, "rid"})
+OTHER_SPAN_KEYS = frozenset({ERROR_TYPE, "rid", OPERATION[1]})
 
 
 class Source(NamedTuple):
