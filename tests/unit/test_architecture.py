@@ -13,7 +13,7 @@ FOLDERS = {"phasemeter": "phasemeter", "phasemeter.stream_jobs": "stream_jobs",
            "phasemeter.producers": "producers"}
 # Pure cores: no store, no Kafka, no Faust, no web, no files.
 PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join", "phasemeter.stream_jobs.batch_join",
-        "phasemeter.stream_jobs.sequence",
+        "phasemeter.stream_jobs.sequence", "phasemeter.stream_jobs.labels",
         "phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.buckets", "phasemeter.alerts.evaluate",
         "phasemeter.analytics.paths", "phasemeter.integrations.otlp_map", "phasemeter.integrations.otlp_decode",
         "phasemeter.integrations.otlp_names",

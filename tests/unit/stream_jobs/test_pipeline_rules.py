@@ -49,6 +49,9 @@ class FakeSink:
         into.dead |= {o for t, p, o in self.dead if (t, p) == (topic, partition) and lo <= o <= hi}
         return into
 
+    def label_values(self):
+        return [("replica", "m", "seeded-0")]
+
     def existing_request_ids(self, topics, ids, lo, hi):
         """`ids` holds request_ids stored from any topic, or (topic, request_id)."""
         self.id_queries.append(tuple(topics))
@@ -347,3 +350,16 @@ def test_a_joined_and_an_agent_joined_copy_in_one_batch_keep_one_row():
     batch = [rec(0, envelope, topic=s.joined_topic_name), rec(0, env(*phases_of("a")))]
     rows, dead, _, _ = p.split(batch)
     assert [r["src_topic"] for r in rows] == [s.joined_topic_name] and dead == [] and p.rejoined == 1
+
+
+@pytest.mark.parametrize("shape", ["envelope", "messages"])
+def test_a_replica_flood_keeps_k_values_per_model_the_rest_other_on_both_paths(shape):
+    # an envelope of generations takes the columnar path; a bad message sends its batch to the row path
+    p = Pipeline(Settings(topic=TOPIC, label_top_k=4), FakeSink())
+    events = [{**gen(f"r{i}"), "replica": f"vllm-{i}"} for i in range(200)]
+    batch = [rec(0, env(*events, version=1))] if shape == "envelope" else [rec(i, e) for i, e in enumerate(events)] + [rec(200, b"{")]
+    rows = p.split(batch)[0]
+    assert len(rows) == 200 and isinstance(rows, Generations) == (shape == "envelope")
+    kept = {r["replica"] for r in rows}
+    assert kept == {"vllm-0", "vllm-1", "vllm-2", "other"}  # the stored "seeded-0" is one of the 4
+    assert p.counts["labels_other_replica"] == 197          # /health shows the counts
