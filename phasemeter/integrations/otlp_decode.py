@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .otlp_names import OTHER_SPAN_KEYS, REPLICA
+from .otlp_names import OTHER_SPAN_KEYS, REPLICA, ROLE
 
 __all__ = ["Span", "BadRequest", "UnsupportedMediaType", "proto_spans", "json_spans", "REPLICA"]
 
-_RESOURCE_KEYS = frozenset(REPLICA)
+_RESOURCE_KEYS = frozenset(REPLICA + (ROLE,))
 
 
 class BadRequest(ValueError):

@@ -35,6 +35,7 @@ from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T
 # Decoding is otlp_decode's job; its names are re-exported here, where the
 # receiver, the worker's OTLP topic and the tests import them from.
 from .otlp_decode import BadRequest, Span, UnsupportedMediaType, json_spans, proto_spans
+from .otlp_pd import phases, role_of
 from .otlp_names import (CACHED, E2E, ERROR_TYPE, FINISH, INPUT, MODEL, OPERATION, OUTPUT, QUEUE, REPLICA,
                          REPLICA_SET, REQUEST_ID, REQUEST_N, STREAM, TTFT)
 
@@ -101,6 +102,9 @@ def _map(spans, default_model: str | None, now: float | None) -> Mapped:
     now = time.time() if now is None else now
     for span in spans:
         result = map_span(span, default_model, now, out)
+        role = role_of(span) if type(result) is dict else None
+        if role is not None:  # one half of a P/D request: a phase event of its generation
+            result = phases(span, role, result)
         if type(result) is str:
             out.ignored += 1
             out.ignored_by[result] += 1
@@ -133,7 +137,7 @@ def map_span(span: Span, default_model: str | None = None, now: float | None = N
     if kind not in ("engine", "genai"):
         return kind
     a = span.attrs
-    engine = kind == "engine"
+    engine = kind == "engine" and role_of(span) is None  # a P/D half is no embedding
     if engine and _pick(a, OUTPUT)[1] is None and _pick(a, INPUT)[1] is not None:
         return EMBEDDING  # SGLang's embedding requests carry no completion_tokens
     counts = {}

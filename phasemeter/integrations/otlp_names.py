@@ -37,8 +37,10 @@ OPERATION = ("gen_ai.operation.name", "llm.request.type")  # llm.request.type: O
 # service.instance.id on every process, which would make each restart a new label.
 REPLICA_SET = "phasemeter.replica"
 REPLICA = (REPLICA_SET, "host.name", "service.instance.id")
+ROLE = "phasemeter.role"                  # resource: prefill | decode, in P/D serving (otlp_pd)
+BOOTSTRAP_ROOM = "bootstrap_room"         # SGLang P/D: shared by a request's two halves
 # Span attributes outside gen_ai.* that are read.
-OTHER_SPAN_KEYS = frozenset({ERROR_TYPE, "rid", OPERATION[1]})
+OTHER_SPAN_KEYS = frozenset({ERROR_TYPE, "rid", OPERATION[1], BOOTSTRAP_ROOM})
 
 
 class Source(NamedTuple):

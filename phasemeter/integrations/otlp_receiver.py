@@ -106,6 +106,9 @@ class Receiver:
             return None
         for e in mapped.events:
             try:
+                if e["kind"] != "generation":  # one half of a P/D request (otlp_pd): its phase
+                    _send_phase(self.meter, e)
+                    continue
                 self.meter.record(model=e["model"], input_tokens=e["input_tokens"],
                                   output_tokens=e["output_tokens"], t0=e["t0"], ttft_s=e["ttft_s"],
                                   e2e_s=e["e2e_s"], queue_s=e["queue_s"],
@@ -279,3 +282,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
+
+
+def _send_phase(meter, e: dict) -> None:
+    """A phase event of otlp_pd through the emitter's phase calls."""
+    if e["kind"] == "start":
+        meter.start(model=e["model"], input_tokens=e["input_tokens"], t0=e["t0"], request_id=e["request_id"],
+                    cached_input_tokens=e.get("cached_input_tokens"), queue_s=e.get("queue_s"),
+                    replica=e.get("replica"))
+        return
+    if "t_first" in e:
+        meter.first_token(e["request_id"], t_first=e["t_first"])
+    meter.end(e["request_id"], output_tokens=e["output_tokens"], t_end=e["t_end"], status=e["status"],
+              finish_reason=e.get("finish_reason"))

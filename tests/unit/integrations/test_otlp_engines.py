@@ -69,6 +69,7 @@ def test_sglang_abort_before_first_token_without_e2e_uses_the_span_duration():
 def test_sglang_role_names_are_requests():
     attrs = {k: v for k, v in SGLANG.items() if k not in ("gen_ai.latency.e2e", "gen_ai.latency.time_to_first_token")}
     attrs["gen_ai.usage.completion_tokens"] = 0
+    attrs["bootstrap_room"] = 7  # P/D halves: phase events (test_otlp_pd)
     for name in (" Req 9f1c0a2b", "prefill Req 9f1c0a2b", "decode Req 9f1c0a2b"):
         m = map_export(export(span(name=name, attrs=attrs)))
         assert len(m.events) == 1, name

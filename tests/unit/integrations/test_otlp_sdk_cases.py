@@ -17,28 +17,34 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from phasemeter.integrations.otlp_map import PROTOBUF, map_request
 from phasemeter.stream_jobs.contract import Rejection
-from phasemeter.stream_jobs.derive import validate
+from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
+from phasemeter.stream_jobs.derive import process_event, validate
+from phasemeter.stream_jobs.join import is_complete, joined_event
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "ingest" / "otlp.md"
 T0 = 1_760_000_000.0
 MODEL = "served-model"
+BUCKET = Bucketer(parse_edges("default"))
 
 
 def export(spans, resource=None) -> bytes:
-    """[(name, kind, attrs, duration_s, status)] through the SDK -> OTLP protobuf bytes."""
-    memory = InMemorySpanExporter()
-    res = Resource.create(resource if resource is not None else {"host.name": "gpu-1"})
-    provider = TracerProvider(resource=res)
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("case")
-    for i, (name, kind, attrs, duration, error) in enumerate(spans):
-        start = int((T0 + i) * 1e9)
-        s = tracer.start_span(name, kind=kind, attributes=attrs, start_time=start)
+    """[(name, kind, attrs, duration_s, error[, resource])] through the SDK -> OTLP
+    protobuf bytes; a span's own resource (a P/D instance's) wins over `resource`.
+    Span i starts at T0 + i/10 s."""
+    finished = []
+    for i, (name, kind, attrs, duration, error, *own) in enumerate(spans):
+        res = own[0] if own else resource if resource is not None else {"host.name": "gpu-1"}
+        memory = InMemorySpanExporter()
+        provider = TracerProvider(resource=Resource.create(res))
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        start = int((T0 + i / 10) * 1e9)
+        s = provider.get_tracer("case").start_span(name, kind=kind, attributes=attrs, start_time=start)
         if error:
             s.set_status(Status(StatusCode.ERROR))
         s.end(end_time=start + int(duration * 1e9))
-    provider.shutdown()
-    return encode_spans(memory.get_finished_spans()).SerializeToString()
+        finished += memory.get_finished_spans()
+        provider.shutdown()
+    return encode_spans(finished).SerializeToString()
 
 
 def vllm(**change) -> dict:
@@ -90,12 +96,19 @@ CASES = {
     "vLLM, a prefill/decode pair (one `llm_request` per instance)": [
         ("llm_request", S, vllm(**{"gen_ai.usage.completion_tokens": 1, "gen_ai.latency.e2e": 0.21}), 0.21, False),
         ("llm_request", S, vllm(**{"gen_ai.latency.time_to_first_token": 0.02}), 1.9, False)],
+    "vLLM, a prefill/decode pair, each instance with `phasemeter.role`": [
+        ("llm_request", S, vllm(**{"gen_ai.usage.completion_tokens": 1, "gen_ai.latency.time_to_first_token": 0.08,
+                                   "gen_ai.latency.e2e": 0.09}), 0.09, False,
+         {"phasemeter.role": "prefill", "host.name": "prefill-0"}),
+        ("llm_request", S, vllm(**{"gen_ai.latency.time_to_first_token": 0.02}), 1.9, False,
+         {"phasemeter.role": "decode", "host.name": "decode-0"})],
     "vLLM, the SDK's random `service.instance.id` only": [("llm_request", S, vllm(), 1.9, False)],
     "SGLang, unified (` Req ...`)": [(" Req 9f1c0a2b", I, sglang(), 1.2, False)],
     "SGLang, a prefill/decode pair (`prefill Req ...`, `decode Req ...`)": [
+        ("decode Req 9f1c0a2b", I, sglang(**{"bootstrap_room": 77, "gen_ai.latency.time_to_first_token": 0.3}), 1.2,
+         False),  # exported first: either order
         ("prefill Req 9f1c0a2b", I, sglang(**{"bootstrap_room": 77, "gen_ai.usage.completion_tokens": 1,
-                                              "gen_ai.latency.e2e": 0.09}), 0.09, False),
-        ("decode Req 9f1c0a2b", I, sglang(bootstrap_room=77), 1.2, False)],
+                                              "gen_ai.latency.e2e": 0.09}), 0.09, False)],
     "SGLang, abort": [(" Req 9f1c0a2b", I, sglang(**{"gen_ai.response.finish_reasons": '["abort"]'}), 1.2, False)],
     "SGLang, embedding": [(" Req 9f1c0a2b", I, sglang(**{"gen_ai.usage.completion_tokens": None}), 0.05, False)],
     "SGLang before PR #37789, abort before the first token": [(" Req 9f1c0a2b", I, sglang(
@@ -139,20 +152,26 @@ def doc_cases() -> dict[str, str]:
 
 
 def test_every_documented_case_has_a_test_and_back():
-    assert len(doc_cases()) == len(CASES) == 21
+    assert len(doc_cases()) == len(CASES) == 22
     assert set(doc_cases()) == set(CASES)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_case_becomes_what_the_doc_says(case):
     want = doc_cases()[case]
-    m = re.fullmatch(r"(?:(\d+) )?(event|events|ignored|refused) `(\w+)`", want)
+    m = re.fullmatch(r"(?:(\d+) )?(event|events|joined|ignored|refused) `(\w+)`", want)
     assert m is not None, want
     count, verb, code = int(m.group(1) or 1), m.group(2), m.group(3)
     resource = {"service.name": "vllm"} if case == SDK_RESOURCE_ONLY else None
     body = export(CASES[case], resource)
     got = map_request(body, PROTOBUF, default_model=MODEL, now=T0 + 60)
-    if verb.startswith("event"):
+    if verb == "joined":  # the halves' phase events, completed by the worker's join
+        assert (sorted(e["kind"] for e in got.events), got.rejected, got.ignored) == (["end", "start"], [], 0)
+        entry = {e["kind"]: process_event(e, BUCKET, T0 + 60).fields for e in got.events}
+        assert is_complete(entry)
+        row = process_event(joined_event(got.events[0]["request_id"], entry), BUCKET, T0 + 60, internal=True)
+        assert not isinstance(row, Rejection) and row["status"] == code, row
+    elif verb.startswith("event"):
         assert (len(got.events), got.rejected, got.ignored) == (count, [], 0)
         assert len(got.events) == count
         for e in got.events:
