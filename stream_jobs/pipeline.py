@@ -267,9 +267,10 @@ class Pipeline:
             source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
             try:
                 if msg.topic == self.settings.otlp_topic:
-                    results, ignored = process_otlp(event.value, self.bucket, self.settings.max_message_bytes, now,
-                                                   self.settings.otlp_model)
+                    results, ignored, notes = process_otlp(event.value, self.bucket,
+                                                          self.settings.max_message_bytes, now, self.settings.otlp_model)
                     self.otlp_ignored += ignored
+                    self.counts.update(notes)
                 else:
                     results = process_message_fast(event.value, self.bucket, self.settings.max_message_bytes, now,
                                                    internal=msg.topic != self.settings.topic)
