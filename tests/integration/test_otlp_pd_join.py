@@ -15,8 +15,16 @@ import uuid
 
 import clickhouse_connect
 from kafka import KafkaProducer
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from conftest import wait_for
+from phasemeter.integrations.otlp_receiver import Receiver
+from phasemeter.producers import Meter
 
 MODEL = "qwen3-32b"
 
@@ -101,3 +109,46 @@ def dead(env) -> list[tuple]:
         return client.query("SELECT reason FROM dead_letters").result_rows
     finally:
         client.close()
+
+
+def vllm_half(role: str, start: float, ttft: float, e2e: float, out: int):
+    """One vLLM instance's llm_request span, made by the real SDK on a
+    resource naming the instance's role."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"phasemeter.role": role, "host.name": f"{role}-0"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    attrs = {"gen_ai.request.id": "cmpl-pd-1", "gen_ai.usage.prompt_tokens": 3000,
+             "gen_ai.usage.completion_tokens": out, "gen_ai.latency.time_to_first_token": ttft,
+             "gen_ai.latency.e2e": e2e, "gen_ai.latency.time_in_queue": 0.01}
+    span = provider.get_tracer("vllm").start_span("llm_request", kind=SpanKind.SERVER, attributes=attrs,
+                                                   start_time=int(start * 1e9))
+    span.end(end_time=int((start + e2e) * 1e9))
+    provider.shutdown()
+    return memory.get_finished_spans()
+
+
+def test_vllm_pd_halves_through_the_receiver_become_one_generation(worker, pm_env):
+    bootstrap = pm_env["KAFKA_BOOTSTRAP_SERVERS"]
+    worker.start()
+    t0 = time.time() - 5
+    meter = Meter(bootstrap, topic=pm_env["PHASEMETER_TOPIC"], flush_timeout_s=10)
+    rx = Receiver(meter, port=0, queue_size=100, max_body_bytes=1 << 20, default_model="llama-pd",
+                  log=lambda line: None).start()
+    try:
+        exporter = OTLPSpanExporter(endpoint=rx.url, timeout=10)
+        # the decode instance's export first, then the prefill's
+        assert exporter.export(vllm_half("decode", t0 + 0.3, 0.05, 2.0, 90)) == SpanExportResult.SUCCESS
+        assert exporter.export(vllm_half("prefill", t0, 0.29, 0.3, 1)) == SpanExportResult.SUCCESS
+        exporter.shutdown()
+        assert meter.flush(15)
+    finally:
+        rx.stop()
+        meter.close()
+    h = wait_for(lambda: (worker.health() or {}).get("accepted", 0) >= 1 and worker.health(), 60,
+                 "the joined generation", worker.diagnose)
+    assert (h["accepted"], h["rejected"]) == (1, 0), h
+    worker.stop()
+    [(rid, status, ttft, e2e, n_in, n_out, replica)] = rows(pm_env)
+    assert (rid, status, n_in, n_out, replica) == ("cmpl-pd-1", "ok", 3000, 90, "prefill-0")
+    assert abs(ttft - 0.35) < 0.002 and abs(e2e - 2.3) < 0.002
+
