@@ -1,8 +1,9 @@
 """OTLP trace data -> phasemeter generation events (schema v1). Pure.
 
 The mapping rules; the attribute names they read, in precedence order, are
-otlp_names' (docs/ingest/otlp.md's table is generated from them); decoding
-either encoding into `Span` is otlp_decode's.
+otlp_names' (docs/ingest/otlp.md's table is generated from them), each
+field's value from a span otlp_fields', the two halves of a P/D request
+otlp_pd's; decoding either encoding into `Span` is otlp_decode's.
 
 One span per LLM request becomes one event. Engines' request spans (vLLM's
 `llm_request`, SGLang's `"{role} Req {rid[:8]}"`) carry no
@@ -29,15 +30,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from phasemeter.stream_jobs import reasons as R
-from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, Rejection, check_count,
-                                             check_duration)
+from phasemeter.stream_jobs.contract import LABEL_FIELDS, Rejection, check_count
 
 # Decoding is otlp_decode's job; its names are re-exported here, where the
 # receiver, the worker's OTLP topic and the tests import them from.
 from .otlp_decode import BadRequest, Span, UnsupportedMediaType, json_spans, proto_spans
+from .otlp_fields import finish_reason, label_error, pick, replica, request_id, timing
+from .otlp_names import CACHED, E2E, ERROR_TYPE, FINISH, INPUT, MODEL, OPERATION, OUTPUT, TTFT
 from .otlp_pd import phases, role_of
-from .otlp_names import (CACHED, E2E, ERROR_TYPE, FINISH, INPUT, MODEL, OPERATION, OUTPUT, QUEUE, REPLICA,
-                         REPLICA_SET, REQUEST_ID, REQUEST_N, STREAM, TTFT)
 
 __all__ = ["Mapped", "Span", "BadRequest", "UnsupportedMediaType", "map_request", "map_export", "map_span",
            "PROTOBUF", "JSON", "LLM_OPERATIONS", "NOT_LLM", "EMBEDDING"]
@@ -59,7 +59,6 @@ VLLM_SPAN_NAME = "llm_request"
 # SGLang's request root span: "{role} Req {rid[:8]}", the role `prefill` or
 # `decode` in P/D serving and empty otherwise (hence a leading space).
 SGLANG_SPAN_NAME = re.compile(r"(?:prefill|decode)? Req \S+")
-_UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
 ABORT = "abort"
 
 
@@ -118,7 +117,7 @@ def _map(spans, default_model: str | None, now: float | None) -> Mapped:
 def kind_of(span: Span) -> str | None:
     """"engine" (vLLM/SGLang request span), "genai" (a GenAI-convention LLM
     call), or why the span is ignored (NOT_LLM, EMBEDDING)."""
-    op = _pick(span.attrs, OPERATION)[1]
+    op = pick(span.attrs, OPERATION)[1]
     if op is not None:
         if type(op) is str and op in LLM_OPERATIONS:
             return "genai"
@@ -138,11 +137,11 @@ def map_span(span: Span, default_model: str | None = None, now: float | None = N
         return kind
     a = span.attrs
     engine = kind == "engine" and role_of(span) is None  # a P/D half is no embedding
-    if engine and _pick(a, OUTPUT)[1] is None and _pick(a, INPUT)[1] is not None:
+    if engine and pick(a, OUTPUT)[1] is None and pick(a, INPUT)[1] is not None:
         return EMBEDDING  # SGLang's embedding requests carry no completion_tokens
     counts = {}
     for field_name, names in (("input_tokens", INPUT), ("output_tokens", OUTPUT), ("cached_input_tokens", CACHED)):
-        name, value = _pick(a, names)
+        name, value = pick(a, names)
         if value is None:
             if field_name != "cached_input_tokens":
                 return Rejection(R.MISSING_FIELD, f"{field_name}: the span has none of {', '.join(names)}")
@@ -154,123 +153,33 @@ def map_span(span: Span, default_model: str | None = None, now: float | None = N
         if bad is not None:
             return bad
         counts[field_name] = value
-    ttft_name, ttft = _pick(a, TTFT)
+    ttft_name, ttft = pick(a, TTFT)
     if engine and counts["output_tokens"] == 0 and type(ttft) in (int, float) and ttft > 0:
         return EMBEDDING  # vLLM pooling: a first "token" and no completion tokens
     if counts["cached_input_tokens"] is not None and counts["cached_input_tokens"] > counts["input_tokens"]:
         return Rejection(R.INCONSISTENT, f"cached input tokens {counts['cached_input_tokens']} > "
                                          f"input tokens {counts['input_tokens']}")
-    name, model = _pick(a, MODEL)
+    name, model = pick(a, MODEL)
     if model is None:
         if default_model is None:
             return Rejection(R.MISSING_FIELD, "model: the span has no gen_ai.request.model or "
                                               "gen_ai.response.model and no default model is set")
         name, model = "the default model", default_model
-    bad = _label(name, model, LABEL_FIELDS["model"])
+    bad = label_error(name, model, LABEL_FIELDS["model"])
     if bad is not None:
         return bad
-    rid = _request_id(span)
+    rid = request_id(span)
     if isinstance(rid, Rejection):
         return rid
-    timing = _timing(span, counts["output_tokens"], time.time() if now is None else now)
-    if isinstance(timing, Rejection):
-        return timing
-    finish = _finish_reason(a.get(FINISH[0]))
+    times = timing(span, counts["output_tokens"], time.time() if now is None else now)
+    if isinstance(times, Rejection):
+        return times
+    finish = finish_reason(a.get(FINISH[0]))
     error = a.get(ERROR_TYPE)
     status = ("error" if span.error or (type(error) is str and error) else
-              "cancelled" if finish == ABORT or (ttft is not None and timing["ttft_s"] is None) else "ok")
-    return {"schema_version": 1, "kind": "generation", "request_id": rid, "model": model, **timing, **counts,
-            "status": status, "finish_reason": finish, "gateway": None, "replica": _replica(span.resource, out)}
-
-
-def _request_id(span: Span) -> str | Rejection:
-    name, rid = _pick(span.attrs, REQUEST_ID)
-    if rid is None:  # no id of its own: the span's is unique too
-        name, rid = "trace_id+span_id", span.trace_id + span.span_id
-        if not rid:
-            return Rejection(R.MISSING_FIELD, f"request_id: none of {', '.join(REQUEST_ID)} "
-                                              "and no trace or span id")
-    else:
-        n = span.attrs.get(REQUEST_N)
-        if type(n) is int and n > 1 and type(rid) is str and span.span_id:
-            name, rid = f"{name} + span id", f"{rid}-{span.span_id}"
-    return _label(name, rid, LABEL_FIELDS["request_id"]) or rid
-
-
-def _timing(span: Span, output_tokens: int, now: float) -> dict | Rejection:
-    start, end = span.start_ns, span.end_ns
-    if start <= 0:
-        return Rejection(R.MISSING_FIELD, "startTimeUnixNano is missing or not a positive integer")
-    t0 = start / 1e9
-    if not MIN_T0 <= t0 <= now + MAX_DURATION_S:
-        return Rejection(R.ABSURD, f"span start {t0} is not epoch seconds between 2000 and now + 1 day")
-    if end and end < start:
-        return Rejection(R.IMPOSSIBLE_ORDER, f"span ends {(start - end) / 1e9:g} s before it starts")
-    e2e_name, e2e = _pick(span.attrs, E2E)
-    if e2e is None:  # also SGLang before its e2e attribute existed
-        if end <= 0:
-            return Rejection(R.MISSING_FIELD, f"e2e: no {E2E[0]} and no endTimeUnixNano")
-        e2e, e2e_name = (end - start) / 1e9, "span end - start"
-    ttft_name, ttft = _pick(span.attrs, TTFT)
-    queue_name, queue = _pick(span.attrs, QUEUE)
-    for name, value in ((e2e_name, e2e), (ttft_name, ttft), (queue_name, queue)):
-        bad = None if value is None else check_duration(name, value)
-        if bad is not None:
-            return bad
-    if ttft == 0:  # vLLM's value for a request that ended before its first token
-        ttft = None
-    if ttft is not None and ttft > e2e:
-        return Rejection(R.IMPOSSIBLE_ORDER, f"{ttft_name}={ttft} > {e2e_name}={e2e}")
-    if queue is not None and queue > (e2e if ttft is None else ttft):
-        return Rejection(R.IMPOSSIBLE_ORDER, f"{queue_name}={queue} is after the first token / the end")
-    if ttft is None and output_tokens > 0:
-        if span.attrs.get(STREAM) is False:
-            return Rejection(R.MISSING_FIELD, f"a non-streaming call ({STREAM}=false) has no first token, so "
-                                              f"its {output_tokens} output tokens cannot be split into phases")
-        return Rejection(R.MISSING_FIELD, f"time to first token: {output_tokens} output tokens but none of "
-                                          f"{', '.join(TTFT)} (or 0.0: no first token)")
-    return {"t0": t0, "ttft_s": None if ttft is None else float(ttft), "e2e_s": float(e2e),
-            "queue_s": None if queue is None else float(queue)}
-
-
-def _pick(attrs: dict, names: tuple[str, ...]):
-    for name in names:
-        value = attrs.get(name)
-        if value is not None:
-            return name, value
-    return names[0], None
-
-
-def _label(name: str, value, limit: int) -> Rejection | None:
-    if type(value) is not str:
-        return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
-    if not 0 < len(value) <= limit:
-        return Rejection(R.BAD_VALUE, f"{name} must be 1..{limit} characters, got {len(value)}")
-    return None
-
-
-def _replica(resource: dict, out: Mapped | None) -> str | None:
-    """The replica label: an optional label that does not fit the contract is
-    left out, not fatal; a UUID-shaped one (a random instance id) is left out
-    and counted, unless the site set it as phasemeter.replica."""
-    name, value = _pick(resource, REPLICA)
-    if type(value) is not str or not 0 < len(value) <= LABEL_FIELDS["replica"]:
-        return None
-    if name != REPLICA_SET and _UUID.fullmatch(value):
-        if out is not None:
-            out.replicas_dropped += 1
-        return None
-    return value
-
-
-def _finish_reason(value) -> str | None:
-    """The first of gen_ai.response.finish_reasons: a string array, or (SGLang)
-    that array JSON-encoded in one string."""
-    if type(value) is str and value.startswith("["):
-        try:
-            value = json.loads(value)
-        except (ValueError, RecursionError):
-            return None
-    if type(value) is list:
-        value = value[0] if value else None
-    return value if type(value) is str and 0 < len(value) <= LABEL_FIELDS["finish_reason"] else None
+              "cancelled" if finish == ABORT or (ttft is not None and times["ttft_s"] is None) else "ok")
+    label, dropped = replica(span.resource)
+    if dropped and out is not None:
+        out.replicas_dropped += 1
+    return {"schema_version": 1, "kind": "generation", "request_id": rid, "model": model, **times, **counts,
+            "status": status, "finish_reason": finish, "gateway": None, "replica": label}
