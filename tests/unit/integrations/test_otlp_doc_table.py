@@ -30,7 +30,7 @@ def test_the_doc_table_is_the_generated_one():
     want = table().splitlines()
     got = doc_rows()
     assert len(got) == len(want) == len(SOURCES) + 2
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g == w
 
 

@@ -61,7 +61,7 @@ def test_columns_are_bounded_like_rows():
     gws = ["g1", "g2", "g3", "g1", "", "g4"] + ["g1", "g1"]
     cols = Cols(models, reps, gws)
     LabelBound(2).columns(cols)
-    expect = [{"model": m, "replica": r, "gateway": g} for m, r, g in zip(models, reps, gws)]
+    expect = [{"model": m, "replica": r, "gateway": g} for m, r, g in zip(models, reps, gws, strict=True)]
     LabelBound(2).rows(expect)
     assert len(expect) == 8
     assert cols.columns["replica"].to_pylist() == [e["replica"] for e in expect]
