@@ -41,6 +41,9 @@ class StubSink:
     def stored_max(self, topic):
         return {}
 
+    def label_values(self):
+        return []
+
     def stored_in_range(self, topic, partition, lo, hi):
         from phasemeter.stream_jobs.ledger import Stored
 

@@ -53,6 +53,16 @@ def fetch_jars(log=print) -> Path:
     return libs
 
 
+def port_free(port: int) -> bool:
+    """Whether a listener could bind 127.0.0.1:`port` now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -40,6 +40,9 @@ class Settings:
     otlp_model: str = _f("", "PHASEMETER_OTLP_MODEL",
                          "Model for OTLP spans that name none (vLLM's V1 engine sets no gen_ai.response.model). "
                          "Empty: such spans are dead-lettered missing_field.")
+    label_top_k: int = _f(100, "PHASEMETER_LABEL_TOP_K",
+                          "Distinct values kept per model of each label from outside (replica, gateway); later "
+                          "ones are stored as `other` and counted in /health (docs/labels.md). 0: unbounded.")
     slos: str = _f("", "PHASEMETER_SLOS",
                    "SLO file (docs/slo.md) the worker counts per minute from its start, and `phasemeter slo` / "
                    "`alerts` read by default. Empty: no SLO (none is declared by default).")

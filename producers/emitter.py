@@ -405,10 +405,10 @@ class Meter:
 
 
 class Batch:
-    """Generation events checked one by one, queued together by
-    `Meter.put_all` or not at all. `record` IS Meter.record (one set of
-    checks, refusals counted by the Meter); it appends here instead of to
-    the queue."""
+    """Events checked one by one, queued together by `Meter.put_all` or not
+    at all. `record` and the phase calls ARE Meter's (one set of checks,
+    refusals counted by the Meter); they append here instead of to the
+    queue."""
 
     __slots__ = ("_ch", "_stall_s", "items")
 
@@ -416,6 +416,7 @@ class Batch:
         self._ch, self._stall_s, self.items = meter._ch, meter._stall_s, []
 
     record = Meter.record
+    start, first_token, end = Meter.start, Meter.first_token, Meter.end
 
     def _put(self, item: tuple) -> None:
         self.items.append(item)

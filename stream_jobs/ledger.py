@@ -36,6 +36,11 @@ def _rows(client, name: str, params: dict) -> list[tuple]:
     return client.query(load_sql(name), parameters=params).result_rows
 
 
+def label_values(client) -> list[tuple[str, str, str]]:
+    """(label, model, value) of the bounded labels the store holds (labels.py)."""
+    return [(str(a), str(m), str(v)) for a, m, v in _rows(client, "label_values", {"other": "other"})]
+
+
 def positions(client, topics: list[str]) -> dict[TP, int]:
     return {(t, int(p)): int(o) for t, p, o in _rows(client, "progress_positions", {"topics": list(topics)})}
 

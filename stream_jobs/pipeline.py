@@ -27,6 +27,7 @@ from .sequence import Sequencer
 from .derive import Phase, Rejection, process_event
 from .fast_decode import process_message_fast
 from .join import phase_partition
+from .labels import LabelBound
 from .otlp_in import process_otlp
 from .sink import Sink
 
@@ -47,6 +48,8 @@ class Pipeline:
         self.bucket = Bucketer(parse_edges(settings.bucket_edges))
         self.topics = tuple(settings.ingest_topics)
         self.otlp_ignored = 0
+        self.labels = LabelBound(settings.label_top_k)
+        self.labels_seeded = False  # the store's label values are read before the first batch
         self.sequencer = Sequencer()
         # (topic, partition) -> highest offset the store holds rows or dead
         # letters of, read after (re)assignment: records at or below it may
@@ -90,6 +93,7 @@ class Pipeline:
         """After a rebalance another worker may have stored more: re-read."""
         self.sequencer.forget()
         self.stored = None
+        self.labels_seeded = False  # another worker may have kept other values
         self.since_resume = {}
         self.resume_end = {}
 
@@ -237,6 +241,18 @@ class Pipeline:
         return columnar.Ahead(events, self.bucket, self.settings.max_message_bytes, now, self.oldest(now))
 
     def split(self, events, ahead: columnar.Ahead | None = None):
+        """`_split`, with the labels from outside bounded per model (labels.py)."""
+        out = self._split(events, ahead)
+        if not self.labels_seeded:
+            self.labels.seed(self.sink.label_values())
+            self.labels_seeded = True
+        rows = out[0]
+        (self.labels.columns if isinstance(rows, columnar.Generations) else self.labels.rows)(rows)
+        for label, n in self.labels.folded.items():
+            self.counts[f"labels_other_{label}"] = n
+        return out
+
+    def _split(self, events, ahead: columnar.Ahead | None = None):
         """Admitted events -> (rows, dead letters, phases to forward as
         (partition, timestamp, fields), suspect rollup cells). The rows are
         dicts, or columns (columnar.Generations) for a batch of nothing but
@@ -260,9 +276,11 @@ class Pipeline:
             source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
             try:
                 if msg.topic == self.settings.otlp_topic:
-                    results, ignored = process_otlp(event.value, self.bucket, self.settings.max_message_bytes, now,
-                                                   self.settings.otlp_model, oldest)
+                    results, ignored, notes = process_otlp(event.value, self.bucket,
+                                                           self.settings.max_message_bytes, now,
+                                                           self.settings.otlp_model, oldest)
                     self.otlp_ignored += ignored
+                    self.counts.update(notes)
                 else:
                     results = process_message_fast(event.value, self.bucket, self.settings.max_message_bytes, now,
                                                    internal=msg.topic != self.settings.topic, oldest=oldest)

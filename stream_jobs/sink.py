@@ -307,6 +307,9 @@ class Sink:
         return self.retrying("reading stored offsets", self._locked, ledger.stored_in_range,
                              topic, partition, lo, hi)
 
+    def label_values(self) -> list[tuple[str, str, str]]:
+        return self.retrying("reading label values", self._locked, ledger.label_values)
+
     def existing_request_ids(self, topics: tuple[str, ...], ids: list[str], lo: float, hi: float) -> set[str]:
         return self.retrying("checking duplicates", self._locked, ledger.existing_request_ids,
                              topics, ids, lo, hi, self.crc_slice)

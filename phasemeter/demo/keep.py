@@ -9,17 +9,25 @@ import time
 from pathlib import Path
 
 
-def keep_hint(url: str, demo_dir: Path) -> str:
+SQL_EXAMPLE = "SELECT model, count() AS n FROM generations GROUP BY model ORDER BY model"
+
+
+def keep_hint(url: str, sql_url: str, demo_dir: Path) -> str:
     """The live page and the exact commands for this store. With the worker
-    up, `--data-dir` finds it (worker.json) and the commands read through it."""
+    up, `--data-dir` finds it (worker.json) and the commands read through it;
+    any ClickHouse client reads the worker's SQL interface at `sql_url`."""
     d = shlex.quote(str(demo_dir))
+    q = shlex.quote(SQL_EXAMPLE)
     return (f"\nThe broker and the worker keep running. Open the live page:\n  {url}/\n"
             "Query the demo's store (the worker answers for it):\n"
             f"  phasemeter query bands --data-dir {d} --from -2h --step 5m\n"
             f"  phasemeter inflight --data-dir {d}\n"
             f"  phasemeter alerts check --data-dir {d}\n"
             f"  phasemeter chart --data-dir {d} --from -2h --out bands.html\n"
-            f"  (or any command with --via {url})\n"
+            f"Your own SQL, from any ClickHouse client (docs/sql.md):\n"
+            f"  curl -sS {sql_url}/ --data-binary {q}\n"
+            f"  phasemeter sql --data-dir {d} {q}\n"
+            f"  (or any read command with --via {sql_url})\n"
             "Ctrl-C stops what the demo started (the worker, and Kafka unless KAFKA_BOOTSTRAP_SERVERS was set).")
 
 

@@ -72,7 +72,8 @@ class Stack:
         s = self.settings
         return {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PHASEMETER_DATA_DIR": s.data_dir,
                 "PHASEMETER_TOPIC": s.topic, "PHASEMETER_DLQ_TOPIC": s.dlq_topic,
-                "PHASEMETER_WEB_PORT": str(s.web_port), "PHASEMETER_DATABASE": s.database,
+                "PHASEMETER_WEB_PORT": str(s.web_port), "PHASEMETER_SQL_PORT": str(s.sql_port),
+                "PHASEMETER_DATABASE": s.database,
                 "PHASEMETER_ABANDON_AFTER_S": str(s.abandon_after_s),
                 "PHASEMETER_EXPIRY_TICK_S": str(s.expiry_tick_s), "PHASEMETER_SLOS": s.slos}
 
@@ -159,13 +160,16 @@ def explore_hint(demo_dir: Path) -> str:
 
 
 def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str, keep: bool = False) -> int:
-    from phasemeter.kafka_local import LocalBroker, ensure_topics, free_port
+    from phasemeter.kafka_local import LocalBroker, ensure_topics, free_port, port_free
 
     demo_dir = settings.data_path / "demo"
     shutil.rmtree(demo_dir, ignore_errors=True)
     demo_dir.mkdir(parents=True)
     # A short expiry so the demo's hung requests become `abandoned` while you watch.
-    settings = settings.replace(data_dir=str(demo_dir), clickhouse_url="", web_port=free_port(),
+    # The SQL interface on its documented port (docs/sql.md, README) when it is
+    # free, so the README's lines work as written; another one otherwise.
+    sql_port = settings.sql_port if port_free(settings.sql_port) else free_port()
+    settings = settings.replace(data_dir=str(demo_dir), clickhouse_url="", web_port=free_port(), sql_port=sql_port,
                                 abandon_after_s=15.0, expiry_tick_s=1.0, slos=str(DEMO_SLOS))
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -221,7 +225,7 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str, keep
             return 0
         from phasemeter.demo.keep import hold, keep_hint
 
-        print(keep_hint(url, demo_dir), flush=True)
+        print(keep_hint(url, settings.sql_url, demo_dir), flush=True)
         try:
             hold(stack.worker)
         except KeyboardInterrupt:  # the way out of --keep: not a failure

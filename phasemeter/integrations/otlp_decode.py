@@ -2,8 +2,8 @@
 
 Decodes an ExportTraceServiceRequest, protobuf or OTLP-JSON, into the few
 fields the mapping (otlp_map) reads of each span, so the mapping rules are
-written once, not per encoding. Only gen_ai.* span attributes and the replica
-labels of the resource are kept: the rest is never read, and skipping it is
+written once, not per encoding. Only gen_ai.* span attributes (and the few
+others otlp_names lists) and the replica labels of the resource are kept: the rest is never read, and skipping it is
 most of the speed (bench/bench_otlp.py). A body that is not a request raises
 BadRequest; an odd attribute value is kept as it is, for the mapping to
 reject with the worker's reason codes.
@@ -14,14 +14,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .otlp_names import OTHER_SPAN_KEYS, REPLICA, ROLE
 from .otlp_wire import BadRequest, count_proto_spans
 
 __all__ = ["Span", "BadRequest", "UnsupportedMediaType", "TooManySpans", "proto_spans", "json_spans", "REPLICA",
            "DEFAULT_MAX_SPANS"]
 
-# Resource attributes that label the replica, first present wins (otlp_map).
-REPLICA = ("service.instance.id", "host.name")
-_RESOURCE_KEYS = frozenset(REPLICA)
+_RESOURCE_KEYS = frozenset(REPLICA + (ROLE,))
 
 
 class UnsupportedMediaType(BadRequest):
@@ -46,7 +45,7 @@ _INT64_MIN = -(1 << 63)
 @dataclass(frozen=True, slots=True)
 class Span:
     """What the mapping reads of one span, the same from either encoding.
-    attrs holds only gen_ai.* attributes, resource only the replica labels."""
+    attrs holds only the span attributes read, resource only the replica labels."""
     trace_id: str     # hex, "" when absent
     span_id: str
     name: str
@@ -90,7 +89,7 @@ def proto_spans(body: bytes, max_spans: int | None = None):
 
 
 def _is_gen_ai(key: str) -> bool:
-    return key.startswith("gen_ai.")
+    return key.startswith("gen_ai.") or key in OTHER_SPAN_KEYS
 
 
 _PROTO_SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value", "bytes_value"})

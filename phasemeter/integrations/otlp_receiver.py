@@ -149,6 +149,9 @@ class Receiver:
         batch = self.meter.batch()
         for e in mapped.events:
             try:
+                if e["kind"] != "generation":  # one half of a P/D request (otlp_pd): its phase
+                    _send_phase(batch, e)
+                    continue
                 batch.record(model=e["model"], input_tokens=e["input_tokens"],
                              output_tokens=e["output_tokens"], t0=e["t0"], ttft_s=e["ttft_s"],
                              e2e_s=e["e2e_s"], queue_s=e["queue_s"],
@@ -225,3 +228,17 @@ def partial_success_message(rejected: list[tuple[str, str, str]], dropped: colle
         parts.append(f"{sum(dropped.values())} optional labels left out (not 1..limit characters of UTF-8 text): "
                      + ", ".join(f"{k}={v}" for k, v in sorted(dropped.items())))
     return "; ".join(parts)[:1000]
+
+
+def _send_phase(batch, e: dict) -> None:
+    """A phase event of otlp_pd through the emitter's phase calls (into the
+    request's all-or-none batch)."""
+    if e["kind"] == "start":
+        batch.start(model=e["model"], input_tokens=e["input_tokens"], t0=e["t0"], request_id=e["request_id"],
+                    cached_input_tokens=e.get("cached_input_tokens"), queue_s=e.get("queue_s"),
+                    replica=e.get("replica"))
+        return
+    if "t_first" in e:
+        batch.first_token(e["request_id"], t_first=e["t_first"])
+    batch.end(e["request_id"], output_tokens=e["output_tokens"], t_end=e["t_end"], status=e["status"],
+              finish_reason=e.get("finish_reason"))

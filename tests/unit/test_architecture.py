@@ -13,10 +13,12 @@ FOLDERS = {"phasemeter": "phasemeter", "phasemeter.stream_jobs": "stream_jobs",
            "phasemeter.producers": "producers"}
 # Pure cores: no store, no Kafka, no Faust, no web, no files.
 PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join", "phasemeter.stream_jobs.batch_join",
-        "phasemeter.stream_jobs.sequence",
+        "phasemeter.stream_jobs.sequence", "phasemeter.stream_jobs.labels",
         "phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.buckets", "phasemeter.alerts.evaluate",
         "phasemeter.analytics.paths", "phasemeter.integrations.otlp_map", "phasemeter.integrations.otlp_decode",
         "phasemeter.integrations.otlp_wire",
+        "phasemeter.integrations.otlp_names", "phasemeter.integrations.otlp_pd",
+        "phasemeter.integrations.otlp_fields",
         "phasemeter.integrations.sse", "phasemeter.integrations.openai_call", "phasemeter.stream_jobs.otlp_in",
         "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.store.sql_guard",
         "phasemeter.store.sql_request", "phasemeter.store.sql_compress", "phasemeter.store.native_revision",

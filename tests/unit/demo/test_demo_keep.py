@@ -11,10 +11,12 @@ from phasemeter.demo.keep import hold, keep_hint
 
 
 def test_hint_names_the_page_and_the_commands_for_the_demo_store():
-    text = keep_hint("http://127.0.0.1:40659", Path("/tmp/a b/demo"))
+    text = keep_hint("http://127.0.0.1:40659", "http://127.0.0.1:6067", Path("/tmp/a b/demo"))
     assert "  http://127.0.0.1:40659/\n" in text
     assert "phasemeter query bands --data-dir '/tmp/a b/demo' --from -2h --step 5m" in text
-    assert "--via http://127.0.0.1:40659" in text and "Ctrl-C" in text
+    assert "curl -sS http://127.0.0.1:6067/ --data-binary 'SELECT model" in text
+    assert "phasemeter sql --data-dir '/tmp/a b/demo' 'SELECT model" in text
+    assert "--via http://127.0.0.1:6067" in text and "Ctrl-C" in text
 
 
 def test_hold_returns_only_by_error_when_the_worker_exits():

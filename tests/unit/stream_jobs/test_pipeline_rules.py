@@ -52,6 +52,9 @@ class FakeSink:
         into.dead |= {o for t, p, o in self.dead if (t, p) == (topic, partition) and lo <= o <= hi}
         return into
 
+    def label_values(self):
+        return [("replica", "m", "seeded-0")]
+
     def existing_request_ids(self, topics, ids, lo, hi):
         """`ids` holds request_ids stored from any topic, or (topic, request_id)."""
         self.id_queries.append(tuple(topics))
@@ -381,3 +384,38 @@ def test_a_batch_decoded_ahead_is_checked_against_the_retention_of_its_turn():
     rows, dead, _, _ = p.split(batch, early)
     assert [d["reason"] for d in dead] == [R.OUTSIDE_RETENTION] and len(rows) == 0
     assert p.counts["batches_decoded_ahead"] == 0
+
+
+@pytest.mark.parametrize("shape", ["envelope", "messages"])
+def test_a_replica_flood_keeps_k_values_per_model_the_rest_other_on_both_paths(shape):
+    # an envelope of generations takes the columnar path; a bad message sends its batch to the row path
+    p = Pipeline(Settings(topic=TOPIC, label_top_k=4), FakeSink())
+    events = [{**gen(f"r{i}"), "replica": f"vllm-{i}"} for i in range(200)]
+    batch = [rec(0, env(*events, version=1))] if shape == "envelope" else [rec(i, e) for i, e in enumerate(events)] + [rec(200, b"{")]
+    rows = p.split(batch)[0]
+    assert len(rows) == 200 and isinstance(rows, Generations) == (shape == "envelope")
+    kept = {r["replica"] for r in rows}
+    assert kept == {"vllm-0", "vllm-1", "vllm-2", "other"}  # the stored "seeded-0" is one of the 4
+    assert p.counts["labels_other_replica"] == 197          # /health shows the counts
+
+
+def test_otlp_spans_ignored_and_replicas_dropped_are_counted_per_reason():
+    s = Settings(topic=TOPIC, otlp_topic="gen.otlp", otlp_model="m")
+    p = Pipeline(s, FakeSink())
+    attrs = {"gen_ai.usage.prompt_tokens": 10, "gen_ai.latency.e2e": 1.0}   # an engine span, no completion tokens
+
+    def span(name, a):
+        return {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": name, "startTimeUnixNano": str(int(T0 * 1e9)),
+                "endTimeUnixNano": str(int((T0 + 1) * 1e9)),
+                "attributes": [{"key": k, "value": {"intValue": str(v)} if isinstance(v, int) else
+                                {"doubleValue": v}} for k, v in a.items()]}
+    msg = {"resourceSpans": [{"resource": {"attributes": [{"key": "service.instance.id", "value": {
+        "stringValue": "3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b"}}]}, "scopeSpans": [{"spans": [
+            span(" Req 1", attrs), span("GET /", {}),
+            span("llm_request", {**attrs, "gen_ai.usage.completion_tokens": 3,
+                                 "gen_ai.latency.time_to_first_token": 0.1})]}]}]}
+    rows = p.split([rec(0, msg, topic=s.otlp_topic)])[0]
+    assert len(rows) == 1 and rows[0]["replica"] == ""
+    assert p.otlp_ignored == 2
+    assert (p.counts["otlp_spans_ignored_embedding"], p.counts["otlp_spans_ignored_not_llm"],
+            p.counts["otlp_replicas_dropped"]) == (1, 1, 1)

@@ -1,0 +1,72 @@
+"""Labels from outside, bounded per model. Pure.
+
+`replica` and `gateway` come from whoever sends the events: a gateway's
+config, a resource attribute of an OpenTelemetry SDK, an integration's
+guess. One random id per process (the Python SDK's `service.instance.id`),
+or one per restart, would make thousands of values a year, and every
+per-replica query and rollup would grow with them. So the worker keeps the
+first K distinct values of each label per model (PHASEMETER_LABEL_TOP_K)
+and stores every later one as `other`, counted in /health
+(`labels_other_<label>`). Values the store already holds are kept
+(`seed`), so a restart or a rebalance does not admit K more. An empty label
+is no value and is left as it is. docs/labels.md says how to choose K.
+
+Applied once, in the ingest pipeline, to the rows of every source, as dicts
+or as columns (columnar.Generations), with the same answer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+
+OTHER = "other"
+BOUNDED = ("replica", "gateway")
+
+
+class LabelBound:
+    def __init__(self, k: int, labels: tuple[str, ...] = BOUNDED):
+        self.k = k  # 0: unbounded
+        self.labels = labels
+        self.kept: dict[tuple[str, str], set[str]] = {}   # (label, model) -> values kept
+        self.folded: Counter = Counter()                   # label -> rows stored as `other`
+
+    def seed(self, stored) -> None:
+        """(label, model, value) the store already holds: kept, whatever K."""
+        for label, model, value in stored:
+            if value and value != OTHER:
+                self.kept.setdefault((label, model), set()).add(value)
+
+    def value(self, label: str, model: str, value: str) -> str:
+        if not value or self.k <= 0:
+            return value
+        kept = self.kept.setdefault((label, model), set())
+        if value in kept:
+            return value
+        if len(kept) < self.k and value != OTHER:
+            kept.add(value)
+            return value
+        self.folded[label] += 1
+        return OTHER
+
+    def rows(self, rows: list[dict]) -> None:
+        """Bound the labels of row dicts, in place."""
+        if self.k <= 0:
+            return
+        for row in rows:
+            for label in self.labels:
+                row[label] = self.value(label, row["model"], row[label])
+
+    def columns(self, gens) -> None:
+        """Bound the label columns of a columnar batch, in place."""
+        if self.k <= 0:
+            return
+        models = gens.columns["model"].to_pylist()
+        for label in self.labels:
+            column = gens.columns[label]
+            values = column.to_pylist()
+            bounded = [self.value(label, m, v) for m, v in zip(models, values)]
+            if bounded != values:
+                gens.columns[label] = pa.array(bounded, type=column.type)
+                gens._rows = None  # the dict view is rebuilt from the new columns
