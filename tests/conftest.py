@@ -93,6 +93,7 @@ class WorkerProc:
         env = env if env.get("PHASEMETER_SQL_PORT") else {**env, "PHASEMETER_SQL_PORT": str(free_port())}
         self.env, self.data_dir, self.port = env, data_dir, port
         self.url = f"http://127.0.0.1:{port}"
+        self.sql_url = f"http://127.0.0.1:{env['PHASEMETER_SQL_PORT']}"  # its SQL interface: what --via takes
         self.proc: subprocess.Popen | None = None
         self.log = data_dir / "worker.log"
         self.restarts = 0
@@ -113,11 +114,6 @@ class WorkerProc:
                 return self
             time.sleep(0.2)
         raise AssertionError("worker did not start:\n" + self.log.read_text()[-3000:])
-
-    @property
-    def sql_url(self) -> str:
-        """The worker's SQL interface, what `--via` takes."""
-        return f"http://127.0.0.1:{self.env['PHASEMETER_SQL_PORT']}"
 
     def sql_up(self) -> bool:
         """The worker's SQL interface answers (its listener starts with the
