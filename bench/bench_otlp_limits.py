@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from phasemeter.integrations.otlp_wire import varint
+
 HERE = Path(__file__).resolve().parent
 CASES = ("empty-spans-pb", "empty-spans-json", "max-spans-pb", "attrs-flood-pb", "gzip-bomb", "4-json-floods-http")
 CONCURRENT = 4
@@ -44,17 +46,8 @@ LIMIT = 4 * 1024 * 1024
 T0_NS = 1_764_000_000 * 10**9
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
 def _len_field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 KINDS = {"empty-spans-pb": (None, "application/x-protobuf", "identity"),
