@@ -121,10 +121,11 @@ def label_ok(value, limit: int) -> bool:
 
 def check_request(model, input_tokens, cached_input_tokens, request_id, replica) -> None:
     """Programmer errors raise BadArgument (a ValueError) naming the argument.
-    Cheap checks on the common path (str.isascii() is a flag read, and
-    isprintable() one C scan of a short label); a label that is not printable
-    ASCII, or a str subclass, goes through label_ok."""
-    if not (model.__class__ is str and 0 < len(model) <= _MODEL and model.isascii() and model.isprintable()) \
+    One C scan per label on the common path: a printable str holds neither a
+    control character (Cc) nor a lone surrogate (Cs), so it needs no other
+    check; anything else (a space other than ' ', a str subclass, ...) goes
+    through label_ok, which names the reason."""
+    if not (model.__class__ is str and 0 < len(model) <= _MODEL and model.isprintable()) \
             and not label_ok(model, _MODEL):
         raise label_error("model", model, _MODEL)
     try:
@@ -141,12 +142,12 @@ def check_request(model, input_tokens, cached_input_tokens, request_id, replica)
             bad.reason = R.INCONSISTENT
         raise bad
     if request_id is not None and not (request_id.__class__ is str and 0 < len(request_id) <= _RID
-                                       and request_id.isascii() and request_id.isprintable()) \
+                                       and request_id.isprintable()) \
             and not label_ok(request_id, _RID):
         raise label_error("request_id", request_id, _RID)
     # Empty labels are refused here: the worker would dead-letter them (bad_value).
     if replica is not None and not (replica.__class__ is str and 0 < len(replica) <= _REPLICA
-                                    and replica.isascii() and replica.isprintable()) \
+                                    and replica.isprintable()) \
             and not label_ok(replica, _REPLICA):
         raise label_error("replica", replica, _REPLICA)
 
@@ -161,7 +162,7 @@ def check_outcome(output_tokens, status, finish_reason) -> None:
     if status not in STATUSES:
         raise BadArgument(f"status must be one of 'ok', 'error', 'cancelled', got {status!r}")
     if finish_reason is not None and not (finish_reason.__class__ is str and 0 < len(finish_reason) <= _FINISH
-                                          and finish_reason.isascii() and finish_reason.isprintable()) \
+                                          and finish_reason.isprintable()) \
             and not label_ok(finish_reason, _FINISH):
         raise label_error("finish_reason", finish_reason, _FINISH)
 

@@ -38,8 +38,7 @@ from phasemeter.stream_jobs.contract import control_character, has_control  # no
 def check_request_id(request_id) -> None:
     # Same rule and message as check_request, which stays free of calls
     # because the one-event hot path runs it on every generation.
-    if not (request_id.__class__ is str and 0 < len(request_id) <= _RID and request_id.isascii()
-            and request_id.isprintable()) \
+    if not (request_id.__class__ is str and 0 < len(request_id) <= _RID and request_id.isprintable()) \
             and not label_ok(request_id, _RID):
         raise label_error("request_id", request_id, _RID)
 
