@@ -72,18 +72,21 @@ def start(env: dict, tmp: Path, t0: float | None) -> WorkerProc:
     if t0 is not None:
         written(env, t0)
     w = WorkerProc(env, tmp, int(env["PHASEMETER_WEB_PORT"])).start()
-    w.sql_port = int(env["PHASEMETER_SQL_PORT"])
-    w.sql_url = f"http://127.0.0.1:{w.sql_port}/"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(w.sql_url + "ping", timeout=2) as resp:
-                assert resp.read() == b"Ok.\n"
-                return w
-        except OSError:
-            time.sleep(0.2)
-    w.stop()
-    raise AssertionError("SQL interface did not answer:\n" + w.log.read_text()[-3000:])
+    try:  # a failure from here on must not leave the worker running past the test
+        w.sql_port = int(env["PHASEMETER_SQL_PORT"])
+        w.sql_url = f"http://127.0.0.1:{w.sql_port}/"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(w.sql_url + "ping", timeout=2) as resp:
+                    assert resp.read() == b"Ok.\n"
+                    return w
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError("SQL interface did not answer:\n" + w.log.read_text()[-3000:])
+    except BaseException:
+        w.stop()
+        raise
 
 
 def post(url: str, sql: str | bytes = b"", headers: dict | None = None, **params: str):
