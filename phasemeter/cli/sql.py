@@ -11,7 +11,6 @@ ClickHouse server store it is posted to the server with `readonly=1`.
 
 from __future__ import annotations
 
-import json
 import sys
 import urllib.error
 import urllib.parse
@@ -69,15 +68,11 @@ def bound_params(pairs: list[str]) -> dict[str, str]:
 
 
 def worker_sql_url(data_path: Path) -> str | None:
-    """The SQL interface of the live worker owning this data dir's store."""
-    from phasemeter.query.remote import state_file, worker_url
+    """The SQL interface of the live worker owning this data dir's store
+    (worker.json, read once by remote.worker_state)."""
+    from phasemeter.query.remote import SQL_URL, worker_state
 
-    if worker_url(data_path) is None:
-        return None
-    try:
-        return json.loads(state_file(data_path).read_text()).get("sql_url")
-    except (OSError, ValueError):
-        return None
+    return (worker_state(data_path) or {}).get(SQL_URL)
 
 
 def cmd_sql(args, settings) -> int:
