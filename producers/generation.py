@@ -23,8 +23,9 @@ import time
 # the JSON Schema files are tested against): an event the emitter accepts is
 # never dead-lettered for a limit. contract.py is pure: no worker imports.
 import phasemeter.stream_jobs.reasons as R
-from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MAX_EPOCH_S, MAX_TOKENS, MIN_T0,
-                                             V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate)
+from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MAX_EPOCH_S, MAX_TOKENS, MIN_T0, PD_FIELDS,
+                                             PD_LABELS, V2_OPTIONAL, check_gap, check_gap_within,
+                                             check_transfer_within, check_v2_optional, lone_surrogate)
 from phasemeter.stream_jobs.contract import STATUSES as _STATUSES
 from phasemeter.stream_jobs.contract import control_character, has_control
 
@@ -34,8 +35,9 @@ EVENT_FIELDS = ("request_id", "model", "t0", "ttft_s", "e2e_s", "queue_s", "inpu
                 "output_tokens", "cached_input_tokens", "status", "finish_reason", "replica", "v2")
 # The last element, "v2", is None for the common event (encoded as v1, as
 # before), else the tuple of the contract's optional v2 fields in V2_OPTIONAL
-# order (chunks, max_gap_s, gaps_over, gap_threshold_s, output_tokens_estimated);
-# an event carrying it is encoded as schema_version 2.
+# order (chunks, max_gap_s, gaps_over, gap_threshold_s, output_tokens_estimated),
+# followed by the PD_FIELDS (prefill_replica, decode_replica, kv_transfer_s)
+# when finish() was given them; an event carrying it is encoded as schema_version 2.
 
 # uuid.uuid4() reads os.urandom, a syscall that releases the GIL; on a busy
 # process, getting the GIL back can take milliseconds. A private PRNG seeded
@@ -194,6 +196,21 @@ def check_stalls(chunks, max_gap_s, gaps_over, gap_threshold_s, e2e_s) -> tuple:
     return out["chunks"], out["max_gap_s"], out["gaps_over"], out["gap_threshold_s"]
 
 
+def check_pd(prefill_replica, decode_replica, kv_transfer_s, ttft_s: float | None, e2e_s: float) -> tuple:
+    """finish()'s prefill/decode fields, held to the worker's rules (labels
+    like replica; the transfer a gap no longer than the TTFT, or than e2e_s
+    without a first token): the three in PD_FIELDS order."""
+    for name, value in zip(PD_LABELS, (prefill_replica, decode_replica)):
+        if value is not None and not label_ok(value, LABEL_FIELDS[name]):
+            raise label_error(name, value, LABEL_FIELDS[name])
+    if kv_transfer_s is not None:
+        bad = check_gap("kv_transfer_s", kv_transfer_s) or check_transfer_within(kv_transfer_s, ttft_s, e2e_s)
+        if bad is not None:
+            raise BadArgument(f"finish(): {bad.detail}", bad.reason)
+        kv_transfer_s = float(kv_transfer_s)
+    return prefill_replica, decode_replica, kv_transfer_s
+
+
 def check_duration(name: str, value) -> None:
     if value is None:
         return
@@ -239,7 +256,7 @@ class Generation:
     """
 
     __slots__ = ("_meter", "_model", "_input", "_cached", "_rid", "_replica",
-                 "t0", "_start", "_t_sched", "_t_first", "_done",
+                 "t0", "_start", "_t_sched", "_t_first", "_done", "_pd",
                  # set by chunk() only; _chunks is 0 until then
                  "_chunks", "_last", "_max_gap", "_over", "_tokens", "_stall")
 
@@ -254,6 +271,7 @@ class Generation:
         self._t_sched = self._t_first = None
         self._done = False
         self._chunks = 0
+        self._pd = None  # finish()'s prefill/decode fields, when given
 
     @property
     def request_id(self) -> str:
@@ -315,13 +333,22 @@ class Generation:
         return self._tokens if self._chunks else 0
 
     def finish(self, output_tokens: int, status: str = "ok", finish_reason: str | None = None,
-               output_tokens_estimated: bool = False) -> None:
+               output_tokens_estimated: bool = False, *, prefill_replica: str | None = None,
+               decode_replica: str | None = None, kv_transfer_s: float | None = None) -> None:
+        """`prefill_replica`, `decode_replica`, `kv_transfer_s`: in prefill/decode
+        disaggregated serving, the instances (or pools) that ran each half and
+        the seconds the KV cache took between them (docs/phases.md); a router
+        knows them by the end. Any of them makes the event schema_version 2."""
         if self._done:
             raise RuntimeError("finish() was already called for this generation")
         try:
             check_outcome(output_tokens, status, finish_reason)
             if output_tokens_estimated is not False:
                 check_estimated(output_tokens_estimated)
+            if prefill_replica is not None or decode_replica is not None or kv_transfer_s is not None:
+                t_first = self._t_first
+                self._pd = check_pd(prefill_replica, decode_replica, kv_transfer_s,
+                                    None if t_first is None else t_first - self._start, time.monotonic() - self._start)
         except ValueError as exc:
             self._meter._ch.refuse(exc)
             raise
@@ -329,13 +356,17 @@ class Generation:
 
     def _v2(self, estimated: bool) -> tuple | None:
         """The optional v2 fields, or None (the event stays v1) without any."""
-        count = self._chunks
+        count, pd = self._chunks, self._pd
         if not count:
-            return (None, None, None, None, True) if estimated else None
-        # Counts are clamped to the contract's limit (gaps_over <= chunks holds).
-        gap = self._max_gap
-        return (min(count, MAX_TOKENS), None if gap < 0 else gap, min(self._over, MAX_TOKENS), self._stall,
-                True if estimated else None)
+            v2 = (None, None, None, None, True if estimated else None)
+        else:
+            # Counts are clamped to the contract's limit (gaps_over <= chunks holds).
+            gap = self._max_gap
+            v2 = (min(count, MAX_TOKENS), None if gap < 0 else gap, min(self._over, MAX_TOKENS), self._stall,
+                  True if estimated else None)
+        if pd is not None:
+            return v2 + pd
+        return v2 if count or estimated else None
 
     def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False) -> None:
         end = time.monotonic()
@@ -347,7 +378,7 @@ class Generation:
             end - start,
             None if t_sched is None else t_sched - start,
             self._input, output_tokens, self._cached, status, finish_reason, self._replica,
-            self._v2(estimated) if self._chunks or estimated else None,
+            self._v2(estimated) if self._chunks or estimated or self._pd is not None else None,
         ))
 
     def __enter__(self) -> Generation:
@@ -399,5 +430,5 @@ def encode(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
     }
     if v2 is not None:
         ev["schema_version"] = 2
-        ev.update((name, value) for name, value in zip(V2_OPTIONAL, v2) if value is not None)
+        ev.update((name, value) for name, value in zip(V2_OPTIONAL + PD_FIELDS, v2) if value is not None)
     return rid.encode("utf-8"), _dumps(ev).encode("utf-8")

@@ -25,7 +25,7 @@ import time
 
 import phasemeter.stream_jobs.reasons as R
 
-from .generation import (_RID, MAX_TOKENS, V2_OPTIONAL, BadArgument, Generation, _dumps, check_duration,
+from .generation import (_RID, MAX_TOKENS, PD_FIELDS, V2_OPTIONAL, BadArgument, Generation, _dumps, check_duration,
                          check_estimated, check_outcome, check_request, count_error, epoch_error, label_error,
                          label_ok, new_request_id)
 
@@ -135,6 +135,7 @@ class PhaseGeneration(Generation):
         self._t_sched = self._t_first = None
         self._done = self._q_sent = False
         self._chunks = 0
+        self._pd = None
         meter._put(("start", self._rid, model, self.t0, input_tokens, cached_input_tokens, None, replica))
 
     def first_token(self) -> None:
@@ -153,7 +154,7 @@ class PhaseGeneration(Generation):
         t_first = self._t_first
         self._meter._put(("end", self._rid, output_tokens, end - self._start, None, status,
                           finish_reason, queue_s, None, None if t_first is None else t_first - self._start,
-                          self._v2(estimated) if self._chunks or estimated else None))
+                          self._v2(estimated) if self._chunks or estimated or self._pd is not None else None))
 
 
 # -- encoder (sender thread) --------------------------------------------------------
@@ -177,7 +178,7 @@ def encode_phase(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
         opt = (("e2e_s", e2e_s), ("t_end", t_end), ("status", status), ("finish_reason", finish_reason),
                ("queue_s", queue_s), ("cached_input_tokens", cached), ("ttft_s", ttft_s))
         if v2 is not None:
-            opt += tuple(zip(V2_OPTIONAL, v2))
+            opt += tuple(zip(V2_OPTIONAL + PD_FIELDS, v2))  # PD_FIELDS: finish()'s prefill/decode fields
     else:
         raise ValueError(f"unknown phase kind {kind!r}")
     for name, value in opt:
