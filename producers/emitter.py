@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import phasemeter.stream_jobs.reasons as R
 
 from .generation import (BadArgument, Generation, check_duration, check_estimated, check_outcome, check_request,
-                         check_stalls, check_t0, check_threshold, encodable)
+                         check_stalls, check_t0, check_threshold, encodable, with_pd)
 from phasemeter.stream_jobs.contract import (DEFAULT_STALL_THRESHOLD_S, MAX_DURATION_S, control_character,
                                              has_control)
 from .phases import PhaseGeneration, end_item, first_token_item, start_item
@@ -207,7 +207,8 @@ class Meter:
                replica: str | None = None, t_first: float | None = None, t_end: float | None = None,
                t_scheduled: float | None = None, output_tokens_estimated: bool = False,
                chunks: int | None = None, max_gap_s: float | None = None, gaps_over: int | None = None,
-               gap_threshold_s: float | None = None) -> None:
+               gap_threshold_s: float | None = None, prefill_replica: str | None = None,
+               decode_replica: str | None = None, kv_transfer_s: float | None = None) -> None:
         """Emit a generation timed elsewhere. Give durations (ttft_s, e2e_s,
         queue_s) or epoch timestamps (t_first, t_end, t_scheduled) -- not both;
         durations from a monotonic clock are preferable (immune to NTP steps).
@@ -220,7 +221,8 @@ class Meter:
         `stall_threshold_s`, sent whenever gaps_over is). Checked by the
         worker's rules (gaps_over <= chunks, max_gap_s <= e2e_s, ...); the
         event is then schema_version 2. Leave them None when nothing was
-        timed per chunk: absent is "unknown", 0 would claim a smooth stream."""
+        timed per chunk: absent is "unknown", 0 would claim a smooth stream.
+        `prefill_replica`, `decode_replica`, `kv_transfer_s`: as Generation.finish()."""
         try:  # free unless it raises (3.11+)
             if not (t0.__class__ is float and t0 - t0 == 0.0 or t0.__class__ is int):  # NaN - NaN is NaN
                 check_t0(t0)
@@ -259,6 +261,7 @@ class Meter:
                     gap_threshold_s = self._stall_s
                 v2 = check_stalls(chunks, max_gap_s, gaps_over, gap_threshold_s, e2e_s) + (
                     True if output_tokens_estimated else None,)
+            v2 = with_pd(v2, prefill_replica, decode_replica, kv_transfer_s, ttft_s, e2e_s)
             # EVENT_FIELDS order; request_id None is filled in by the sender thread.
             self._put((request_id, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
                        cached_input_tokens, status, finish_reason, replica, v2))

@@ -211,6 +211,14 @@ def check_pd(prefill_replica, decode_replica, kv_transfer_s, ttft_s: float | Non
     return prefill_replica, decode_replica, kv_transfer_s
 
 
+def with_pd(v2: tuple | None, prefill_replica, decode_replica, kv_transfer_s, ttft_s, e2e_s) -> tuple | None:
+    """record()'s v2 tuple with the prefill/decode fields appended when any
+    is given (checked by check_pd), else `v2` as it was."""
+    if prefill_replica is None and decode_replica is None and kv_transfer_s is None:
+        return v2
+    return (v2 or (None,) * len(V2_OPTIONAL)) + check_pd(prefill_replica, decode_replica, kv_transfer_s, ttft_s, e2e_s)
+
+
 def check_duration(name: str, value) -> None:
     if value is None:
         return

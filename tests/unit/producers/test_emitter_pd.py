@@ -81,3 +81,19 @@ def test_without_a_first_token_the_transfer_is_bounded_by_the_end(meters, monkey
         g.finish(output_tokens=0, status="cancelled", kv_transfer_s=0.9)
     [row] = accepted(meter, fake)
     assert (row["ttft_s"], row["kv_transfer_s"]) == (None, 0.9)
+
+
+def test_record_takes_them_too(meters):
+    meter, fake = meters()
+    meter.record(model="m", input_tokens=10, output_tokens=5, t0=1_767_225_600.0, ttft_s=0.4, e2e_s=2.0, **PD)
+    meter.record(model="m", input_tokens=10, output_tokens=5, t0=1_767_225_600.0, ttft_s=0.4, e2e_s=2.0,
+                 chunks=4, max_gap_s=0.2, output_tokens_estimated=True, decode_replica="d-9")
+    with pytest.raises(BadArgument) as exc:
+        meter.record(model="m", input_tokens=10, output_tokens=5, t0=1_767_225_600.0, ttft_s=0.4, e2e_s=2.0,
+                     kv_transfer_s=0.41)
+    assert exc.value.reason == "inconsistent"
+    first, second = sent(meter, fake)
+    assert first["schema_version"] == 2 and {k: first[k] for k in PD} == PD
+    assert (second["chunks"], second["output_tokens_estimated"], second["decode_replica"]) == (4, True, "d-9")
+    rows = accepted(meter, fake)
+    assert [r["decode_replica"] for r in rows] == ["decode-pool-b", "d-9"]
