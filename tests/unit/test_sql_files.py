@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from phasemeter.store.migrate import discover
 from phasemeter.store.client import is_read_only, load_sql
 
@@ -141,13 +143,14 @@ def test_every_slo_count_uses_the_one_judge_with_the_same_arguments():
     assert flags.count(",") + 1 == len(SLO_COUNTS)  # one flag per named count
 
 
-def test_the_stall_frame_splits_windows_as_the_alert_frame_does():
+@pytest.mark.parametrize("frame", ["stall_window", "transfer_window"])
+def test_the_stall_and_transfer_frames_split_windows_as_the_alert_frame_does(frame):
     def parts(text):
         code = re.sub(r"\s+", " ", "\n".join(ln for ln in text.splitlines() if not ln.strip().startswith("--")))
         return re.search(r"multiIf\(.*?\) AS part", code).group(0)
 
     [view] = (ROOT / "schema").glob("*_alert_window_view.sql")
-    assert parts((ROOT / "sql" / "stall_window.sql").read_text()) == parts(view.read_text())
+    assert parts((ROOT / "sql" / f"{frame}.sql").read_text()) == parts(view.read_text())
 
 
 def test_no_named_read_changes_a_setting_in_its_text():
