@@ -66,6 +66,9 @@ CREATE TABLE phasemeter.generations
     `chunks` Nullable(UInt32) CODEC(ZSTD(1)),
     `gap_threshold_s` Nullable(Float64) CODEC(ZSTD(1)),
     `output_tokens_estimated` UInt8 DEFAULT 0 CODEC(T64, ZSTD(1)),
+    `prefill_replica` LowCardinality(String) DEFAULT '' CODEC(ZSTD(1)),
+    `decode_replica` LowCardinality(String) DEFAULT '' CODEC(ZSTD(1)),
+    `kv_transfer_s` Nullable(Float64) CODEC(ZSTD(1)),
     `schema_version` UInt8,
     `src_topic` LowCardinality(String),
     `src_partition` UInt16,
@@ -583,6 +586,31 @@ AS SELECT
     input_bucket,
     n,
     prefill_n,
+    prefill_p1,
+    prefill_p5,
+    prefill_p50,
+    prefill_p95,
+    prefill_p99,
+    decode_n,
+    decode_p1,
+    decode_p5,
+    decode_p50,
+    decode_p95,
+    decode_p99,
+    abandoned,
+    abandoned_prefill,
+    abandoned_decode,
+    prefill_variant
+FROM bands_pool_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = {abandoned:String}, prefill = {prefill:String}, by = '');
+
+CREATE VIEW phasemeter.bands_pool_view
+AS SELECT
+    t,
+    model,
+    pool,
+    input_bucket,
+    n,
+    prefill_n,
     pq[1] AS prefill_p1,
     pq[2] AS prefill_p5,
     pq[3] AS prefill_p50,
@@ -603,6 +631,7 @@ FROM
     SELECT
         toStartOfInterval(ts, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
         model,
+        pool,
         input_bucket,
         countIf(keep) AS n,
         countIf(keep AND (prefill_value IS NOT NULL)) AS prefill_n,
@@ -621,18 +650,21 @@ FROM
             status,
             ttft_s,
             decode_tps,
+            if({by:String} = 'prefill_replica', prefill_replica, if({by:String} = 'decode_replica', decode_replica, '')) AS pool,
             if({prefill:String} = 'total', prefill_tps, if({prefill:String} = 'uncached', prefill_tps_uncached, if((queue_s IS NULL) OR (ttft_s IS NULL) OR (ttft_s <= queue_s), NULL, input_tokens / (ttft_s - queue_s)))) AS prefill_value,
             (({abandoned:String} = 'include') OR (status != 'abandoned')) AS keep
         FROM phasemeter.generations
-        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['total', 'engine', 'uncached'], {prefill:String}), 'prefill: expected total, engine or uncached') = 0) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
+        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['total', 'engine', 'uncached'], {prefill:String}), 'prefill: expected total, engine or uncached') = 0) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0) AND (throwIf(NOT has(['', 'prefill_replica', 'decode_replica'], {by:String}), 'by: expected prefill_replica or decode_replica') = 0)
     )
     GROUP BY
         t,
         model,
+        pool,
         input_bucket
 )
 ORDER BY
     model ASC,
+    pool ASC,
     input_bucket ASC,
     t ASC;
 
@@ -752,6 +784,30 @@ AS SELECT
     input_bucket,
     n,
     ttft_n,
+    ttft_p50,
+    ttft_p90,
+    ttft_p99,
+    tpot_n,
+    tpot_p50,
+    tpot_p90,
+    tpot_p99,
+    queue_n,
+    queue_p50,
+    queue_p90,
+    queue_p99,
+    abandoned,
+    abandoned_prefill,
+    abandoned_decode
+FROM latency_pool_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = {abandoned:String}, by = '');
+
+CREATE VIEW phasemeter.latency_pool_view
+AS SELECT
+    t,
+    model,
+    pool,
+    input_bucket,
+    n,
+    ttft_n,
     tq[1] AS ttft_p50,
     tq[2] AS ttft_p90,
     tq[3] AS ttft_p99,
@@ -763,6 +819,10 @@ AS SELECT
     qq[1] AS queue_p50,
     qq[2] AS queue_p90,
     qq[3] AS queue_p99,
+    kv_transfer_n,
+    kq[1] AS kv_transfer_p50,
+    kq[2] AS kv_transfer_p90,
+    kq[3] AS kv_transfer_p99,
     abandoned,
     abandoned_prefill,
     abandoned_decode
@@ -771,6 +831,7 @@ FROM
     SELECT
         toStartOfInterval(ts, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
         model,
+        pool,
         input_bucket,
         countIf(keep) AS n,
         countIf(keep AND (ttft_s IS NOT NULL)) AS ttft_n,
@@ -779,6 +840,8 @@ FROM
         quantilesExactInclusiveIf(0.5, 0.9, 0.99)(tpot_s, keep) AS oq,
         countIf(keep AND (queue_s IS NOT NULL)) AS queue_n,
         quantilesExactInclusiveIf(0.5, 0.9, 0.99)(queue_s, keep) AS qq,
+        countIf(keep AND (kv_transfer_s IS NOT NULL)) AS kv_transfer_n,
+        quantilesExactInclusiveIf(0.5, 0.9, 0.99)(kv_transfer_s, keep) AS kq,
         countIf(status = 'abandoned') AS abandoned,
         countIf((status = 'abandoned') AND (ttft_s IS NULL)) AS abandoned_prefill,
         countIf((status = 'abandoned') AND (ttft_s IS NOT NULL)) AS abandoned_decode
@@ -792,17 +855,21 @@ FROM
             ttft_s,
             tpot_s,
             queue_s,
+            kv_transfer_s,
+            if({by:String} = 'prefill_replica', prefill_replica, if({by:String} = 'decode_replica', decode_replica, '')) AS pool,
             (({abandoned:String} = 'include') OR (status != 'abandoned')) AS keep
         FROM phasemeter.generations
-        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
+        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0) AND (throwIf(NOT has(['', 'prefill_replica', 'decode_replica'], {by:String}), 'by: expected prefill_replica or decode_replica') = 0)
     )
     GROUP BY
         t,
         model,
+        pool,
         input_bucket
 )
 ORDER BY
     model ASC,
+    pool ASC,
     input_bucket ASC,
     t ASC;
 

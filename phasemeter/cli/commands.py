@@ -162,4 +162,5 @@ def cmd_kafka(args, settings: Settings) -> int:
 def cmd_demo(args, settings: Settings) -> int:
     from phasemeter.demo.run import run_demo
 
-    return run_demo(settings, seconds=args.seconds, rate=args.rate, out_dir=args.out_dir, keep=args.keep)
+    return run_demo(settings, seconds=args.seconds, rate=args.rate, out_dir=args.out_dir, keep=args.keep,
+                    pd=args.pd)

@@ -43,8 +43,10 @@ def abandoned_columns(df: pd.DataFrame) -> list[tuple[str, str]]:
     return [(c, title) for c, title in ABANDONED_TITLES if c in df.columns]
 
 
-# The P/D pool a per-pool frame (`--by`) is grouped by: shown after the model.
-POOL_TITLES = (("prefill_replica", "prefill pool"), ("decode_replica", "decode pool"))
+# The P/D pool a per-pool frame (`--by`) is grouped by: shown after the model,
+# titled by its column (a title starting "decode " would be folded into the
+# decode group's header).
+POOL_TITLES = (("prefill_replica", "prefill_replica"), ("decode_replica", "decode_replica"))
 
 
 def lead_columns(df: pd.DataFrame | None) -> list[tuple[str, str]]:
