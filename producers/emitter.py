@@ -280,12 +280,15 @@ class Meter:
     # queue_s and cached_input_tokens go on whichever phase first knows them.
     def start(self, *, model: str, input_tokens: int, t0: float | None = None,
               request_id: str | None = None, cached_input_tokens: int | None = None,
-              queue_s: float | None = None, replica: str | None = None) -> str:
+              queue_s: float | None = None, replica: str | None = None, prefill_replica: str | None = None,
+              decode_replica: str | None = None, kv_transfer_s: float | None = None) -> str:
         """Send `start` and return the request_id (given, or a new uuid4 hex)
         to pass to `first_token()` and `end()`. t0 defaults to time.time(); a
-        caller computing durations should read time.monotonic() alongside."""
+        caller computing durations should read time.monotonic() alongside.
+        The P/D fields (as Generation.finish()) may ride on the start or the end."""
         try:
-            item = start_item(model, input_tokens, t0, request_id, cached_input_tokens, queue_s, replica)
+            item = start_item(model, input_tokens, t0, request_id, cached_input_tokens, queue_s, replica,
+                              (prefill_replica, decode_replica, kv_transfer_s))
         except ValueError as exc:
             self._ch.refuse(exc)
             raise
@@ -305,11 +308,13 @@ class Meter:
     def end(self, request_id: str, *, output_tokens: int, e2e_s: float | None = None,
             t_end: float | None = None, status: str = "ok", finish_reason: str | None = None,
             queue_s: float | None = None, cached_input_tokens: int | None = None,
-            output_tokens_estimated: bool = False) -> None:
+            output_tokens_estimated: bool = False, prefill_replica: str | None = None,
+            decode_replica: str | None = None, kv_transfer_s: float | None = None) -> None:
         """Send `end`: exactly one of e2e_s (s since t0) or t_end (epoch s)."""
         try:
             item = end_item(request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s,
-                            cached_input_tokens, output_tokens_estimated)
+                            cached_input_tokens, output_tokens_estimated,
+                            (prefill_replica, decode_replica, kv_transfer_s))
         except ValueError as exc:
             self._ch.refuse(exc)
             raise

@@ -7,13 +7,14 @@ tuple and is encoded there. Its first element is the kind; its length is
 never len(EVENT_FIELDS), which is how the sender tells the two apart
 without touching the one-event path:
 
-    ("start", request_id, model, t0, input_tokens, cached_input_tokens, queue_s, replica)
+    ("start", request_id, model, t0, input_tokens, cached_input_tokens, queue_s, replica, v2)
     ("first_token", request_id, ttft_s, t_first, queue_s, cached_input_tokens)
     ("end", request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s, cached_input_tokens,
      ttft_s, v2)
 
 where v2 is None or the optional v2 fields (Generation._v2: chunk data,
-output_tokens_estimated), written when known.
+output_tokens_estimated; then the P/D fields, generation.with_pd), written
+when known; a start's has only the P/D fields set.
 
 Encoding omits every optional field that is unknown (None) -- never null --
 except `status`, which the emitter always knows and always sends.
@@ -27,7 +28,7 @@ import phasemeter.stream_jobs.reasons as R
 
 from .generation import (_RID, MAX_TOKENS, PD_FIELDS, V2_OPTIONAL, BadArgument, Generation, _dumps, check_duration,
                          check_estimated, check_outcome, check_request, count_error, epoch_error, label_error,
-                         label_ok, new_request_id)
+                         label_ok, new_request_id, with_pd)
 
 # Epoch bounds for t0/t_first/t_end (the contract's): the worker rejects t0
 # before 2000, and an upper bound catches the unit bug of passing milliseconds.
@@ -75,7 +76,8 @@ def one_of(dur_name: str, dur, ts_name: str, ts) -> None:
 
 
 # -- low-level API: argument checks -> tuple (Meter.start/first_token/end) -----
-def start_item(model, input_tokens, t0, request_id, cached_input_tokens, queue_s, replica) -> tuple:
+def start_item(model, input_tokens, t0, request_id, cached_input_tokens, queue_s, replica, pd=(None,) * 3) -> tuple:
+    """`pd`: (prefill_replica, decode_replica, kv_transfer_s), each None when not known."""
     check_count("input_tokens", input_tokens)
     check_count("cached_input_tokens", cached_input_tokens)
     check_request(model, input_tokens, cached_input_tokens, request_id, replica)
@@ -84,9 +86,10 @@ def start_item(model, input_tokens, t0, request_id, cached_input_tokens, queue_s
         t0 = time.time()
     else:
         check_epoch("t0", t0)
+    pd = with_pd(None, *pd, None, None)  # the transfer's bound is checked against the joined TTFT
     # Generated here, not in the sender: the caller needs it for the next phases.
     rid = new_request_id() if request_id is None else request_id
-    return ("start", rid, model, t0, input_tokens, cached_input_tokens, queue_s, replica)
+    return ("start", rid, model, t0, input_tokens, cached_input_tokens, queue_s, replica, pd)
 
 
 def first_token_item(request_id, ttft_s, t_first, queue_s, cached_input_tokens) -> tuple:
@@ -98,7 +101,7 @@ def first_token_item(request_id, ttft_s, t_first, queue_s, cached_input_tokens) 
 
 
 def end_item(request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s,
-             cached_input_tokens, output_tokens_estimated=False) -> tuple:
+             cached_input_tokens, output_tokens_estimated=False, pd=(None,) * 3) -> tuple:
     check_request_id(request_id)
     check_count("output_tokens", output_tokens)
     check_outcome(output_tokens, status, finish_reason)
@@ -106,8 +109,9 @@ def end_item(request_id, output_tokens, e2e_s, t_end, status, finish_reason, que
     check_seconds("queue_s", queue_s)
     check_count("cached_input_tokens", cached_input_tokens)
     check_estimated(output_tokens_estimated)
+    v2 = (None, None, None, None, True) if output_tokens_estimated else None
     return ("end", request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s,
-            cached_input_tokens, None, (None, None, None, None, True) if output_tokens_estimated else None)
+            cached_input_tokens, None, with_pd(v2, *pd, None, e2e_s))
 
 
 # -- context manager -------------------------------------------------------------
@@ -136,7 +140,7 @@ class PhaseGeneration(Generation):
         self._done = self._q_sent = False
         self._chunks = 0
         self._pd = None
-        meter._put(("start", self._rid, model, self.t0, input_tokens, cached_input_tokens, None, replica))
+        meter._put(("start", self._rid, model, self.t0, input_tokens, cached_input_tokens, None, replica, None))
 
     def first_token(self) -> None:
         if self._t_first is None and not self._done:
@@ -164,10 +168,12 @@ def encode_phase(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
     kind, rid = item[0], item[1]
     ev = {"schema_version": 2, "kind": kind, "request_id": rid}
     if kind == "start":
-        _, _, model, t0, input_tokens, cached, queue_s, replica = item
+        _, _, model, t0, input_tokens, cached, queue_s, replica, v2 = item
         ev["model"], ev["t0"], ev["input_tokens"] = model, t0, input_tokens
         opt = (("cached_input_tokens", cached), ("queue_s", queue_s), ("gateway", gateway),
                ("replica", replica))
+        if v2 is not None:  # with_pd's tuple: no v2 field of the end, then the P/D fields
+            opt += tuple(zip(V2_OPTIONAL + PD_FIELDS, v2))
     elif kind == "first_token":
         _, _, ttft_s, t_first, queue_s, cached = item
         opt = (("ttft_s", ttft_s), ("t_first", t_first), ("queue_s", queue_s),

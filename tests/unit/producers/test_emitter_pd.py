@@ -97,3 +97,16 @@ def test_record_takes_them_too(meters):
     assert (second["chunks"], second["output_tokens_estimated"], second["decode_replica"]) == (4, True, "d-9")
     rows = accepted(meter, fake)
     assert [r["decode_replica"] for r in rows] == ["decode-pool-b", "d-9"]
+
+
+def test_the_phase_calls_take_them_on_the_start_and_the_end(meters):
+    meter, fake = meters()
+    rid = meter.start(model="m", input_tokens=10, t0=1_767_225_600.0, prefill_replica="p-1", kv_transfer_s=0.02)
+    meter.end(rid, output_tokens=3, e2e_s=1.0, decode_replica="d-2")
+    with pytest.raises(BadArgument) as exc:
+        meter.end(rid, output_tokens=3, e2e_s=1.0, kv_transfer_s=-1)
+    assert exc.value.reason == "negative"
+    start, end = sent(meter, fake)
+    assert (start["kind"], start["prefill_replica"], start["kv_transfer_s"]) == ("start", "p-1", 0.02)
+    assert (end["kind"], end["decode_replica"]) == ("end", "d-2") and "chunks" not in end
+    assert not {"decode_replica", "chunks"} & set(start) and "prefill_replica" not in end
