@@ -18,10 +18,13 @@ ALTER TABLE generations
 --       abandoned = ..., prefill = ..., by = '' | 'prefill_replica' | 'decode_replica')
 --   latency_pool_view(start = ..., end = ..., step_s = ..., models = [...], buckets = [...],
 --       abandoned = ..., by = ...)
--- by = '' groups by nothing more (pool is ''): bands_exact_view and
--- latency_exact_view are redefined below as these views with by = '', so the
--- percentiles have one definition. Anything else fails (throwIf). A row whose
--- event named no pool (a unified server) has pool ''. The latency view adds
+-- Each is its exact view (0024, 0025) with the pool added (and, for latency,
+-- the transfer's percentiles) and nothing else changed, held so by
+-- tests/unit/test_sql_files.py: a view of their own, not
+-- the exact views redefined with by = '', because the hot query must not pay
+-- for a key it does not use (as re-bucketing, docs/analytics.md). by = ''
+-- groups by nothing more (pool is ''); anything else fails (throwIf). A row
+-- whose event named no pool (a unified server) has pool ''. The latency view adds
 -- the KV transfer's percentiles (kv_transfer_s; HIGH = slow tail), counted
 -- over the rows that carry one: kv_transfer_n = 0 where none does. Raw rows
 -- only: the rollups keep no pools and no transfer.
@@ -121,21 +124,3 @@ FROM
     GROUP BY t, model, pool, input_bucket
 )
 ORDER BY model, pool, input_bucket, t;
-
--- The exact views of 0024 and 0025, now the pool views grouped by nothing
--- more: the same parameters and columns (bands_view, latency_view and the
--- sql/ files read them unchanged), one definition of each percentile.
-CREATE OR REPLACE VIEW bands_exact_view AS
-SELECT t, model, input_bucket, n, prefill_n, prefill_p1, prefill_p5, prefill_p50, prefill_p95, prefill_p99,
-       decode_n, decode_p1, decode_p5, decode_p50, decode_p95, decode_p99,
-       abandoned, abandoned_prefill, abandoned_decode, prefill_variant
-FROM bands_pool_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32},
-     models = {models:Array(String)}, buckets = {buckets:Array(String)},
-     abandoned = {abandoned:String}, prefill = {prefill:String}, by = '');
-
-CREATE OR REPLACE VIEW latency_exact_view AS
-SELECT t, model, input_bucket, n, ttft_n, ttft_p50, ttft_p90, ttft_p99, tpot_n, tpot_p50, tpot_p90, tpot_p99,
-       queue_n, queue_p50, queue_p90, queue_p99, abandoned, abandoned_prefill, abandoned_decode
-FROM latency_pool_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32},
-     models = {models:Array(String)}, buckets = {buckets:Array(String)},
-     abandoned = {abandoned:String}, by = '');

@@ -586,22 +586,58 @@ AS SELECT
     input_bucket,
     n,
     prefill_n,
-    prefill_p1,
-    prefill_p5,
-    prefill_p50,
-    prefill_p95,
-    prefill_p99,
+    pq[1] AS prefill_p1,
+    pq[2] AS prefill_p5,
+    pq[3] AS prefill_p50,
+    pq[4] AS prefill_p95,
+    pq[5] AS prefill_p99,
     decode_n,
-    decode_p1,
-    decode_p5,
-    decode_p50,
-    decode_p95,
-    decode_p99,
+    dq[1] AS decode_p1,
+    dq[2] AS decode_p5,
+    dq[3] AS decode_p50,
+    dq[4] AS decode_p95,
+    dq[5] AS decode_p99,
     abandoned,
     abandoned_prefill,
     abandoned_decode,
-    prefill_variant
-FROM bands_pool_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = {abandoned:String}, prefill = {prefill:String}, by = '');
+    {prefill:String} AS prefill_variant
+FROM
+(
+    SELECT
+        toStartOfInterval(ts, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
+        model,
+        input_bucket,
+        countIf(keep) AS n,
+        countIf(keep AND (prefill_value IS NOT NULL)) AS prefill_n,
+        quantilesExactInclusiveIf(0.01, 0.05, 0.5, 0.95, 0.99)(prefill_value, keep) AS pq,
+        countIf(keep AND (decode_tps IS NOT NULL)) AS decode_n,
+        quantilesExactInclusiveIf(0.01, 0.05, 0.5, 0.95, 0.99)(decode_tps, keep) AS dq,
+        countIf(status = 'abandoned') AS abandoned,
+        countIf((status = 'abandoned') AND (ttft_s IS NULL)) AS abandoned_prefill,
+        countIf((status = 'abandoned') AND (ttft_s IS NOT NULL)) AS abandoned_decode
+    FROM
+    (
+        SELECT
+            ts,
+            model,
+            input_bucket,
+            status,
+            ttft_s,
+            decode_tps,
+            if({prefill:String} = 'total', prefill_tps, if({prefill:String} = 'uncached', prefill_tps_uncached, if((queue_s IS NULL) OR (ttft_s IS NULL) OR (ttft_s <= queue_s), NULL, input_tokens / (ttft_s - queue_s)))) AS prefill_value,
+            (({abandoned:String} = 'include') OR (status != 'abandoned')) AS keep
+        FROM phasemeter.generations
+        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['total', 'engine', 'uncached'], {prefill:String}), 'prefill: expected total, engine or uncached') = 0) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
+    )
+    GROUP BY
+        t,
+        model,
+        input_bucket
+)
+ORDER BY
+    model ASC,
+    input_bucket ASC,
+    t ASC;
 
 CREATE VIEW phasemeter.bands_pool_view
 AS SELECT
@@ -784,21 +820,59 @@ AS SELECT
     input_bucket,
     n,
     ttft_n,
-    ttft_p50,
-    ttft_p90,
-    ttft_p99,
+    tq[1] AS ttft_p50,
+    tq[2] AS ttft_p90,
+    tq[3] AS ttft_p99,
     tpot_n,
-    tpot_p50,
-    tpot_p90,
-    tpot_p99,
+    oq[1] AS tpot_p50,
+    oq[2] AS tpot_p90,
+    oq[3] AS tpot_p99,
     queue_n,
-    queue_p50,
-    queue_p90,
-    queue_p99,
+    qq[1] AS queue_p50,
+    qq[2] AS queue_p90,
+    qq[3] AS queue_p99,
     abandoned,
     abandoned_prefill,
     abandoned_decode
-FROM latency_pool_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = {abandoned:String}, by = '');
+FROM
+(
+    SELECT
+        toStartOfInterval(ts, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
+        model,
+        input_bucket,
+        countIf(keep) AS n,
+        countIf(keep AND (ttft_s IS NOT NULL)) AS ttft_n,
+        quantilesExactInclusiveIf(0.5, 0.9, 0.99)(ttft_s, keep) AS tq,
+        countIf(keep AND (tpot_s IS NOT NULL)) AS tpot_n,
+        quantilesExactInclusiveIf(0.5, 0.9, 0.99)(tpot_s, keep) AS oq,
+        countIf(keep AND (queue_s IS NOT NULL)) AS queue_n,
+        quantilesExactInclusiveIf(0.5, 0.9, 0.99)(queue_s, keep) AS qq,
+        countIf(status = 'abandoned') AS abandoned,
+        countIf((status = 'abandoned') AND (ttft_s IS NULL)) AS abandoned_prefill,
+        countIf((status = 'abandoned') AND (ttft_s IS NOT NULL)) AS abandoned_decode
+    FROM
+    (
+        SELECT
+            ts,
+            model,
+            input_bucket,
+            status,
+            ttft_s,
+            tpot_s,
+            queue_s,
+            (({abandoned:String} = 'include') OR (status != 'abandoned')) AS keep
+        FROM phasemeter.generations
+        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
+    )
+    GROUP BY
+        t,
+        model,
+        input_bucket
+)
+ORDER BY
+    model ASC,
+    input_bucket ASC,
+    t ASC;
 
 CREATE VIEW phasemeter.latency_pool_view
 AS SELECT

@@ -96,6 +96,22 @@ def _code(name: str) -> list[str]:
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("--")]
 
 
+@pytest.mark.parametrize("exact,pool", [("bands_exact", "bands_pool_view"), ("latency", "latency_pool_view")])
+def test_each_pool_view_is_its_exact_view_with_only_the_pool_and_the_transfer_added(exact, pool):
+    """The per-pool views (schema/0027) are views of their own so that the
+    exact views keep no unused key: nothing but the pool key, its bound
+    choice and (latency) the KV transfer's columns may differ."""
+    [file] = (ROOT / "schema").glob("*_pd_columns.sql")
+    text = file.read_text().split(f"CREATE VIEW IF NOT EXISTS {pool} AS\n", 1)[1].split(";\n", 1)[0]
+    lines = [ln.strip().replace("pool, ", "").replace(", kv_transfer_s,", ",")
+             for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("--")]
+    added = [ln for ln in lines if "{by:String}" in ln or "kv_transfer" in ln or "AS pool" in ln or ln == "pool,"
+             or ln.startswith("'by: expected")]
+    assert len(added) == (5 if exact == "bands_exact" else 8), added
+    kept = [ln for ln in lines if ln not in added]
+    assert kept == _code(exact)
+
+
 def test_each_rebucketing_query_is_its_base_query_with_only_the_bucket_changed():
     """The re-bucketing queries stay files of their own (one query with an
     optional edges parameter was measured slower on the stored-bucket path,
