@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import collections
 import logging
+import os
 import threading
 import time
 import weakref
@@ -121,6 +122,17 @@ class Channel:
         with self.lock:
             self.refusals[getattr(exc, "reason", R.BAD_VALUE)] += 1
 
+    def after_fork(self) -> None:
+        """In a forked child: a new lock (the parent's may have been held by
+        a thread the child does not have), an empty queue (what the parent
+        queued is the parent's to send) and counters from zero (the child's
+        stats are its own events). A closed Channel stays closed."""
+        self.q = collections.deque()
+        self.lock = threading.Lock()
+        self.drained = threading.Condition(self.lock)
+        self.enqueued = self.dropped = self.in_flight = self.sent = self.failed = 0
+        self.refusals = collections.Counter()
+
 
 class Meter:
     """Emits one event per generation to Kafka (schema/event-v1.schema.json),
@@ -143,6 +155,10 @@ class Meter:
     the topic other than phasemeter's worker.
     `stall_threshold_s` (default 0.5 s): a gap between consecutive chunks
     longer than this counts in `gaps_over` (Generation.chunk, docs/metrics.md).
+    A Meter made before os.fork() (a pre-fork server's master, at import)
+    works in each child: the child starts its own sender thread, its stats
+    count its own events from zero, and what the parent had queued is sent
+    by the parent alone.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str = "phasemeter.generations", *,
@@ -179,6 +195,7 @@ class Meter:
         ref = weakref.ref(self)
         self._atexit_hook = lambda: (m := ref()) is not None and m.close()
         atexit.register(self._atexit_hook)
+        _LIVE.add(self)
 
     @property
     def stall_threshold_s(self) -> float:
@@ -397,11 +414,33 @@ class Meter:
             atexit.unregister(self._atexit_hook)
             atexit.register(self._atexit_hook)
 
+    def _after_fork(self) -> None:
+        self._ch.after_fork()
+        self._sender.after_fork()
+
     def __enter__(self) -> Meter:
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+# Pre-fork servers (gunicorn, uvicorn --workers) make the Meter at import,
+# then fork: the child has none of the parent's threads, and a lock held by
+# one of them at the fork stays held forever. Every live Meter is re-made
+# in the child (os.register_at_fork, as OpenTelemetry's batch processors
+# do); a WeakSet, so the hook keeps no Meter alive, and one hook for all
+# (there is no way to unregister one).
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for meter in list(_LIVE):
+        meter._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Batch:

@@ -63,6 +63,23 @@ class Sender:
         self._producer = None
         self._envelope_size = envelope_size
         self.warn = Throttled()
+        self._inherited: list = []  # producers made before a fork, by an ancestor process
+
+    def after_fork(self) -> None:
+        """In a forked child: no thread yet (the parent's does not exist
+        here; the first event starts one) and no producer. The parent's
+        producer is kept but never used nor closed: its I/O thread is the
+        parent's, and closing it would shut down the sockets the child
+        shares with the parent (kafka-python's close shuts them down)."""
+        if self._producer is not None:
+            self._inherited.append(self._producer)
+        self._producer, self._thread, self._flush_deadline = None, None, None
+        self._start_lock = threading.Lock()
+        stopped = self._stop.is_set()  # a closed Meter stays closed
+        self._wake, self._stop = threading.Event(), threading.Event()
+        if stopped:
+            self._stop.set()
+        self.warn = Throttled()
 
     # -- caller side -------------------------------------------------------
     def wake(self) -> None:
