@@ -68,9 +68,10 @@ class Sender:
     def after_fork(self) -> None:
         """In a forked child: no thread yet (the parent's does not exist
         here; the first event starts one) and no producer. The parent's
-        producer is kept but never used nor closed: its I/O thread is the
-        parent's, and closing it would shut down the sockets the child
-        shares with the parent (kafka-python's close shuts them down)."""
+        producer is kept but never used: its I/O thread and its sockets are
+        the parent's, and closing it here (or letting it be collected: its
+        __del__ closes) would wait on batches no thread here sends, under
+        locks that thread may have held at the fork."""
         if self._producer is not None:
             self._inherited.append(self._producer)
         self._producer, self._thread, self._flush_deadline = None, None, None

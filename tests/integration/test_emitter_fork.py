@@ -18,7 +18,7 @@ import pytest
 from kafka_events import records_in, unwrap
 from phasemeter.producers import Meter
 
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")]
+pytestmark = pytest.mark.integration
 
 WORKERS, PER_WORKER = 3, 40
 _METER: Meter | None = None  # the pre-fork server's Meter, made before the workers fork

@@ -11,11 +11,7 @@ import os
 import threading
 import weakref
 
-import pytest
-
 from phasemeter.producers import Meter
-
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 GOOD = {"model": "m", "input_tokens": 3, "output_tokens": 2, "t0": 1_800_000_000.0, "ttft_s": 0.1, "e2e_s": 0.5}
 
