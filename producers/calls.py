@@ -7,6 +7,8 @@ One set of checks for both, refusals counted in the Meter's Channel.
 
 from __future__ import annotations
 
+from math import isfinite as _isfinite
+
 import phasemeter.stream_jobs.reasons as R
 
 from .generation import (BadArgument, check_duration, check_estimated, check_outcome, check_request, check_stalls,
@@ -46,7 +48,7 @@ class Calls:
         event is then schema_version 2. Leave them None when nothing was
         timed per chunk: absent is "unknown", 0 would claim a smooth stream."""
         try:  # free unless it raises (3.11+)
-            if not (t0.__class__ is float and t0 - t0 == 0.0 or t0.__class__ is int):  # NaN - NaN is NaN
+            if not (t0.__class__ is float and _isfinite(t0) or t0.__class__ is int):
                 check_t0(t0)
             check_request(model, input_tokens, cached_input_tokens, request_id, replica)
             check_outcome(output_tokens, status, finish_reason)
