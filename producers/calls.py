@@ -11,8 +11,8 @@ from math import isfinite as _isfinite
 
 import phasemeter.stream_jobs.reasons as R
 
-from .generation import (BadArgument, check_duration, check_estimated, check_outcome, check_request, check_stalls,
-                         check_t0)
+from .checks import (BadArgument, check_duration, check_estimated, check_outcome, check_request, check_stalls,
+                     check_t0)
 from phasemeter.stream_jobs.contract import MAX_DURATION_S
 from .phases import end_item, first_token_item, start_item
 

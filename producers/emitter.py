@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from .calls import Batch, Calls
 from .channel import Channel, EmitterStats
-from .generation import Generation, check_threshold, encodable
+from .checks import check_threshold, encodable
+from .generation import Generation
 from .lifecycle import Lifecycle
 from phasemeter.stream_jobs.contract import DEFAULT_STALL_THRESHOLD_S, control_character, has_control
 from .phases import PhaseGeneration

@@ -1,6 +1,6 @@
 """The hand-off queue and the one background thread that talks to Kafka.
 
-Gateway threads only append a tuple to `Channel.q` (see emitter.py).
+Gateway threads only append a tuple to `Channel.q` (channel.py).
 Everything slow -- JSON encoding, building the KafkaProducer, network I/O --
 happens in `Sender`'s daemon thread, so a slow or absent broker costs the
 gateway queue space (then dropped events), never latency or exceptions.
@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 
-from .generation import EVENT_FIELDS, encode
+from .encode import EVENT_FIELDS, encode
 from .phases import encode_phase
 
 log = logging.getLogger("phasemeter.emitter")

@@ -8,8 +8,9 @@ import uuid
 
 import pytest
 
-from phasemeter.producers import generation as G
-from phasemeter.producers.generation import BadArgument, check_outcome, check_request, new_request_id
+from phasemeter.producers import checks as G
+from phasemeter.producers.checks import BadArgument, check_outcome, check_request
+from phasemeter.producers.encode import new_request_id
 
 
 class Pretender:
