@@ -124,3 +124,58 @@ def test_a_pre_fork_server_delivers_every_worker_event_exactly_once(kafka_bootst
     assert workers == {f"w{n}-{i}" for n in range(WORKERS) for i in range(PER_WORKER)}
     assert set(got) - workers == {"master-start"} | {f"master-{i}" for i in range(10)}
     assert sum(got.values()) == len(got)  # none twice
+
+
+MASTER = """
+import json, os, sys, time
+from phasemeter.producers import Meter
+
+bootstrap, topic, workers, per = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+meter = Meter(bootstrap, topic, flush_timeout_s=30)  # at import, as a pre-fork server's app module
+
+
+def emit(rid):
+    meter.record(model="m", input_tokens=10, output_tokens=5, t0=time.time(), ttft_s=0.1, e2e_s=0.5, request_id=rid)
+
+
+emit("master-start")
+assert meter.flush(30)
+for i in range(200):  # still queued or in flight when the workers fork: the master's alone
+    emit(f"master-{i}")
+pids = []
+for n in range(workers):
+    pid = os.fork()
+    if pid == 0:  # a worker: emits, then leaves as a server worker does (atexit closes the Meter)
+        for i in range(per):
+            emit(f"w{n}-{i}")
+        sys.exit(0)
+    pids.append(pid)
+codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+emit("master-end")  # the master's producer still sends after its workers are gone
+assert meter.flush(30), meter.stats()
+print(json.dumps({"codes": codes, "stats": meter.stats().as_dict()}))
+"""
+
+
+def test_forked_workers_that_exit_normally_deliver_through_atexit(kafka_bootstrap, tmp_path):
+    """The whole pre-fork model in its own process: the Meter made at import,
+    workers forked from a master whose sender is busy, each leaving through
+    sys.exit, so atexit (not an explicit flush) delivers its events."""
+    import subprocess
+    import sys
+
+    topic = f"prefork-exit-{uuid.uuid4().hex[:10]}"
+    script = tmp_path / "master.py"
+    script.write_text(MASTER)
+    done = subprocess.run([sys.executable, str(script), kafka_bootstrap, topic, str(WORKERS), str(PER_WORKER)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    master = json.loads(done.stdout.strip().splitlines()[-1])
+    assert master["codes"] == [0] * WORKERS
+    assert (master["stats"]["enqueued"], master["stats"]["sent"]) == (202, 202)
+    got = wait_delivered(kafka_bootstrap, topic, WORKERS * PER_WORKER + 202)
+    expected = {"master-start", "master-end"} | {f"master-{i}" for i in range(200)} \
+        | {f"w{n}-{i}" for n in range(WORKERS) for i in range(PER_WORKER)}
+    assert len(got) == len(expected)
+    assert set(got) == expected
+    assert sum(got.values()) == len(got)  # none twice
