@@ -25,9 +25,10 @@ import time
 
 import phasemeter.stream_jobs.reasons as R
 
-from .generation import (_RID, MAX_TOKENS, V2_OPTIONAL, BadArgument, Generation, _dumps, check_duration,
-                         check_estimated, check_outcome, check_request, count_error, epoch_error, label_error,
-                         label_ok, new_request_id)
+from .checks import (_RID, MAX_TOKENS, BadArgument, check_duration, check_estimated, check_outcome, check_request,
+                     count_error, epoch_error, label_error, label_ok)
+from .encode import V2_OPTIONAL, _dumps, new_request_id
+from .generation import Generation
 
 # Epoch bounds for t0/t_first/t_end (the contract's): the worker rejects t0
 # before 2000, and an upper bound catches the unit bug of passing milliseconds.
