@@ -13,7 +13,7 @@ without touching the one-event path:
      ttft_s, v2)
 
 where v2 is None or the optional v2 fields (Generation._v2: chunk data,
-output_tokens_estimated; then the P/D fields, generation.with_pd), written
+output_tokens_estimated; then the P/D fields, optional.with_pd), written
 when known; a start's has only the P/D fields set.
 
 Encoding omits every optional field that is unknown (None) -- never null --
@@ -26,9 +26,11 @@ import time
 
 import phasemeter.stream_jobs.reasons as R
 
-from .generation import (_RID, MAX_TOKENS, PD_FIELDS, V2_OPTIONAL, BadArgument, Generation, _dumps, check_duration,
-                         check_estimated, check_outcome, check_request, count_error, epoch_error, label_error,
-                         label_ok, new_request_id, with_pd)
+from .checks import (_RID, MAX_TOKENS, BadArgument, check_duration, check_outcome, check_request, count_error,
+                     epoch_error, label_error, label_ok)
+from .encode import V2_FIELDS, _dumps, new_request_id
+from .generation import Generation
+from .optional import check_estimated, with_pd
 
 # Epoch bounds for t0/t_first/t_end (the contract's): the worker rejects t0
 # before 2000, and an upper bound catches the unit bug of passing milliseconds.
@@ -173,7 +175,7 @@ def encode_phase(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
         opt = (("cached_input_tokens", cached), ("queue_s", queue_s), ("gateway", gateway),
                ("replica", replica))
         if v2 is not None:  # with_pd's tuple: no v2 field of the end, then the P/D fields
-            opt += tuple(zip(V2_OPTIONAL + PD_FIELDS, v2))
+            opt += tuple(zip(V2_FIELDS, v2))
     elif kind == "first_token":
         _, _, ttft_s, t_first, queue_s, cached = item
         opt = (("ttft_s", ttft_s), ("t_first", t_first), ("queue_s", queue_s),
@@ -184,7 +186,7 @@ def encode_phase(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
         opt = (("e2e_s", e2e_s), ("t_end", t_end), ("status", status), ("finish_reason", finish_reason),
                ("queue_s", queue_s), ("cached_input_tokens", cached), ("ttft_s", ttft_s))
         if v2 is not None:
-            opt += tuple(zip(V2_OPTIONAL + PD_FIELDS, v2))  # PD_FIELDS: finish()'s prefill/decode fields
+            opt += tuple(zip(V2_FIELDS, v2))
     else:
         raise ValueError(f"unknown phase kind {kind!r}")
     for name, value in opt:

@@ -75,7 +75,7 @@ def _with_slos(client, sloset):
     return client
 
 
-def create_app(settings: Settings, client=None) -> faust.App:
+def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
     """Build the worker. `client` is an already-open store client (optional)."""
     from phasemeter.kafka_local import bootstrap_servers
 
@@ -175,20 +175,20 @@ def create_app(settings: Settings, client=None) -> faust.App:
 
     register_views(app, settings, pipeline, sink, joiner)
     web_guard.limit_idle(app)
-    if settings.is_embedded:  # a server store is its own SQL interface
-        _serve_sql(app, settings)
+    if settings.is_embedded and sql_socket is not None:  # a server store is its own SQL interface
+        _serve_sql(app, settings, sql_socket)
     return app
 
 
-def _serve_sql(app: faust.App, settings: Settings) -> None:
+def _serve_sql(app: faust.App, settings: Settings, sock) -> None:
     """The read-only ClickHouse HTTP interface over the store this worker owns
-    (sql_http.py): up with the worker, down before it stops."""
-    sql_http.check_bind(settings)  # beyond loopback without a password: no start
+    (sql_http.py), on the socket sql_http.reserve bound: up with the worker,
+    down before it stops."""
     listener = sql_http.SqlListener(settings)
 
     @app.task
     async def _start_sql():
-        await listener.start()
+        await listener.start(sock)
 
     @app.on_before_shutdown.connect
     async def _stop_sql(app, **kwargs):  # noqa: ARG001

@@ -1,7 +1,7 @@
 """Limits and labels of the event contract, shared by both protocols, and the
 Rejection every validator returns: the one source of these values. The worker
 (derive.py, phase_events.py) validates with them, the emitter
-(producers/generation.py, phases.py) checks its arguments with them, and a
+(producers/checks.py, optional.py, phases.py) checks its arguments with them, and a
 test holds schema/event-v1.schema.json and event-v2.schema.json to them.
 Pure and dependency-free, so the gateway install can import it."""
 
