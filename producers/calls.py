@@ -87,7 +87,9 @@ class Calls:
                     gap_threshold_s = self._stall_s
                 v2 = check_stalls(chunks, max_gap_s, gaps_over, gap_threshold_s, e2e_s) + (
                     True if output_tokens_estimated else None,)
-            v2 = with_pd(v2, prefill_replica, decode_replica, kv_transfer_s, ttft_s, e2e_s)
+            # Tested inline, as the stall fields are: the common record() makes no call for them.
+            if prefill_replica is not None or decode_replica is not None or kv_transfer_s is not None:
+                v2 = with_pd(v2, prefill_replica, decode_replica, kv_transfer_s, ttft_s, e2e_s)
             # EVENT_FIELDS order; request_id None is filled in by the sender thread.
             self._put((request_id, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
                        cached_input_tokens, status, finish_reason, replica, v2))

@@ -49,7 +49,7 @@ class Generation:
     """
 
     __slots__ = ("_meter", "_model", "_input", "_cached", "_rid", "_replica",
-                 "t0", "_start", "_t_sched", "_t_first", "_done", "_pd",
+                 "t0", "_start", "_t_sched", "_t_first", "_done",
                  # set by chunk() only; _chunks is 0 until then
                  "_chunks", "_last", "_max_gap", "_over", "_tokens", "_stall")
 
@@ -64,7 +64,6 @@ class Generation:
         self._t_sched = self._t_first = None
         self._done = False
         self._chunks = 0
-        self._pd = None  # finish()'s prefill/decode fields, when given
 
     @property
     def request_id(self) -> str:
@@ -138,18 +137,20 @@ class Generation:
             check_outcome(output_tokens, status, finish_reason)
             if output_tokens_estimated is not False:
                 check_estimated(output_tokens_estimated)
+            pd = None  # passed on, not kept in a slot: the common generation pays no store for it
             if prefill_replica is not None or decode_replica is not None or kv_transfer_s is not None:
                 t_first = self._t_first
-                self._pd = check_pd(prefill_replica, decode_replica, kv_transfer_s,
-                                    None if t_first is None else t_first - self._start, time.monotonic() - self._start)
+                pd = check_pd(prefill_replica, decode_replica, kv_transfer_s,
+                              None if t_first is None else t_first - self._start, time.monotonic() - self._start)
         except ValueError as exc:
             self._meter._ch.refuse(exc)
             raise
-        self._emit(output_tokens, status, finish_reason, output_tokens_estimated)
+        self._emit(output_tokens, status, finish_reason, output_tokens_estimated, pd)
 
-    def _v2(self, estimated: bool) -> tuple | None:
-        """The optional v2 fields, or None (the event stays v1) without any."""
-        count, pd = self._chunks, self._pd
+    def _v2(self, estimated: bool, pd: tuple | None) -> tuple | None:
+        """The optional v2 fields, then finish()'s P/D fields `pd` when given,
+        or None (the event stays v1) without any."""
+        count = self._chunks
         if not count:
             v2 = (None, None, None, None, True if estimated else None)
         else:
@@ -157,11 +158,10 @@ class Generation:
             gap = self._max_gap
             v2 = (min(count, MAX_TOKENS), None if gap < 0 else gap, min(self._over, MAX_TOKENS), self._stall,
                   True if estimated else None)
-        if pd is not None:
-            return v2 + pd
-        return v2 if count or estimated else None
+        return v2 if pd is None else v2 + pd
 
-    def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False) -> None:
+    def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False,
+              pd: tuple | None = None) -> None:
         end = time.monotonic()
         self._done = True
         start, t_first, t_sched = self._start, self._t_first, self._t_sched
@@ -171,7 +171,7 @@ class Generation:
             end - start,
             None if t_sched is None else t_sched - start,
             self._input, output_tokens, self._cached, status, finish_reason, self._replica,
-            self._v2(estimated) if self._chunks or estimated or self._pd is not None else None,
+            self._v2(estimated, pd) if self._chunks or estimated or pd is not None else None,
         ))
 
     def __enter__(self) -> Generation:

@@ -141,7 +141,6 @@ class PhaseGeneration(Generation):
         self._t_sched = self._t_first = None
         self._done = self._q_sent = False
         self._chunks = 0
-        self._pd = None
         meter._put(("start", self._rid, model, self.t0, input_tokens, cached_input_tokens, None, replica, None))
 
     def first_token(self) -> None:
@@ -152,7 +151,8 @@ class PhaseGeneration(Generation):
             self._q_sent = queue_s is not None
             self._meter._put(("first_token", self._rid, t - self._start, None, queue_s, None))
 
-    def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False) -> None:
+    def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False,
+              pd: tuple | None = None) -> None:
         end = time.monotonic()
         self._done = True
         t_sched = self._t_sched
@@ -160,7 +160,7 @@ class PhaseGeneration(Generation):
         t_first = self._t_first
         self._meter._put(("end", self._rid, output_tokens, end - self._start, None, status,
                           finish_reason, queue_s, None, None if t_first is None else t_first - self._start,
-                          self._v2(estimated) if self._chunks or estimated or self._pd is not None else None))
+                          self._v2(estimated, pd) if self._chunks or estimated or pd is not None else None))
 
 
 # -- encoder (sender thread) --------------------------------------------------------
