@@ -19,6 +19,7 @@ import logging
 
 from faust.types import TP as FaustTP
 
+from . import faust_adapter
 from .sequence import TP
 
 log = logging.getLogger("phasemeter.worker")
@@ -72,9 +73,7 @@ class Handoff:
         while self._want:
             offsets, self._want = self._want, {}
             try:
-                # Faust's public commit() commits acks; this one commits the
-                # offsets given (only for partitions still assigned).
-                await app.consumer._commit_offsets(offsets)  # noqa: SLF001
+                await faust_adapter.commit_offsets(app, offsets)
             except Exception as exc:
                 log.warning("committing %s failed (%s); the next batch commits again", offsets, exc)
 
