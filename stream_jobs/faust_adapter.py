@@ -10,7 +10,9 @@ module of stream_jobs/ names a private of theirs (the same test scans them).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import logging
 
 import aiohttp.web
 import aiokafka
@@ -18,11 +20,13 @@ import mode
 import mode.worker
 from faust.streams import Stream
 from faust.tables import TableManager
-from faust.transport.consumer import Consumer
+from faust.transport.consumer import Consumer, ThreadDelegateConsumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.web.drivers.aiohttp import Web
 
 from . import faust_patches
+
+log = logging.getLogger("phasemeter.worker")
 
 # (owner, attribute): every internal relied on, and every method overridden
 # or replaced on an instance.
@@ -40,6 +44,8 @@ REQUIRED = (
     (faust_aiokafka.Producer, "_ensure_producer"),  # aiokafka_producer
     (aiokafka.AIOKafkaProducer, "create_batch"),  # publish.send_batched, on aiokafka_producer
     (aiokafka.AIOKafkaProducer, "send_batch"),    # publish.send_batched, on aiokafka_producer
+    (ThreadDelegateConsumer, "_thread"),          # install
+    (faust_aiokafka.AIOKafkaConsumerThread, "on_thread_stop"),  # replaced: close_consumer_safely
     (Stream, "_enable_passive"),                  # passive
     (Stream, "_processors"),                      # passive
     (Web, "_runner"),                             # set_keepalive
@@ -103,12 +109,37 @@ class _NoReadOffset(dict):
         return default
 
 
+def close_consumer_safely(thread) -> None:
+    """aiokafka's `Fetcher.close` cancels its pending fetch tasks and awaits
+    them without catching their CancelledError (aiokafka/consumer/fetcher.py,
+    `close`). A fetch is pending whenever the broker is unreachable (it waits
+    out its retry backoff), so the consumer's stop raises CancelledError out
+    of Faust's `on_thread_stop`; mode's `ServiceThread._shutdown_thread` then
+    never sets the shutdown flag the main loop waits on, and the worker hung
+    for mode's `shutdown_timeout` (60 s) after SIGTERM. Here that one
+    CancelledError, not a cancellation of the stop itself, ends the close."""
+    faust_stop = thread.on_thread_stop
+
+    async def on_thread_stop() -> None:
+        try:
+            await faust_stop()
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # the stop itself is cancelled
+                raise
+            log.warning("stopping: the Kafka consumer closed with a fetch still pending (broker unreachable)")
+
+    thread.on_thread_stop = on_thread_stop
+
+
 def install(app) -> None:
     """Before the consumer starts: its fetch loop binds these once."""
     check()
     consumer = app.consumer
     consumer._read_offset = _NoReadOffset()  # see _NoReadOffset
     faust_patches.install_inline_delivery(consumer)
+    # The consumer thread is Faust's `ThreadDelegateConsumer._thread`
+    # (faust/transport/consumer.py): no public handle on it.
+    close_consumer_safely(consumer._thread)
 
 
 def committed_offsets(app) -> dict:

@@ -353,3 +353,51 @@ def test_secrets_never_in_logs_or_errors(pm_env, tmp_path):
     finally:
         w.stop()
     assert secret not in w.log.read_text()
+
+
+def test_sigterm_while_the_broker_is_down_exits_within_the_grace_and_says_what_it_left(kafka_broker, pm_env,
+                                                                                       tmp_path):
+    """A worker told to stop while its broker is unreachable cannot commit,
+    leave its group or flush its producer: each of those waits on a broker
+    that is not there. It stops within its grace all the same, and says what
+    it left for the next start (positions durable in the store, not committed
+    to the group: the next start resumes from the store's)."""
+    if kafka_broker is None:
+        missing("needs the local broker: it is stopped and restarted")
+    import subprocess
+
+    from conftest import WorkerProc
+    from phasemeter.settings import Settings
+
+    bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
+    env = {**pm_env, "PHASEMETER_STOP_GRACE_S": "6"}
+    grace = Settings.from_env(env).stop_grace_s
+    worker = WorkerProc(env, tmp_path, int(env["PHASEMETER_WEB_PORT"]))
+    worker.run("migrate")
+    events = [good_event(i) for i in range(300)]
+    try:
+        worker.start()
+        produce(bootstrap, topic, [json.dumps(e).encode() for e in events], [e["request_id"].encode() for e in events])
+        worker.wait_processed(len(events))
+        kafka_broker.stop()
+        t0 = time.monotonic()
+        worker.proc.terminate()
+        try:
+            rc = worker.proc.wait(grace * 10)
+        except subprocess.TimeoutExpired:
+            rc = None  # still running: the failure below says so
+        took = time.monotonic() - t0
+        log = worker.log.read_text(errors="replace")
+        print(f"SIGTERM with the broker down: exit code {rc} after {took:.2f} s (grace {grace:.0f} s)")
+        assert rc == 0 and took <= grace, f"exit code {rc} {took:.1f} s after SIGTERM (grace {grace:.0f} s)\n{log[-3000:]}"
+        assert "left for the next start" in log, log[-3000:]
+    finally:
+        worker.stop(kill=True)
+        kafka_broker.start(log=lambda m: None)
+    worker.start()  # resumes from the store's positions: nothing twice, nothing lost
+    late = good_event(len(events))
+    produce(bootstrap, topic, [json.dumps(late).encode()], [late["request_id"].encode()])
+    health = worker.wait_processed(1)  # this process's own count
+    worker.stop()
+    assert health["accepted"] == 1, health  # only the new event: the stored ones were not taken again
+    assert sorted(stored_ids(env)) == sorted(e["request_id"] for e in events + [late])
