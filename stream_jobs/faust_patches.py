@@ -1,8 +1,9 @@
 """The adapter's overrides of Faust's and mode's behaviour (faust_adapter.py
 holds its plain private reads and writes, and the list of every internal
 both rely on). Pinned: faust-streaming 0.15.3, mode-streaming 0.7.1,
-aiokafka 0.14.0; tests/unit/stream_jobs/test_faust_adapter.py fails when an
-upgrade removes or changes what is overridden here.
+aiokafka 0.14.0: an upgrade that removes what these rely on fails
+tests/unit/stream_jobs/test_faust_adapter.py, one that changes the code an
+override replaces fails test_faust_patches.py.
 
 * Inline delivery. Faust's fetch loop hands each record to its stream with
   `await consumer.wait_first(callback(message), suspend_flow.wait())`
