@@ -18,8 +18,12 @@ import aiohttp.web
 import aiokafka
 import mode
 import mode.worker
+from faust.app.base import App
+from faust.assignor import PartitionAssignor
 from faust.streams import Stream
 from faust.tables import TableManager
+from faust.tables.base import Collection
+from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer, ThreadDelegateConsumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.web.drivers.aiohttp import Web
@@ -53,6 +57,14 @@ REQUIRED = (
     (TableManager, "on_start"),                   # overridden: faust_patches.TableManager
     (TableManager, "_update_channels"),           # faust_patches.TableManager
     (mode.worker.Worker, "_sentinel_task"),       # overridden: faust_patches.Worker
+    # Not private, but in no documented API: read by the rest of the worker,
+    # listed so that an upgrade renaming one fails the check as well.
+    (App, "rebalancing"), (App, "in_recovery"), (App, "unassigned"),  # ready.py
+    (Recovery, "completed"), (Recovery, "in_recovery"), (Recovery, "active_remaining"),  # ready, recovery_task
+    (Recovery, "active_offsets"), (Recovery, "active_highwaters"),  # recovery_task.py
+    (PartitionAssignor, "assigned_actives"), (Collection, "data"),  # join_agent.py
+    (Consumer, "highwater"), (Consumer, "highwaters"), (Consumer, "earliest_offsets"),  # resume, log_offsets
+    (Stream, "current_event"), (Stream, "enable_acks"),  # batching.py
 )
 
 
