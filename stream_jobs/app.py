@@ -119,7 +119,7 @@ def create_app(settings: Settings, client=None) -> faust.App:
         # Without Faust's 1 s wait at start for tables declared late (faust_patches.py).
         TableManager="phasemeter.stream_jobs.faust_patches:TableManager",
     )
-    faust_adapter.install(app)
+    faust_adapter.install(app, settings.stop_grace_s)
     sloset = declared_slos(settings)
     sink = (Sink.over(_with_slos(client, sloset), settings.store_dsn) if client is not None
             else Sink(lambda: _with_slos(open_store_for_worker(settings), sloset), settings.store_dsn))

@@ -56,6 +56,7 @@ class Handoff:
         self._committer: asyncio.Future | None = None
         self._committing: dict = {}  # FaustTP -> offset of the commit in flight
         self._cut = False
+        self._stopping = False
         self._said = False  # what a stop left is said once
 
     async def commit(self, app, positions: dict[TP, int]) -> None:
@@ -89,7 +90,12 @@ class Handoff:
         task; the consumer and producer stop only after the agents. Shielded,
         the batch keeps running through the cancellation for up to `grace_s`,
         then the cancellation goes on. A batch cut anyway (grace exceeded,
-        SIGKILL) is re-read from the durable position: slower, never wrong."""
+        SIGKILL) is re-read from the durable position: slower, never wrong.
+        Once a stop has begun no new work starts (the join's expiry timer
+        ticks on until Faust stops its timers, after the agents)."""
+        if self._stopping:
+            work.close()
+            return None
         task = self.start(work)
         try:
             return await asyncio.shield(task)
@@ -111,14 +117,18 @@ class Handoff:
         `grace_s`) and its commit is made, or, past the grace, `task` (the
         agent's batch, if any) is cut and re-read by the next owner from the
         durable position. Then says what it left for the next start."""
+        self._stopping = True
         if task is not None and not task.done():
             log.warning("stopping: finishing the batch in hand (up to %.0f s)", self.grace_s)
         if not await self.settle():  # the batch, then its commit
             if self.in_hand:
                 self._cut = True
                 log.warning("stopping: the batch in hand did not finish in %.0f s; it will be re-read", self.grace_s)
-            if task is not None:
-                task.cancel()
+            # All of it, not only the caller's: the join agent's stop may find
+            # the expiry timer's work in hand, which its own stop would then
+            # wait for again.
+            for work in {task, *self.in_hand} - {None}:
+                work.cancel()
             if self.on_cut is not None:
                 self.on_cut()
         if not self._said:

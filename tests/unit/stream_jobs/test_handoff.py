@@ -245,3 +245,20 @@ def test_a_stop_says_what_it_left_for_the_next_start(caplog):
         asyncio.run(stop(Reachable, 0))
     said = [r.getMessage() for r in caplog.records if "left for the next start" in r.getMessage()]
     assert said == ["stopping ingest: left for the next start: nothing: every durable position is committed"]
+
+
+def test_no_work_starts_once_a_stop_began():
+    """The join's expiry timer ticks on until Faust stops its timers, after
+    the agents: a tick after the stop would be given a second grace."""
+    async def main():
+        h, ran = Handoff(grace_s=5), []
+
+        async def tick():
+            ran.append("tick")
+
+        await h.run(tick())
+        await h.stopping(None)
+        assert await h.run(tick()) is None
+        return ran
+
+    assert asyncio.run(main()) == ["tick"]
