@@ -10,10 +10,7 @@ module of stream_jobs/ names a private of theirs (the same test scans them).
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import logging
-import time
 
 import aiohttp.web
 import aiokafka
@@ -30,8 +27,6 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.web.drivers.aiohttp import Web
 
 from . import faust_patches
-
-log = logging.getLogger("phasemeter.worker")
 
 # (owner, attribute): every internal relied on, and every method overridden
 # or replaced on an instance.
@@ -50,9 +45,9 @@ REQUIRED = (
     (aiokafka.AIOKafkaProducer, "create_batch"),  # publish.send_batched, on aiokafka_producer
     (aiokafka.AIOKafkaProducer, "send_batch"),    # publish.send_batched, on aiokafka_producer
     (ThreadDelegateConsumer, "_thread"),          # install
-    (faust_aiokafka.AIOKafkaConsumerThread, "on_thread_stop"),  # replaced: close_consumer_safely
-    (faust_aiokafka.Producer, "flush"),           # replaced: bound_producer_stop
-    (faust_aiokafka.Producer, "on_stop"),         # replaced: bound_producer_stop
+    (faust_aiokafka.AIOKafkaConsumerThread, "on_thread_stop"),  # replaced: faust_patches.close_consumer_safely
+    (faust_aiokafka.Producer, "flush"),           # replaced: faust_patches.bound_producer_stop
+    (faust_aiokafka.Producer, "on_stop"),         # replaced: faust_patches.bound_producer_stop
     (Stream, "_enable_passive"),                  # passive
     (Stream, "_processors"),                      # passive
     (Web, "_runner"),                             # set_keepalive
@@ -124,75 +119,16 @@ class _NoReadOffset(dict):
         return default
 
 
-def close_consumer_safely(thread) -> None:
-    """aiokafka's `Fetcher.close` cancels its pending fetch tasks and awaits
-    them without catching their CancelledError (aiokafka/consumer/fetcher.py,
-    `close`). A fetch is pending whenever the broker is unreachable (it waits
-    out its retry backoff), so the consumer's stop raises CancelledError out
-    of Faust's `on_thread_stop`; mode's `ServiceThread._shutdown_thread` then
-    never sets the shutdown flag the main loop waits on, and the worker hung
-    for mode's `shutdown_timeout` (60 s) after SIGTERM. Here that one
-    CancelledError, not a cancellation of the stop itself, ends the close."""
-    faust_stop = thread.on_thread_stop
-
-    async def on_thread_stop() -> None:
-        try:
-            await faust_stop()
-        except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():  # the stop itself is cancelled
-                raise
-            log.warning("stopping: the Kafka consumer closed with a fetch still pending (broker unreachable)")
-
-    thread.on_thread_stop = on_thread_stop
-
-
-def bound_producer_stop(app, grace_s: float) -> None:
-    """A stop no longer waits on records a broker does not acknowledge.
-
-    Faust's `App.on_stop` flushes the producer before its agents and timers
-    are stopped (faust/app/base.py, `_producer_flush`), and the producer's
-    stop closes aiokafka's, which waits for every batch it holds; with the
-    broker down aiokafka gives a batch up only after the request timeout
-    (Faust's `producer_request_timeout`, 1200 s by default). Measured: a
-    worker whose join expiry was writing to a stopped broker was still in
-    that flush 60 s after SIGTERM, its agents never told to stop. The worker
-    awaits every record it sends before it records progress (publish.py,
-    join_agent.py) and sends nothing through Faust's buffer, so the flush at
-    stop is skipped: the work in hand waits for its own records within its
-    grace (handoff.py). The producer's close gets what is left of the grace;
-    records still unacknowledged then belong to work that recorded no
-    progress, and are sent again when it is re-read."""
-    producer = app.producer
-    faust_flush, faust_on_stop = producer.flush, producer.on_stop
-    began: list[float] = []
-
-    async def flush() -> None:
-        if not app.should_stop:
-            await faust_flush()
-        elif not began:
-            began.append(time.monotonic())
-
-    async def on_stop() -> None:
-        left = grace_s - (time.monotonic() - began[0]) if began else grace_s
-        try:
-            await asyncio.wait_for(faust_on_stop(), max(left, 0.1))
-        except asyncio.TimeoutError:
-            log.warning("stopping: Kafka has not acknowledged every record sent; closed without them "
-                        "(their work recorded no progress: it is re-read and sends them again)")
-
-    producer.flush, producer.on_stop = flush, on_stop
-
-
 def install(app, stop_grace_s: float) -> None:
     """Before the consumer starts: its fetch loop binds these once."""
     check()
-    bound_producer_stop(app, stop_grace_s)
+    faust_patches.bound_producer_stop(app, stop_grace_s)
     consumer = app.consumer
     consumer._read_offset = _NoReadOffset()  # see _NoReadOffset
     faust_patches.install_inline_delivery(consumer)
     # The consumer thread is Faust's `ThreadDelegateConsumer._thread`
     # (faust/transport/consumer.py): no public handle on it.
-    close_consumer_safely(consumer._thread)
+    faust_patches.close_consumer_safely(consumer._thread)
 
 
 def committed_offsets(app) -> dict:

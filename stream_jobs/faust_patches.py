@@ -1,34 +1,24 @@
-"""The adapter's overrides of Faust's and mode's behaviour (faust_adapter.py
-holds its plain private reads and writes, and the list of every internal
-both rely on). Pinned: faust-streaming 0.15.3, mode-streaming 0.7.1,
-aiokafka 0.14.0: an upgrade that removes what these rely on fails
-tests/unit/stream_jobs/test_faust_adapter.py, one that changes the code an
-override replaces fails test_faust_patches.py.
-
-* Inline delivery. Faust's fetch loop hands each record to its stream with
-  `await consumer.wait_first(callback(message), suspend_flow.wait())`
-  (faust/transport/consumer.py, `_drain_messages`). mode's `wait_first`
-  makes four tasks a record (the two, `stopped`, `crashed`): measured 63 µs
-  against 0.2 µs for the delivery, a third of bare Faust's cost per record
-  (docs/performance/worker.md). `inline_first` runs the delivery inline and
-  goes on through mode's `wait_first` only if it suspends (a full buffer),
-  with the same results, exceptions and abandoning. `after_drop` makes a
-  record of a partition Faust holds for a full buffer wait for the buffer's
-  drop once, instead of waking the fetch loop for every slot freed.
-* Start and stop without idle waits: Faust's TableManager sleeps 1 s before
-  it finalises the tables (ours are declared before the worker starts), and
-  mode's Worker waits a full second before it closes the loop.
+"""The adapter's overrides of Faust's, mode's and aiokafka's behaviour
+(faust_adapter.py holds the plain private reads and writes, and REQUIRED,
+the list of every internal both rely on). Pinned: faust-streaming 0.15.3,
+mode-streaming 0.7.1, aiokafka 0.14.0. An upgrade that removes what these rely
+on fails tests/unit/stream_jobs/test_faust_adapter.py; one that changes the
+code an override replaces fails test_faust_patches.py. Why each exists, and
+what the public API lacks, is said where it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 
 import faust
 from faust.tables import TableManager as _FaustTableManager
 from mode.services import WaitResults
+
+log = logging.getLogger("phasemeter.worker")
 
 # Long enough for the callbacks a closing transport schedules with call_soon
 # (a few loop iterations), far below mode's 1 s.
@@ -132,12 +122,76 @@ def after_drop(consumer, deliver, poll_s: float = 0.05, max_wait_s: float = 2.0)
 
 
 def install_inline_delivery(consumer) -> None:
-    """Before the consumer starts. Faust offers no hook into its fetch loop,
+    """Faust's fetch loop hands each record to its stream with
+    `await consumer.wait_first(callback(message), suspend_flow.wait())`
+    (faust/transport/consumer.py), and mode's `wait_first` makes four tasks a
+    record: measured 63 µs against 0.2 µs for the delivery, a third of bare
+    Faust's cost per record (docs/performance/worker.md). Before the consumer
+    starts. Faust offers no hook into its fetch loop,
     which looks `wait_first` up on each record and its `callback` once as it
     starts, and the conductor `on_buffer_full`/`on_buffer_drop` once per
     partition assigned: attributes of the instance take the class's place."""
     consumer.wait_first = inline_first(consumer, consumer.suspend_flow)
     consumer.callback = after_drop(consumer, consumer.callback)
+
+
+def close_consumer_safely(thread) -> None:
+    """aiokafka's `Fetcher.close` cancels its pending fetch tasks and awaits
+    them without catching their CancelledError (aiokafka/consumer/fetcher.py,
+    `close`). A fetch is pending whenever the broker is unreachable (it waits
+    out its retry backoff), so the consumer's stop raises CancelledError out
+    of Faust's `on_thread_stop`; mode's `ServiceThread._shutdown_thread` then
+    never sets the shutdown flag the main loop waits on, and the worker hung
+    for mode's `shutdown_timeout` (60 s) after SIGTERM. Here that one
+    CancelledError, not a cancellation of the stop itself, ends the close."""
+    faust_stop = thread.on_thread_stop
+
+    async def on_thread_stop() -> None:
+        try:
+            await faust_stop()
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # the stop itself is cancelled
+                raise
+            log.warning("stopping: the Kafka consumer closed with a fetch still pending (broker unreachable)")
+
+    thread.on_thread_stop = on_thread_stop
+
+
+def bound_producer_stop(app, grace_s: float) -> None:
+    """A stop no longer waits on records a broker does not acknowledge.
+
+    Faust's `App.on_stop` flushes the producer before its agents and timers
+    are stopped (faust/app/base.py, `_producer_flush`), and the producer's
+    stop closes aiokafka's, which waits for every batch it holds; with the
+    broker down aiokafka gives a batch up only after the request timeout
+    (Faust's `producer_request_timeout`, 1200 s by default). Measured: a
+    worker whose join expiry was writing to a stopped broker was still in
+    that flush 60 s after SIGTERM, its agents never told to stop. The worker
+    awaits every record it sends before it records progress (publish.py,
+    join_agent.py) and sends nothing through Faust's buffer, so the flush at
+    stop is skipped: the work in hand waits for its own records within its
+    grace (handoff.py). The producer's close gets what is left of the grace;
+    records still unacknowledged then belong to work that recorded no
+    progress, and are sent again when it is re-read."""
+    producer = app.producer
+    faust_flush, faust_on_stop = producer.flush, producer.on_stop
+    began: list[float] = []
+
+    async def flush() -> None:
+        if not app.should_stop:
+            await faust_flush()
+        elif not began:
+            began.append(time.monotonic())
+
+    async def on_stop() -> None:
+        left = grace_s - (time.monotonic() - began[0]) if began else grace_s
+        try:
+            await asyncio.wait_for(faust_on_stop(), max(left, 0.1))
+        except asyncio.TimeoutError:
+            log.warning("stopping: Kafka has not acknowledged every record sent; closed without them "
+                        "(their work recorded no progress: it is re-read and sends them again)")
+
+    producer.flush, producer.on_stop = flush, on_stop
 
 
 class TableManager(_FaustTableManager):
