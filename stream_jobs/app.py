@@ -20,7 +20,7 @@ import faust
 from phasemeter.settings import Settings
 from phasemeter.store.client import connect
 
-from . import (handoff, ingest_agent, inline_delivery, join_agent, log_offsets, publish, recovery_task, resume,
+from . import (faust_adapter, handoff, ingest_agent, join_agent, log_offsets, publish, recovery_task, resume,
                sql_http, web_guard)
 from .pipeline import Pipeline
 from .sink import Sink
@@ -116,11 +116,10 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
         # forwarded phases went out in hundreds of small produce requests.
         producer_max_batch_size=settings.max_message_bytes,
         web_enabled=True,
-        # Without Faust's 1 s wait at start for tables declared late (lifecycle.py).
-        TableManager="phasemeter.stream_jobs.lifecycle:TableManager",
+        # Without Faust's 1 s wait at start for tables declared late (faust_patches.py).
+        TableManager="phasemeter.stream_jobs.faust_patches:TableManager",
     )
-    resume.deliver_everything(app)
-    inline_delivery.install(app)
+    faust_adapter.install(app, settings.stop_grace_s)
     sloset = declared_slos(settings)
     sink = (Sink.over(_with_slos(client, sloset), settings.store_dsn) if client is not None
             else Sink(lambda: _with_slos(open_store_for_worker(settings), sloset), settings.store_dsn))
