@@ -43,7 +43,8 @@ def check(runner, ruleset: RuleSet, at: datetime, models=(), buckets=(), bucket_
     for rule in ruleset.rules:
         key = (rule.window_s, rule.baseline, rule.percentile, rule.rises)
         if key not in frames:  # the stall family reads its own frame (chunk data only)
-            frames[key] = runner.df("stall_window" if rule.rises else "alert_window", window_params(rule, at, models))
+            frames[key] = runner.rows("stall_window" if rule.rises else "alert_window",
+                                      window_params(rule, at, models))
         results += evaluate(rule, frames[key], at, tuple(buckets))
     return order(results, list(bucket_labels), [r.name for r in ruleset.rules])
 
