@@ -576,11 +576,11 @@ ORDER BY
     input_bucket ASC,
     part ASC;
 
-CREATE VIEW phasemeter.bands_exact_view
+CREATE VIEW phasemeter.bands_exact_buckets_view
 AS SELECT
     t,
     model,
-    input_bucket,
+    toLowCardinality(bucket) AS input_bucket,
     n,
     prefill_n,
     pq[1] AS prefill_p1,
@@ -603,7 +603,7 @@ FROM
     SELECT
         toStartOfInterval(ts, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
         model,
-        input_bucket,
+        bucket,
         countIf(keep) AS n,
         countIf(keep AND (prefill_value IS NOT NULL)) AS prefill_n,
         quantilesExactInclusiveIf(0.01, 0.05, 0.5, 0.95, 0.99)(prefill_value, keep) AS pq,
@@ -617,24 +617,29 @@ FROM
         SELECT
             ts,
             model,
-            input_bucket,
             status,
             ttft_s,
             decode_tps,
+            if(empty({edges:Array(UInt32)}), input_bucket, arrayElement({labels:Array(String)}, arrayCount(e -> (e <= input_tokens), {edges:Array(UInt32)}))) AS bucket,
             if({prefill:String} = 'total', prefill_tps, if({prefill:String} = 'uncached', prefill_tps_uncached, if((queue_s IS NULL) OR (ttft_s IS NULL) OR (ttft_s <= queue_s), NULL, input_tokens / (ttft_s - queue_s)))) AS prefill_value,
             (({abandoned:String} = 'include') OR (status != 'abandoned')) AS keep
         FROM phasemeter.generations
-        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['total', 'engine', 'uncached'], {prefill:String}), 'prefill: expected total, engine or uncached') = 0) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
+        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND ((NOT empty({edges:Array(UInt32)})) OR empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['total', 'engine', 'uncached'], {prefill:String}), 'prefill: expected total, engine or uncached') = 0) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
     )
     GROUP BY
         t,
         model,
-        input_bucket
+        bucket
+    HAVING empty({edges:Array(UInt32)}) OR empty({buckets:Array(String)}) OR has({buckets:Array(String)}, bucket)
 )
 ORDER BY
     model ASC,
     input_bucket ASC,
     t ASC;
+
+CREATE VIEW phasemeter.bands_exact_view
+AS SELECT *
+FROM bands_exact_buckets_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = {abandoned:String}, prefill = {prefill:String}, edges = CAST([], 'Array(UInt32)'), labels = CAST([], 'Array(String)'));
 
 CREATE VIEW phasemeter.bands_rollup_view
 AS SELECT
@@ -745,11 +750,11 @@ SELECT
     'rollup' AS path
 FROM bands_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, hour_from = minute_to, hour_to = minute_to, hour3_from = minute_to, hour3_to = minute_to, day_from = minute_to, day_to = minute_to);
 
-CREATE VIEW phasemeter.latency_exact_view
+CREATE VIEW phasemeter.latency_exact_buckets_view
 AS SELECT
     t,
     model,
-    input_bucket,
+    toLowCardinality(bucket) AS input_bucket,
     n,
     ttft_n,
     tq[1] AS ttft_p50,
@@ -771,7 +776,7 @@ FROM
     SELECT
         toStartOfInterval(ts, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
         model,
-        input_bucket,
+        bucket,
         countIf(keep) AS n,
         countIf(keep AND (ttft_s IS NOT NULL)) AS ttft_n,
         quantilesExactInclusiveIf(0.5, 0.9, 0.99)(ttft_s, keep) AS tq,
@@ -787,24 +792,29 @@ FROM
         SELECT
             ts,
             model,
-            input_bucket,
             status,
             ttft_s,
             tpot_s,
             queue_s,
+            if(empty({edges:Array(UInt32)}), input_bucket, arrayElement({labels:Array(String)}, arrayCount(e -> (e <= input_tokens), {edges:Array(UInt32)}))) AS bucket,
             (({abandoned:String} = 'include') OR (status != 'abandoned')) AS keep
         FROM phasemeter.generations
-        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
+        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND ((NOT empty({edges:Array(UInt32)})) OR empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
     )
     GROUP BY
         t,
         model,
-        input_bucket
+        bucket
+    HAVING empty({edges:Array(UInt32)}) OR empty({buckets:Array(String)}) OR has({buckets:Array(String)}, bucket)
 )
 ORDER BY
     model ASC,
     input_bucket ASC,
     t ASC;
+
+CREATE VIEW phasemeter.latency_exact_view
+AS SELECT *
+FROM latency_exact_buckets_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = {abandoned:String}, edges = CAST([], 'Array(UInt32)'), labels = CAST([], 'Array(String)'));
 
 CREATE VIEW phasemeter.latency_rollup_view
 AS SELECT
