@@ -1,7 +1,7 @@
 """What does one definition of the exact bands cost the stored-bucket read?
 
 The exact bands and latencies are one parameterized view each
-(schema/0028_rebucket_views.sql), for the stored input bucket (edges = []) and
+(schema/0028_bucket_views_and_slo_view.sql), for the stored input bucket (edges = []) and
 for buckets recomputed from raw input_tokens (`--buckets`). Before, the
 re-bucketing queries were twins of the stored-bucket ones, kept in step by a
 test. This builds the stored-bucket views as they were (their bodies are in

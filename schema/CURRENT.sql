@@ -991,13 +991,14 @@ AS WITH
         ORDER BY registered_at DESC
         LIMIT 1
     ) AS d,
+    d IS NOT NULL AS declared,
     (
         SELECT toStartOfMinute(min(registered_at)) + toIntervalMinute(1 + (toStartOfMinute(min(registered_at)) < min(registered_at)))
         FROM phasemeter.slo_definitions
         WHERE slo_id = (d.1)
     ) AS covered,
     toStartOfMinute({start:DateTime64(3)}) AS minute_from,
-    (
+    declared AND (
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AND (covered <= minute_from) AS rollup,
@@ -1005,7 +1006,7 @@ AS WITH
 SELECT
     *,
     'exact' AS path
-FROM slo_exact_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, ttft_max = (d.2), prefill_min = (d.3), tpot_max = (d.4), decode_min = (d.5), e2e_max = (d.6), count_failed = (d.7), slo_models = (d.8), slo_buckets = (d.9))
+FROM slo_exact_view(start = {start:DateTime64(3)}, end = if(rollup OR (NOT declared), {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, ttft_max = (d.2), prefill_min = (d.3), tpot_max = (d.4), decode_min = (d.5), e2e_max = (d.6), count_failed = ifNull(d.7, 0), slo_models = ifNull(d.8, []), slo_buckets = ifNull(d.9, []))
 UNION ALL
 WITH
     (
@@ -1015,13 +1016,14 @@ WITH
         ORDER BY registered_at DESC
         LIMIT 1
     ) AS d,
+    d IS NOT NULL AS declared,
     (
         SELECT toStartOfMinute(min(registered_at)) + toIntervalMinute(1 + (toStartOfMinute(min(registered_at)) < min(registered_at)))
         FROM phasemeter.slo_definitions
         WHERE slo_id = (d.1)
     ) AS covered,
     toStartOfMinute({start:DateTime64(3)}) AS minute_from,
-    (
+    declared AND (
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AND (covered <= minute_from) AS rollup,
@@ -1029,4 +1031,4 @@ WITH
 SELECT
     *,
     'rollup' AS path
-FROM slo_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, slo_id = (d.1), models = {models:Array(String)}, buckets = {buckets:Array(String)});
+FROM slo_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, slo_id = ifNull(d.1, 0), models = {models:Array(String)}, buckets = {buckets:Array(String)});

@@ -1,6 +1,6 @@
 -- The exact bands per model x input bucket x step, of the stored input bucket:
 -- the definition is the parameterized view bands_exact_buckets_view
--- (schema/0028_rebucket_views.sql; edges = []: the stored bucket), which
+-- (schema/0028_bucket_views_and_slo_view.sql; edges = []: the stored bucket), which
 -- bands_exact_view and bands_view (the Grafana panels) and the re-bucketed
 -- bands (sql/bands_rebucket.sql) read too. Read here directly, not through
 -- bands_exact_view: each parameterized view a query passes through costs its

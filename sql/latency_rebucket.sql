@@ -1,6 +1,6 @@
 -- Latency percentiles (exact) with input buckets recomputed at query time from
 -- the raw input_tokens (`--buckets`): the definition is the parameterized view
--- latency_exact_buckets_view (schema/0028_rebucket_views.sql), which the stored
+-- latency_exact_buckets_view (schema/0028_bucket_views_and_slo_view.sql), which the stored
 -- bucket's latencies (latency_exact_view) read too. {edges}, {labels} and
 -- `buckets`: as sql/bands_rebucket.sql; {abandoned:String}: see schema/0025.
 SELECT *

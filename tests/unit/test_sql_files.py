@@ -77,10 +77,10 @@ def test_summary_counts_abandoned_by_phase():
 # The exact queries are parameterized views (one definition for the CLI and the
 # Grafana panels' bands_view / latency_view); their sql/ files select from them.
 # The stored-bucket and the re-bucketing files read one view each (edges = [] or not).
-EXACT_VIEWS = {"bands_exact": ("0028_rebucket_views.sql", "bands_exact_buckets_view"),
-               "bands_rebucket": ("0028_rebucket_views.sql", "bands_exact_buckets_view"),
-               "latency": ("0028_rebucket_views.sql", "latency_exact_buckets_view"),
-               "latency_rebucket": ("0028_rebucket_views.sql", "latency_exact_buckets_view"),
+EXACT_VIEWS = {"bands_exact": ("0028_bucket_views_and_slo_view.sql", "bands_exact_buckets_view"),
+               "bands_rebucket": ("0028_bucket_views_and_slo_view.sql", "bands_exact_buckets_view"),
+               "latency": ("0028_bucket_views_and_slo_view.sql", "latency_exact_buckets_view"),
+               "latency_rebucket": ("0028_bucket_views_and_slo_view.sql", "latency_exact_buckets_view"),
                "slo_exact": ("0026_slo_view.sql", "slo_exact_view")}
 
 
@@ -106,7 +106,7 @@ def test_the_stored_and_the_rebucketed_bucket_read_one_definition():
     having = ("HAVING empty({edges:Array(UInt32)}) OR empty({buckets:Array(String)}) "
               "OR has({buckets:Array(String)}, bucket)")
     empty = "edges = CAST([], 'Array(UInt32)'), labels = CAST([], 'Array(String)')"
-    migration = (ROOT / "schema" / "0028_rebucket_views.sql").read_text()
+    migration = (ROOT / "schema" / "0028_bucket_views_and_slo_view.sql").read_text()
     for stored, rebucket, view, public in (("bands_exact", "bands_rebucket", "bands_exact_buckets_view",
                                             "bands_exact_view"),
                                            ("latency", "latency_rebucket", "latency_exact_buckets_view",

@@ -123,3 +123,32 @@ SELECT *
 FROM latency_exact_buckets_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32},
      models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = {abandoned:String},
      edges = CAST([], 'Array(UInt32)'), labels = CAST([], 'Array(String)'));
+
+-- slo_view (schema/0026) for an SLO no worker declared: the definition's
+-- scalar subquery finds no row, and its NULLs went on as the exact view's
+-- parameters (count_failed: "Value \N cannot be parsed as UInt8"): a Grafana
+-- panel showed that error where no SLO is declared, the default. Now such an
+-- SLO reads an empty window on both paths and answers no rows; the panel says
+-- "no SLO declared" (its noValue, dashboards/grafana/phasemeter.json).
+-- Otherwise the view is 0026's.
+CREATE OR REPLACE VIEW slo_view AS
+WITH (SELECT tuple(slo_id, ttft_max, prefill_min, tpot_max, decode_min, e2e_max, count_failed, models, buckets)
+      FROM slo_definitions WHERE name = {slo:String} ORDER BY registered_at DESC LIMIT 1) AS d,
+     d IS NOT NULL AS declared,
+     (SELECT phasemeter_slo_covered_from_v1(min(registered_at)) FROM slo_definitions WHERE slo_id = d.1) AS covered,
+     toStartOfMinute({start:DateTime64(3)}) AS minute_from,
+     declared AND (SELECT rollup FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)},
+                                                     step_s = {step_s:UInt32}, models = {models:Array(String)},
+                                                     buckets = {buckets:Array(String)}))
+         AND covered <= minute_from AS rollup,
+     if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}),
+        minute_from) AS minute_to
+SELECT *, 'exact' AS path
+FROM slo_exact_view(start = {start:DateTime64(3)}, end = if(rollup OR NOT declared, {start:DateTime64(3)}, {end:DateTime64(3)}),
+     step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)},
+     ttft_max = d.2, prefill_min = d.3, tpot_max = d.4, decode_min = d.5, e2e_max = d.6,
+     count_failed = ifNull(d.7, 0), slo_models = ifNull(d.8, []), slo_buckets = ifNull(d.9, []))
+UNION ALL
+SELECT *, 'rollup' AS path
+FROM slo_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, slo_id = ifNull(d.1, 0),
+     models = {models:Array(String)}, buckets = {buckets:Array(String)});
