@@ -11,7 +11,6 @@ so every renderer has one input.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -53,12 +52,18 @@ def from_result(result) -> Rows:
     return Rows(names, columns)
 
 
+# pandas' missing values, known by their types' names: no pandas import, and
+# no read of a pandas module that another thread may be importing (the
+# worker's: a partly imported pandas has no `NA` yet).
+_PANDAS_MISSING = ("NAType", "NaTType")
+
+
 def missing(value) -> bool:
-    """None, NaN, or pandas' NA/NaT (which exist only where pandas was imported)."""
+    """None, NaN, or pandas' NA/NaT."""
     if value is None or (isinstance(value, float) and value != value):
         return True
-    pd = sys.modules.get("pandas")
-    return pd is not None and (value is pd.NA or value is pd.NaT)
+    kind = type(value)
+    return kind.__name__ in _PANDAS_MISSING and kind.__module__.partition(".")[0] == "pandas"
 
 
 def naive_utc(value):
