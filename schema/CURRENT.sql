@@ -731,24 +731,22 @@ AS WITH
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AS rollup,
-    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
-    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+    toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}) AS minute_end
 SELECT
     *,
     'exact' AS path
-FROM bands_exact_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = 'include', prefill = 'total')
+FROM bands_exact_buckets_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = 'include', prefill = 'total', edges = CAST([], 'Array(UInt32)'), labels = CAST([], 'Array(String)'))
 UNION ALL
 WITH
     (
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AS rollup,
-    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
-    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+    toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}) AS minute_end
 SELECT
     *,
     'rollup' AS path
-FROM bands_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, hour_from = minute_to, hour_to = minute_to, hour3_from = minute_to, hour3_to = minute_to, day_from = minute_to, day_to = minute_to);
+FROM bands_rollup_view(start = if(rollup, toStartOfMinute({start:DateTime64(3)}), minute_end), end = minute_end, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, hour_from = minute_end, hour_to = minute_end, hour3_from = minute_end, hour3_to = minute_end, day_from = minute_end, day_to = minute_end);
 
 CREATE VIEW phasemeter.latency_exact_buckets_view
 AS SELECT
@@ -905,24 +903,22 @@ AS WITH
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AS rollup,
-    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
-    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+    toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}) AS minute_end
 SELECT
     *,
     'exact' AS path
-FROM latency_exact_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = 'include')
+FROM latency_exact_buckets_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = 'include', edges = CAST([], 'Array(UInt32)'), labels = CAST([], 'Array(String)'))
 UNION ALL
 WITH
     (
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AS rollup,
-    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
-    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+    toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}) AS minute_end
 SELECT
     *,
     'rollup' AS path
-FROM latency_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, hour_from = minute_to, hour_to = minute_to, hour3_from = minute_to, hour3_to = minute_to, day_from = minute_to, day_to = minute_to);
+FROM latency_rollup_view(start = if(rollup, toStartOfMinute({start:DateTime64(3)}), minute_end), end = minute_end, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, hour_from = minute_end, hour_to = minute_end, hour3_from = minute_end, hour3_to = minute_end, day_from = minute_end, day_to = minute_end);
 
 CREATE VIEW phasemeter.read_path_view
 AS SELECT
@@ -1002,7 +998,7 @@ AS WITH
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AND (covered <= minute_from) AS rollup,
-    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+    toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}) AS minute_end
 SELECT
     *,
     'exact' AS path
@@ -1027,8 +1023,8 @@ WITH
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AND (covered <= minute_from) AS rollup,
-    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+    toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}) AS minute_end
 SELECT
     *,
     'rollup' AS path
-FROM slo_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, slo_id = ifNull(d.1, 0), models = {models:Array(String)}, buckets = {buckets:Array(String)});
+FROM slo_rollup_view(start = if(rollup, minute_from, minute_end), end = minute_end, step_s = {step_s:UInt32}, slo_id = ifNull(d.1, 0), models = {models:Array(String)}, buckets = {buckets:Array(String)});
