@@ -34,7 +34,8 @@ from .fast_decode import Generation, decoded_events
 _TEXT = ("request_id", "model", "status")
 _LABELS = ("finish_reason", "gateway", "replica")  # null -> "" (ordered_fields)
 _GENERATIONS_ONLY = {Generation}
-_NULL_COLUMNS = tuple(k for k in NO_EXTRAS if k != "output_tokens_estimated") + ("stalled",)
+_NULL_COLUMNS = tuple(k for k, v in NO_EXTRAS.items() if v is None) + ("stalled",)
+_EMPTY_LABELS = tuple(k for k, v in NO_EXTRAS.items() if v == "")  # no P/D split: "" as every absent label
 
 
 def ts_array(seconds) -> pa.Array:
@@ -221,6 +222,7 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float, oldest: f
         "schema_version": pa.array(numbers("schema_version", np.int64)),
     })
     columns.update({name: pa.nulls(n) for name in _NULL_COLUMNS})
+    columns.update({name: pa.array([""], type=pa.string()).take(np.zeros(n, dtype=np.int64)) for name in _EMPTY_LABELS})
     sources = [(e.message.topic, e.message.partition, e.message.offset) for e in events]
     topics, partitions, offsets = zip(*sources)
     sizes = np.array(counts)

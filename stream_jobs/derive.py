@@ -14,7 +14,8 @@ from . import reasons as R
 from .buckets import Bucketer
 from .contract import LABEL_FIELDS, check_count, check_duration, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
 from .contract import V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate, may_hold_lone_surrogate
-from .contract import control_character, has_control, outside_retention
+from .contract import PD_ABSENT, PD_FIELDS, check_gap, check_transfer_within, control_character, has_control
+from .contract import outside_retention
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
 __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_event", "process_message",
@@ -22,11 +23,11 @@ __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process",
 REQUIRED = ("schema_version", "kind", "request_id", "model", "t0", "e2e_s", "input_tokens", "output_tokens")
 OPTIONAL = ("ttft_s", "queue_s", "cached_input_tokens", "status", "finish_reason", "gateway", "replica")
 KNOWN = frozenset(REQUIRED + OPTIONAL)  # a v1 generation: exactly as strict as before v2's extras
-KNOWN_V2 = KNOWN | frozenset(V2_OPTIONAL)
+KNOWN_V2 = KNOWN | frozenset(V2_OPTIONAL) | frozenset(PD_FIELDS)
 # What an event without the v2 extras normalises them to (no chunk data, an
-# output count from the server).
+# output count from the server, no prefill/decode split).
 NO_EXTRAS = {"chunks": None, "max_gap_s": None, "gaps_over": None, "gap_threshold_s": None,
-             "output_tokens_estimated": False}
+             "output_tokens_estimated": False, **PD_ABSENT}
 COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")
 DURATIONS = ("ttft_s", "e2e_s", "queue_s")
 
@@ -38,6 +39,7 @@ ROW_COLUMNS = (
     "queue_s", "ttft_s", "decode_s", "e2e_s",
     "prefill_tps", "prefill_tps_uncached", "decode_tps", "tpot_s",
     "max_gap_s", "stalled", "chunks", "gap_threshold_s", "output_tokens_estimated",  # schema/0010, 0011
+    "prefill_replica", "decode_replica", "kv_transfer_s",  # schema/0027
     "schema_version", "src_topic", "src_partition", "src_offset",
 )
 
@@ -199,7 +201,14 @@ def _validate_full(event: dict, now: float, oldest: float = MIN_T0) -> dict | Re
     if cached is not None and cached > out["input_tokens"]:
         return Rejection(R.INCONSISTENT, f"cached_input_tokens={cached} > input_tokens")
     bad = check_v2_optional(event, out) or check_gap_within(out["max_gap_s"], e2e)
-    return bad if bad is not None else out
+    if bad is not None:
+        return bad
+    kv = event.get("kv_transfer_s")
+    bad = None if kv is None else check_gap("kv_transfer_s", kv)
+    if bad is not None:
+        return bad
+    out["kv_transfer_s"] = None if kv is None else float(kv)
+    return check_transfer_within(out["kv_transfer_s"], ttft, e2e) or out
 
 
 def _rate(count: float, seconds: float | None) -> float | None:

@@ -27,7 +27,8 @@ from typing import Annotated, Literal, Optional, Union
 import msgspec
 
 from .buckets import Bucketer
-from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, V2_OPTIONAL
+from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS, SCHEMA_VERSIONS, STATUSES
+from .contract import V2_OPTIONAL
 from .contract import has_control, may_hold_control
 from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, derive, ordered_fields, process_message
 from .phase_events import PHASE_VERSION, SPEC, check_across
@@ -71,11 +72,12 @@ Generation = _struct("Generation", "generation", [(n, _type_of(n)) for n in REQU
                      [(n, _type_of(n), "ok") if n == "status" else (n, Optional[_type_of(n)], None)
                       for n in sorted(KNOWN - set(REQUIRED))])
 # The v2 phase events as validate_phase accepts them, built from its SPEC;
-# an end with stall data (V2_OPTIONAL) takes the full path.
+# an end with stall data (V2_OPTIONAL) or a phase with P/D fields takes the full path.
 PHASES = {kind: _struct(kind.title().replace("_", ""), kind,
                         [("schema_version", Literal[PHASE_VERSION]), ("request_id", _type_of("request_id"))]
                         + [(n, _type_of(n)) for n in required],
-                        [(n, Optional[_type_of(n)], None) for n in optional + either if n not in V2_OPTIONAL])
+                        [(n, Optional[_type_of(n)], None) for n in optional + either
+                         if n not in V2_OPTIONAL + PD_FIELDS])
           for kind, (required, optional, either) in SPEC.items()}
 _EVENT = Union[(Generation, *PHASES.values())]
 Envelope = _struct("Envelope", "batch", [("schema_version", _Version),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import zlib
 
 from . import reasons as R
-from .contract import MAX_DURATION_S, V2_OPTIONAL
+from .contract import MAX_DURATION_S, PD_FIELDS, V2_OPTIONAL
 
 Output = tuple[str, dict]
 # The kind of the note ingest forwards for a generation it joined itself.
@@ -63,7 +63,10 @@ def _ttft(ph: dict, t0: float) -> float | None:
 
 def _generation(rid: str, ph: dict, **outcome) -> dict:
     start = ph["start"]
-    return {"schema_version": 2, "kind": "generation", "request_id": rid, "model": start["model"],
+    # The P/D fields from whichever phase carried them (start or end); left
+    # out when none did, so the generation is what it was without them.
+    pd = {name: value for name in PD_FIELDS if (value := _pick(ph, name)) is not None}
+    return {**pd, "schema_version": 2, "kind": "generation", "request_id": rid, "model": start["model"],
             "t0": start["t0"], "ttft_s": _ttft(ph, start["t0"]), "queue_s": _pick(ph, "queue_s"),
             "input_tokens": start["input_tokens"], "cached_input_tokens": _pick(ph, "cached_input_tokens"),
             "gateway": start.get("gateway"), "replica": start.get("replica"), **outcome}

@@ -23,7 +23,8 @@ OK, FIRING, INSUFFICIENT = "ok", "firing", "insufficient data"
 # Each metric's (sample count, value) columns in its frame: alert_window for
 # the throughputs, stall_window for the stall family.
 COLUMNS = {"prefill_tps": ("prefill_n", "prefill_q"), "decode_tps": ("decode_n", "decode_q"),
-           "max_gap_s": ("gap_n", "gap_q"), "stalled_share": ("verdict_n", "stalled_share")}
+           "max_gap_s": ("gap_n", "gap_q"), "stalled_share": ("verdict_n", "stalled_share"),
+           "kv_transfer_s": ("kv_n", "kv_q")}  # transfer_window (alerts/transfer.py)
 OTHER = {"prefill": "decode", "decode": "prefill"}
 # For decode: queue_s p95 must at least grow this much to be called "rose".
 QUEUE_RISE = 1.5
@@ -101,8 +102,8 @@ def diagnose(phase: str, threshold: float, queue_ratio: float | None, other_chan
     return text + (f"; queue_s p95 also rose {queue_ratio:.1f}× (preemption?)" if rose else "")
 
 
-def _sides(rows: Rows) -> dict[tuple, dict]:
-    """(model, bucket, part) -> the first row of it, by column name."""
+def window_sides(rows: Rows) -> dict[tuple, dict]:
+    """(model, bucket, part) -> its first row, by column name (the alert, stall and transfer windows)."""
     keys = zip(rows.column("model"), rows.column("input_bucket"), rows.column("part"))
     sides: dict[tuple, dict] = {}
     for key, record in zip(keys, rows.records()):
@@ -120,7 +121,7 @@ def evaluate(rule: Rule, frame: Rows | pd.DataFrame | None, at: datetime,
     rows = of(frame)
     phase, other = rule.phase, OTHER[rule.phase]
     n_col, v_col = COLUMNS[rule.metric]
-    sides = _sides(rows)
+    sides = window_sides(rows)
     pairs = sorted({(model, bucket) for model, bucket, _ in sides})
     for model, bucket in pairs:
         if not rule.covers(bucket) or (buckets and bucket not in buckets):

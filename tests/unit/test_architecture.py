@@ -20,8 +20,8 @@ PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join", "phaseme
         "phasemeter.integrations.otlp_names", "phasemeter.integrations.otlp_pd",
         "phasemeter.integrations.otlp_fields",
         "phasemeter.integrations.sse", "phasemeter.integrations.openai_call", "phasemeter.stream_jobs.otlp_in",
-        "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.store.sql_guard",
-        "phasemeter.store.sql_request", "phasemeter.store.sql_compress", "phasemeter.store.native_revision",
+        "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.alerts.transfer",
+        "phasemeter.store.sql_guard", "phasemeter.store.sql_request", "phasemeter.store.sql_compress", "phasemeter.store.native_revision",
         "phasemeter.stream_jobs.refusals", "phasemeter.stream_jobs.dead_letter", "phasemeter.stream_jobs.phases_in")
 IO = ("faust", "aiokafka", "kafka", "clickhouse_connect", "chdb", "urllib", "socket", "subprocess",
       "phasemeter.store.client", "phasemeter.query.runner", "phasemeter.stream_jobs.sink", "phasemeter.stream_jobs.ledger")
@@ -160,7 +160,8 @@ LAYERS = (
     ("pure cores, emitter and integrations", ("phasemeter.producers", "phasemeter.integrations", "phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join",
                                 "phasemeter.stream_jobs.batch_join", "phasemeter.stream_jobs.sequence", "phasemeter.stream_jobs.phase_events",
                                 "phasemeter.alerts.evaluate", "phasemeter.alerts.rules", "phasemeter.alerts.slo_rules",
-                                "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.analytics.paths",
+                                "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.alerts.transfer",
+                                "phasemeter.analytics.paths",
                                 "phasemeter.analytics.variants", "phasemeter.store.sql_guard",
                                 "phasemeter.store.sql_request", "phasemeter.store.sql_compress",
                                 "phasemeter.store.native_revision", "phasemeter.query.rows")),

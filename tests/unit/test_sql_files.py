@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from phasemeter.store.migrate import discover
 from phasemeter.store.client import is_read_only, load_sql
 
@@ -122,6 +124,44 @@ def test_the_stored_and_the_rebucketed_bucket_read_one_definition():
         assert f"FROM {view}(" in wrapper and empty in wrapper and "generations" not in wrapper, public
 
 
+@pytest.mark.parametrize("exact,pool,inner", [
+    ("bands_exact", "bands_pool_view", "ts, model, {}status, ttft_s, decode_tps,"),
+    ("latency", "latency_pool_view", "SELECT ts, model, {}status, ttft_s, tpot_s, queue_s,")])
+def test_each_pool_view_is_the_one_exact_definition_with_only_the_pool_and_the_transfer_added(exact, pool, inner):
+    """The per-pool views (schema/0027) are views of their own so that the
+    exact queries keep no unused key. `--by` reads the stored bucket only, so
+    each is the one exact definition (0028's buckets view) at edges = [] with
+    nothing but the pool key, its bound choice and (latency) the KV transfer's
+    columns added: a change to what a band or a latency is that is not made
+    to the pool view too fails here."""
+    import difflib
+
+    [file] = (ROOT / "schema").glob("*_pd_columns.sql")
+    text = file.read_text().split(f"CREATE VIEW IF NOT EXISTS {pool} AS\n", 1)[1].split(";\n", 1)[0]
+    lines = [ln.strip().replace("pool, ", "").replace(", kv_transfer_s,", ",")
+             for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("--")]
+    added = [ln for ln in lines if "{by:String}" in ln or "kv_transfer" in ln or "AS pool" in ln or ln == "pool,"
+             or ln.startswith("'by: expected")]
+    assert len(added) == (5 if exact == "bands_exact" else 8), added
+    kept = [ln for ln in lines if ln not in added]
+    # What edges = [] makes of the buckets view: the stored input_bucket, filtered in WHERE.
+    stored = sorted([
+        "- t, model, toLowCardinality(bucket) AS input_bucket, n,", "+ t, model, input_bucket, n,",
+        "- bucket,", "+ input_bucket,",
+        "- " + inner.format(""), "+ " + inner.format("input_bucket, "),
+        "- if(empty({edges:Array(UInt32)}), input_bucket,",
+        "- arrayElement({labels:Array(String)}, arrayCount(e -> e <= input_tokens, {edges:Array(UInt32)})))",
+        "- AS bucket,",
+        "- AND (NOT empty({edges:Array(UInt32)}) OR empty({buckets:Array(String)})",
+        "- OR has({buckets:Array(String)}, input_bucket))",
+        "+ AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket))",
+        "- GROUP BY t, model, bucket", "+ GROUP BY t, model, input_bucket",
+        "- HAVING empty({edges:Array(UInt32)}) OR empty({buckets:Array(String)}) "
+        "OR has({buckets:Array(String)}, bucket)"])
+    changed = sorted(ln for ln in difflib.ndiff(_code(exact), kept) if ln[:2] in ("- ", "+ "))
+    assert changed == stored, (pool, changed)
+
+
 def _judge_call(text: str) -> str:
     """The argument list of the SLO judge in a SQL text, whitespace-free."""
     code = "\n".join(ln for ln in text.splitlines() if not ln.strip().startswith("--"))
@@ -149,13 +189,14 @@ def test_every_slo_count_uses_the_one_judge_with_the_same_arguments():
     assert flags.count(",") + 1 == len(SLO_COUNTS)  # one flag per named count
 
 
-def test_the_stall_frame_splits_windows_as_the_alert_frame_does():
+@pytest.mark.parametrize("frame", ["stall_window", "transfer_window"])
+def test_the_stall_and_transfer_frames_split_windows_as_the_alert_frame_does(frame):
     def parts(text):
         code = re.sub(r"\s+", " ", "\n".join(ln for ln in text.splitlines() if not ln.strip().startswith("--")))
         return re.search(r"multiIf\(.*?\) AS part", code).group(0)
 
     [view] = (ROOT / "schema").glob("*_alert_window_view.sql")
-    assert parts((ROOT / "sql" / "stall_window.sql").read_text()) == parts(view.read_text())
+    assert parts((ROOT / "sql" / f"{frame}.sql").read_text()) == parts(view.read_text())
 
 
 def test_no_named_read_changes_a_setting_in_its_text():

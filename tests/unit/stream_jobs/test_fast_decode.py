@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phasemeter.stream_jobs.contract import V2_OPTIONAL
+from phasemeter.stream_jobs.contract import PD_FIELDS, V2_OPTIONAL
 from phasemeter.stream_jobs.derive import KNOWN, process_message
 from phasemeter.stream_jobs.fast_decode import PHASES, Generation, common_fields, process_message_fast
 from phasemeter.stream_jobs.phase_events import SPEC
@@ -37,10 +37,10 @@ def test_the_struct_holds_the_v1_generation_fields():
     assert set(Generation.__struct_fields__) | {"kind"} == KNOWN
 
 
-def test_the_phase_structs_hold_their_spec_fields_but_stall_data():
+def test_the_phase_structs_hold_their_spec_fields_but_stall_and_pd_data():
     assert set(SPEC) == set(PHASES) == {"start", "first_token", "end"}
     for kind, (required, optional, either) in SPEC.items():
-        names = {"schema_version", "request_id", *required, *optional, *either} - set(V2_OPTIONAL)
+        names = {"schema_version", "request_id", *required, *optional, *either} - set(V2_OPTIONAL) - set(PD_FIELDS)
         assert set(PHASES[kind].__struct_fields__) == names
 
 
