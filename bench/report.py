@@ -25,7 +25,9 @@ COMMAND = "python bench/report.py"
 ORDER = ("emitter-record", "worker-single", "worker-envelopes", "join-envelopes", "join-per-phase",
          "sink-90000", "sink-20000", "freshness-2k", "freshness-5k", "bands-30d", "bands-30d-direct",
          "bands-1d-1min", "bands-1d-1min-direct", "bands-rows", "rollup-accuracy", "query-fixed-cost",
-         "query-fixed-cost-direct", "cli-help", "cli-config")
+         "query-fixed-cost-direct", "cli-help", "cli-config", "cli-read-sql", "cli-read-bands",
+         "cli-read-bands-cpu", "cli-read-latency", "cli-read-latency-cpu", "cli-read-slo", "cli-read-slo-cpu",
+         "cli-read-alerts", "cli-read-alerts-cpu", "cli-read-before", "cli-read-before-cpu")
 # The pages of docs/performance/ that keep the reasoning behind the figures.
 TOPICS = ("emitter", "worker", "sink", "queries", "reads")
 

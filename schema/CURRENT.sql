@@ -579,11 +579,11 @@ ORDER BY
     input_bucket ASC,
     part ASC;
 
-CREATE VIEW phasemeter.bands_exact_view
+CREATE VIEW phasemeter.bands_exact_buckets_view
 AS SELECT
     t,
     model,
-    input_bucket,
+    toLowCardinality(bucket) AS input_bucket,
     n,
     prefill_n,
     pq[1] AS prefill_p1,
@@ -606,7 +606,7 @@ FROM
     SELECT
         toStartOfInterval(ts, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
         model,
-        input_bucket,
+        bucket,
         countIf(keep) AS n,
         countIf(keep AND (prefill_value IS NOT NULL)) AS prefill_n,
         quantilesExactInclusiveIf(0.01, 0.05, 0.5, 0.95, 0.99)(prefill_value, keep) AS pq,
@@ -620,24 +620,29 @@ FROM
         SELECT
             ts,
             model,
-            input_bucket,
             status,
             ttft_s,
             decode_tps,
+            if(empty({edges:Array(UInt32)}), input_bucket, arrayElement({labels:Array(String)}, arrayCount(e -> (e <= input_tokens), {edges:Array(UInt32)}))) AS bucket,
             if({prefill:String} = 'total', prefill_tps, if({prefill:String} = 'uncached', prefill_tps_uncached, if((queue_s IS NULL) OR (ttft_s IS NULL) OR (ttft_s <= queue_s), NULL, input_tokens / (ttft_s - queue_s)))) AS prefill_value,
             (({abandoned:String} = 'include') OR (status != 'abandoned')) AS keep
         FROM phasemeter.generations
-        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['total', 'engine', 'uncached'], {prefill:String}), 'prefill: expected total, engine or uncached') = 0) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
+        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND ((NOT empty({edges:Array(UInt32)})) OR empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['total', 'engine', 'uncached'], {prefill:String}), 'prefill: expected total, engine or uncached') = 0) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
     )
     GROUP BY
         t,
         model,
-        input_bucket
+        bucket
+    HAVING empty({edges:Array(UInt32)}) OR empty({buckets:Array(String)}) OR has({buckets:Array(String)}, bucket)
 )
 ORDER BY
     model ASC,
     input_bucket ASC,
     t ASC;
+
+CREATE VIEW phasemeter.bands_exact_view
+AS SELECT *
+FROM bands_exact_buckets_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = {abandoned:String}, prefill = {prefill:String}, edges = CAST([], 'Array(UInt32)'), labels = CAST([], 'Array(String)'));
 
 CREATE VIEW phasemeter.bands_pool_view
 AS SELECT
@@ -794,30 +799,28 @@ AS WITH
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AS rollup,
-    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
-    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+    toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}) AS minute_end
 SELECT
     *,
     'exact' AS path
-FROM bands_exact_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = 'include', prefill = 'total')
+FROM bands_exact_buckets_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = 'include', prefill = 'total', edges = CAST([], 'Array(UInt32)'), labels = CAST([], 'Array(String)'))
 UNION ALL
 WITH
     (
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AS rollup,
-    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
-    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+    toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}) AS minute_end
 SELECT
     *,
     'rollup' AS path
-FROM bands_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, hour_from = minute_to, hour_to = minute_to, hour3_from = minute_to, hour3_to = minute_to, day_from = minute_to, day_to = minute_to);
+FROM bands_rollup_view(start = if(rollup, toStartOfMinute({start:DateTime64(3)}), minute_end), end = minute_end, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, hour_from = minute_end, hour_to = minute_end, hour3_from = minute_end, hour3_to = minute_end, day_from = minute_end, day_to = minute_end);
 
-CREATE VIEW phasemeter.latency_exact_view
+CREATE VIEW phasemeter.latency_exact_buckets_view
 AS SELECT
     t,
     model,
-    input_bucket,
+    toLowCardinality(bucket) AS input_bucket,
     n,
     ttft_n,
     tq[1] AS ttft_p50,
@@ -839,7 +842,7 @@ FROM
     SELECT
         toStartOfInterval(ts, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
         model,
-        input_bucket,
+        bucket,
         countIf(keep) AS n,
         countIf(keep AND (ttft_s IS NOT NULL)) AS ttft_n,
         quantilesExactInclusiveIf(0.5, 0.9, 0.99)(ttft_s, keep) AS tq,
@@ -855,24 +858,29 @@ FROM
         SELECT
             ts,
             model,
-            input_bucket,
             status,
             ttft_s,
             tpot_s,
             queue_s,
+            if(empty({edges:Array(UInt32)}), input_bucket, arrayElement({labels:Array(String)}, arrayCount(e -> (e <= input_tokens), {edges:Array(UInt32)}))) AS bucket,
             (({abandoned:String} = 'include') OR (status != 'abandoned')) AS keep
         FROM phasemeter.generations
-        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
+        WHERE (ts >= {start:DateTime64(3)}) AND (ts < {end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND ((NOT empty({edges:Array(UInt32)})) OR empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)) AND (throwIf(NOT has(['include', 'exclude'], {abandoned:String}), 'abandoned: expected include or exclude') = 0)
     )
     GROUP BY
         t,
         model,
-        input_bucket
+        bucket
+    HAVING empty({edges:Array(UInt32)}) OR empty({buckets:Array(String)}) OR has({buckets:Array(String)}, bucket)
 )
 ORDER BY
     model ASC,
     input_bucket ASC,
     t ASC;
+
+CREATE VIEW phasemeter.latency_exact_view
+AS SELECT *
+FROM latency_exact_buckets_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = {abandoned:String}, edges = CAST([], 'Array(UInt32)'), labels = CAST([], 'Array(String)'));
 
 CREATE VIEW phasemeter.latency_pool_view
 AS SELECT
@@ -1036,24 +1044,22 @@ AS WITH
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AS rollup,
-    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
-    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+    toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}) AS minute_end
 SELECT
     *,
     'exact' AS path
-FROM latency_exact_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = 'include')
+FROM latency_exact_buckets_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, abandoned = 'include', edges = CAST([], 'Array(UInt32)'), labels = CAST([], 'Array(String)'))
 UNION ALL
 WITH
     (
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AS rollup,
-    toStartOfMinute({start:DateTime64(3)}) AS minute_from,
-    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+    toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}) AS minute_end
 SELECT
     *,
     'rollup' AS path
-FROM latency_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, hour_from = minute_to, hour_to = minute_to, hour3_from = minute_to, hour3_to = minute_to, day_from = minute_to, day_to = minute_to);
+FROM latency_rollup_view(start = if(rollup, toStartOfMinute({start:DateTime64(3)}), minute_end), end = minute_end, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, hour_from = minute_end, hour_to = minute_end, hour3_from = minute_end, hour3_to = minute_end, day_from = minute_end, day_to = minute_end);
 
 CREATE VIEW phasemeter.read_path_view
 AS SELECT
@@ -1122,21 +1128,22 @@ AS WITH
         ORDER BY registered_at DESC
         LIMIT 1
     ) AS d,
+    d IS NOT NULL AS declared,
     (
         SELECT toStartOfMinute(min(registered_at)) + toIntervalMinute(1 + (toStartOfMinute(min(registered_at)) < min(registered_at)))
         FROM phasemeter.slo_definitions
         WHERE slo_id = (d.1)
     ) AS covered,
     toStartOfMinute({start:DateTime64(3)}) AS minute_from,
-    (
+    declared AND (
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AND (covered <= minute_from) AS rollup,
-    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+    toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}) AS minute_end
 SELECT
     *,
     'exact' AS path
-FROM slo_exact_view(start = {start:DateTime64(3)}, end = if(rollup, {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, ttft_max = (d.2), prefill_min = (d.3), tpot_max = (d.4), decode_min = (d.5), e2e_max = (d.6), count_failed = (d.7), slo_models = (d.8), slo_buckets = (d.9))
+FROM slo_exact_view(start = {start:DateTime64(3)}, end = if(rollup OR (NOT declared), {start:DateTime64(3)}, {end:DateTime64(3)}), step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)}, ttft_max = (d.2), prefill_min = (d.3), tpot_max = (d.4), decode_min = (d.5), e2e_max = (d.6), count_failed = ifNull(d.7, 0), slo_models = ifNull(d.8, []), slo_buckets = ifNull(d.9, []))
 UNION ALL
 WITH
     (
@@ -1146,18 +1153,19 @@ WITH
         ORDER BY registered_at DESC
         LIMIT 1
     ) AS d,
+    d IS NOT NULL AS declared,
     (
         SELECT toStartOfMinute(min(registered_at)) + toIntervalMinute(1 + (toStartOfMinute(min(registered_at)) < min(registered_at)))
         FROM phasemeter.slo_definitions
         WHERE slo_id = (d.1)
     ) AS covered,
     toStartOfMinute({start:DateTime64(3)}) AS minute_from,
-    (
+    declared AND (
         SELECT rollup
         FROM read_path_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32}, models = {models:Array(String)}, buckets = {buckets:Array(String)})
     ) AND (covered <= minute_from) AS rollup,
-    if(rollup, toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}), minute_from) AS minute_to
+    toStartOfMinute({end:DateTime64(3)}) + toIntervalMinute(toStartOfMinute({end:DateTime64(3)}) < {end:DateTime64(3)}) AS minute_end
 SELECT
     *,
     'rollup' AS path
-FROM slo_rollup_view(start = minute_from, end = minute_to, step_s = {step_s:UInt32}, slo_id = (d.1), models = {models:Array(String)}, buckets = {buckets:Array(String)});
+FROM slo_rollup_view(start = if(rollup, minute_from, minute_end), end = minute_end, step_s = {step_s:UInt32}, slo_id = ifNull(d.1, 0), models = {models:Array(String)}, buckets = {buckets:Array(String)});

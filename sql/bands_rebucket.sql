@@ -1,49 +1,12 @@
--- Percentile bands (exact, as sql/bands_exact.sql: same {abandoned} and
--- {prefill} parameters and columns) with input buckets recomputed at query
--- time from the raw input_tokens: bucket = labels[number of edges <=
--- input_tokens]. edges start at 0 and ascend, so the index is 1..length(labels);
--- intervals are [lo, hi), the last one open. `buckets` filters on NEW labels.
-SELECT
-    t, model, input_bucket, n,
-    prefill_n,
-    pq[1] AS prefill_p1, pq[2] AS prefill_p5, pq[3] AS prefill_p50, pq[4] AS prefill_p95, pq[5] AS prefill_p99,
-    decode_n,
-    dq[1] AS decode_p1, dq[2] AS decode_p5, dq[3] AS decode_p50, dq[4] AS decode_p95, dq[5] AS decode_p99,
-    abandoned, abandoned_prefill, abandoned_decode,
-    {prefill:String} AS prefill_variant
-FROM
-(
-    SELECT
-        toStartOfInterval(ts, toIntervalSecond({step_s:UInt32}), 'UTC') AS t,
-        model,
-        arrayElement({labels:Array(String)}, arrayCount(e -> e <= input_tokens, {edges:Array(UInt32)})) AS input_bucket,
-        countIf(keep) AS n,
-        countIf(keep AND prefill_value IS NOT NULL) AS prefill_n,
-        quantilesExactInclusiveIf(0.01, 0.05, 0.5, 0.95, 0.99)(prefill_value, keep) AS pq,
-        countIf(keep AND decode_tps IS NOT NULL) AS decode_n,
-        quantilesExactInclusiveIf(0.01, 0.05, 0.5, 0.95, 0.99)(decode_tps, keep) AS dq,
-        countIf(status = 'abandoned') AS abandoned,
-        countIf(status = 'abandoned' AND ttft_s IS NULL) AS abandoned_prefill,
-        countIf(status = 'abandoned' AND ttft_s IS NOT NULL) AS abandoned_decode
-    FROM
-    (
-        SELECT
-            ts, model, input_tokens, status, ttft_s, decode_tps,
-            -- nested if, 'total' first: measured ~10 % faster than multiIf (4M rows)
-            if({prefill:String} = 'total', prefill_tps,
-               if({prefill:String} = 'uncached', prefill_tps_uncached,
-                  if(queue_s IS NULL OR ttft_s IS NULL OR ttft_s <= queue_s, NULL,
-                     input_tokens / (ttft_s - queue_s)))) AS prefill_value,
-            ({abandoned:String} = 'include' OR status != 'abandoned') AS keep
-        FROM generations
-        WHERE ts >= {start:DateTime64(3)} AND ts < {end:DateTime64(3)}
-          AND (empty({models:Array(String)}) OR has({models:Array(String)}, model))
-          AND throwIf(NOT has(['total', 'engine', 'uncached'], {prefill:String}),
-                      'prefill: expected total, engine or uncached') = 0
-          AND throwIf(NOT has(['include', 'exclude'], {abandoned:String}),
-                      'abandoned: expected include or exclude') = 0
-    )
-    GROUP BY t, model, input_bucket
-    HAVING empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)
-)
+-- Percentile bands (exact) with input buckets recomputed at query time from the
+-- raw input_tokens (`--buckets`): the definition is the parameterized view
+-- bands_exact_buckets_view (schema/0028_bucket_views_and_slo_view.sql), which the stored
+-- bucket's bands (bands_exact_view) read too. {edges:Array(UInt32)} start at 0
+-- and ascend, {labels:Array(String)} name their intervals; `buckets` filters on
+-- the new labels. {abandoned:String} and {prefill:String}: see schema/0024.
+SELECT *
+FROM bands_exact_buckets_view(start = {start:DateTime64(3)}, end = {end:DateTime64(3)}, step_s = {step_s:UInt32},
+     models = {models:Array(String)}, buckets = {buckets:Array(String)},
+     abandoned = {abandoned:String}, prefill = {prefill:String},
+     edges = {edges:Array(UInt32)}, labels = {labels:Array(String)})
 ORDER BY model, input_bucket, t

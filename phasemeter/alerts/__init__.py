@@ -46,7 +46,7 @@ def check(runner, ruleset: RuleSet, at: datetime, models=(), buckets=(), bucket_
         query = "transfer_window" if rule.transfer else "stall_window" if rule.rises else "alert_window"
         key = (rule.window_s, rule.baseline, rule.percentile, query)
         if key not in frames:
-            frames[key] = runner.df(query, window_params(rule, at, models))
+            frames[key] = runner.rows(query, window_params(rule, at, models))
         results += (evaluate_transfer if rule.transfer else evaluate)(rule, frames[key], at, tuple(buckets))
     return order(results, list(bucket_labels), [r.name for r in ruleset.rules])
 

@@ -1,7 +1,8 @@
 """Pure alert logic: one `alert_window` frame + a Rule -> states and evidence.
 
 No I/O here, so every state (ok / firing / insufficient data) and every line
-of the root-cause map (docs/metrics.md) is a plain unit test on small DataFrames.
+of the root-cause map (docs/metrics.md) is a plain unit test on small frames
+(phasemeter.query.rows.Rows, what the CLI reads; or DataFrames).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from phasemeter.alerts.rules import Rule
+from phasemeter.query.rows import Rows, of
 from phasemeter.textgrid import grid
 
 if TYPE_CHECKING:  # only in annotations: `phasemeter --help` imports this module and must not load pandas
@@ -100,24 +102,31 @@ def diagnose(phase: str, threshold: float, queue_ratio: float | None, other_chan
     return text + (f"; queue_s p95 also rose {queue_ratio:.1f}× (preemption?)" if rose else "")
 
 
-def _side(df: pd.DataFrame, model: str, bucket: str, part: str) -> dict:
-    rows = df[(df["model"] == model) & (df["input_bucket"] == bucket) & (df["part"] == part)]
-    return rows.iloc[0].to_dict() if len(rows) else {}
+def window_sides(rows: Rows) -> dict[tuple, dict]:
+    """(model, bucket, part) -> its first row, by column name (the alert, stall and transfer windows)."""
+    keys = zip(rows.column("model"), rows.column("input_bucket"), rows.column("part"))
+    sides: dict[tuple, dict] = {}
+    for key, record in zip(keys, rows.records()):
+        sides.setdefault(key, dict(zip(rows.names, record)))
+    return sides
 
 
-def evaluate(rule: Rule, frame: pd.DataFrame, at: datetime, buckets: tuple[str, ...] = ()) -> list[Result]:
+def evaluate(rule: Rule, frame: Rows | pd.DataFrame | None, at: datetime,
+             buckets: tuple[str, ...] = ()) -> list[Result]:
     """Every model × bucket seen in either window (a vanished or brand-new model
     shows up as insufficient data, never as an error or a false alarm)."""
     out: list[Result] = []
     if frame is None or frame.empty:
         return out
+    rows = of(frame)
     phase, other = rule.phase, OTHER[rule.phase]
     n_col, v_col = COLUMNS[rule.metric]
-    pairs = sorted(set(zip(frame["model"], frame["input_bucket"])))
+    sides = window_sides(rows)
+    pairs = sorted({(model, bucket) for model, bucket, _ in sides})
     for model, bucket in pairs:
         if not rule.covers(bucket) or (buckets and bucket not in buckets):
             continue
-        cur, base = _side(frame, model, bucket, "current"), _side(frame, model, bucket, "baseline")
+        cur, base = sides.get((model, bucket, "current"), {}), sides.get((model, bucket, "baseline"), {})
         n_cur, n_base = int(cur.get(n_col, 0) or 0), int(base.get(n_col, 0) or 0)
         v_cur, v_base = _num(cur.get(v_col)), _num(base.get(v_col))
         if rule.rises:

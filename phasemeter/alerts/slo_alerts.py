@@ -32,10 +32,10 @@ def check(runner, sloset: SloSet, at: datetime, models=()) -> list[BurnResult]:
     if not windows:
         return results
     for slo in sloset.slos:
-        df = runner.df("slo_windows", {"at": _naive(at), "windows_s": windows, "models": list(models),
-                                       **slo.params()})
+        got = runner.rows("slo_windows", {"at": _naive(at), "windows_s": windows, "models": list(models),
+                                          **slo.params()})
         rings: dict[str, dict[int, dict]] = {}
-        for model, ring, counts in (zip(df["model"], df["ring"], df["counts"]) if len(df) else ()):
+        for model, ring, counts in (zip(*map(got.column, ("model", "ring", "counts"))) if len(got) else ()):
             rings.setdefault(model, {})[int(ring)] = unpack(counts)
         for model in sorted(rings):
             wins = windows_from_rings(rings[model], windows)

@@ -1,8 +1,9 @@
 """The transfer alert family: in prefill/decode disaggregated serving, the
 KV cache's move from the prefill pool to the decode pool got slow.
 
-Pure: one `transfer_window` frame + a Rule -> Results, so each state is a
-unit test on a small DataFrame. The signature it looks for (docs/alerts.md):
+Pure: one `transfer_window` frame (phasemeter.query.rows.Rows, what
+`runner.rows` returns; or a DataFrame) + a Rule -> Results, so each state is a
+unit test on a small frame. The signature it looks for (docs/alerts.md):
 TTFT rose, prefill compute held, the transfer rose. All three must hold:
   * the transfer's percentile rose by more than the rule's threshold and is
     at least its floor (a rise from 2 ms to 5 ms pages nobody);
@@ -23,8 +24,9 @@ import math
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from phasemeter.alerts.evaluate import FIRING, INSUFFICIENT, OK, Result, stall_value
+from phasemeter.alerts.evaluate import FIRING, INSUFFICIENT, OK, Result, stall_value, window_sides
 from phasemeter.alerts.rules import Rule
+from phasemeter.query.rows import Rows, of
 
 if TYPE_CHECKING:  # annotations only: `phasemeter --help` must not load pandas
     import pandas as pd
@@ -66,20 +68,17 @@ def diagnose(rule: Rule, kv: tuple, ttft_change: float | None, compute_change: f
             "(prefill runbook, section D)")
 
 
-def _side(frame: pd.DataFrame, model: str, bucket: str, part: str) -> dict:
-    rows = frame[(frame["model"] == model) & (frame["input_bucket"] == bucket) & (frame["part"] == part)]
-    return rows.iloc[0].to_dict() if len(rows) else {}
-
-
-def evaluate_transfer(rule: Rule, frame: pd.DataFrame, at: datetime, buckets: tuple[str, ...] = ()) -> list[Result]:
+def evaluate_transfer(rule: Rule, frame: Rows | pd.DataFrame | None, at: datetime,
+                      buckets: tuple[str, ...] = ()) -> list[Result]:
     """Every model × bucket with transfers in either window."""
     out: list[Result] = []
     if frame is None or frame.empty:
         return out
-    for model, bucket in sorted(set(zip(frame["model"], frame["input_bucket"]))):
+    sides = window_sides(of(frame))
+    for model, bucket in sorted({(model, bucket) for model, bucket, _ in sides}):
         if not rule.covers(bucket) or (buckets and bucket not in buckets):
             continue
-        cur, base = _side(frame, model, bucket, "current"), _side(frame, model, bucket, "baseline")
+        cur, base = sides.get((model, bucket, "current"), {}), sides.get((model, bucket, "baseline"), {})
         n_cur, n_base = int(cur.get("kv_n", 0) or 0), int(base.get("kv_n", 0) or 0)
         kv = (_num(cur.get("kv_q")), _num(base.get("kv_q")))
         ttft = (_num(cur.get("ttft_q")), _num(base.get("ttft_q")))

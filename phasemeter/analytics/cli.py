@@ -74,7 +74,7 @@ def extend_window_flags(p) -> None:
 
 
 def cmd_latency(args, settings) -> int:
-    from phasemeter.analytics import fetch, render, write_chart
+    from phasemeter.analytics import fetch, fetch_rows, render, write_chart
 
     args.latency = True
     from phasemeter.render.table import check_columns
@@ -82,12 +82,13 @@ def cmd_latency(args, settings) -> int:
     from phasemeter.analytics.present import table_columns
 
     check_columns(args.columns, table_columns("latency"))  # before any store is opened
-    df, meta = fetch(args, settings)
     if args.out:
+        df, meta = fetch(args, settings)
         path = write_chart(df, meta, args.out)
         print(f"wrote {path} ({len(df)} rows, {meta['path']} path, step {meta['step_s']}s)")
         return 0
-    sys.stdout.write(render(df, args.format, meta, args.columns, args.wide) + "\n")
+    rows, meta = fetch_rows(args, settings)  # plain columns: a text output imports no pandas
+    sys.stdout.write(render(rows, args.format, meta, args.columns, args.wide) + "\n")
     return 0
 
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from phasemeter.query.queries import BAND_COLUMNS, METHOD as EXACT_METHOD, order_bands
+from phasemeter.query.queries import BAND_COLUMNS, METHOD as EXACT_METHOD, order_rows
+from phasemeter.query.rows import Rows, missing, naive_utc
 from phasemeter.stream_jobs.buckets import labels as bucket_labels, parse_edges
 from phasemeter.timeparse import ArgError, auto_step, parse_duration, window
 
@@ -33,6 +33,9 @@ from phasemeter.analytics import variants
 from phasemeter.analytics.paths import (SHOWN, TIER_GRAINS, PathChoice, TierPlan, auto_candidates, choose_path,
                                         count_grain, sample_step, samples_needed, step_rule, tier_plan)
 from phasemeter.analytics.variants import ABANDONED_COLUMNS, BY_CHOICES, SPLIT_COLUMNS
+
+if TYPE_CHECKING:  # a frame is built for the callers that ask for one (run_query): text outputs read Rows
+    import pandas as pd
 
 LATENCY_PCTS = ("p50", "p90", "p99")
 LATENCY_METRICS = ("ttft", "tpot", "queue")
@@ -117,17 +120,33 @@ def _dtype(col: str) -> str:
     return "int64" if col in ("n", "abandoned") or col.endswith("_n") else "float64"  # stalled_share: NaN = none
 
 
-def _tidy(df: pd.DataFrame, kind: str, by: str | None = None) -> pd.DataFrame:
+def _cast(dtype: str):
+    """One value as a column of `dtype` holds it (what the frame of run_query holds)."""
+    if dtype == "datetime64[ns]":
+        return naive_utc
+    if dtype == "float64":
+        return lambda v: math.nan if v is None else float(v)
+    if dtype == "Int64":
+        return lambda v: None if missing(v) else int(v)
+    return (lambda v: v) if dtype == "object" else int
+
+
+def _tidy(rows: Rows, kind: str, by: str | None = None) -> Rows:
+    """The kind's columns, in order, each value typed as its column (_dtype);
+    a per-pool answer's "pool" named by what it holds (`by`)."""
     cols = columns_for(kind, by)
-    if df.empty:
-        return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in cols})
+    if rows.empty:
+        return Rows(cols, [[] for _ in cols])
     if by is not None:
-        df = df.rename(columns={"pool": by})  # the view's key, named by what it holds
-    if getattr(df["t"].dt, "tz", None) is not None:
-        df["t"] = df["t"].dt.tz_convert("UTC").dt.tz_localize(None)
-    for c in cols[3:]:
-        df[c] = df[c].astype(_dtype(c))
-    return df[cols]
+        rows = Rows([by if n == "pool" else n for n in rows.names], rows.columns)
+    return Rows(cols, [list(map(_cast(_dtype(c)), rows.column(c))) for c in cols])
+
+
+def frame(rows: Rows, kind: str, by: str | None = None) -> pd.DataFrame:
+    """Rows of `_tidy` as a DataFrame of the columns' dtypes."""
+    import pandas as pd
+
+    return pd.DataFrame({c: pd.Series(rows.column(c), dtype=_dtype(c)) for c in columns_for(kind, by)})
 
 
 def preflight(kind: str, step_s: int | None, force: str | None, rebucket: bool, abandoned: str, prefill: str,
@@ -156,7 +175,18 @@ def run_query(runner, start: datetime, end: datetime, step_s: int | None, models
               kind: str = "bands", force: str | None = None, edges=None,
               default_edges="default", abandoned: str = "include",
               prefill: str = "total", tiers: bool = True, by: str | None = None) -> tuple[pd.DataFrame, dict]:
-    """The library entry point (CLI-free). `edges` (spec or tuple) re-buckets from raw input_tokens;
+    """run_rows' answer as a DataFrame."""
+    rows, meta = run_rows(runner, start, end, step_s, models, buckets, kind=kind, force=force, edges=edges,
+                          default_edges=default_edges, abandoned=abandoned, prefill=prefill, tiers=tiers, by=by)
+    return frame(rows, kind, by), meta
+
+
+def run_rows(runner, start: datetime, end: datetime, step_s: int | None, models=None, buckets=None, *,
+             kind: str = "bands", force: str | None = None, edges=None,
+             default_edges="default", abandoned: str = "include",
+             prefill: str = "total", tiers: bool = True, by: str | None = None) -> tuple[Rows, dict]:
+    """The library entry point (CLI-free), as plain Python columns
+    (phasemeter.query.rows; run_query: the same as a DataFrame). `edges` (spec or tuple) re-buckets from raw input_tokens;
     `abandoned` include|exclude and `prefill` total|engine|uncached: see variants.py.
     `by` (prefill_replica | decode_replica): one row per P/D pool too, on the
     exact path; the latency frame then has the KV transfer's percentiles.
@@ -165,7 +195,7 @@ def run_query(runner, start: datetime, end: datetime, step_s: int | None, models
     `step_s=None`: the auto step, the finest at which most cells hold enough
     samples for the percentiles shown (meta["step_rule"] says so).
 
-    Returns (frame, meta) with meta keys: kind, path, reason, method, step_s, step_rule,
+    Returns (rows, meta) with meta keys: kind, path, reason, method, step_s, step_rule,
     start, end (the window actually queried, ISO), bucket_order, rebucketed,
     abandoned, prefill, abandoned_split (False on the rollup: no phase split),
     tiers (the coarser rollup tiers read: [] on the exact path or minute only).
@@ -206,27 +236,28 @@ def run_query(runner, start: datetime, end: datetime, step_s: int | None, models
         spans = f"{plan.states_per_series(int(q_start.timestamp()), int(q_end.timestamp())):,} cell states per series"
         reason += f"; {' + '.join(used[::-1] + ['minute'])} tiers, {spans}" if used else f"; minute tier, {spans}"
     query = _SQL[(kind, "pool" if by is not None else choice.path, rebucket)]
-    df = _tidy(runner.df(query, params), kind, by)
-    if df.empty and filters["models"]:
+    rows = _tidy(runner.rows(query, params), kind, by)
+    if rows.empty and filters["models"]:
         _explain_unknown_models(runner, filters["models"], start, end)
     order = bucket_labels(edge_tuple)
-    df = order_bands(df, order)
-    if by is not None and not df.empty:  # model, then pool, then bucket order and time (a stable sort)
-        df = df.sort_values(["model", by], kind="stable").reset_index(drop=True)
+    rows = order_rows(rows, order)
+    if by is not None:  # model, then pool, then bucket order and time (sorted is stable)
+        names, pools = rows.column("model"), rows.column(by)
+        rows = rows.take(sorted(range(len(rows)), key=lambda i: (names[i], pools[i])))
     meta = {"kind": kind, "path": choice.path, "reason": reason,
             "method": method_for(kind, choice.path), "step_s": step_s, "step_rule": rule,
             "start": q_start.isoformat().replace("+00:00", "Z"),
             "end": q_end.isoformat().replace("+00:00", "Z"),
             "bucket_order": order, "rebucketed": rebucket, "abandoned": abandoned, "prefill": prefill,
             "abandoned_split": choice.path == "exact", "tiers": used, "by": by}
-    return df, meta
+    return rows, meta
 
 
 def read_path(runner, start: datetime, end: datetime, step_s: int, filters: dict) -> dict:
     """The store's exact-or-rollup verdict (sql/read_path.sql: the rule the
     Grafana panels follow too) as plain values; raw_rows None when not counted."""
-    df = runner.df("read_path", {"start": _naive(start), "end": _naive(end), "step_s": int(step_s), **filters})
-    return {k: (None if pd.isna(v) else v) for k, v in df.iloc[0].items()}
+    rows = runner.rows("read_path", {"start": _naive(start), "end": _naive(end), "step_s": int(step_s), **filters})
+    return {k: (None if missing(v) else v) for k, v in zip(rows.names, rows.records()[0])}
 
 
 def _tier_plan(runner, start: datetime, end: datetime, step_s: int, tiers: bool) -> TierPlan:
@@ -239,12 +270,11 @@ def _tier_plan(runner, start: datetime, end: datetime, step_s: int, tiers: bool)
     finest = TIER_GRAINS[0][1]
     if not tiers or step_s % finest or hi - lo < finest:
         return tier_plan(lo, hi, step_s, {}, use_tiers=False)
-    df = runner.df("rollup_tier_first_cells", {})
+    rows = runner.rows("rollup_tier_first_cells", {})
     read_from = {}
     for name, _ in TIER_GRAINS:
-        value = df[name].iloc[0] if len(df) else None
-        missing = value is None or pd.isna(value)
-        read_from[name] = None if missing else int(_utc(pd.Timestamp(value).to_pydatetime()).timestamp())
+        value = rows.column(name)[0] if len(rows) else None
+        read_from[name] = None if missing(value) else int(_utc(value).timestamp())
     plan = tier_plan(lo, hi, step_s, read_from)
     for name, grain in TIER_GRAINS:
         first = read_from[name]
@@ -258,7 +288,7 @@ def _tier_plan(runner, start: datetime, end: datetime, step_s: int, tiers: bool)
 def _complete(runner, name: str, grain: int, first: int) -> bool:
     """Whether a tier's first cell holds all its raw rows (every model x bucket)."""
     cell = datetime.fromtimestamp(first, timezone.utc).replace(tzinfo=None)
-    bad = runner.df("rollup_mismatches", {"table": f"generations_{name}", "grain_s": grain, "start": cell,
+    bad = runner.rows("rollup_mismatches", {"table": f"generations_{name}", "grain_s": grain, "start": cell,
                                           "end": cell + timedelta(seconds=grain), "cells": []})
     return bad.empty
 
@@ -284,10 +314,10 @@ def check_filters(models: list[str], buckets: list[str], labels: list[str]) -> N
 
 
 def _explain_unknown_models(runner, models: list[str], start: datetime, end: datetime) -> None:
-    present = runner.df("models_in_window", {"start": _naive(start), "end": _naive(end)})
+    present = runner.rows("models_in_window", {"start": _naive(start), "end": _naive(end)})
     if present.empty:
         return  # an empty window: the answer is honestly empty
-    known = dict(zip(present["model"], present["n"]))
+    known = dict(zip(present.column("model"), present.column("n")))
     missing = [m for m in models if m not in known]
     if missing:
         listing = ", ".join(f"{m} ({int(n):,})" for m, n in known.items())
@@ -307,8 +337,9 @@ def _auto_step(runner, start: datetime, end: datetime, filters: dict, kind: str,
     tables = {60: "generations_minute", **{g: f"generations_{name}" for name, g in TIER_GRAINS}}
     params = {"start": _naive(start), "end": _naive(end), "grain": grain, "table": tables[tier],
               "models": filters["models"], "buckets": [] if rebucket else filters["buckets"]}
-    df = runner.df("auto_step_counts", params) if len(candidates) > 1 else pd.DataFrame()
-    counts = zip(zip(df["model"], df["input_bucket"]), df["t"], df["n"]) if len(df) else []
+    rows = runner.rows("auto_step_counts", params) if len(candidates) > 1 else None
+    counts = zip(zip(rows.column("model"), rows.column("input_bucket")), rows.column("t"), rows.column("n")) \
+        if rows else []
     return sample_step(counts, grain, candidates, needed), step_rule(needed, candidates)
 
 
@@ -337,6 +368,12 @@ def kind_of(args) -> str:
 
 
 def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
+    """fetch_rows' answer as a DataFrame (charts, library callers)."""
+    rows, meta = fetch_rows(args, settings, runner)
+    return frame(rows, meta["kind"], meta["by"]), meta
+
+
+def fetch_rows(args, settings, runner=None) -> tuple[Rows, dict]:
     """What `phasemeter query bands` / `chart` / `latency` call: args from argparse.
 
     Understands the base window flags (--from/--to/--step/--model/--bucket/--via)
@@ -359,9 +396,9 @@ def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
 
         runner = open_runner(settings, getattr(args, "via", None))
     try:
-        return run_query(runner, start, end, step_s, getattr(args, "model", None), getattr(args, "bucket", None),
-                         kind=kind, force=force, edges=edges, default_edges=settings.bucket_edges,
-                         abandoned=abandoned, prefill=prefill, tiers=tiers, by=by)
+        return run_rows(runner, start, end, step_s, getattr(args, "model", None), getattr(args, "bucket", None),
+                        kind=kind, force=force, edges=edges, default_edges=settings.bucket_edges,
+                        abandoned=abandoned, prefill=prefill, tiers=tiers, by=by)
     finally:
         if own:
             runner.close()

@@ -10,16 +10,19 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
+from phasemeter.query.rows import Rows, of
 from phasemeter.render.table import (HEADER_NOTE, POOL_TITLES, abandoned_columns, band_columns, choose_columns,
                                      format_table, json_records, lead_columns, num, to_csv, to_table)
 from phasemeter.query.queries import LEGEND
 from phasemeter.timeparse import ArgError
 
-from phasemeter.analytics.core import LATENCY_METRICS, LATENCY_PCTS, STALL_COLUMNS
+from phasemeter.analytics.core import LATENCY_METRICS, LATENCY_PCTS, STALL_COLUMNS, frame as typed_frame
 from phasemeter.analytics.variants import PREFILL_VARIANTS, header_lines, prefill_label
+
+if TYPE_CHECKING:  # charts and CSV take a DataFrame; tables and JSON read Rows (no pandas)
+    import pandas as pd
 
 LATENCY_NOTE = "latency seconds; HIGH percentiles are the slow tail (p99 = the slowest 1%)"
 STALLS_NOTE = ("decode stalls: gap = each generation's largest gap between streamed chunks (max_gap_s, seconds); "
@@ -62,10 +65,10 @@ LATENCY_POOL_DEFAULT = ("t", "model", *(c for c, _ in POOL_TITLES), "input_bucke
                         "ttft_p99", "tpot_p50", "tpot_p99", "kv_transfer_p50", "kv_transfer_p99")
 
 
-def latency_columns(df: pd.DataFrame | None = None) -> list[tuple[str, str]]:
+def latency_columns(df: Rows | None = None) -> list[tuple[str, str]]:
     cols = lead_columns(df) + [("n", "n")]
     cols += abandoned_columns(df) if df is not None else []
-    kv = df is None or "kv_transfer_n" in df.columns  # every name, for --columns; else the frame's
+    kv = df is None or df.has("kv_transfer_n")  # every name, for --columns; else the frame's
     for m in LATENCY_METRICS + (("kv_transfer",) if kv else ()):
         label = "kv" if m == "kv_transfer" else m
         cols.append((f"{m}_n", f"{label} n"))
@@ -80,7 +83,7 @@ STALLS_DEFAULT = ("t", "model", "input_bucket", "n", "chunk_n", "gap_p50", "gap_
                   "stalled_share", "abandoned")
 
 
-def stall_columns(df: pd.DataFrame | None = None) -> list[tuple[str, str]]:
+def stall_columns(df: Rows | None = None) -> list[tuple[str, str]]:
     cols = [("t", "time (UTC)"), ("model", "model"), ("input_bucket", "bucket"), ("n", "n")]
     cols += [(k, STALLS_TITLES[k]) for k in STALL_COLUMNS if k in STALLS_TITLES]
     return cols + (abandoned_columns(df) if df is not None else [])
@@ -96,7 +99,7 @@ def table_columns(kind: str) -> list[str]:
     return [k for k, _ in cols] + [k for k, _ in ABANDONED_TITLES]
 
 
-def _latency_table(df: pd.DataFrame, meta: dict, columns=None, wide=False) -> str:
+def _latency_table(df: Rows, meta: dict, columns=None, wide=False) -> str:
     every = latency_columns(df)
     pooled = meta.get("by") is not None
     cols = choose_columns(every, LATENCY_POOL_DEFAULT if pooled else LATENCY_DEFAULT, columns, wide)
@@ -105,7 +108,7 @@ def _latency_table(df: pd.DataFrame, meta: dict, columns=None, wide=False) -> st
                         hidden=len(every) - len(cols), unit=" seconds", max_width=None if wide else 120)
 
 
-def _stalls_table(df: pd.DataFrame, meta: dict, columns=None, wide=False) -> str:
+def _stalls_table(df: Rows, meta: dict, columns=None, wide=False) -> str:
     every = stall_columns(df)
     cols = choose_columns(every, STALLS_DEFAULT, columns, wide)
     return format_table(df, cols, [STALLS_NOTE, *_head_lines(meta)], fmt=_num, hidden=len(every) - len(cols),
@@ -117,7 +120,7 @@ def _head_lines(meta: dict) -> list[str]:
     return [f"path: {meta['path']} ({meta['reason']})", f"method: {meta['method']}", *rule, *header_lines(meta)]
 
 
-def _json(df: pd.DataFrame, meta: dict, note: str, **extra) -> str:
+def _json(df: Rows, meta: dict, note: str, **extra) -> str:
     head = {k: meta[k] for k in ("kind", "path", "reason", "method", "step_s", "start", "end", "abandoned")}
     if meta.get("by") is not None:
         head["by"] = meta["by"]
@@ -139,12 +142,16 @@ def _json(df: pd.DataFrame, meta: dict, note: str, **extra) -> str:
 _ROWS = "\u0000phasemeter rows\u0000"
 
 
-def render(df: pd.DataFrame, fmt: str, meta: dict, columns: list[str] | None = None, wide: bool = False) -> str:
+def render(frame: Rows | pd.DataFrame, fmt: str, meta: dict, columns: list[str] | None = None,
+           wide: bool = False) -> str:
     """Text for `query bands` / `latency`; says which path (exact/rollup) answered.
-    Tables show the default columns (120 characters), `columns` or all (`wide`)."""
+    Tables show the default columns (120 characters), `columns` or all (`wide`).
+    `frame`: run_rows' Rows, or a DataFrame. CSV is written from the typed
+    DataFrame (csv_text formats its floats in C); the rest reads Rows."""
     meta = _meta(meta)
     if fmt == "csv":
-        return to_csv(df)
+        return to_csv(typed_frame(frame, meta["kind"], meta.get("by")) if isinstance(frame, Rows) else frame)
+    df = of(frame)
     if meta["kind"] == "latency":
         return _json(df, meta, LATENCY_NOTE) if fmt == "json" else _latency_table(df, meta, columns, wide)
     if meta["kind"] == "stalls":

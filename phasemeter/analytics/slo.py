@@ -49,12 +49,9 @@ def with_objectives(slo: Slo, overrides: list[str]) -> Slo:
 def _registered(runner) -> dict[int, datetime]:
     """slo_id -> the first minute its per-minute counts are complete from (the
     store's rule, schema/0026: slo_view decides alike for Grafana)."""
-    df = runner.df("slo_registered", {})
-    out = {}
-    for slo_id, at in (zip(df["slo_id"], df["covered_from"]) if len(df) else ()):
-        at = at.to_pydatetime() if hasattr(at, "to_pydatetime") else at
-        out[int(slo_id)] = _utc(at)
-    return out
+    rows = runner.rows("slo_registered", {})
+    return {int(slo_id): _utc(at) for slo_id, at in zip(rows.column("slo_id"), rows.column("covered_from"))} \
+        if len(rows) else {}
 
 
 def exact_reason(slo: Slo, declared: bool, covered: datetime | None, start: datetime) -> dict[str, str]:
@@ -89,13 +86,14 @@ def attainment(runner, slo: Slo, start: datetime, end: datetime, step_s: int | N
     params = {"start": _naive(q_start), "end": _naive(q_end), "step_s": q_step, "models": list(models),
               "buckets": list(buckets)}
     if choice.path == "rollup":
-        df = runner.df("slo_rollup", {**params, "slo_id": slo.slo_id})
+        got = runner.rows("slo_rollup", {**params, "slo_id": slo.slo_id})
     else:
-        df = runner.df("slo_exact", {**params, **slo.params()})
+        got = runner.rows("slo_exact", {**params, **slo.params()})
     cells: dict[tuple, dict] = {}
     # An empty answer may come without columns.
-    for t, model, bucket, counts in (zip(df["t"], df["model"], df["input_bucket"], df["counts"]) if len(df) else ()):
-        t = q_start if step_s is None else _utc(t.to_pydatetime() if hasattr(t, "to_pydatetime") else t)
+    for t, model, bucket, counts in (zip(*map(got.column, ("t", "model", "input_bucket", "counts")))
+                                     if len(got) else ()):
+        t = q_start if step_s is None else _utc(t)
         key = (t, model, bucket if by == "cell" else "all")
         cells[key] = burn.add(cells.get(key, {}), burn.unpack(counts))
     rank = {b: i for i, b in enumerate(bucket_labels)}

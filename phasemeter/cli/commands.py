@@ -115,8 +115,10 @@ def cmd_query(args, settings: Settings) -> int:
 
     kind = "stalls" if getattr(args, "stalls", False) else "bands"
     check_columns(args.columns, table_columns(kind))  # before any store is opened
-    df, meta = fetch_bands(args, settings)
-    sys.stdout.write(render(df, args.format, meta, args.columns, args.wide) + "\n")
+    from phasemeter.analytics import fetch_rows
+
+    rows, meta = fetch_rows(args, settings)  # plain columns: a text output imports no pandas
+    sys.stdout.write(render(rows, args.format, meta, args.columns, args.wide) + "\n")
     return 0
 
 

@@ -12,9 +12,7 @@ ClickHouse server store it is posted to the server with `readonly=1`.
 from __future__ import annotations
 
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 from phasemeter.timeparse import ArgError
@@ -81,6 +79,9 @@ def worker_sql_url(data_path: Path) -> str | None:
 
 
 def cmd_sql(args, settings) -> int:
+    import urllib.error
+    import urllib.request  # here: every command's start-up imports this module (its parser)
+
     from phasemeter.store.sql_guard import ChError, check_text, from_engine
 
     text = sql_text(args)

@@ -323,7 +323,7 @@ def show_pools(settings: Settings, out: Path) -> None:
     bucket (decode hardly depends on the prompt): decode bands (the slow
     pool's median and slow tail), then TTFT, TPOT and the KV transfer
     (phasemeter query bands / latency --by decode_replica --bucket ...)."""
-    from phasemeter.analytics.core import run_query
+    from phasemeter.analytics.core import run_rows
     from phasemeter.analytics.present import render
     from phasemeter.query.runner import open_runner
     from phasemeter.stream_jobs.buckets import labels, parse_edges
@@ -338,9 +338,9 @@ def show_pools(settings: Settings, out: Path) -> None:
                                      "decode_p50"]),
                           ("latency", ["model", "decode_replica", "input_bucket", "n", "ttft_p50", "tpot_p50",
                                        "tpot_p99", "kv_transfer_p50", "kv_transfer_p99"])):
-        df, meta = run_query(runner, start, end, 86_400, buckets=[bucket], kind=kind,
-                             default_edges=settings.bucket_edges, by="decode_replica")
-        parts.append(render(df, "table", meta, columns))
+        rows, meta = run_rows(runner, start, end, 86_400, buckets=[bucket], kind=kind,
+                              default_edges=settings.bucket_edges, by="decode_replica")
+        parts.append(render(rows, "table", meta, columns))
     _say(f"per decode pool, whole window, bucket {bucket} (phasemeter query bands / latency "
          f"--by decode_replica --bucket {bucket}):")
     text = "\n\n".join(parts)

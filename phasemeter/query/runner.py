@@ -1,7 +1,8 @@
 """Run a named query from `sql/` over ClickHouse SQL, through clickhouse-connect.
 
 Every read feature (bands, alerts, analytics, the live page) asks a Runner
-for `df(name, params)`: the named file's SQL with typed parameters bound by
+for `df(name, params)` (a DataFrame) or `rows(name, params)` (plain Python
+columns, what text outputs read without importing pandas): the named file's SQL with typed parameters bound by
 ClickHouse ({name:Type}). There is one read protocol and one Runner; only
 the store's address differs (`open_runner`):
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from phasemeter.query.rows import Rows, from_result
 from phasemeter.store.client import StoreError, load_sql
 
 if TYPE_CHECKING:  # imported where a frame is built: the worker's ingest path never needs pandas
@@ -63,9 +65,17 @@ class DirectRunner:
 
     def df(self, name: str, params: dict) -> pd.DataFrame:
         with self.lock:
-            if name not in self._settings:
-                self._settings[name] = changeable(self.client, QUERY_SETTINGS.get(name, {}))
-            return self.client.query_df(load_sql(name), parameters=params, settings=self._settings[name] or None)
+            return self.client.query_df(load_sql(name), parameters=params, settings=self._settings_of(name))
+
+    def rows(self, name: str, params: dict) -> Rows:
+        """As `df`, as plain Python columns (phasemeter.query.rows): no pandas."""
+        with self.lock:
+            return from_result(self.client.query(load_sql(name), parameters=params, settings=self._settings_of(name)))
+
+    def _settings_of(self, name: str) -> dict | None:
+        if name not in self._settings:
+            self._settings[name] = changeable(self.client, QUERY_SETTINGS.get(name, {}))
+        return self._settings[name] or None
 
     def close(self) -> None:
         self.client.close()

@@ -2,19 +2,19 @@
 
 One formatter for every frame (throughput bands, latency): callers pass the
 columns and the header lines that say what the numbers mean. Unknown values
-(NaN, NULL/pd.NA) print as "-" and become JSON null, never 0.
+(NaN, NULL/pd.NA) print as "-" and become JSON null, never 0. A frame is
+phasemeter.query.rows.Rows (a text output's, no pandas) or a DataFrame, read
+into Rows first (`rows.of`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from phasemeter.analytics.paths import SAMPLES_FOR
 from phasemeter.query.queries import METHOD, PERCENTILES, PHASES
+from phasemeter.query.rows import Rows, missing, of
 from phasemeter.textgrid import printable
 from phasemeter.timeparse import ISO_UTC
 
@@ -26,21 +26,21 @@ ABANDONED_TITLES = (("abandoned", "abandoned"), ("abandoned_prefill", "ab. in pr
                     ("abandoned_decode", "ab. in decode"))
 
 
-def _missing(value) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def num(value) -> str:
     """Throughputs: thousands separators, two decimals below 100."""
-    if _missing(value):
+    if missing(value):
         return "-"
     if isinstance(value, float):
         return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
     return f"{value:,}"
 
 
-def abandoned_columns(df: pd.DataFrame) -> list[tuple[str, str]]:
-    return [(c, title) for c, title in ABANDONED_TITLES if c in df.columns]
+def abandoned_columns(rows: Rows) -> list[tuple[str, str]]:
+    return [(c, title) for c, title in ABANDONED_TITLES if rows.has(c)]
 
 
 # The P/D pool a per-pool frame (`--by`) is grouped by: shown after the model,
@@ -49,13 +49,13 @@ def abandoned_columns(df: pd.DataFrame) -> list[tuple[str, str]]:
 POOL_TITLES = (("prefill_replica", "prefill_replica"), ("decode_replica", "decode_replica"))
 
 
-def lead_columns(df: pd.DataFrame | None) -> list[tuple[str, str]]:
+def lead_columns(df: Rows | None) -> list[tuple[str, str]]:
     """time, model, the pool when the frame has one, bucket."""
-    pools = [(c, title) for c, title in POOL_TITLES if df is not None and c in df.columns]
+    pools = [(c, title) for c, title in POOL_TITLES if df is not None and df.has(c)]
     return [("t", "time (UTC)"), ("model", "model"), *pools, ("input_bucket", "bucket")]
 
 
-def band_columns(df: pd.DataFrame | None = None, prefill_label: str = "prefill") -> list[tuple[str, str]]:
+def band_columns(df: Rows | None = None, prefill_label: str = "prefill") -> list[tuple[str, str]]:
     """Throughput columns; the abandoned counts (after n) when `df` has them.
     `prefill_label` names the prefill variant shown, e.g. "prefill (engine)"."""
     short = {"p1": "slow p1", "p5": "slow p5", "p50": "median", "p95": "p95", "p99": "p99"}
@@ -102,33 +102,31 @@ def check_columns(columns: list[str] | None, valid: list[str]) -> None:
                        f"choose from {', '.join(valid)}")
 
 
-def _small_mask(df: pd.DataFrame, key: str) -> np.ndarray | None:
-    """Rows whose `key` percentile rests on fewer samples than SMALL_N asks (None: no such rule)."""
+def _small_rows(rows: Rows, key: str) -> list[int]:
+    """Rows whose `key` percentile rests on fewer samples than SMALL_N asks."""
     group, _, pct = key.rpartition("_")
     need = SMALL_N.get(pct)
-    if need is None or f"{group}_n" not in df.columns:
-        return None
-    n = pd.to_numeric(df[f"{group}_n"], errors="coerce")
-    value = df[key]
-    return (n.notna() & value.notna() & (n < need)).to_numpy(dtype=bool)
+    if need is None or not rows.has(f"{group}_n"):
+        return []
+    counts = rows.column(f"{group}_n")
+    return [i for i, (n, v) in enumerate(zip(counts, rows.column(key)))
+            if isinstance(n, (int, float)) and not missing(n) and not missing(v) and n < need]
 
 
-def _time_cells(t: pd.Series) -> list[str]:
+def _time_cells(values: list) -> list[str]:
     """Minutes when every time is on a whole minute, else seconds."""
-    values = t.tolist()
     whole_minutes = all(getattr(v, "second", 1) == 0 for v in values)
     form = "%Y-%m-%d %H:%M" if whole_minutes else "%Y-%m-%d %H:%M:%S"
-    if pd.api.types.is_datetime64_dtype(t.dtype) and not t.isna().any():
-        return t.dt.strftime(form).tolist()
     return [v.strftime(form) if hasattr(v, "strftime") else str(v) for v in values]
 
 
-def format_table(df: pd.DataFrame, cols: list[tuple[str, str]], header: list[str],
+def format_table(frame: Rows | pd.DataFrame, cols: list[tuple[str, str]], header: list[str],
                  fmt: Callable[[object], str] = num, groups: dict[str, str] | None = None,
                  hidden: int = 0, unit: str = "", max_width: int | None = None) -> str:
     """`# header` lines, then an aligned table of `cols` (key, title); numbers right-aligned.
     With `groups` ({key prefix: label}), titles that start with their group's label print
     short under a group line ("prefill tok/s" over "slow p1  slow p5  median")."""
+    df = of(frame)
     titles, group_of = [], []
     for key, title in cols:
         label = (groups or {}).get(key.rpartition("_")[0])
@@ -136,20 +134,18 @@ def format_table(df: pd.DataFrame, cols: list[tuple[str, str]], header: list[str
         titles.append(title[len(label) + 1:] if short else title)
         group_of.append(label if short else None)
     # Column by column, not record by record: a day at 1-minute steps is 28,800 rows.
-    columns = [_time_cells(df["t"])] if len(df) else [[]]
+    columns = [_time_cells(df.column("t"))] if len(df) else [[]]
     marked = False
     for c, _ in cols[1:]:
-        values = df[c].tolist()
+        values = df.column(c)
         if c in _LABELS:  # stored as sent: escaped before they are measured (textgrid.printable)
             columns.append([printable(str(v)) for v in values])
             continue
-        texts = [fmt(v) for v in values]
-        if not pd.api.types.is_numeric_dtype(df[c].dtype):
-            texts = [printable(t) for t in texts]
-        small = _small_mask(df, c)
-        if small is not None and small.any():
+        texts = [printable(fmt(v)) for v in values]  # a number's text is printable as it is
+        small = _small_rows(df, c)
+        if small:
             marked = True
-            for i in np.flatnonzero(small):
+            for i in small:
                 texts[i] = f"{texts[i]}*"
         columns.append(texts)
     rows = [titles] + [list(r) for r in zip(*columns)]
@@ -196,10 +192,11 @@ def _elide(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
-def to_table(df: pd.DataFrame, header: list[str] | None = None, prefill_label: str = "prefill",
+def to_table(frame: Rows | pd.DataFrame, header: list[str] | None = None, prefill_label: str = "prefill",
              columns: list[str] | None = None, wide: bool = False) -> str:
     """Throughput bands; the default header states the exact method. The default
     columns fit 120 characters: slow tail and median per phase, n and abandoned."""
+    df = of(frame)
     every = band_columns(df, prefill_label)
     cols = choose_columns(every, BAND_DEFAULT, columns, wide)
     groups = None if wide else {"prefill": prefill_label, "decode": "decode"}
@@ -207,42 +204,25 @@ def to_table(df: pd.DataFrame, header: list[str] | None = None, prefill_label: s
                         hidden=len(every) - len(cols), unit=" tokens/s", max_width=None if wide else 120)
 
 
-def to_csv(df: pd.DataFrame) -> str:
+def to_csv(frame: Rows | pd.DataFrame) -> str:
     """pandas' CSV of the frame (times as ISO 8601 UTC), its floats formatted in C (csv_text)."""
     from phasemeter.render.csv_text import to_csv as fast
 
-    return fast(df)
+    return fast(frame)
 
 
-def json_records(df: pd.DataFrame) -> list[dict]:
+def json_records(frame: Rows | pd.DataFrame) -> list[dict]:
     """Rows for JSON: NaN/NULL become null (never 0), numbers plain, times ISO 8601 UTC.
 
-    Column by column, not value by value: a day at 1-minute steps is 28,800
-    rows x 20 columns, and a Python test per value took 0.7 s of it."""
-    if df.empty:
+    Column by column: a day at 1-minute steps is 28,800 rows x 20 columns."""
+    rows = of(frame)
+    if rows.empty:
         return []
-    columns = [_json_column(df[c], c) for c in df.columns]
-    names = list(df.columns)
-    return [dict(zip(names, values)) for values in zip(*columns)]
+    columns = [_json_column(rows.column(c), c) for c in rows.names]
+    return [dict(zip(rows.names, values)) for values in zip(*columns)]
 
 
-def json_floats(values: np.ndarray) -> list:
-    """A numpy float array as JSON cells: Python floats, NaN as None. tolist()
-    converts in C; a cell at a time took ~0.27 s for a day at 1-minute steps
-    (28,800 rows x 20 columns)."""
-    cells = values.tolist()
-    for i in np.flatnonzero(np.isnan(values)).tolist():
-        cells[i] = None
-    return cells
-
-
-def _json_column(col: pd.Series, name) -> list:
+def _json_column(values: list, name: str) -> list:
     if name == "t":
-        text = pd.to_datetime(col).dt.strftime(ISO_UTC)
-        return [v if isinstance(v, str) else None for v in text.tolist()]
-    numpy = isinstance(col.dtype, np.dtype)  # not pandas' nullable Int64/Float64 (pd.NA inside)
-    if numpy and col.dtype.kind == "f":  # numpy floats: NaN -> None, the rest Python floats
-        return json_floats(col.to_numpy())
-    if numpy and col.dtype.kind in "iub":  # numpy ints and bools: no missing values
-        return col.tolist()
-    return [None if _missing(v) else v.item() if hasattr(v, "item") else v for v in col.tolist()]
+        return [v.strftime(ISO_UTC) if hasattr(v, "strftime") and not missing(v) else None for v in values]
+    return [None if missing(v) else v.item() if hasattr(v, "item") else v for v in values]

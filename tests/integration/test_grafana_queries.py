@@ -289,3 +289,71 @@ def test_slo_rollup_view_is_the_clis_rollup_query():
     cli = "\n".join(ln for ln in (root / "sql" / "slo_rollup.sql").read_text().splitlines()
                     if not ln.strip().startswith("--"))
     assert "FROM slo_rollup_view(" in cli and "slo_minute" not in cli and "sumForEachMerge" not in cli
+
+
+def _shape_rows(shape: str) -> list[dict]:
+    """An hour of rows: none, a sparse few, or rows whose latencies and
+    throughputs are mostly null (failed before the first token, one output token)."""
+    if shape == "empty":
+        return []
+    rows = synthetic_rows(40 if shape == "sparse" else 600, T0, 3600, seed=4)
+    if shape == "nullheavy":
+        for i, r in enumerate(rows):
+            r.update(ttft_s=None, prefill_tps=None, prefill_tps_uncached=None, decode_s=None, decode_tps=None,
+                     tpot_s=None, queue_s=None)
+            if i % 2:
+                r.update(status="error", output_tokens=0)
+    return rows
+
+
+@pytest.mark.parametrize("shape", ["empty", "sparse", "nullheavy"])
+def test_the_slo_panel_says_no_slo_declared_instead_of_an_error(client, shape):
+    """Without a declared SLO (no worker started with PHASEMETER_SLOS: the
+    variable lists none, or names one the store does not know), the SLO
+    panel's queries answer no rows, never an error (slo_view passed the
+    missing definition's NULLs on as parameters), and the panel says why
+    (its noValue text) rather than a line at 0. Declared on the same rows,
+    the SLO's target line is drawn and no point is a 0 made of no generations."""
+    from datetime import datetime, timezone
+
+    from phasemeter.store import slo_defs
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    db = f"pm_slo_{shape}"
+    home = client.database
+    client.command(f"DROP DATABASE IF EXISTS {db}")
+    client.command(f"CREATE DATABASE {db}")
+    client.database = db
+    try:
+        migrate(client)
+        rows = _shape_rows(shape)
+        if rows:
+            Sink.over(client, "chdb://t").write(rows, [])
+        models = sorted({r["model"] for r in rows})
+        attained, target = [sql for title, sql in queries() if title.startswith("panel SLO attainment")]
+        t_from, t_to = int(T0), int(T0 + 3600)
+
+        def panel(slo: str) -> tuple[list, list]:
+            variables = {"model": models, "bucket": labels(parse_edges("default")), "slo": [slo]}
+            return tuple(client.query(substitute(sql, t_from, t_to, 300, variables)).result_rows
+                         for sql in (attained, target))
+
+        for slo in ("", "chat"):
+            assert panel(slo) == ([], []), (shape, slo)
+        dash = json.loads(DASHBOARD.read_text())
+        [shown] = {p["fieldConfig"]["defaults"].get("noValue") for p in dash["panels"]
+                   if p["title"].startswith("SLO attainment")}
+        assert "no SLO declared" in shown and "PHASEMETER_SLOS" in shown, shown
+
+        slo_defs.register(client, SLOS, at=datetime.fromtimestamp(T0 - 86400, timezone.utc))
+        points, line = panel("chat")
+        assert [v for _t, v in line] == [SLOS.get("chat").target] * 2, shape
+        assert bool(points) == (shape != "empty"), (shape, points)
+        assert all(0 <= a <= 1 for _t, _m, a in points), points
+        n = {(t, m): c for t, m, c in client.query(
+            "SELECT t, model, sum(counts[1]) FROM slo_view(start = toDateTime({a:UInt32}), end = toDateTime({b:UInt32}), "
+            "step_s = 300, slo = 'chat', models = [], buckets = []) GROUP BY t, model",
+            parameters={"a": t_from, "b": t_to}).result_rows}
+        assert len(points) == sum(1 for c in n.values() if c > 0), (points, n)  # a point per cell with generations
+    finally:
+        client.database = home

@@ -131,6 +131,10 @@ def commands(out_dir: Path) -> dict[str, list[str]]:
             f"{kind}/bands table": ["query", "bands", *w, "--step", "1h"],
             f"{kind}/latency exact": ["latency", *w, "--step", "10m", "--exact", "--format", "json"],
             f"{kind}/latency rollup": ["latency", *w, "--step", "10m", "--rollup", "--format", "json"],
+            # Per P/D pool (schema/0027): text outputs of rows too.
+            f"{kind}/bands by pool": ["query", "bands", *w, "--step", "1h", "--by", "decode_replica"],
+            f"{kind}/latency by pool": ["latency", *w, "--step", "10m", "--by", "prefill_replica", "--format",
+                                        "json"],
             # Whole-hour steps: the hour tier answers the hours after its first cell.
             f"{kind}/bands tiers": ["query", "bands", *w, "--step", "1h", "--rollup", "--format", "json"],
             f"{kind}/bands minute tier": ["query", "bands", *w, "--step", "1h", "--rollup", "--no-tiers",
@@ -288,7 +292,7 @@ def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tm
         for kind in WINDOWS:
             a, b = (_chart_bytes(tmp_path / d / f"{kind}.{ext}") for d in ("direct", "worker"))
             assert a == b, (kind, ext)
-    assert lightweight == {name: [] for name in LIGHT}, lightweight
+    assert lightweight == {name: ["pandas"] if name in FRAMES else [] for name in LIGHT}, lightweight
 
 
 def _chart_bytes(path: Path) -> bytes:
@@ -300,11 +304,17 @@ def _chart_bytes(path: Path) -> bytes:
 
 # Commands run as a user runs them (a fresh `python -m phasemeter` process)
 # through the worker: the same output as the direct run, and chDB never
-# imported (the CLI reads the worker's SQL interface; it does not open the store).
+# imported (the CLI reads the worker's SQL interface; it does not open the store),
+# nor pandas where the output is text.
 LIGHT = ("normal/bands exact", "normal/bands table", "normal/latency exact", "normal/slo table",
+         "normal/bands by pool", "normal/latency by pool",
          "normal/alerts check", "normal/alerts backtest", "normal/dlq inspect", "normal/chart html",
          "error/bad column", "error/out suffix")
-HEAVY = ("chdb",)
+HEAVY = ("chdb", "pandas")
+# The text outputs read plain rows (phasemeter/query/rows.py): only `chart`
+# (its frame is read before the --out suffix is checked) and `dlq inspect` (a
+# frame of the dead letters) import pandas.
+FRAMES = ("normal/chart html", "normal/dlq inspect", "error/out suffix")
 
 
 def run_light(cmds: dict[str, list[str]], direct: dict, env: dict, tmp_path: Path) -> dict[str, list[str]]:
@@ -333,8 +343,16 @@ def _check_outcomes(results: dict, tmp_path: Path) -> None:
                     "bands model", "bands table", "latency exact", "latency rollup", "bands tiers",
                     "bands minute tier", "latency tiers", "latency minute tier", "alerts check",
                     "alerts backtest", "dlq inspect", "chart png", "chart svg", "chart html", "slo exact",
-                    "slo rollup", "slo window", "slo table", "slo objective"):
+                    "slo rollup", "slo window", "slo table", "slo objective", "bands by pool", "latency by pool"):
             assert f"{kind}/{cmd}" in ok, (kind, cmd, results[f"{kind}/{cmd}"])
+        # The matrix's rows name no pool: one pool '', the exact cells' counts, no transfer.
+        pooled = json.loads(results[f"{kind}/latency by pool"]["out"])["rows"]
+        exact = json.loads(results[f"{kind}/latency exact"]["out"])["rows"]
+        assert len(pooled) == len(exact) > 0, kind
+        assert [(r["t"], r["model"], r["input_bucket"], r["n"], r["ttft_p50"]) for r in pooled] == \
+            [(r["t"], r["model"], r["input_bucket"], r["n"], r["ttft_p50"]) for r in exact], kind
+        assert {(r["prefill_replica"], r["kv_transfer_n"], r["kv_transfer_p50"]) for r in pooled} == {("", 0, None)}
+        assert "decode_replica" in results[f"{kind}/bands by pool"]["out"], kind
         bands = json.loads(results[f"{kind}/bands exact"]["out"])
         _equal_numpy(bands["rows"], rows_for(kind), 600)
         rollup = json.loads(results[f"{kind}/bands rollup"]["out"])

@@ -164,7 +164,7 @@ LAYERS = (
                                 "phasemeter.analytics.paths",
                                 "phasemeter.analytics.variants", "phasemeter.store.sql_guard",
                                 "phasemeter.store.sql_request", "phasemeter.store.sql_compress",
-                                "phasemeter.store.native_revision")),
+                                "phasemeter.store.native_revision", "phasemeter.query.rows")),
     ("store", ("phasemeter.store", "phasemeter.kafka_local")),
     ("worker, queries, rendering", ("phasemeter.stream_jobs", "phasemeter.query", "phasemeter.analytics",
                                     "phasemeter.alerts", "phasemeter.render")),

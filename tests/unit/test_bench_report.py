@@ -111,4 +111,12 @@ def test_the_scale_and_start_up_benchmarks_state_their_goals(scripts):
              "phasemeter config": {"wall": [0.25, 0.3]}}
     cli = scripts("bench_cli_startup").figures(times)
     assert [(f["goal"], f["met"]) for f in cli] == [("cli-help", True), ("cli-config", False)]
+    reads = {**{k: {**v, "cpu": [0.02, 0.02]} for k, v in times.items()},
+             "worker: query bands --from -1h (rows)": {"wall": [0.25, 0.27], "cpu": [0.18, 0.2]},
+             "worker, CLI before: query bands --from -1h": {"wall": [0.6, 0.62], "cpu": [0.5, 0.52]},
+             "worker: sql SELECT 1": {"wall": [0.1, 0.12], "cpu": [0.08, 0.08]}}
+    read = {f["goal"]: f for f in scripts("bench_cli_startup").figures(reads)}
+    assert (read["cli-read-bands"]["met"], read["cli-read-before"]["met"]) == (True, False)
+    assert read["cli-read-bands-cpu"]["ratio"] == 9.5 and read["cli-read-sql"]["value"] == 0.11
+    cli += list(read.values())
     assert set(goals) | {f["goal"] for f in direct + cli} <= set(scripts("report").ORDER)

@@ -48,7 +48,7 @@ def test_installed_wheel_finds_migrations_and_queries_at_runtime(wheel, tmp_path
     # -S: no site-packages, so the editable checkout cannot be picked up by mistake.
     code = ("import phasemeter, phasemeter.store.migrate as m, phasemeter.store.client as s; "
             "print(phasemeter.__file__); print([x.version for x in m.discover()]); "
-            "print('FROM bands_exact_view(' in s.load_sql('bands_exact')); "
+            "print('FROM bands_exact_buckets_view(' in s.load_sql('bands_exact')); "
             "import phasemeter.render.assets as a; print(b'PMBands' in a.asset('bands.js'))")
     out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(target)},
                          cwd=tmp_path, capture_output=True, text=True, check=True).stdout.splitlines()

@@ -78,8 +78,11 @@ def test_summary_counts_abandoned_by_phase():
 
 # The exact queries are parameterized views (one definition for the CLI and the
 # Grafana panels' bands_view / latency_view); their sql/ files select from them.
-EXACT_VIEWS = {"bands_exact": ("0024_bands_view.sql", "bands_exact_view"),
-               "latency": ("0025_latency_view.sql", "latency_exact_view"),
+# The stored-bucket and the re-bucketing files read one view each (edges = [] or not).
+EXACT_VIEWS = {"bands_exact": ("0028_bucket_views_and_slo_view.sql", "bands_exact_buckets_view"),
+               "bands_rebucket": ("0028_bucket_views_and_slo_view.sql", "bands_exact_buckets_view"),
+               "latency": ("0028_bucket_views_and_slo_view.sql", "latency_exact_buckets_view"),
+               "latency_rebucket": ("0028_bucket_views_and_slo_view.sql", "latency_exact_buckets_view"),
                "slo_exact": ("0026_slo_view.sql", "slo_exact_view")}
 
 
@@ -96,11 +99,43 @@ def _code(name: str) -> list[str]:
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("--")]
 
 
-@pytest.mark.parametrize("exact,pool", [("bands_exact", "bands_pool_view"), ("latency", "latency_pool_view")])
-def test_each_pool_view_is_its_exact_view_with_only_the_pool_and_the_transfer_added(exact, pool):
+def test_the_stored_and_the_rebucketed_bucket_read_one_definition():
+    """One view per shape serves the stored input bucket (edges = []) and the
+    buckets recomputed from input_tokens; the sql/ files and the public
+    stored-bucket views only select from it, so nothing can drift."""
+    label = ("if(empty({edges:Array(UInt32)}), input_bucket, arrayElement({labels:Array(String)}, "
+             "arrayCount(e -> e <= input_tokens, {edges:Array(UInt32)}))) AS bucket,")
+    having = ("HAVING empty({edges:Array(UInt32)}) OR empty({buckets:Array(String)}) "
+              "OR has({buckets:Array(String)}, bucket)")
+    empty = "edges = CAST([], 'Array(UInt32)'), labels = CAST([], 'Array(String)')"
+    migration = (ROOT / "schema" / "0028_bucket_views_and_slo_view.sql").read_text()
+    for stored, rebucket, view, public in (("bands_exact", "bands_rebucket", "bands_exact_buckets_view",
+                                            "bands_exact_view"),
+                                           ("latency", "latency_rebucket", "latency_exact_buckets_view",
+                                            "latency_exact_view")):
+        body = "\n".join(_code(stored))
+        assert body == "\n".join(_code(rebucket)), (stored, rebucket)  # the same view's body
+        assert " ".join(body.split()).count(" ".join(label.split())) == 1 and having in body, view
+        assert "FROM generations" in body and body.count("FROM generations") == 1, view
+        assert empty in (ROOT / "sql" / f"{stored}.sql").read_text(), stored
+        thin = (ROOT / "sql" / f"{rebucket}.sql").read_text()
+        assert "edges = {edges:Array(UInt32)}, labels = {labels:Array(String)}" in thin, rebucket
+        wrapper = migration.split(f"CREATE OR REPLACE VIEW {public} AS\n", 1)[1].split(";\n", 1)[0]
+        assert f"FROM {view}(" in wrapper and empty in wrapper and "generations" not in wrapper, public
+
+
+@pytest.mark.parametrize("exact,pool,inner", [
+    ("bands_exact", "bands_pool_view", "ts, model, {}status, ttft_s, decode_tps,"),
+    ("latency", "latency_pool_view", "SELECT ts, model, {}status, ttft_s, tpot_s, queue_s,")])
+def test_each_pool_view_is_the_one_exact_definition_with_only_the_pool_and_the_transfer_added(exact, pool, inner):
     """The per-pool views (schema/0027) are views of their own so that the
-    exact views keep no unused key: nothing but the pool key, its bound
-    choice and (latency) the KV transfer's columns may differ."""
+    exact queries keep no unused key. `--by` reads the stored bucket only, so
+    each is the one exact definition (0028's buckets view) at edges = [] with
+    nothing but the pool key, its bound choice and (latency) the KV transfer's
+    columns added: a change to what a band or a latency is that is not made
+    to the pool view too fails here."""
+    import difflib
+
     [file] = (ROOT / "schema").glob("*_pd_columns.sql")
     text = file.read_text().split(f"CREATE VIEW IF NOT EXISTS {pool} AS\n", 1)[1].split(";\n", 1)[0]
     lines = [ln.strip().replace("pool, ", "").replace(", kv_transfer_s,", ",")
@@ -109,27 +144,22 @@ def test_each_pool_view_is_its_exact_view_with_only_the_pool_and_the_transfer_ad
              or ln.startswith("'by: expected")]
     assert len(added) == (5 if exact == "bands_exact" else 8), added
     kept = [ln for ln in lines if ln not in added]
-    assert kept == _code(exact)
-
-
-def test_each_rebucketing_query_is_its_base_query_with_only_the_bucket_changed():
-    """The re-bucketing queries stay files of their own (one query with an
-    optional edges parameter was measured slower on the stored-bucket path,
-    docs/analytics.md). So nothing but the bucket may differ: a change to
-    the base query that is not made to its twin fails here."""
-    import difflib
-
-    label = ("arrayElement({labels:Array(String)}, arrayCount(e -> e <= input_tokens, "
-             "{edges:Array(UInt32)})) AS input_bucket,")
-    having = "HAVING empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket)"
-    where = "AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket))"
-    for base, twin, inner in (("bands_exact", "bands_rebucket", "ts, model, {}, status, ttft_s, decode_tps,"),
-                              ("latency", "latency_rebucket", "SELECT ts, model, {}, status, ttft_s, tpot_s, queue_s,")):
-        changed = sorted(ln for ln in difflib.ndiff(_code(base), _code(twin)) if ln[:2] in ("- ", "+ "))
-        assert changed == sorted([
-            "- input_bucket,", "+ " + label,
-            "- " + inner.format("input_bucket"), "+ " + inner.format("input_tokens"),
-            "- " + where, "+ " + having]), (twin, changed)
+    # What edges = [] makes of the buckets view: the stored input_bucket, filtered in WHERE.
+    stored = sorted([
+        "- t, model, toLowCardinality(bucket) AS input_bucket, n,", "+ t, model, input_bucket, n,",
+        "- bucket,", "+ input_bucket,",
+        "- " + inner.format(""), "+ " + inner.format("input_bucket, "),
+        "- if(empty({edges:Array(UInt32)}), input_bucket,",
+        "- arrayElement({labels:Array(String)}, arrayCount(e -> e <= input_tokens, {edges:Array(UInt32)})))",
+        "- AS bucket,",
+        "- AND (NOT empty({edges:Array(UInt32)}) OR empty({buckets:Array(String)})",
+        "- OR has({buckets:Array(String)}, input_bucket))",
+        "+ AND (empty({buckets:Array(String)}) OR has({buckets:Array(String)}, input_bucket))",
+        "- GROUP BY t, model, bucket", "+ GROUP BY t, model, input_bucket",
+        "- HAVING empty({edges:Array(UInt32)}) OR empty({buckets:Array(String)}) "
+        "OR has({buckets:Array(String)}, bucket)"])
+    changed = sorted(ln for ln in difflib.ndiff(_code(exact), kept) if ln[:2] in ("- ", "+ "))
+    assert changed == stored, (pool, changed)
 
 
 def _judge_call(text: str) -> str:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-import pandas as pd
 import pytest
 
 from phasemeter.alerts.evaluate import FIRING, INSUFFICIENT, OK, table
 from phasemeter.alerts.rules import RulesError, TRANSFER_ALERT, load_rules, parse_rules
 from phasemeter.alerts.transfer import TTFT_RISE, evaluate_transfer
 from phasemeter.alerts.webhook import payloads
+from phasemeter.query.rows import Rows
 
 AT = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 RULES = load_rules()
@@ -22,6 +22,14 @@ RULES = load_rules()
 def row(part, kv=0.02, ttft=0.8, compute=9000.0, n=300, model="m", bucket="8k-32k"):
     return dict(model=model, input_bucket=bucket, part=part, kv_n=n, kv_q=kv, ttft_n=n, ttft_q=ttft,
                 compute_p50=compute, covered_ms=86_400_000)
+
+
+COLUMNS = ["model", "input_bucket", "part", "kv_n", "kv_q", "ttft_n", "ttft_q", "compute_p50", "covered_ms"]
+
+
+def window(*records: dict) -> Rows:
+    """A transfer_window answer as `runner.rows` returns it (check's input)."""
+    return Rows(list(COLUMNS), [[r[c] for r in records] for c in COLUMNS])
 
 
 def states(df) -> dict:
@@ -49,12 +57,12 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_it_fires_only_on_the_whole_signature(case):
     (kv, ttft, compute), want = CASES[case]
-    df = pd.DataFrame([row("baseline"), row("current", kv=kv, ttft=ttft, compute=compute)])
+    df = window(row("baseline"), row("current", kv=kv, ttft=ttft, compute=compute))
     assert states(df) == {("m", "8k-32k"): want}
 
 
 def test_the_evidence_and_the_routing_of_a_firing_one():
-    df = pd.DataFrame([row("baseline"), row("current", kv=0.30, ttft=1.1, compute=8900.0)])
+    df = window(row("baseline"), row("current", kv=0.30, ttft=1.1, compute=8900.0))
     [r] = evaluate_transfer(TRANSFER, df, AT)
     assert r.firing and r.current == 0.30 and r.baseline == 0.02 and r.change == pytest.approx(14.0)
     assert r.engine_change == pytest.approx(8900 / 9000 - 1)
@@ -69,23 +77,22 @@ def test_the_evidence_and_the_routing_of_a_firing_one():
 
 
 def test_too_few_transfers_or_no_baseline_is_insufficient_never_firing():
-    few = pd.DataFrame([row("baseline"), row("current", kv=0.5, ttft=2.0, n=10)])
+    few = window(row("baseline"), row("current", kv=0.5, ttft=2.0, n=10))
     assert states(few) == {("m", "8k-32k"): INSUFFICIENT}
-    new = pd.DataFrame([row("current", kv=0.5, ttft=2.0, model="new")])
+    new = window(row("current", kv=0.5, ttft=2.0, model="new"))
     assert states(new) == {("new", "8k-32k"): INSUFFICIENT}
 
 
 def test_a_store_without_transfers_gives_nothing():
-    empty = pd.DataFrame(columns=["model", "input_bucket", "part", "kv_n", "kv_q", "ttft_n", "ttft_q",
-                                  "compute_p50", "covered_ms"])
+    empty = window()
     assert evaluate_transfer(TRANSFER, empty, AT) == [] and evaluate_transfer(TRANSFER, None, AT) == []
     assert "(no generations in the evaluated windows)" in table([])
 
 
 def test_ttft_must_rise_by_ttft_rise():
-    base = pd.DataFrame([row("baseline"), row("current", kv=0.30, ttft=0.8 * (1 + TTFT_RISE) - 0.01)])
+    base = window(row("baseline"), row("current", kv=0.30, ttft=0.8 * (1 + TTFT_RISE) - 0.01))
     assert states(base) == {("m", "8k-32k"): OK}
-    base = pd.DataFrame([row("baseline"), row("current", kv=0.30, ttft=0.8 * (1 + TTFT_RISE) + 0.01)])
+    base = window(row("baseline"), row("current", kv=0.30, ttft=0.8 * (1 + TTFT_RISE) + 0.01))
     assert states(base) == {("m", "8k-32k"): FIRING}
 
 

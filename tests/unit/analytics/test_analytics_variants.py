@@ -26,6 +26,11 @@ class FakeRunner:
     def __init__(self, rule: str = "window"):
         self.calls, self.rule = [], rule
 
+    def rows(self, name, params):  # what the reads ask for: the frame below as plain columns
+        from phasemeter.query.rows import of
+
+        return of(self.df(name, params))
+
     def df(self, name, params):
         self.calls.append((name, dict(params)))
         if name == "read_path":

@@ -109,9 +109,9 @@ def test_the_installed_entry_point_imports_no_heavy_dependency(tmp_path):
 
 def test_the_probe_sees_a_heavy_import(tmp_path):
     """The check can fail: a module that needs pandas is reported, with the line."""
-    result = probe(["import", "phasemeter.render.table"], tmp_path)
+    result = probe(["import", "phasemeter.render.csv_text"], tmp_path)
     assert "pandas" in result["heavy"]
-    assert "phasemeter/render/table.py" in result["first"]["pandas"]
+    assert "phasemeter/render/csv_text.py" in result["first"]["pandas"]
 
 
 def test_the_worker_starts_without_pandas_or_matplotlib(tmp_path):
