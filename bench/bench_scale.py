@@ -12,8 +12,8 @@ cancels) over 30 days, with the two demo models plus two more profiles
 (4 models x 5 input buckets); the random draws are hashes of the row number,
 so a store is the same every time.
 
-Queries (each a fresh `query bands ... --format csv` process, what a user
-pays; medians of --runs, interleaved round-robin so noise hits every path
+Queries (each a fresh `query bands ... --format table` process, what a user
+pays; --format json|csv for the others; medians of --runs, interleaved round-robin so noise hits every path
 alike; the path and reason come from one untimed JSON run):
 * 30 d at the auto step (3 h), 7 d at 1 h, 1 d at 1 min: --exact, --rollup
   --no-tiers (the per-minute states), --rollup (tiers where they apply);
@@ -241,7 +241,8 @@ def matrix(end: datetime, what: str = "all") -> list[tuple[str, list[str]]]:
     return out
 
 
-def run_matrix(root: Path, end: datetime, runs: int, env: dict, what: str = "all") -> dict[str, dict]:
+def run_matrix(root: Path, end: datetime, runs: int, env: dict, what: str = "all",
+               fmt: str = "table") -> dict[str, dict]:
     queries = matrix(end, what)
     times: dict[str, list[float]] = {label: [] for label, _ in queries}
     cpu: dict[str, list[float]] = {label: [] for label, _ in queries}
@@ -259,9 +260,10 @@ def run_matrix(root: Path, end: datetime, runs: int, env: dict, what: str = "all
         meta[label] = f"{len(doc['rows']):,} rows; {doc['path']}: {doc['reason']}"
     for _ in range(runs):
         for label, args in queries:  # round-robin: noise hits every path alike
-            # CSV: the cheapest rendering, so the figure is the query's and the start-up's
-            # (a JSON or table answer of 28k rows adds 0.3-1.5 s of Python formatting)
-            cmd = [CLI, *args, "--format", "csv", "--data-dir", str(root)]
+            # --format: the table by default, what a user's `query bands` prints.
+            # Table and JSON import no pandas (docs/performance/reads.md); CSV
+            # builds a DataFrame, whose import is most of a small answer's cost.
+            cmd = [CLI, *args, "--format", fmt, "--data-dir", str(root)]
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -285,6 +287,8 @@ def main() -> int:
                     help="read through a running worker that owns the store (its ClickHouse HTTP interface)")
     ap.add_argument("--only", choices=["all", "bands", "slo"], default="all",
                     help="which query families to time (the fixed cost always)")
+    ap.add_argument("--format", choices=["table", "json", "csv"], default="table", dest="fmt",
+                    help="the output the timed processes print (default: the table a user reads)")
     args = ap.parse_args()
     sizes = args.rows or [10_000_000, 100_000_000]
     if args.keep and len(sizes) != 1:
@@ -304,9 +308,9 @@ def main() -> int:
             end = datetime.fromtimestamp(store["end_ts"], timezone.utc)
             if args.via_worker:
                 with worker_owning(root, env):
-                    res = run_matrix(root, end, args.runs, env, args.only)
+                    res = run_matrix(root, end, args.runs, env, args.only, args.fmt)
             else:
-                res = run_matrix(root, end, args.runs, env, args.only)
+                res = run_matrix(root, end, args.runs, env, args.only, args.fmt)
         finally:
             if not args.keep:
                 shutil.rmtree(root, ignore_errors=True)
