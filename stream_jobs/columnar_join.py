@@ -149,8 +149,8 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
             return None
         gens.append(g)
         counts[enveloped[i][0]] += 1
-    columns = _derive(gens, counts, events, bucket, now, oldest)
-    if columns is None:
+    columns, refused = _derive(gens, counts, events, bucket, now, oldest)
+    if refused:
         return None
 
     clocks = [message_time(event.message, now) for event in events]

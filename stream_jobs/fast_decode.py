@@ -10,8 +10,8 @@ generation (docs/performance/worker.md).
 
 This is an accelerator, not a second contract. Its Structs are built from
 the limits in contract.py and the field lists in derive.py and
-phase_events.py, and the checks across fields are theirs (`ordered_fields`,
-`check_across`). Anything it does not accept whole (a bad event, an end with
+phase_events.py, and the checks across fields are formulas.py's and
+`phase_events.check_across`. Anything it does not accept whole (a bad event, an end with
 stall data, chunk data, a lone surrogate, an envelope with one bad event in
 it) goes to `derive.process_message` unchanged, which alone names reasons. A
 test holds the two paths to the same result on the poison corpus and on
@@ -20,6 +20,7 @@ generated messages.
 
 from __future__ import annotations
 
+import json
 import time
 from itertools import repeat
 from typing import Annotated, Literal, Optional, Union
@@ -28,8 +29,9 @@ import msgspec
 
 from .buckets import Bucketer
 from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, V2_OPTIONAL
-from .contract import has_control, may_hold_control
-from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, derive, ordered_fields, process_message
+from .contract import has_control, may_hold_control, may_hold_lone_surrogate
+from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, across, derive, normalised, process_event
+from .derive import process_message
 from .phase_events import PHASE_VERSION, SPEC, check_across
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
@@ -81,17 +83,22 @@ _EVENT = Union[(Generation, *PHASES.values())]
 Envelope = _struct("Envelope", "batch", [("schema_version", _Version),
                                          ("events", Annotated[list[_EVENT], msgspec.Meta(min_length=1)])], [], gc=True)
 _DECODER = msgspec.json.Decoder(Union[_EVENT, Envelope])
+_EVENT_DECODER = msgspec.json.Decoder(_EVENT)
+# An envelope whose events are left undecoded, to take them one by one when
+# the whole does not decode. The second type only makes its tag required.
+_RawEnvelope = _struct("RawEnvelope", "batch", [("schema_version", _Version),
+                                                ("events", Annotated[list[msgspec.Raw], msgspec.Meta(min_length=1)])],
+                       [], gc=True)
+_RAW_ENVELOPE = msgspec.json.Decoder(Union[_RawEnvelope, _struct("NotAnEnvelope", "", [], [])])
 _PHASE_KIND = {struct: kind for kind, struct in PHASES.items()}
 # Each Struct's label fields, for the control-character rule (contract.has_control).
 _LABELS = {t: tuple(n for n in t.__struct_fields__ if n in LABEL_FIELDS) for t in (Generation, *PHASES.values())}
 
 
-def _generation(e, latest: float, oldest: float) -> dict | None:
-    if e.t0 > latest or e.t0 < oldest:  # outside the clock's bound, or the store's retention
-        return None
-    return ordered_fields(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status,
-                          e.input_tokens, e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s,
-                          e.queue_s, e.schema_version)
+def _generation(e, now: float, oldest: float) -> dict | None:
+    fields = normalised(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status, e.input_tokens,
+                        e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s, e.queue_s, e.schema_version)
+    return None if across(fields, now, oldest) is not None else fields
 
 
 def _phase(e, kind: str, latest: float) -> Phase | None:
@@ -106,8 +113,9 @@ def _phase(e, kind: str, latest: float) -> Phase | None:
 
 
 def decoded_events(raw: bytes, max_batch: int):
-    """The events of a message (one, or an envelope's) as the Structs above,
-    or None when any of them is not one: the full path's to name."""
+    """The events of a message as the Structs above (an envelope's in a
+    list, a lone event in a tuple), or None when any of them is not one:
+    the full path's to name."""
     # msgspec refuses a lone surrogate escape as malformed, so that message
     # too goes to the full path, which names the field (not_utf8). Objects
     # nested past the interpreter's recursion limit raise RecursionError
@@ -120,6 +128,45 @@ def decoded_events(raw: bytes, max_batch: int):
     if len(events) > max_batch or (may_hold_control(raw) and any(map(_holds_control, events))):
         return None  # a label with a control character: the full path names it
     return events
+
+
+def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, max_batch: int = 10_000,
+               internal: bool = False, oldest: float = MIN_T0) -> list | None:
+    """A message `decoded_events` refused, event by event: the Struct of each
+    event the C decoder takes, and the Rejection of each other as the full
+    path names it (`derive.process_message`), in the message's order. None
+    when the full path makes a row or a phase of any of them (an event with
+    chunk data, a phase...): that message is the row path's."""
+    envelope = None
+    if raw is not None and len(raw) <= max_bytes:
+        try:
+            envelope = _RAW_ENVELOPE.decode(raw)
+        except (msgspec.MsgspecError, RecursionError):
+            pass
+    if type(envelope) is not _RawEnvelope or len(envelope.events) > max_batch:
+        results = process_message(raw, bucket, max_bytes, now, max_batch, internal, oldest)
+        return results if all(type(r) is Rejection for r in results) else None
+    out: list = []
+    for i, part in enumerate(envelope.events):
+        part = bytes(part)
+        try:
+            e = _EVENT_DECODER.decode(part)
+            if not (may_hold_control(part) and _holds_control(e)):
+                if type(e) is not Generation:
+                    return None
+                out.append(e)
+                continue
+        except (msgspec.MsgspecError, RecursionError):
+            pass
+        try:
+            result = process_event(json.loads(part), bucket, now, internal, may_hold_lone_surrogate(part),
+                                   oldest)
+        except (ValueError, RecursionError):  # the full path names it for the whole message
+            return None
+        if type(result) is not Rejection:
+            return None
+        out.append(Rejection(result.reason, f"events[{i}]: {result.detail}"))
+    return out
 
 
 def _holds_control(e) -> bool:
@@ -136,7 +183,7 @@ def common_fields(raw: bytes, now: float, max_batch: int, oldest: float = MIN_T0
     out = []
     for e in events:
         kind = _PHASE_KIND.get(type(e))
-        result = _generation(e, latest, oldest) if kind is None else _phase(e, kind, latest)
+        result = _generation(e, now, oldest) if kind is None else _phase(e, kind, latest)
         if result is None:
             return None
         out.append(result)

@@ -118,28 +118,92 @@ class Pipeline:
         return {(t, p): self.sink.stored_in_range(t, p, lo, hi) for (t, p), (lo, hi) in self._rereads(events).items()}
 
     def _as_columns(self, events, ahead: columnar.Ahead | None = None):
-        """The batch as columns (stream_jobs/columnar.py) when nothing in it
-        needs the row path: all records from one topic, the raw one or the
-        join's (whose records are the generations it joined), none re-read,
-        every message well-formed generations, no request_id twice or already
-        stored. Decided before any bookkeeping, so the row path can still
-        take the batch whole. The OTLP topic has its own decoder."""
-        topic = events[0].message.topic if events else None
-        if (topic not in (self.settings.topic, self.settings.joined_topic_name)
-                or any(e.message.topic != topic for e in events) or self._rereads(events)):
+        """The batch as columns (stream_jobs/columnar.py) when all its records
+        are from the raw topic or the join's (whose records are the
+        generations it joined) and all its events generations, good or bad:
+        the bad ones are dead-lettered with their reasons, and the re-read,
+        duplicate and re-joined rows are handled by the row path's rules
+        (`_split`, `_drop_duplicates`), row for row. Decided before any
+        bookkeeping, so the row path can still take the batch whole. The
+        OTLP topic has its own decoder."""
+        names = (self.settings.topic, self.settings.joined_topic_name)
+        if not events or any(e.message.topic not in names for e in events):
             return None
         now = time.time()
-        gens = ahead.rows_for(events, self.oldest(now)) if ahead is not None else None
-        if gens is not None:
+        decoded = ahead.rows_for(events, self.oldest(now)) if ahead is not None else None
+        if decoded is not None:
             self.counts["batches_decoded_ahead"] += 1
         else:
-            gens = columnar.from_events(events, self.bucket, self.settings.max_message_bytes, now,
-                                        oldest=self.oldest(now))
-        if gens is None or len(set(gens.request_ids)) != len(gens):
+            decoded = columnar.decode(events, self.bucket, self.settings.max_message_bytes, now,
+                                      oldest=self.oldest(now), internal_topic=self.settings.joined_topic_name)
+        if decoded is None:
             return None
-        if self._stored_ids(self._dup_scope(topic), gens.request_ids, gens):
-            return None  # a duplicate delivery (or a re-join): the row path decides what it is
-        return gens, [], [], self._recheck(events, gens)
+        gens, ids = decoded.gens, decoded.gens.request_ids
+        stored = self._already_stored(events)
+        refused: dict[int, list[Rejection]] = {}
+        for m, rejection in decoded.refused:
+            refused.setdefault(m, []).append(rejection)
+        dead, suspects, inside, dropped, message_of = [], set(), [], set(), []
+        cap, first = self.settings.dlq_payload_bytes, 0
+        for m, (event, n) in enumerate(zip(events, gens.per_message)):
+            msg = event.message
+            recheck = self._maybe_in_the_previous_batch(msg, len(event.value or b""))
+            held = stored.get((msg.topic, msg.partition))
+            for i in range(first, first + n):
+                cell = held.rows.get((msg.offset, ids[i])) if held is not None else None
+                if cell is not None:  # stored before a crash or a rebalance: as in `_split`
+                    suspects.add(cell)
+                    self.skipped += 1
+                    dropped.add(i)
+                elif recheck:
+                    inside.append(i)
+            message_of += [m] * n
+            first += n
+            if m in refused:
+                source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
+                kept = dead_letter.payload(event.value, cap)
+                dead += [dead_letter.record(r.reason, r.detail, event.value, source, now, cap, kept=kept)
+                         for r in refused[m]]
+        suspects |= gens.cells(inside) if inside else set()
+        dropped |= self._duplicates_in_columns(events, gens, message_of, dropped, dead, now)
+        kept_dead = [d for d in dead if d["src_offset"] not in
+                     getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
+        self.skipped += len(dead) - len(kept_dead)
+        if dropped:
+            gens = gens.take([i for i in range(len(gens)) if i not in dropped]) if len(dropped) < len(gens) else []
+        return gens if len(gens) else [], kept_dead, [], suspects
+
+    def _duplicates_in_columns(self, events, gens, message_of: list[int], dropped: set, dead: list[dict],
+                               now: float) -> set[int]:
+        """`_drop_duplicates` on columns: the rows (indexes) it drops, and
+        the dead letters of the gateway's duplicates added to `dead`."""
+        ids, out = gens.request_ids, set()
+        joined = self.settings.joined_topic_name
+        topic_of = [events[m].message.topic for m in message_of]
+        for topic in (joined, self.settings.topic):
+            rows = [i for i in range(len(gens)) if topic_of[i] == topic and i not in dropped]
+            if not rows:
+                continue
+            taken = [ids[i] for i in rows]
+            ts = gens.ts[rows]
+            seen = self.sink.existing_request_ids(self._dup_scope(topic), list(dict.fromkeys(taken)),
+                                                  float(ts.min()) - 0.002, float(ts.max()) + 0.002)
+            if not seen and len(set(taken)) == len(taken):
+                continue
+            for i, rid in zip(rows, taken):
+                if rid not in seen:
+                    seen.add(rid)
+                    continue
+                out.add(i)
+                if topic == joined:
+                    self.rejoined += 1
+                    continue
+                msg = events[message_of[i]].message
+                dead.append(dead_letter.record(R.DUPLICATE, f"request_id {rid[:128]} already stored", None,
+                                               {"src_topic": msg.topic, "src_partition": msg.partition,
+                                                "src_offset": msg.offset}, now, 0))
+                self.duplicates += 1
+        return out
 
     def _phases_as_columns(self, events):
         """The batch through ingest's join in columns (columnar_join.py) when
@@ -238,7 +302,8 @@ class Pipeline:
     def decode_ahead(self, events) -> columnar.Ahead:
         """The next batch's columns, decoded while this one is written."""
         now = time.time()
-        return columnar.Ahead(events, self.bucket, self.settings.max_message_bytes, now, self.oldest(now))
+        return columnar.Ahead(events, self.bucket, self.settings.max_message_bytes, now, self.oldest(now),
+                              self.settings.joined_topic_name)
 
     def split(self, events, ahead: columnar.Ahead | None = None):
         """`_split`, with the labels from outside bounded per model (labels.py)."""

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"phasemeter": "phasemeter", "phasemeter.stream_jobs": "stream_jobs",
            "phasemeter.producers": "producers"}
 # Pure cores: no store, no Kafka, no Faust, no web, no files.
-PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join", "phasemeter.stream_jobs.batch_join",
+PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.formulas", "phasemeter.stream_jobs.join", "phasemeter.stream_jobs.batch_join",
         "phasemeter.stream_jobs.sequence", "phasemeter.stream_jobs.labels",
         "phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.buckets", "phasemeter.alerts.evaluate",
         "phasemeter.analytics.paths", "phasemeter.integrations.otlp_map", "phasemeter.integrations.otlp_decode",
@@ -157,7 +157,7 @@ LAYERS = (
     ("contract", ("phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.reasons",
                   "phasemeter.stream_jobs.buckets", "phasemeter.settings", "phasemeter.timeparse",
                   "phasemeter.textgrid", "phasemeter.files", "phasemeter.callers")),
-    ("pure cores, emitter and integrations", ("phasemeter.producers", "phasemeter.integrations", "phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join",
+    ("pure cores, emitter and integrations", ("phasemeter.producers", "phasemeter.integrations", "phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.formulas", "phasemeter.stream_jobs.join",
                                 "phasemeter.stream_jobs.batch_join", "phasemeter.stream_jobs.sequence", "phasemeter.stream_jobs.phase_events",
                                 "phasemeter.alerts.evaluate", "phasemeter.alerts.rules", "phasemeter.alerts.slo_rules",
                                 "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.analytics.paths",

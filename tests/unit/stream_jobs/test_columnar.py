@@ -143,7 +143,7 @@ def test_a_batch_decoded_ahead_serves_only_the_same_records_in_the_same_order():
     records = [record(i, encode([e], False)) for i, e in enumerate(events)]
     ahead = Ahead(records, BUCKET, LIMIT, NOW)
     assert list(ahead.gens) == list(same_as_rows(records))
-    assert ahead.rows_for(list(records)) is ahead.gens  # the same records, in a list of the caller's
+    assert ahead.rows_for(list(records)).gens is ahead.gens  # the same records, in a list of the caller's
     assert ahead.rows_for(records[:2]) is None  # admission dropped one
     assert ahead.rows_for(records[::-1]) is None
     assert ahead.rows_for([record(0, records[0].value), *records[1:]]) is None  # equal, not the same record

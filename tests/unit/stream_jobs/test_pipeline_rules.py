@@ -219,33 +219,47 @@ def test_stored_maximum_is_re_read_after_a_rebalance():
     assert rows == [] and suspects == {CELL}
 
 
-def test_only_a_batch_of_new_well_formed_generations_goes_as_columns():
-    """stream_jobs/columnar.py takes a batch only when the row path would
-    write every generation of it and nothing else; any reason for the row
-    path sends the whole batch there (the tests above hold its rules)."""
+def test_a_batch_of_generations_goes_as_columns_bad_duplicate_re_read_or_mixed():
+    """stream_jobs/columnar.py takes every batch of generations from the raw
+    and the joined topic: a bad event is dead-lettered beside its good
+    neighbours, and duplicates, re-reads and re-joins follow the row path's
+    rules (the tests above hold them, on this path). A phase, a record the
+    join gave up on, and the OTLP topic still take the row path."""
     envelope = env(gen("b"), gen("c"), version=1)
     rows = pipeline(FakeSink()).split([rec(0, gen("a")), rec(1, envelope)])[0]
     assert isinstance(rows, Generations) and [r["request_id"] for r in rows] == ["a", "b", "c"]
     s = Settings(topic=TOPIC, otlp_topic="gen.otlp")
     phase = {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": T0, "input_tokens": 5}
+    columns = {  # why: (sink, batch, request_ids stored, reasons dead-lettered)
+        "a request twice": (FakeSink(), [rec(0, gen("a")), rec(1, gen("a"))], ["a"], [R.DUPLICATE]),
+        "a request stored": (FakeSink(ids={"a"}), [rec(0, gen("a")), rec(1, gen("b"))], ["b"], [R.DUPLICATE]),
+        "a re-read": (FakeSink(rows=[(TOPIC, 0, 0, "z", CELL)]), [rec(0, gen("a")), rec(1, gen("b"))],
+                      ["a", "b"], []),
+        "a bad event": (FakeSink(), [rec(0, gen("a")), rec(1, {"kind": "generation"})], ["a"], [R.UNKNOWN_VERSION]),
+        "a bad event in an envelope": (FakeSink(), [rec(0, env(gen("a"), dict(gen("b"), ttft_s=-1), version=1))],
+                                       ["a"], [R.IMPOSSIBLE_ORDER]),
+        "two topics": (FakeSink(), [rec(0, gen("a")), rec(0, gen("b"), topic=s.joined_topic_name)], ["a", "b"], []),
+        "a re-joined generation": (FakeSink(ids={"a"}), [rec(0, gen("a"), topic=s.joined_topic_name),
+                                                         rec(1, gen("b"), topic=s.joined_topic_name)], ["b"], []),
+    }
+    assert len(columns) == 7
+    for why, (sink, batch, stored, reasons) in columns.items():
+        rows, dead = Pipeline(s, sink).split(batch)[:2]
+        assert isinstance(rows, Generations), why
+        assert ([r["request_id"] for r in rows], [d["reason"] for d in dead]) == (stored, reasons), why
     row_path = {
-        "a request twice": (FakeSink(), [rec(0, gen("a")), rec(1, gen("a"))]),
-        "a request stored": (FakeSink(ids={"a"}), [rec(0, gen("a"))]),
-        "a re-read": (FakeSink(rows=[(TOPIC, 0, 0, "z", CELL)]), [rec(0, gen("a"))]),
-        "a bad event": (FakeSink(), [rec(0, gen("a")), rec(1, {"kind": "generation"})]),
         "a phase": (FakeSink(), [rec(0, gen("a")), rec(1, phase)]),
-        "two topics": (FakeSink(), [rec(0, gen("a")), rec(0, gen("b"), topic=s.joined_topic_name)]),
         "a generation the join gave up on": (FakeSink(), [rec(0, dict(gen("a"), status="abandoned"),
                                                               topic=s.joined_topic_name)]),
-        "an orphan from the join": (FakeSink(), [rec(0, {"schema_version": 2, "kind": "orphan", "request_id": "o",
-                                                         "reason": R.ORPHAN_PHASE, "detail": "x"},
-                                                     topic=s.joined_topic_name)]),
-        "a re-joined generation": (FakeSink(ids={"a"}), [rec(0, gen("a"), topic=s.joined_topic_name)]),
         "the OTLP topic": (FakeSink(), [rec(0, b"{}", topic=s.otlp_topic)]),
     }
+    assert len(row_path) == 3
     for why, (sink, batch) in row_path.items():
         rows = Pipeline(s, sink).split(batch)[0]
-        assert isinstance(rows, list), why
+        assert isinstance(rows, list) and len(rows) == 1 + (why == "the OTLP topic") * -1, why
+    orphan = {"schema_version": 2, "kind": "orphan", "request_id": "o", "reason": R.ORPHAN_PHASE, "detail": "x"}
+    rows, dead = Pipeline(s, FakeSink()).split([rec(0, orphan, topic=s.joined_topic_name)])[:2]
+    assert (list(rows), [d["reason"] for d in dead]) == ([], [R.ORPHAN_PHASE])  # the join's own reason code
     joined = Pipeline(s, FakeSink()).split([rec(0, gen("j"), topic=s.joined_topic_name)])[0]
     assert isinstance(joined, Generations) and joined[0]["src_topic"] == s.joined_topic_name
 
@@ -357,7 +371,7 @@ def test_a_joined_and_an_agent_joined_copy_in_one_batch_keep_one_row():
 
 def test_events_outside_the_raw_retention_are_dead_lettered_on_every_path():
     """A t0 the store's TTL would delete as it is written is outside_retention
-    (it was stored and vanished); the columnar batch takes the row path for it."""
+    (it was stored and vanished); its neighbours stay columns."""
     s = Settings(topic=TOPIC, raw_ttl_days=30)
     now = time.time()
     old, edge = now - 31 * 86_400, now - 29 * 86_400
@@ -367,7 +381,7 @@ def test_events_outside_the_raw_retention_are_dead_lettered_on_every_path():
         rows, dead, _, _ = Pipeline(s, FakeSink()).split(batch)
         assert [d["reason"] for d in dead] == [R.OUTSIDE_RETENTION], batch
         assert "PHASEMETER_RAW_TTL_DAYS" in dead[0]["detail"]
-        assert [r["request_id"] for r in rows] == ["a"] * (len(rows) > 0) and isinstance(rows, list)
+        assert [r["request_id"] for r in rows] == ["a"] * (len(rows) > 0)
     rows = Pipeline(s, FakeSink()).split([rec(0, env(gen("a", t0=edge), gen("b", t0=edge), version=1))])[0]
     assert isinstance(rows, Generations) and len(rows) == 2  # inside: still columns
     future = Pipeline(s, FakeSink()).split([rec(0, gen("f", t0=now + MAX_DURATION_S + 60))])[1]
@@ -388,10 +402,10 @@ def test_a_batch_decoded_ahead_is_checked_against_the_retention_of_its_turn():
 
 @pytest.mark.parametrize("shape", ["envelope", "messages"])
 def test_a_replica_flood_keeps_k_values_per_model_the_rest_other_on_both_paths(shape):
-    # an envelope of generations takes the columnar path; a bad message sends its batch to the row path
+    # an envelope of generations takes the columnar path; a phase sends its batch to the row path
     p = Pipeline(Settings(topic=TOPIC, label_top_k=4), FakeSink())
     events = [{**gen(f"r{i}"), "replica": f"vllm-{i}"} for i in range(200)]
-    batch = [rec(0, env(*events, version=1))] if shape == "envelope" else [rec(i, e) for i, e in enumerate(events)] + [rec(200, b"{")]
+    batch = [rec(0, env(*events, version=1))] if shape == "envelope" else [rec(i, e) for i, e in enumerate(events)] + [rec(200, phases_of("p")[0])]
     rows = p.split(batch)[0]
     assert len(rows) == 200 and isinstance(rows, Generations) == (shape == "envelope")
     kept = {r["replica"] for r in rows}
