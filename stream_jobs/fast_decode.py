@@ -147,11 +147,11 @@ def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, 
         results = process_message(raw, bucket, max_bytes, now, max_batch, internal, oldest)
         return results if all(type(r) is Rejection for r in results) else None
     out: list = []
+    control = may_hold_control(raw)
     for i, part in enumerate(envelope.events):
-        part = bytes(part)
         try:
             e = _EVENT_DECODER.decode(part)
-            if not (may_hold_control(part) and _holds_control(e)):
+            if not (control and _holds_control(e)):
                 if type(e) is not Generation:
                     return None
                 out.append(e)
@@ -159,6 +159,7 @@ def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, 
         except (msgspec.MsgspecError, RecursionError):
             pass
         try:
+            part = bytes(part)
             result = process_event(json.loads(part), bucket, now, internal, may_hold_lone_surrogate(part),
                                    oldest)
         except (ValueError, RecursionError):  # the full path names it for the whole message
