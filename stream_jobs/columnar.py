@@ -29,6 +29,7 @@ from operator import attrgetter
 import numpy as np
 import pyarrow as pa
 
+from . import dead_letter
 from . import reasons as R
 from .contract import MAX_DURATION_S, MIN_T0, Rejection
 from .derive import ROW_COLUMNS, NO_EXTRAS
@@ -121,14 +122,17 @@ class Decoded:
     each refused event's message and Rejection, in the batch's order."""
     gens: Generations
     refused: list[tuple[int, Rejection]]
+    payloads: dict[int, str]  # message -> its dead letters' payload (dead_letter.payload)
 
 
 def decode(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000, oldest: float = MIN_T0,
-           internal_topic: str | None = None) -> Decoded | None:
+           internal_topic: str | None = None, payload_cap: int = 0) -> Decoded | None:
     """The batch's generations as columns, and its refused events; None
     when a message holds a phase, or an event the full path makes a row of
     (chunk data...): the row path's. `internal_topic`: the join's, whose
-    orphan records are refused with their own reason code."""
+    orphan records are refused with their own reason code. The payload of
+    the dead letters is built here too (`payload_cap`: its bytes), so that a
+    batch decoded ahead builds it while the store writes the one before."""
     gens: list = []
     counts: list[int] = []
     at: list[tuple[int, int, bool]] = []  # per struct: (message, place in it, in an envelope)
@@ -153,7 +157,8 @@ def decode(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000, 
     refused += [((at[i][0], at[i][1]), Rejection(r.reason, f"events[{at[i][1]}]: {r.detail}") if at[i][2] else r)
                 for i, r in bad]
     refused.sort(key=lambda x: x[0])
-    return Decoded(columns, [(m, r) for (m, _), r in refused])
+    payloads = {m: dead_letter.payload(events[m].value, payload_cap) for (m, _), _ in refused}
+    return Decoded(columns, [(m, r) for (m, _), r in refused], payloads)
 
 
 def from_events(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000,
@@ -179,9 +184,10 @@ class Ahead:
     would give then, or None to decode again."""
 
     def __init__(self, events, bucket, max_bytes: int, now: float, oldest: float = MIN_T0,
-                 internal_topic: str | None = None):
+                 internal_topic: str | None = None, payload_cap: int = 0):
         self.events = list(events)
-        self.decoded = decode(self.events, bucket, max_bytes, now, oldest=oldest, internal_topic=internal_topic)
+        self.decoded = decode(self.events, bucket, max_bytes, now, oldest=oldest, internal_topic=internal_topic,
+                              payload_cap=payload_cap)
 
     @property
     def gens(self) -> Generations | None:

@@ -135,7 +135,8 @@ class Pipeline:
             self.counts["batches_decoded_ahead"] += 1
         else:
             decoded = columnar.decode(events, self.bucket, self.settings.max_message_bytes, now,
-                                      oldest=self.oldest(now), internal_topic=self.settings.joined_topic_name)
+                                      oldest=self.oldest(now), internal_topic=self.settings.joined_topic_name,
+                                      payload_cap=self.settings.dlq_payload_bytes)
         if decoded is None:
             return None
         gens, ids = decoded.gens, decoded.gens.request_ids
@@ -161,8 +162,8 @@ class Pipeline:
             first += n
             if m in refused:
                 source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
-                kept = dead_letter.payload(event.value, cap)
-                dead += [dead_letter.record(r.reason, r.detail, event.value, source, now, cap, kept=kept)
+                dead += [dead_letter.record(r.reason, r.detail, event.value, source, now, cap,
+                                            kept=decoded.payloads[m])
                          for r in refused[m]]
         suspects |= gens.cells(inside) if inside else set()
         dropped |= self._duplicates_in_columns(events, gens, message_of, dropped, dead, now)
@@ -303,7 +304,7 @@ class Pipeline:
         """The next batch's columns, decoded while this one is written."""
         now = time.time()
         return columnar.Ahead(events, self.bucket, self.settings.max_message_bytes, now, self.oldest(now),
-                              self.settings.joined_topic_name)
+                              self.settings.joined_topic_name, self.settings.dlq_payload_bytes)
 
     def split(self, events, ahead: columnar.Ahead | None = None):
         """`_split`, with the labels from outside bounded per model (labels.py)."""
