@@ -12,9 +12,10 @@ completed generation becomes one `Generation` Struct for columnar.py's
 derivation on whole columns. Dicts are built only for what is forwarded.
 
 This is an accelerator, not a second definition: the join's rules are
-join.py's (`join.completes`, `join.joined`), called on the Structs, the checks are
-`fast_decode._phase`'s, and a test holds `Pipeline.split` on this path to the
-row path on generated batches. Whatever this module does not take whole (a
+join.py's (`join.completes`, `join.joined`) and the checks of a phase
+`phase_events.check_across` (`fast_decode.accepted`), called on the Structs;
+a test holds `Pipeline.split` on this path to the row path on generated
+batches. Whatever this module does not take whole (a
 message that is not an envelope of phases, a phase the row path would
 dead-letter, a joined generation the derivation would reject or check
 further) returns None, and the whole batch takes the row path, unchanged.
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from .batch_join import Forwarded, message_time
 from .columnar import Generations, _derive
 from .contract import MAX_DURATION_S, MIN_T0
-from .fast_decode import _PHASE_KIND, PHASES, Generation, _phase, decoded_events
+from .fast_decode import _PHASE_KIND, PHASES, Generation, _phase, accepted, attr, decoded_events
 from . import join
 from .join import JOINED_IN_INGEST, phase_partition
 from .phase_events import PHASE_KINDS
@@ -50,30 +51,11 @@ class Joined:
     duplicates: int  # copies of a phase of a generation joined here, dropped
 
 
-def _accepted(e, kind: int, latest: float) -> bool:
-    """`fast_decode._phase(e, PHASE_KINDS[kind], latest) is not None` without
-    building its dict: the epochs within the clock, and
-    `phase_events.check_across`. A test holds the two equal on generated phases."""
-    if kind == 0:
-        return e.t0 <= latest and (e.cached_input_tokens is None or e.cached_input_tokens <= e.input_tokens)
-    if e.t_first is not None and e.t_first > latest:
-        return False
-    if kind == 1:
-        return (e.ttft_s is None) != (e.t_first is None)
-    return ((e.e2e_s is None) != (e.t_end is None) and (e.t_end is None or e.t_end <= latest)
-            and (e.ttft_s is None or e.t_first is None))
-
-
-def _attr(phase, name: str):
-    """A Struct's field for join.py's rules (None where its kind has none)."""
-    return getattr(phase, name, None)
-
-
 def _generation(rid: str, ph: list):
     """join.joined as a Generation Struct, or None where a computed
     duration is out of the contract's range (the row path's full validation
     names that)."""
-    fields = join.joined(rid, *ph, get=_attr)
+    fields = join.joined(rid, *ph, get=attr)
     e2e, ttft = fields["e2e_s"], fields["ttft_s"]
     if not 0.0 <= e2e <= MAX_DURATION_S or (ttft is not None and not 0.0 <= ttft <= MAX_DURATION_S):
         return None
@@ -98,7 +80,7 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
             return None
         for e in inner:
             kind = _INDEX.get(type(e))
-            if kind is None or not _accepted(e, kind, latest):
+            if kind is None or not accepted(e, PHASE_KINDS[kind], latest):
                 return None
         (enveloped if len(inner) > 1 else lone).extend((m, e) for e in inner)
 
@@ -117,7 +99,7 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
         kind = _INDEX[type(e)]
         if ph[kind] is None:
             ph[kind] = e
-            if join.completes(*ph, get=_attr):
+            if join.completes(*ph, get=attr):
                 completed[rid] = i
     if not completed:
         return None

@@ -101,15 +101,32 @@ def _generation(e, now: float, oldest: float) -> dict | None:
     return None if across(fields, now, oldest) is not None else fields
 
 
+def attr(e, name: str):
+    """A Struct's field (None where its kind has none), for the rules written
+    on dicts that read a phase through an accessor (phase_events.check_across,
+    join.completes)."""
+    return getattr(e, name, None)
+
+
+def accepted(e, kind: str, latest: float) -> bool:
+    """Whether the full path takes this phase Struct as it is: its epochs
+    within the clock, and `phase_events.check_across`."""
+    for name in _EPOCHS:
+        value = getattr(e, name, None)
+        if value is not None and value > latest:
+            return False
+    return check_across(kind, e, attr) is None
+
+
 def _phase(e, kind: str, latest: float) -> Phase | None:
+    if not accepted(e, kind, latest):
+        return None
     out = {"kind": kind}
     for name in e.__struct_fields__:
         value = getattr(e, name)
         if value is not None and name != "schema_version":  # nulls dropped, as validate_phase does
-            if name in _EPOCHS and value > latest:
-                return None
             out[name] = value
-    return None if check_across(kind, out) is not None else Phase(e.request_id, out)
+    return Phase(e.request_id, out)
 
 
 def decoded_events(raw: bytes, max_batch: int):
