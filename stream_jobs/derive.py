@@ -62,8 +62,7 @@ def parse(raw: bytes, max_bytes: int) -> dict | Rejection:
     return event
 
 
-def _label(name: str, value) -> bool:
-    return value is None or (type(value) is str and 0 < len(value) <= LABEL_FIELDS[name] and not has_control(value))
+_LABEL_LIMITS = tuple(LABEL_FIELDS.items())
 
 
 def _duration(value) -> bool:
@@ -88,8 +87,11 @@ def _fast(event, now: float, oldest: float = MIN_T0) -> dict | None:
         return None
     g = event.get
     n_in, n_out, t0, e2e = g("input_tokens"), g("output_tokens"), g("t0"), g("e2e_s")
-    if not (g("model") is not None and g("request_id") is not None and all(_label(n, g(n)) for n in LABEL_FIELDS)
-            and g("status", "ok") in STATUSES and n_in is not None and n_out is not None and _count(n_in)
+    for name, limit in _LABEL_LIMITS:  # a label: a non-empty printable string within its limit, or null
+        v = g(name)
+        if v is not None and not (type(v) is str and 0 < len(v) <= limit and not has_control(v)):
+            return None
+    if not (g("model") is not None and g("request_id") is not None and g("status", "ok") in STATUSES and n_in is not None and n_out is not None and _count(n_in)
             and _count(n_out) and _count(g("cached_input_tokens")) and type(t0) in (float, int)
             and e2e is not None and _duration(e2e) and _duration(g("ttft_s")) and _duration(g("queue_s"))):
         return None
@@ -209,11 +211,14 @@ def _null(value):
 def derive(fields: dict, bucket: Bucketer) -> dict:
     """The metrics of docs/metrics.md from validated fields (formulas.metrics
     on a batch of one row). Null is never zero or inf."""
+    m = metrics(numbers(fields))
     return {
         **fields,
         "ts": fields["t0"],
         "input_bucket": bucket(fields["input_tokens"]),
-        **{name: _null(value) for name, value in metrics(numbers(fields)).items()},
+        "decode_s": _null(m["decode_s"]), "prefill_tps": _null(m["prefill_tps"]),
+        "prefill_tps_uncached": _null(m["prefill_tps_uncached"]), "decode_tps": _null(m["decode_tps"]),
+        "tpot_s": _null(m["tpot_s"]),
         # null without chunk data: "no stall" is only said of a measured stream
         "stalled": None if fields["gaps_over"] is None else int(fields["gaps_over"] > 0),
         "output_tokens_estimated": int(fields["output_tokens_estimated"]),

@@ -79,9 +79,9 @@ def rejection_of(check: int, f: Fields, oldest: float):
 
 def check_one(f: Fields, latest: float, oldest: float):
     """The row path: a batch of one row, its Rejection or None."""
-    for k, bad in enumerate(failing(f, latest, oldest)):
-        if bad:
-            return rejection_of(k, f, oldest)
+    for reason, test, detail in CHECKS:
+        if test(f, latest, oldest):
+            return Rejection(reason, detail(f, oldest))
     return None
 
 
