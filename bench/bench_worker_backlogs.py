@@ -67,14 +67,15 @@ def expected(n: int, every: int = 100) -> dict[str, int]:
     return {"clean": n, "invalid": n - bad, "duplicate": n - bad, "mixed": n}
 
 
-def measure(bootstrap: str, topic: str, stored: int, timeout_s: float, poll_s: float = 0.02) -> dict:
+def measure(bootstrap: str, topic: str, stored: int, timeout_s: float, poll_s: float = 0.02,
+            pythonpath: str = "") -> dict:
     """Generations stored per second and per CPU second of the worker, both
     over its whole drain, from the first record consumed to the last row
     stored (/health polled every `poll_s`): a backlog of a few batches is
     too coarse for the first-to-last-row window of bench_worker, and on a
     shared host the CPU figure is the steadier of the two."""
     tmp = Path(tempfile.mkdtemp(prefix="pm-bench-backlog-"))
-    w = U.Worker(bootstrap, topic, tmp)
+    w = U.Worker(bootstrap, topic, tmp, extra_env={"PYTHONPATH": pythonpath} if pythonpath else None)
     out: dict = {"complete": False}
     try:
         w.migrate()
@@ -111,6 +112,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=120.0, help="per drain")
     ap.add_argument("--json", default="", help="also write the result dict here")
+    ap.add_argument("--pythonpath", default="", help="run the workers of another tree (e.g. `git archive` of the "
+                                                     "code before a change, laid out as installed): printed, not "
+                                                     "recorded")
     args = ap.parse_args(argv)
     U.exit_cleanly_on_sigterm()
 
@@ -126,12 +130,14 @@ def main(argv: list[str] | None = None) -> dict:
             # Each round in another order, the clean backlog never first: the
             # first drain of a run meets a cold broker and page cache.
             order = KINDS[1 + i % 3:] + KINDS[:1 + i % 3]
-            runs = {kind: measure(bootstrap, topics[kind], want[kind], args.timeout) for kind in order}
+            runs = {kind: measure(bootstrap, topics[kind], want[kind], args.timeout, pythonpath=args.pythonpath)
+                    for kind in order}
             result["rounds"].append(runs)
             print({k: (round(v["gens_per_s"]), round(v["gens_per_cpu_s"])) for k, v in runs.items()}, flush=True)
     print(render(result))
     U.write_json(args.json, result)
-    print(f"result: {R.record('worker-backlogs', figures(result))}")
+    if not args.pythonpath:
+        print(f"result: {R.record('worker-backlogs', figures(result))}")
     return result
 
 
@@ -141,9 +147,10 @@ def figures(result: dict) -> list[dict]:
     size = result["params"]["envelope_size"]
     for i, r in enumerate(rounds, 1):
         for kind, (goal, what) in GOALS.items():
-            for key, per in (("gens_per_s", "generations/s"), ("gens_per_cpu_s", "generations per worker CPU second")):
+            for key, per, suffix in (("gens_per_s", "generations/s", ""),
+                                     ("gens_per_cpu_s", "generations per worker CPU second", "-cpu")):
                 value, clean = r[kind][key], r["clean"][key]
-                out.append(R.figure(goal, f"{what}, envelopes of {size}, {per}, round {i} of {len(rounds)}",
+                out.append(R.figure(goal + suffix, f"{what}, envelopes of {size}, {per}, round {i} of {len(rounds)}",
                                     round(value), "1/s",
                                     reference={"what": f"the clean backlog, {per}, same round", "value": round(clean)},
                                     target="≥ 0.9× clean in every round", met=value >= 0.9 * clean))

@@ -135,7 +135,8 @@ def decode(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000, 
     batch decoded ahead builds it while the store writes the one before."""
     gens: list = []
     counts: list[int] = []
-    at: list[tuple[int, int, bool]] = []  # per struct: (message, place in it, in an envelope)
+    places: dict[int, list[int]] = {}  # message -> each row's event in it, where events were refused
+    enveloped: list[bool] = []
     refused: list[tuple[tuple[int, int], Rejection]] = []
     for m, event in enumerate(events):
         raw = event.value
@@ -146,16 +147,19 @@ def decode(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000, 
                 return None
             inner = [p for p in parts if type(p) is not Rejection]
             refused += [((m, i), p) for i, p in enumerate(parts) if type(p) is Rejection]
-            at += [(m, i, True) for i, p in enumerate(parts) if type(p) is not Rejection]
+            places[m] = [i for i, p in enumerate(parts) if type(p) is not Rejection]
         elif set(map(type, inner)) != _GENERATIONS_ONLY:
             return None
-        else:
-            at += [(m, i, type(inner) is list) for i in range(len(inner))]  # a list: an envelope's events
+        enveloped.append(m in places or type(inner) is list)  # a list: an envelope's events
         gens += inner
         counts.append(len(inner))
     columns, bad = _derive(gens, counts, events, bucket, now, oldest)
-    refused += [((at[i][0], at[i][1]), Rejection(r.reason, f"events[{at[i][1]}]: {r.detail}") if at[i][2] else r)
-                for i, r in bad]
+    if bad:
+        starts = np.cumsum([0] + counts)
+        for i, r in bad:
+            m = int(np.searchsorted(starts, i, side="right")) - 1
+            place = places[m][i - starts[m]] if m in places else int(i - starts[m])
+            refused.append(((m, place), Rejection(r.reason, f"events[{place}]: {r.detail}") if enveloped[m] else r))
     refused.sort(key=lambda x: x[0])
     payloads = {m: dead_letter.payload(events[m].value, payload_cap) for (m, _), _ in refused}
     return Decoded(columns, [(m, r) for (m, _), r in refused], payloads)

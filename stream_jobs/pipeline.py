@@ -150,7 +150,7 @@ class Pipeline:
             msg = event.message
             recheck = self._maybe_in_the_previous_batch(msg, len(event.value or b""))
             held = stored.get((msg.topic, msg.partition))
-            for i in range(first, first + n):
+            for i in range(first, first + n) if held is not None or recheck else ():
                 cell = held.rows.get((msg.offset, ids[i])) if held is not None else None
                 if cell is not None:  # stored before a crash or a rebalance: as in `_split`
                     suspects.add(cell)
@@ -180,13 +180,18 @@ class Pipeline:
         the dead letters of the gateway's duplicates added to `dead`."""
         ids, out = gens.request_ids, set()
         joined = self.settings.joined_topic_name
-        topic_of = [events[m].message.topic for m in message_of]
+        topics = {e.message.topic for e in events}
         for topic in (joined, self.settings.topic):
-            rows = [i for i in range(len(gens)) if topic_of[i] == topic and i not in dropped]
+            if topic not in topics:
+                continue
+            if len(topics) == 1 and not dropped:  # the common batch, of one topic
+                rows = range(len(gens))
+            else:
+                rows = [i for i, m in enumerate(message_of) if events[m].message.topic == topic and i not in dropped]
             if not rows:
                 continue
-            taken = [ids[i] for i in rows]
-            ts = gens.ts[rows]
+            taken = ids if type(rows) is range else [ids[i] for i in rows]
+            ts = gens.ts if type(rows) is range else gens.ts[rows]
             seen = self.sink.existing_request_ids(self._dup_scope(topic), list(dict.fromkeys(taken)),
                                                   float(ts.min()) - 0.002, float(ts.max()) + 0.002)
             if not seen and len(set(taken)) == len(taken):
