@@ -151,10 +151,7 @@ class Pipeline:
             recheck = self._maybe_in_the_previous_batch(msg, len(event.value or b""))
             held = stored.get((msg.topic, msg.partition))
             for i in range(first, first + n) if held is not None or recheck else ():
-                cell = held.rows.get((msg.offset, ids[i])) if held is not None else None
-                if cell is not None:  # stored before a crash or a rebalance: as in `_split`
-                    suspects.add(cell)
-                    self.skipped += 1
+                if self._stored_before(held, msg.offset, ids[i], suspects):
                     dropped.add(i)
                 elif recheck:
                     inside.append(i)
@@ -176,12 +173,10 @@ class Pipeline:
 
     def _duplicates_in_columns(self, events, gens, message_of: list[int], dropped: set, dead: list[dict],
                                now: float) -> set[int]:
-        """`_drop_duplicates` on columns: the rows (indexes) it drops, and
-        the dead letters of the gateway's duplicates added to `dead`."""
-        ids, out = gens.request_ids, set()
-        joined = self.settings.joined_topic_name
+        """`_drop_duplicates` on columns: the rows (indexes) it drops."""
+        out = set()
         topics = {e.message.topic for e in events}
-        for topic in (joined, self.settings.topic):
+        for topic in (self.settings.joined_topic_name, self.settings.topic):
             if topic not in topics:
                 continue
             if len(topics) == 1 and not dropped:  # the common batch, of one topic
@@ -190,25 +185,14 @@ class Pipeline:
                 rows = [i for i, m in enumerate(message_of) if events[m].message.topic == topic and i not in dropped]
             if not rows:
                 continue
-            taken = ids if type(rows) is range else [ids[i] for i in rows]
-            ts = gens.ts if type(rows) is range else gens.ts[rows]
-            seen = self.sink.existing_request_ids(self._dup_scope(topic), list(dict.fromkeys(taken)),
-                                                  float(ts.min()) - 0.002, float(ts.max()) + 0.002)
-            if not seen and len(set(taken)) == len(taken):
-                continue
-            for i, rid in zip(rows, taken):
-                if rid not in seen:
-                    seen.add(rid)
-                    continue
-                out.add(i)
-                if topic == joined:
-                    self.rejoined += 1
-                    continue
-                msg = events[message_of[i]].message
-                dead.append(dead_letter.record(R.DUPLICATE, f"request_id {rid[:128]} already stored", None,
-                                               {"src_topic": msg.topic, "src_partition": msg.partition,
-                                                "src_offset": msg.offset}, now, 0))
-                self.duplicates += 1
+            ts = gens.ts[rows]
+
+            def source(j, rows=rows):
+                msg = events[message_of[rows[j]]].message
+                return {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
+            ids = gens.request_ids if type(rows) is range else [gens.request_ids[i] for i in rows]
+            out |= {rows[j] for j in self._duplicates_of(self._dup_scope(topic), ids, float(ts.min()), float(ts.max()),
+                                                         source, dead, now, topic == self.settings.joined_topic_name)}
         return out
 
     def _phases_as_columns(self, events):
@@ -223,7 +207,7 @@ class Pipeline:
         joined = columnar_join.fold(events, self.bucket, self.settings.max_message_bytes, now,
                                     self.settings.topic_partitions, oldest=self.oldest(now))
         if joined is None or self._stored_ids(self._dup_scope(self.settings.joined_topic_name),
-                                              joined.gens.request_ids, joined.gens):
+                                              joined.gens.request_ids, *columnar.ts_bounds(joined.gens)):
             return None  # a re-join after a crash: the row path drops it and counts it
         self.forwarded += len(joined.forward)
         self.joined_in_batch += len(joined.gens)
@@ -250,11 +234,10 @@ class Pipeline:
             return self.settings.topic, topic
         return (topic,)
 
-    def _stored_ids(self, topics: tuple[str, ...], ids: list[str], rows) -> set[str]:
+    def _stored_ids(self, topics: tuple[str, ...], ids: list[str], lo: float, hi: float) -> set[str]:
         """Which of `ids` the store holds on `topics` within the time range of
-        `rows` (dicts or columns), widened by 2 ms for the store's ts, which
-        is the row's rounded to the millisecond."""
-        lo, hi = columnar.ts_bounds(rows)
+        their rows (`lo`..`hi`), widened by 2 ms for the store's ts, which is
+        the row's rounded to the millisecond."""
         return self.sink.existing_request_ids(topics, ids, lo - 0.002, hi + 0.002)
 
     def _drop_duplicates(self, rows: list[dict], joined: list[dict], dead: list[dict], now: float) -> list[dict]:
@@ -277,20 +260,46 @@ class Pipeline:
                             rejoin: bool = False) -> list[dict]:
         if not rows:
             return rows
-        seen = self._stored_ids(topics, list({r["request_id"] for r in rows}), rows)
-        kept = []
-        for row in rows:
-            if row["request_id"] in seen and rejoin:
+        ts = [r["ts"] for r in rows]
+        drop = self._duplicates_of(topics, [r["request_id"] for r in rows], min(ts), max(ts),
+                                   lambda i: {k: rows[i][k] for k in ("src_topic", "src_partition", "src_offset")},
+                                   dead, now, rejoin)
+        return [r for i, r in enumerate(rows) if i not in drop] if drop else rows
+
+    def _duplicates_of(self, topics: tuple[str, ...], ids: list[str], lo: float, hi: float, source, dead: list[dict],
+                       now: float, rejoin: bool) -> set[int]:
+        """The places in `ids` (request_ids of rows from `topics`, in the
+        batch's order, their ts within `lo`..`hi`) of the rows already
+        stored or earlier in the batch: each dead-lettered (`source(i)`: its
+        record) as the gateway's duplicate, or, `rejoin`, counted."""
+        seen = self._stored_ids(topics, list(dict.fromkeys(ids)), lo, hi)
+        if not seen and len(set(ids)) == len(ids):
+            return set()
+        out = set()
+        for i, rid in enumerate(ids):
+            if rid not in seen:
+                seen.add(rid)
+                continue
+            out.add(i)
+            if rejoin:
                 self.rejoined += 1
-            elif row["request_id"] in seen:
-                dead.append(dead_letter.record(R.DUPLICATE, f"request_id {row['request_id'][:128]} already stored",
-                                               None, {k: row[k] for k in ("src_topic", "src_partition", "src_offset")},
-                                               now, 0))
-                self.duplicates += 1
-            else:
-                seen.add(row["request_id"])
-                kept.append(row)
-        return kept
+                continue
+            dead.append(dead_letter.record(R.DUPLICATE, f"request_id {rid[:128]} already stored", None, source(i),
+                                           now, 0))
+            self.duplicates += 1
+        return out
+
+    def _stored_before(self, held: Stored | None, offset: int, request_id: str, suspects: set) -> bool:
+        """Whether the store holds this row of a re-read record (stored before
+        a crash or a rebalance): it is skipped, and its cell handed over for
+        a check, as its insert may have stopped before the rollup view got
+        its block."""
+        cell = held.rows.get((offset, request_id)) if held is not None else None
+        if cell is None:
+            return False
+        suspects.add(cell)
+        self.skipped += 1
+        return True
 
     def _maybe_in_the_previous_batch(self, msg, size: int) -> bool:
         """Whether the previous owner's last batch may have held this record
@@ -381,12 +390,7 @@ class Pipeline:
                         enveloped.append((phase, source, recheck))
                     else:
                         phases.append(phase)
-                elif held is not None and (msg.offset, result["request_id"]) in held.rows:
-                    # Stored before a crash or a rebalance. Its insert may
-                    # have stopped before the rollup view got its block.
-                    suspects.add(held.rows[msg.offset, result["request_id"]])
-                    self.skipped += 1
-                else:
+                elif not self._stored_before(held, msg.offset, result["request_id"], suspects):
                     result.update(source)
                     rows.append(result)
                     if recheck:
@@ -418,9 +422,7 @@ class Pipeline:
         for row, i in folded.rows:
             _, source, recheck = enveloped[i]
             held = stored.get((source["src_topic"], source["src_partition"]))
-            if held is not None and (source["src_offset"], row["request_id"]) in held.rows:
-                suspects.add(held.rows[source["src_offset"], row["request_id"]])
-                self.skipped += 1
+            if self._stored_before(held, source["src_offset"], row["request_id"], suspects):
                 continue
             row.update(source)
             joined.append(row)
