@@ -38,7 +38,7 @@ from .formulas import Fields, failing, metrics, rejection_of
 
 # Fields of the C decoder's Generation, and the row's columns they fill as they are.
 _TEXT = ("request_id", "model", "status")
-_LABELS = ("finish_reason", "gateway", "replica")  # null -> "" (ordered_fields)
+_LABELS = ("finish_reason", "gateway", "replica")  # null -> "" (derive.normalised)
 _GENERATIONS_ONLY = {Generation}
 # Checks whose answer moves with the clock: a batch decoded ahead with any
 # row they refused is decoded again in its turn.

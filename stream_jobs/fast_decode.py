@@ -11,11 +11,12 @@ generation (docs/performance/worker.md).
 This is an accelerator, not a second contract. Its Structs are built from
 the limits in contract.py and the field lists in derive.py and
 phase_events.py, and the checks across fields are formulas.py's and
-`phase_events.check_across`. Anything it does not accept whole (a bad event, an end with
-stall data, chunk data, a lone surrogate, an envelope with one bad event in
-it) goes to `derive.process_message` unchanged, which alone names reasons. A
-test holds the two paths to the same result on the poison corpus and on
-generated messages.
+`phase_events.check_across`. An event it does not accept (a bad one, an
+end with stall data, chunk data, a lone surrogate) goes to the full path
+(`derive.process_message`, or `process_event` for one event of an envelope
+the batch decoder takes event by event: `one_by_one`), which alone names
+reasons. A test holds the two paths to the same result on the poison corpus
+and on generated messages.
 """
 
 from __future__ import annotations
