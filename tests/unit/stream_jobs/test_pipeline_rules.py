@@ -10,6 +10,8 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phasemeter.settings import Settings
 from phasemeter.stream_jobs import reasons as R
@@ -433,3 +435,54 @@ def test_otlp_spans_ignored_and_replicas_dropped_are_counted_per_reason():
     assert p.otlp_ignored == 2
     assert (p.counts["otlp_spans_ignored_embedding"], p.counts["otlp_spans_ignored_not_llm"],
             p.counts["otlp_replicas_dropped"]) == (1, 1, 1)
+
+
+class RowPath(Pipeline):
+    """The row path alone: what the columns must give, row for row."""
+    def _as_columns(self, events, ahead=None):
+        return None
+
+
+@st.composite
+def real_batches(draw):
+    """Generations from both topics, alone and in envelopes, with bad events,
+    repeated request_ids, and a store holding some of them (a re-read)."""
+    s = Settings(topic=TOPIC, batch_rows=draw(st.integers(1, 6)))
+    ids = [f"r{i}" for i in range(draw(st.integers(1, 8)))]
+    batch, stored_rows, stored_dead, stored_ids = [], [], [], set()
+    for offset in range(draw(st.integers(1, 6))):
+        topic = draw(st.sampled_from([TOPIC, TOPIC, s.joined_topic_name]))
+        events = []
+        for _ in range(draw(st.integers(1, 4))):
+            e = dict(gen(draw(st.sampled_from(ids)), t0=T0 + draw(st.integers(0, 3)) * 60), schema_version=2)
+            e.update(draw(st.sampled_from([{}, {}, {"ttft_s": -1}, {"e2e_s": 0.1}, {"prompt": "x"}, {"kind": "x"}])))
+            events.append(e)
+        value = env(*events) if len(events) > 1 or draw(st.booleans()) else events[0]
+        batch.append(rec(offset, value, topic=topic))
+        if draw(st.integers(0, 3)) == 0:  # the store holds this record's first row, or its dead letters
+            stored_rows.append((topic, 0, offset, events[0]["request_id"], cell(events[0]["t0"])))
+        if draw(st.integers(0, 3)) == 0:
+            stored_dead.append((topic, 0, offset))
+    for rid in ids:
+        if draw(st.integers(0, 4)) == 0:
+            stored_ids.add(draw(st.sampled_from([rid, (TOPIC, rid), (s.joined_topic_name, rid)])))
+    return s, batch, stored_rows, stored_dead, stored_ids
+
+
+@settings(max_examples=300, deadline=None)
+@given(real_batches())
+def test_the_columns_keep_the_row_paths_exactly_once_rules(case):
+    """Bad events, duplicates, re-reads and both topics in one batch: the
+    columns give the row path's rows, dead letters, cells to check and counts."""
+    s, batch, stored_rows, stored_dead, stored_ids = case
+    out = []
+    for kind in (Pipeline, RowPath):
+        p = kind(s, FakeSink(rows=stored_rows, dead=stored_dead, ids=stored_ids))
+        rows, dead, phases, suspects = p.split(list(batch))
+        dead = [{k: v for k, v in d.items() if k != "ts"} for d in dead]  # ts: when it was refused
+        out.append((sorted(map(sorted, (r.items() for r in rows))), dead, phases, suspects, p.skipped, p.duplicates,
+                    p.rejoined, p.reread_records))
+        if kind is Pipeline:
+            assert isinstance(rows, Generations) or len(rows) == 0
+    columns, row_path = out
+    assert columns == row_path
