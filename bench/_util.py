@@ -205,10 +205,15 @@ class Worker:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # Its own SQL port too: beside another worker (a test, a benchmark,
+        # the demo), the default one is taken, and its readers would reach
+        # the other worker's store.
+        self.sql_port = free_port()
         self.env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PHASEMETER_TOPIC": topic,
                     "PHASEMETER_DLQ_TOPIC": f"{topic}.dlq", "PHASEMETER_GROUP_ID": f"bench-{tag}",
                     "PHASEMETER_DATABASE": f"bench_{tag}", "PHASEMETER_DATA_DIR": str(self.workdir / "data"),
-                    "PHASEMETER_WEB_PORT": str(self.port), **(extra_env or {})}
+                    "PHASEMETER_WEB_PORT": str(self.port), "PHASEMETER_SQL_PORT": str(self.sql_port),
+                    **(extra_env or {})}
         # None: the worker's own defaults (another venv's worker: that version's).
         for env, value in (("PHASEMETER_BATCH_ROWS", batch_rows), ("PHASEMETER_BATCH_SECONDS", batch_seconds)):
             if value is not None:

@@ -87,10 +87,11 @@ def main() -> None:
     for path, stats in now.items():
         for q in ("p50_us", "p99_us"):
             ratio = stats[q] / before[path][q]
+            bound = 1.02 if q == "p50_us" else 1.05  # a p99 moves more from round to round on a shared machine
             figures.append(figure("emitter-caller-cost", f"Meter.{path} {q}, broker down, n={args.n}", stats[q], "us",
                                   reference={"what": f"Meter.{path} {q}, the code before the change",
                                              "value": before[path][q]},
-                                  target="<= 1.05x the code before", met=ratio <= 1.05))
+                                  target=f"<= {bound}x the code before", met=ratio <= bound))
     print(record("emitter-edges", figures, notes=f"median of {args.rounds} rounds, each a child process on "
                                                  "each code, alternately; broker down"))
 

@@ -1,8 +1,5 @@
-"""The event itself: argument checks, the per-generation context manager,
-and the encoder the sender thread uses.
-
-An event travels from caller to sender thread as a plain tuple in EVENT_FIELDS
-order (cheapest to build); `encode` turns it into the schema's JSON.
+"""The per-generation context manager, `Generation`: timing one generation
+from `Meter.generation()` to its one event.
 
 Durations come from `time.monotonic()` differences so an NTP step during a
 generation can never make one negative; `time.time()` is read once, for t0,
@@ -12,200 +9,13 @@ only to place the event in time.
 from __future__ import annotations
 
 import asyncio
-import json
-import math
-import numbers
-import os
-import random
 import time
 
-# The limits are the worker's (one contract, stream_jobs/contract.py, which
-# the JSON Schema files are tested against): an event the emitter accepts is
-# never dead-lettered for a limit. contract.py is pure: no worker imports.
-import phasemeter.stream_jobs.reasons as R
-from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MAX_EPOCH_S, MAX_TOKENS, MIN_T0,
-                                             V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate)
-from phasemeter.stream_jobs.contract import STATUSES as _STATUSES
-from phasemeter.stream_jobs.contract import control_character, has_control
-
-STATUSES = frozenset(_STATUSES)
-_MODEL, _RID, _FINISH, _REPLICA = (LABEL_FIELDS[k] for k in ("model", "request_id", "finish_reason", "replica"))
-EVENT_FIELDS = ("request_id", "model", "t0", "ttft_s", "e2e_s", "queue_s", "input_tokens",
-                "output_tokens", "cached_input_tokens", "status", "finish_reason", "replica", "v2")
-# The last element, "v2", is None for the common event (encoded as v1, as
-# before), else the tuple of the contract's optional v2 fields in V2_OPTIONAL
-# order (chunks, max_gap_s, gaps_over, gap_threshold_s, output_tokens_estimated);
-# an event carrying it is encoded as schema_version 2.
-
-# uuid.uuid4() reads os.urandom, a syscall that releases the GIL; on a busy
-# process, getting the GIL back can take milliseconds. A private PRNG seeded
-# from os.urandom gives the same uuid4 hex layout in ~0.3 us. Private so that
-# random.seed() elsewhere cannot make ids repeat; reseeded in forked children
-# so pre-fork workers do not share a sequence.
-_rng = random.Random()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_rng.seed)
-_UUID4_KEEP = ~((0xF << 76) | (0x3 << 62)) & ((1 << 128) - 1)
-_UUID4_SET = (0x4 << 76) | (0x2 << 62)  # version 4, RFC 4122 variant
-
-
-class BadArgument(ValueError):
-    """An argument the event contract does not admit, refused at the call and
-    never queued. `reason` is the worker's reason code for the same value
-    (stream_jobs/reasons.py), so the emitter, `phasemeter emit` and the OTLP
-    receiver count refusals alike (Meter.refusals())."""
-
-    def __init__(self, message: str, reason: str = R.BAD_VALUE) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-def encodable(text: str) -> bool:
-    """True when UTF-8 can encode `text` (the contract's rule, which the
-    worker dead-letters as not_utf8). False for a lone surrogate, which
-    json.loads makes of an escaped "\\ud800": such an event could never be
-    sent, so it is refused at the call instead of failing in the sender."""
-    return lone_surrogate(text) is None
-
-
-def label_error(name: str, value, limit: int) -> BadArgument:
-    """The refusal of a label that failed the one-line check of its caller
-    (a str of 1..limit characters UTF-8 can encode); built only on failure."""
-    message = f"{name} must be a non-empty str of at most {limit} characters"
-    if not isinstance(value, str):
-        return BadArgument(f"{message}, got {type(value).__name__}", R.WRONG_TYPE)
-    bad = lone_surrogate(value, name) or control_character(name, value)
-    if bad is not None:
-        return BadArgument(bad.detail, bad.reason)
-    return BadArgument(f"{message}, got {len(value)}", R.BAD_VALUE)
-
-
-def count_error(name: str, value, high) -> BadArgument:
-    message = f"{name} must be an int in [0, {high}], got {value!r}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return BadArgument(message, R.WRONG_TYPE)
-    if value != value or value in (math.inf, -math.inf):
-        return BadArgument(message, R.NOT_FINITE)
-    return BadArgument(message, R.NEGATIVE if value < 0 else R.ABSURD)
-
-
-def epoch_error(name: str, value) -> BadArgument:
-    """A phase's t0 / t_first / t_end outside the contract's static bounds."""
-    message = f"{name} must be epoch seconds in [{MIN_T0:.0f}, {MAX_EPOCH_S:.0f}], got {value!r}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return BadArgument(message, R.WRONG_TYPE)
-    return BadArgument(message, R.NOT_FINITE if value != value or value in (math.inf, -math.inf) else R.ABSURD)
-
-
-def check_t0(value) -> None:
-    """record()'s t0, when it is not a plain float or int (the caller tests
-    those inline): a finite number, since NaN or Infinity could not be
-    encoded. Its range is the worker's to judge (absurd), as before."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadArgument(f"t0 must be a finite number of epoch seconds, got {value!r}",
-                          R.NOT_FINITE if isinstance(value, float) else R.WRONG_TYPE)
-
-
-def new_request_id() -> str:
-    return "%032x" % (_rng.getrandbits(128) & _UUID4_KEEP | _UUID4_SET)
-
-
-def label_ok(value, limit: int) -> bool:
-    """The rule of a label: a str of 1..limit printable characters UTF-8 can
-    encode (contract.has_control: the worker dead-letters a control
-    character). Callers test the common case inline first (an exact str,
-    printable ASCII: a flag read and one C scan) and call this only when
-    that fails."""
-    return isinstance(value, str) and 0 < len(value) <= limit and encodable(value) and not has_control(value)
-
-
-def check_request(model, input_tokens, cached_input_tokens, request_id, replica) -> None:
-    """Programmer errors raise BadArgument (a ValueError) naming the argument.
-    One C scan per label on the common path: a printable str holds neither a
-    control character (Cc) nor a lone surrogate (Cs), so it needs no other
-    check; anything else (a space other than ' ', a str subclass, ...) goes
-    through label_ok, which names the reason."""
-    if not (model.__class__ is str and 0 < len(model) <= _MODEL and model.isprintable()) \
-            and not label_ok(model, _MODEL):
-        raise label_error("model", model, _MODEL)
-    try:
-        bad = not 0 <= input_tokens <= MAX_TOKENS or cached_input_tokens is not None \
-            and not 0 <= cached_input_tokens <= input_tokens
-    except (TypeError, ArithmeticError):  # None, a str, a Decimal NaN: never a TypeError out
-        bad = True
-    if bad:
-        if input_tokens is None or isinstance(input_tokens, bool) or not isinstance(input_tokens, (int, float)) \
-                or not 0 <= input_tokens <= MAX_TOKENS:
-            raise count_error("input_tokens", input_tokens, MAX_TOKENS)
-        bad = count_error("cached_input_tokens", cached_input_tokens, "input_tokens")
-        if bad.reason == R.ABSURD:  # a count, but more than input_tokens: the worker's inconsistent
-            bad.reason = R.INCONSISTENT
-        raise bad
-    if request_id is not None and not (request_id.__class__ is str and 0 < len(request_id) <= _RID
-                                       and request_id.isprintable()) \
-            and not label_ok(request_id, _RID):
-        raise label_error("request_id", request_id, _RID)
-    # Empty labels are refused here: the worker would dead-letter them (bad_value).
-    if replica is not None and not (replica.__class__ is str and 0 < len(replica) <= _REPLICA
-                                    and replica.isprintable()) \
-            and not label_ok(replica, _REPLICA):
-        raise label_error("replica", replica, _REPLICA)
-
-
-def check_outcome(output_tokens, status, finish_reason) -> None:
-    try:
-        bad = not 0 <= output_tokens <= MAX_TOKENS
-    except (TypeError, ArithmeticError):
-        bad = True
-    if bad:
-        raise count_error("output_tokens", output_tokens, MAX_TOKENS)
-    if status not in STATUSES:
-        raise BadArgument(f"status must be one of 'ok', 'error', 'cancelled', got {status!r}")
-    if finish_reason is not None and not (finish_reason.__class__ is str and 0 < len(finish_reason) <= _FINISH
-                                          and finish_reason.isprintable()) \
-            and not label_ok(finish_reason, _FINISH):
-        raise label_error("finish_reason", finish_reason, _FINISH)
-
-
-def check_estimated(value) -> None:
-    if value.__class__ is not bool:
-        raise BadArgument(f"output_tokens_estimated must be a bool, got {value!r}", R.WRONG_TYPE)
-
-
-def check_threshold(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_DURATION_S:
-        raise BadArgument(f"stall_threshold_s must be seconds in (0, {MAX_DURATION_S:g}], got {value!r}")
-    return float(value)
-
-
-def check_stalls(chunks, max_gap_s, gaps_over, gap_threshold_s, e2e_s) -> tuple:
-    """record()'s chunk stats, held to the worker's own rules (contract.py:
-    types, ranges, gaps_over <= chunks, max_gap_s <= e2e_s, ...), so an
-    accepted event is never dead-lettered for them. The four checked fields
-    in V2_OPTIONAL order. Only called when one of them is given: the common
-    record() pays nothing."""
-    given = {"chunks": chunks, "max_gap_s": max_gap_s, "gaps_over": gaps_over,
-             "gap_threshold_s": gap_threshold_s}
-    out: dict = {}
-    bad = check_v2_optional(given, out) or check_gap_within(out["max_gap_s"], e2e_s)
-    if bad is not None:
-        # The contract's detail names the field, which is also the argument's name.
-        raise BadArgument(f"record(): {bad.detail}", bad.reason)
-    return out["chunks"], out["max_gap_s"], out["gaps_over"], out["gap_threshold_s"]
-
-
-def check_duration(name: str, value) -> None:
-    if value is None:
-        return
-    try:
-        ok = 0 <= value <= MAX_DURATION_S
-    except (TypeError, ArithmeticError):  # a str, a Decimal NaN: refused, never raised as such
-        ok = False
-    if not ok:
-        message = f"{name} must give a duration in [0, {MAX_DURATION_S:g}] s, got {value!r}"
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise BadArgument(message, R.WRONG_TYPE)
-        raise BadArgument(message, R.NOT_FINITE if value != value else R.IMPOSSIBLE_ORDER if value < 0 else R.ABSURD)
+# Names other modules and tests have always found here: the checks
+# (checks.py, optional.py) and the encoder (encode.py).
+from .checks import MAX_DURATION_S, MAX_TOKENS, STATUSES, BadArgument, check_outcome, check_request  # noqa: F401
+from .encode import EVENT_FIELDS, encode, new_request_id  # noqa: F401
+from .optional import check_estimated, check_pd
 
 
 class Generation:
@@ -315,29 +125,43 @@ class Generation:
         return self._tokens if self._chunks else 0
 
     def finish(self, output_tokens: int, status: str = "ok", finish_reason: str | None = None,
-               output_tokens_estimated: bool = False) -> None:
+               output_tokens_estimated: bool = False, *, prefill_replica: str | None = None,
+               decode_replica: str | None = None, kv_transfer_s: float | None = None) -> None:
+        """`prefill_replica`, `decode_replica`, `kv_transfer_s`: in prefill/decode
+        disaggregated serving, the instances (or pools) that ran each half and
+        the seconds the KV cache took between them (docs/phases.md); a router
+        knows them by the end. Any of them makes the event schema_version 2."""
         if self._done:
             raise RuntimeError("finish() was already called for this generation")
         try:
             check_outcome(output_tokens, status, finish_reason)
             if output_tokens_estimated is not False:
                 check_estimated(output_tokens_estimated)
+            pd = None  # passed on, not kept in a slot: the common generation pays no store for it
+            if prefill_replica is not None or decode_replica is not None or kv_transfer_s is not None:
+                t_first = self._t_first
+                pd = check_pd(prefill_replica, decode_replica, kv_transfer_s,
+                              None if t_first is None else t_first - self._start, time.monotonic() - self._start)
         except ValueError as exc:
             self._meter._ch.refuse(exc)
             raise
-        self._emit(output_tokens, status, finish_reason, output_tokens_estimated)
+        self._emit(output_tokens, status, finish_reason, output_tokens_estimated, pd)
 
-    def _v2(self, estimated: bool) -> tuple | None:
-        """The optional v2 fields, or None (the event stays v1) without any."""
+    def _v2(self, estimated: bool, pd: tuple | None) -> tuple | None:
+        """The optional v2 fields, then finish()'s P/D fields `pd` when given,
+        or None (the event stays v1) without any."""
         count = self._chunks
         if not count:
-            return (None, None, None, None, True) if estimated else None
-        # Counts are clamped to the contract's limit (gaps_over <= chunks holds).
-        gap = self._max_gap
-        return (min(count, MAX_TOKENS), None if gap < 0 else gap, min(self._over, MAX_TOKENS), self._stall,
-                True if estimated else None)
+            v2 = (None, None, None, None, True if estimated else None)
+        else:
+            # Counts are clamped to the contract's limit (gaps_over <= chunks holds).
+            gap = self._max_gap
+            v2 = (min(count, MAX_TOKENS), None if gap < 0 else gap, min(self._over, MAX_TOKENS), self._stall,
+                  True if estimated else None)
+        return v2 if pd is None else v2 + pd
 
-    def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False) -> None:
+    def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False,
+              pd: tuple | None = None) -> None:
         end = time.monotonic()
         self._done = True
         start, t_first, t_sched = self._start, self._t_first, self._t_sched
@@ -347,7 +171,7 @@ class Generation:
             end - start,
             None if t_sched is None else t_sched - start,
             self._input, output_tokens, self._cached, status, finish_reason, self._replica,
-            self._v2(estimated) if self._chunks or estimated else None,
+            self._v2(estimated, pd) if self._chunks or estimated or pd is not None else None,
         ))
 
     def __enter__(self) -> Generation:
@@ -361,43 +185,3 @@ class Generation:
             cancelled = exc_type is None or issubclass(exc_type, (GeneratorExit, asyncio.CancelledError))
             self._emit(0, "cancelled" if cancelled else "error", None)
         return False  # never swallow the caller's exception
-
-
-def _number(value):
-    """A number json cannot write itself (numpy.int64, Decimal, Fraction: the
-    checks compare them as numbers and let them in) as the int or float it
-    is; anything else stays a TypeError (the sender counts the event failed)."""
-    if isinstance(value, numbers.Integral) or isinstance(value, numbers.Rational) and value.denominator == 1:
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, numbers.Number) and not isinstance(value, numbers.Complex):  # Decimal
-        f = float(value)
-        return int(value) if f.is_integer() else f  # Decimal(5) is a count the worker takes as 5
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-# allow_nan=False: NaN/Infinity are not JSON; such an event counts as failed
-# instead of poisoning the topic for every consumer.
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_number).encode
-
-
-def encode(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
-    """Event tuple -> (key, value) exactly as schema/event-v1.schema.json says,
-    or event-v2's `generation` when it carries optional v2 fields (only the
-    known ones are written: an absent field is unknown, never null)."""
-    (rid, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
-     cached, status, finish_reason, replica, v2) = item
-    if rid is None:  # record() without an id: generated here, off the caller's path
-        rid = new_request_id()
-    ev = {
-        "schema_version": 1, "kind": "generation", "request_id": rid, "model": model,
-        "t0": t0, "ttft_s": ttft_s, "e2e_s": e2e_s, "queue_s": queue_s,
-        "input_tokens": input_tokens, "output_tokens": output_tokens,
-        "cached_input_tokens": cached, "status": status, "finish_reason": finish_reason,
-        "gateway": gateway, "replica": replica,
-    }
-    if v2 is not None:
-        ev["schema_version"] = 2
-        ev.update((name, value) for name, value in zip(V2_OPTIONAL, v2) if value is not None)
-    return rid.encode("utf-8"), _dumps(ev).encode("utf-8")

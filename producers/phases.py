@@ -7,13 +7,14 @@ tuple and is encoded there. Its first element is the kind; its length is
 never len(EVENT_FIELDS), which is how the sender tells the two apart
 without touching the one-event path:
 
-    ("start", request_id, model, t0, input_tokens, cached_input_tokens, queue_s, replica)
+    ("start", request_id, model, t0, input_tokens, cached_input_tokens, queue_s, replica, v2)
     ("first_token", request_id, ttft_s, t_first, queue_s, cached_input_tokens)
     ("end", request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s, cached_input_tokens,
      ttft_s, v2)
 
 where v2 is None or the optional v2 fields (Generation._v2: chunk data,
-output_tokens_estimated), written when known.
+output_tokens_estimated; then the P/D fields, optional.with_pd), written
+when known; a start's has only the P/D fields set.
 
 Encoding omits every optional field that is unknown (None) -- never null --
 except `status`, which the emitter always knows and always sends.
@@ -25,9 +26,11 @@ import time
 
 import phasemeter.stream_jobs.reasons as R
 
-from .generation import (_RID, MAX_TOKENS, V2_OPTIONAL, BadArgument, Generation, _dumps, check_duration,
-                         check_estimated, check_outcome, check_request, count_error, epoch_error, label_error,
-                         label_ok, new_request_id)
+from .checks import (_RID, MAX_TOKENS, BadArgument, check_duration, check_outcome, check_request, count_error,
+                     epoch_error, label_error, label_ok)
+from .encode import V2_FIELDS, _dumps, new_request_id
+from .generation import Generation
+from .optional import check_estimated, with_pd
 
 # Epoch bounds for t0/t_first/t_end (the contract's): the worker rejects t0
 # before 2000, and an upper bound catches the unit bug of passing milliseconds.
@@ -75,7 +78,8 @@ def one_of(dur_name: str, dur, ts_name: str, ts) -> None:
 
 
 # -- low-level API: argument checks -> tuple (Meter.start/first_token/end) -----
-def start_item(model, input_tokens, t0, request_id, cached_input_tokens, queue_s, replica) -> tuple:
+def start_item(model, input_tokens, t0, request_id, cached_input_tokens, queue_s, replica, pd=(None,) * 3) -> tuple:
+    """`pd`: (prefill_replica, decode_replica, kv_transfer_s), each None when not known."""
     check_count("input_tokens", input_tokens)
     check_count("cached_input_tokens", cached_input_tokens)
     check_request(model, input_tokens, cached_input_tokens, request_id, replica)
@@ -84,9 +88,10 @@ def start_item(model, input_tokens, t0, request_id, cached_input_tokens, queue_s
         t0 = time.time()
     else:
         check_epoch("t0", t0)
+    pd = with_pd(None, *pd, None, None)  # the transfer's bound is checked against the joined TTFT
     # Generated here, not in the sender: the caller needs it for the next phases.
     rid = new_request_id() if request_id is None else request_id
-    return ("start", rid, model, t0, input_tokens, cached_input_tokens, queue_s, replica)
+    return ("start", rid, model, t0, input_tokens, cached_input_tokens, queue_s, replica, pd)
 
 
 def first_token_item(request_id, ttft_s, t_first, queue_s, cached_input_tokens) -> tuple:
@@ -98,7 +103,7 @@ def first_token_item(request_id, ttft_s, t_first, queue_s, cached_input_tokens) 
 
 
 def end_item(request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s,
-             cached_input_tokens, output_tokens_estimated=False) -> tuple:
+             cached_input_tokens, output_tokens_estimated=False, pd=(None,) * 3) -> tuple:
     check_request_id(request_id)
     check_count("output_tokens", output_tokens)
     check_outcome(output_tokens, status, finish_reason)
@@ -106,8 +111,9 @@ def end_item(request_id, output_tokens, e2e_s, t_end, status, finish_reason, que
     check_seconds("queue_s", queue_s)
     check_count("cached_input_tokens", cached_input_tokens)
     check_estimated(output_tokens_estimated)
+    v2 = (None, None, None, None, True) if output_tokens_estimated else None
     return ("end", request_id, output_tokens, e2e_s, t_end, status, finish_reason, queue_s,
-            cached_input_tokens, None, (None, None, None, None, True) if output_tokens_estimated else None)
+            cached_input_tokens, None, with_pd(v2, *pd, None, e2e_s))
 
 
 # -- context manager -------------------------------------------------------------
@@ -135,7 +141,7 @@ class PhaseGeneration(Generation):
         self._t_sched = self._t_first = None
         self._done = self._q_sent = False
         self._chunks = 0
-        meter._put(("start", self._rid, model, self.t0, input_tokens, cached_input_tokens, None, replica))
+        meter._put(("start", self._rid, model, self.t0, input_tokens, cached_input_tokens, None, replica, None))
 
     def first_token(self) -> None:
         if self._t_first is None and not self._done:
@@ -145,7 +151,8 @@ class PhaseGeneration(Generation):
             self._q_sent = queue_s is not None
             self._meter._put(("first_token", self._rid, t - self._start, None, queue_s, None))
 
-    def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False) -> None:
+    def _emit(self, output_tokens: int, status: str, finish_reason: str | None, estimated: bool = False,
+              pd: tuple | None = None) -> None:
         end = time.monotonic()
         self._done = True
         t_sched = self._t_sched
@@ -153,7 +160,7 @@ class PhaseGeneration(Generation):
         t_first = self._t_first
         self._meter._put(("end", self._rid, output_tokens, end - self._start, None, status,
                           finish_reason, queue_s, None, None if t_first is None else t_first - self._start,
-                          self._v2(estimated) if self._chunks or estimated else None))
+                          self._v2(estimated, pd) if self._chunks or estimated or pd is not None else None))
 
 
 # -- encoder (sender thread) --------------------------------------------------------
@@ -163,10 +170,12 @@ def encode_phase(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
     kind, rid = item[0], item[1]
     ev = {"schema_version": 2, "kind": kind, "request_id": rid}
     if kind == "start":
-        _, _, model, t0, input_tokens, cached, queue_s, replica = item
+        _, _, model, t0, input_tokens, cached, queue_s, replica, v2 = item
         ev["model"], ev["t0"], ev["input_tokens"] = model, t0, input_tokens
         opt = (("cached_input_tokens", cached), ("queue_s", queue_s), ("gateway", gateway),
                ("replica", replica))
+        if v2 is not None:  # with_pd's tuple: no v2 field of the end, then the P/D fields
+            opt += tuple(zip(V2_FIELDS, v2))
     elif kind == "first_token":
         _, _, ttft_s, t_first, queue_s, cached = item
         opt = (("ttft_s", ttft_s), ("t_first", t_first), ("queue_s", queue_s),
@@ -177,7 +186,7 @@ def encode_phase(item: tuple, gateway: str | None) -> tuple[bytes, bytes]:
         opt = (("e2e_s", e2e_s), ("t_end", t_end), ("status", status), ("finish_reason", finish_reason),
                ("queue_s", queue_s), ("cached_input_tokens", cached), ("ttft_s", ttft_s))
         if v2 is not None:
-            opt += tuple(zip(V2_OPTIONAL, v2))
+            opt += tuple(zip(V2_FIELDS, v2))
     else:
         raise ValueError(f"unknown phase kind {kind!r}")
     for name, value in opt:

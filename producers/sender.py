@@ -1,6 +1,6 @@
-"""The hand-off queue and the one background thread that talks to Kafka.
+"""The one background thread that talks to Kafka (what it sends: delivery.py).
 
-Gateway threads only append a tuple to `Channel.q` (see emitter.py).
+Gateway threads only append a tuple to `Channel.q` (channel.py).
 Everything slow -- JSON encoding, building the KafkaProducer, network I/O --
 happens in `Sender`'s daemon thread, so a slow or absent broker costs the
 gateway queue space (then dropped events), never latency or exceptions.
@@ -12,17 +12,14 @@ import logging
 import threading
 import time
 
-from .generation import EVENT_FIELDS, encode
-from .phases import encode_phase
+from .delivery import _GEN_LEN, Delivery  # noqa: F401  (_GEN_LEN: tests read it here)
 
 log = logging.getLogger("phasemeter.emitter")
 
 _IDLE_WAIT_S = 1.0  # idle wake-up; only a safety net, callers set the event
 _BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.1, 5.0
 _WARN_EVERY_S = 30.0
-_YIELD_EVERY = 32  # events encoded+sent between voluntary GIL releases (~0.3 ms)
 _JOIN_GRACE_S = 1.0  # producer.close() itself needs a moment after the flush deadline
-_GEN_LEN = len(EVENT_FIELDS)  # phase tuples (phases.py) have other lengths
 
 
 class Throttled:
@@ -48,7 +45,7 @@ def next_backoff(backoff_s: float) -> float:
     return min(backoff_s * 2.0, _BACKOFF_MAX_S)
 
 
-class Sender:
+class Sender(Delivery):
     """Owns the KafkaProducer and the daemon thread; started on first wake()."""
 
     def __init__(self, channel, topic: str, gateway: str | None, bootstrap: str,
@@ -62,6 +59,24 @@ class Sender:
         self._flush_deadline: float | None = None  # guarded by channel.lock
         self._producer = None
         self._envelope_size = envelope_size
+        self.warn = Throttled()
+        self._inherited: list = []  # producers made before a fork, by an ancestor process
+
+    def after_fork(self) -> None:
+        """In a forked child: no thread yet (the parent's does not exist
+        here; the first event starts one) and no producer. The parent's
+        producer is kept but never used: its I/O thread and its sockets are
+        the parent's, and closing it here (or letting it be collected: its
+        __del__ closes) would wait on batches no thread here sends, under
+        locks that thread may have held at the fork."""
+        if self._producer is not None:
+            self._inherited.append(self._producer)
+        self._producer, self._thread, self._flush_deadline = None, None, None
+        self._start_lock = threading.Lock()
+        stopped = self._stop.is_set()  # a closed Meter stays closed
+        self._wake, self._stop = threading.Event(), threading.Event()
+        if stopped:
+            self._stop.set()
         self.warn = Throttled()
 
     # -- caller side -------------------------------------------------------
@@ -144,69 +159,6 @@ class Sender:
         if self._on_producer is not None:
             self._on_producer()
         return True
-
-    def _send(self, batch) -> None:
-        if self._envelope_size > 1:
-            self._send_envelopes(batch)
-            return
-        producer, topic, gateway, settle = self._producer, self._topic, self._gateway, self._ch.settle
-        for i, item in enumerate(batch, 1):
-            if not i % _YIELD_EVERY:
-                time.sleep(0)  # hand the GIL back now rather than at the 5 ms forced switch
-            try:
-                key, value = encode(item, gateway) if len(item) == _GEN_LEN else encode_phase(item, gateway)
-                future = producer.send(topic, key=key, value=value)
-            except Exception as exc:  # encoding error, closed producer, metadata timeout ...
-                settle(False)
-                self.warn.warning("phasemeter emitter: send failed (%s)", type(exc).__name__)
-                continue
-            future.add_callback(self._on_ok)
-            future.add_errback(self._on_error)
-
-    def _send_envelopes(self, batch) -> None:
-        """Many events per Kafka message (envelopes.py): what was queued,
-        in envelopes of up to `envelope_size`; phase events keep the
-        partition their key gives them, so one request's phases stay in
-        one partition and in order."""
-        from .envelopes import pack  # imports kafka: this thread has it already
-
-        settle, gateway, entries = self._ch.settle, self._gateway, []
-        for item in batch:
-            try:
-                if len(item) == _GEN_LEN:
-                    entries.append((encode(item, gateway)[1], item[-1] is not None, None))
-                else:
-                    key, value = encode_phase(item, gateway)
-                    entries.append((value, True, key))
-            except Exception as exc:
-                settle(False)
-                self.warn.warning("phasemeter emitter: encode failed (%s)", type(exc).__name__)
-        if not entries:
-            return
-        try:
-            keyed = any(e[2] is not None for e in entries)
-            partitions = sorted(self._producer.partitions_for(self._topic)) if keyed else None
-        except Exception as exc:  # metadata timeout: as a failed send would be
-            settle(False, len(entries))
-            self.warn.warning("phasemeter emitter: no partitions for %s (%s)", self._topic, type(exc).__name__)
-            return
-        for partition, body, n in pack(entries, self._envelope_size, partitions):
-            time.sleep(0)  # give the GIL back between envelopes
-            try:
-                future = self._producer.send(self._topic, key=None, value=body, partition=partition)
-            except Exception as exc:
-                settle(False, n)
-                self.warn.warning("phasemeter emitter: send failed (%s)", type(exc).__name__)
-                continue
-            future.add_callback(lambda _md, n=n: settle(True, n))
-            future.add_errback(lambda exc, n=n: self._on_error(exc, n))
-
-    def _on_ok(self, _metadata) -> None:
-        self._ch.settle(True)
-
-    def _on_error(self, exc: BaseException, n: int = 1) -> None:
-        self._ch.settle(False, n)
-        self.warn.warning("phasemeter emitter: delivery failed (%s)", type(exc).__name__)
 
     def _flush_producer(self, deadline: float) -> None:
         # Forces out batches held back by linger_ms; the flush() caller decides

@@ -8,3 +8,11 @@ UNION ALL
 SELECT 'gateway' AS label, model, gateway AS value
 FROM generations WHERE gateway != '' AND gateway != {other:String}
 GROUP BY model, gateway
+UNION ALL
+SELECT 'prefill_replica' AS label, model, prefill_replica AS value
+FROM generations WHERE prefill_replica != '' AND prefill_replica != {other:String}
+GROUP BY model, prefill_replica
+UNION ALL
+SELECT 'decode_replica' AS label, model, decode_replica AS value
+FROM generations WHERE decode_replica != '' AND decode_replica != {other:String}
+GROUP BY model, decode_replica

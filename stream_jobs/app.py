@@ -20,7 +20,7 @@ import faust
 from phasemeter.settings import Settings
 from phasemeter.store.client import connect
 
-from . import (handoff, ingest_agent, inline_delivery, join_agent, log_offsets, publish, recovery_task, resume,
+from . import (faust_adapter, handoff, ingest_agent, join_agent, log_offsets, publish, recovery_task, resume,
                sql_http, web_guard)
 from .pipeline import Pipeline
 from .sink import Sink
@@ -75,7 +75,7 @@ def _with_slos(client, sloset):
     return client
 
 
-def create_app(settings: Settings, client=None) -> faust.App:
+def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
     """Build the worker. `client` is an already-open store client (optional)."""
     from phasemeter.kafka_local import bootstrap_servers
 
@@ -116,11 +116,10 @@ def create_app(settings: Settings, client=None) -> faust.App:
         # forwarded phases went out in hundreds of small produce requests.
         producer_max_batch_size=settings.max_message_bytes,
         web_enabled=True,
-        # Without Faust's 1 s wait at start for tables declared late (lifecycle.py).
-        TableManager="phasemeter.stream_jobs.lifecycle:TableManager",
+        # Without Faust's 1 s wait at start for tables declared late (faust_patches.py).
+        TableManager="phasemeter.stream_jobs.faust_patches:TableManager",
     )
-    resume.deliver_everything(app)
-    inline_delivery.install(app)
+    faust_adapter.install(app, settings.stop_grace_s)
     sloset = declared_slos(settings)
     sink = (Sink.over(_with_slos(client, sloset), settings.store_dsn) if client is not None
             else Sink(lambda: _with_slos(open_store_for_worker(settings), sloset), settings.store_dsn))
@@ -175,20 +174,20 @@ def create_app(settings: Settings, client=None) -> faust.App:
 
     register_views(app, settings, pipeline, sink, joiner)
     web_guard.limit_idle(app)
-    if settings.is_embedded:  # a server store is its own SQL interface
-        _serve_sql(app, settings)
+    if settings.is_embedded and sql_socket is not None:  # a server store is its own SQL interface
+        _serve_sql(app, settings, sql_socket)
     return app
 
 
-def _serve_sql(app: faust.App, settings: Settings) -> None:
+def _serve_sql(app: faust.App, settings: Settings, sock) -> None:
     """The read-only ClickHouse HTTP interface over the store this worker owns
-    (sql_http.py): up with the worker, down before it stops."""
-    sql_http.check_bind(settings)  # beyond loopback without a password: no start
+    (sql_http.py), on the socket sql_http.reserve bound: up with the worker,
+    down before it stops."""
     listener = sql_http.SqlListener(settings)
 
     @app.task
     async def _start_sql():
-        await listener.start()
+        await listener.start(sock)
 
     @app.on_before_shutdown.connect
     async def _stop_sql(app, **kwargs):  # noqa: ARG001

@@ -26,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from . import faust_adapter
+
 
 async def gather(stream, max_messages: int, max_bytes: int, linger_s: float):
     """Yield lists of Faust events: up to `max_messages` and about
@@ -58,8 +60,7 @@ async def gather(stream, max_messages: int, max_bytes: int, linger_s: float):
 
     acks = stream.enable_acks
     stream.enable_acks = False
-    stream.add_processor(add)
-    stream._enable_passive(aiter(stream.channel))  # noqa: SLF001 -- as take_events consumes
+    remove = faust_adapter.passive(stream, add)  # as take_events consumes
     try:
         while not stream.should_stop:
             if oldest is None:
@@ -80,4 +81,4 @@ async def gather(stream, max_messages: int, max_bytes: int, linger_s: float):
                 await stream.ack(event)
     finally:
         stream.enable_acks = acks
-        stream._processors.remove(add)  # noqa: SLF001
+        remove()

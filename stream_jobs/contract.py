@@ -1,7 +1,7 @@
 """Limits and labels of the event contract, shared by both protocols, and the
 Rejection every validator returns: the one source of these values. The worker
 (derive.py, phase_events.py) validates with them, the emitter
-(producers/generation.py, phases.py) checks its arguments with them, and a
+(producers/checks.py, optional.py, phases.py) checks its arguments with them, and a
 test holds schema/event-v1.schema.json and event-v2.schema.json to them.
 Pure and dependency-free, so the gateway install can import it."""
 
@@ -21,7 +21,8 @@ MIN_T0 = 946_684_800.0  # 2000-01-01: anything earlier is a unit bug (ms? 0?)
 # 2100-01-01. The worker's own bound is tighter: now + 1 day.
 MAX_EPOCH_S = 4_102_444_800.0
 STATUSES = ("ok", "error", "cancelled")
-LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway": 200, "replica": 200}
+LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway": 200, "replica": 200,
+                "prefill_replica": 200, "decode_replica": 200}
 
 # Optional fields of a v2 `generation` and a v2 `end` phase only (a v1 event
 # carrying one is an unknown_field, as before). Stall data comes from the
@@ -32,6 +33,19 @@ LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway":
 STALL_FIELDS = ("chunks", "max_gap_s", "gaps_over", "gap_threshold_s")
 V2_OPTIONAL = STALL_FIELDS + ("output_tokens_estimated",)
 DEFAULT_STALL_THRESHOLD_S = 0.5
+# Prefill/decode disaggregated serving (docs/phases.md): the instance that
+# ran the prefill, the one that streamed the answer, and the seconds the KV
+# cache took to move between them. Optional on a v2 generation and on the
+# start and end phases (whichever phase knew them; the earliest wins). The
+# replicas are labels like `replica`, bounded the same way (labels.py);
+# kv_transfer_s lies inside the time to first token (the transfer happens
+# between the prefill and the decode's first token), or inside e2e_s when
+# there was no first token. The replicas are checked as every label of
+# LABEL_FIELDS, kv_transfer_s as a gap (check_gap: a difference of two
+# readings, so a negative one is `negative`).
+PD_LABELS = ("prefill_replica", "decode_replica")
+PD_FIELDS = PD_LABELS + ("kv_transfer_s",)
+PD_ABSENT = {"prefill_replica": "", "decode_replica": "", "kv_transfer_s": None}
 
 
 # JSON may spell a character as a \u escape. One that is half of a

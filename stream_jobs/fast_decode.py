@@ -29,8 +29,8 @@ from typing import Annotated, Literal, Optional, Union
 import msgspec
 
 from .buckets import Bucketer
-from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, V2_OPTIONAL
-from .contract import has_control, may_hold_control, may_hold_lone_surrogate
+from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS, SCHEMA_VERSIONS, STATUSES
+from .contract import V2_OPTIONAL, has_control, may_hold_control, may_hold_lone_surrogate
 from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, across, derive, normalised, process_event
 from .derive import process_message
 from .phase_events import PHASE_VERSION, SPEC, check_across
@@ -48,7 +48,7 @@ def _type_of(name: str):
         return Annotated[str, msgspec.Meta(min_length=1, max_length=LABEL_FIELDS[name])]
     if name in COUNTS:
         return _Count
-    if name in DURATIONS:
+    if name in DURATIONS or name == "kv_transfer_s":  # a gap: contract.check_gap's range, a duration's
         return _Duration
     if name in _EPOCHS:  # the upper bound moves with the clock: checked per event below
         return Annotated[float, msgspec.Meta(ge=MIN_T0)]
@@ -69,16 +69,21 @@ def _struct(title: str, tag: str, required: list, optional: list, gc: bool = Fal
                              forbid_unknown_fields=True, frozen=True, gc=gc)
 
 
-# A v1/v2 generation as derive's `_fast` accepts it, built from its lists.
+# A v1/v2 generation as derive's `_fast` accepts it, built from its lists,
+# and the P/D fields of a v2 one. Those are UNSET when absent, None when
+# null: a v1 generation naming one, even as null, is the full path's to
+# refuse (unknown_field; `_v1_naming_pd`).
 Generation = _struct("Generation", "generation", [(n, _type_of(n)) for n in REQUIRED if n != "kind"],
                      [(n, _type_of(n), "ok") if n == "status" else (n, Optional[_type_of(n)], None)
-                      for n in sorted(KNOWN - set(REQUIRED))])
+                      for n in sorted(KNOWN - set(REQUIRED))]
+                     + [(n, Union[_type_of(n), None, msgspec.UnsetType], msgspec.UNSET) for n in PD_FIELDS])
 # The v2 phase events as validate_phase accepts them, built from its SPEC;
-# an end with stall data (V2_OPTIONAL) takes the full path.
+# an end with stall data (V2_OPTIONAL) or a phase with P/D fields takes the full path.
 PHASES = {kind: _struct(kind.title().replace("_", ""), kind,
                         [("schema_version", Literal[PHASE_VERSION]), ("request_id", _type_of("request_id"))]
                         + [(n, _type_of(n)) for n in required],
-                        [(n, Optional[_type_of(n)], None) for n in optional + either if n not in V2_OPTIONAL])
+                        [(n, Optional[_type_of(n)], None) for n in optional + either
+                         if n not in V2_OPTIONAL + PD_FIELDS])
           for kind, (required, optional, either) in SPEC.items()}
 _EVENT = Union[(Generation, *PHASES.values())]
 Envelope = _struct("Envelope", "batch", [("schema_version", _Version),
@@ -96,9 +101,29 @@ _PHASE_KIND = {struct: kind for kind, struct in PHASES.items()}
 _LABELS = {t: tuple(n for n in t.__struct_fields__ if n in LABEL_FIELDS) for t in (Generation, *PHASES.values())}
 
 
+# A message that names a P/D field holds one of these bytes: the name, or an
+# escape that may spell it. Only such a message has its events looked at.
+_PD_HINTS = (b"_replica", b"kv_transfer_s", b"\\u")
+_UNSET = msgspec.UNSET
+
+
+def _v1_naming_pd(raw: bytes, events) -> bool:
+    """Whether a v1 generation among `events` names a P/D field (v2 only)."""
+    return any(h in raw for h in _PD_HINTS) and any(
+        type(e) is Generation and e.schema_version == 1
+        and (e.prefill_replica is not _UNSET or e.decode_replica is not _UNSET or e.kv_transfer_s is not _UNSET)
+        for e in events)
+
+
+def given(value):
+    """A P/D field of a Generation, None when absent (UNSET) or null."""
+    return None if value is _UNSET else value
+
+
 def _generation(e, now: float, oldest: float) -> dict | None:
     fields = normalised(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status, e.input_tokens,
-                        e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s, e.queue_s, e.schema_version)
+                        e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s, e.queue_s, e.schema_version,
+                        given(e.prefill_replica), given(e.decode_replica), given(e.kv_transfer_s))
     return None if across(fields, now, oldest) is not None else fields
 
 
@@ -145,6 +170,8 @@ def decoded_events(raw: bytes, max_batch: int):
     events = message.events if type(message) is Envelope else (message,)
     if len(events) > max_batch or (may_hold_control(raw) and any(map(_holds_control, events))):
         return None  # a label with a control character: the full path names it
+    if _v1_naming_pd(raw, events):
+        return None
     return events
 
 
@@ -169,7 +196,7 @@ def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, 
     for i, part in enumerate(envelope.events):
         try:
             e = _EVENT_DECODER.decode(part)
-            if not (control and _holds_control(e)):
+            if not (control and _holds_control(e)) and not _v1_naming_pd(bytes(part), (e,)):
                 if type(e) is not Generation:
                     return None
                 out.append(e)
@@ -189,7 +216,7 @@ def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, 
 
 
 def _holds_control(e) -> bool:
-    return any(has_control(v) for v in map(getattr, repeat(e), _LABELS[type(e)]) if v is not None)
+    return any(has_control(v) for v in map(getattr, repeat(e), _LABELS[type(e)]) if type(v) is str)
 
 
 def common_fields(raw: bytes, now: float, max_batch: int, oldest: float = MIN_T0) -> list[dict | Phase] | None:

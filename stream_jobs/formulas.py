@@ -24,8 +24,8 @@ NULL = math.nan
 
 class Fields(NamedTuple):
     """A generation's numbers, one value each or one column each: times in
-    seconds (floats), counts (ints), NaN for a null ttft_s, queue_s or
-    cached_input_tokens."""
+    seconds (floats), counts (ints), NaN for a null ttft_s, queue_s,
+    cached_input_tokens or kv_transfer_s."""
     t0: object
     e2e: object
     ttft: object
@@ -33,6 +33,7 @@ class Fields(NamedTuple):
     n_in: object
     n_out: object
     cached: object
+    kv: object  # kv_transfer_s (contract.PD_FIELDS)
 
 
 class _One:
@@ -62,7 +63,28 @@ CHECKS = (
      lambda f, oldest: "output_tokens > 0 but no first token (ttft_s null)"),
     (R.INCONSISTENT, lambda f, latest, oldest: f.cached > f.n_in,
      lambda f, oldest: f"cached_input_tokens={int(f.cached)} > input_tokens"),
+    # The KV cache moves between the prefill and the decode's first token:
+    # inside ttft_s, or inside e2e_s when there was no first token.
+    (R.INCONSISTENT, lambda f, latest, oldest: _transfer_late(f.kv, f.ttft, f.e2e),
+     lambda f, oldest: _transfer_detail(f.kv, f.ttft, f.e2e)),
 )
+
+
+def _transfer_late(kv, ttft, e2e):
+    return (kv > ttft) | ((ttft != ttft) & (kv > e2e))
+
+
+def _transfer_detail(kv, ttft, e2e) -> str:
+    if ttft == ttft:
+        return f"kv_transfer_s={kv} > ttft_s={ttft} (the transfer happens before the first token)"
+    return f"kv_transfer_s={kv} > e2e_s={e2e}"
+
+
+def check_transfer_within(kv_transfer_s: float | None, ttft_s: float | None, e2e_s: float | None):
+    """The transfer check of CHECKS alone, for a producer or an OTLP span
+    that knows only these three (None: null): its Rejection or None."""
+    kv, ttft, e2e = (NULL if v is None else v for v in (kv_transfer_s, ttft_s, e2e_s))
+    return Rejection(R.INCONSISTENT, _transfer_detail(kv, ttft, e2e)) if _transfer_late(kv, ttft, e2e) else None
 
 
 def failing(f: Fields, latest: float, oldest: float) -> list:

@@ -19,6 +19,7 @@ import logging
 
 from faust.types import TP as FaustTP
 
+from . import faust_adapter
 from .sequence import TP
 
 log = logging.getLogger("phasemeter.worker")
@@ -44,8 +45,8 @@ class Handoff:
     that cut it between the two would leave the new owner an entry it
     expires again (a generation published twice)."""
 
-    def __init__(self, grace_s: float, on_cut=None):
-        self.grace_s = grace_s
+    def __init__(self, grace_s: float, on_cut=None, name: str = "ingest"):
+        self.grace_s, self.name = grace_s, name
         # Called when a stop cuts a batch: work the batch left in a thread
         # (a store write retrying while the store is down) cannot be
         # cancelled from here, and would keep the process from exiting.
@@ -53,6 +54,10 @@ class Handoff:
         self.in_hand: set[asyncio.Future] = set()
         self._want: dict = {}  # FaustTP -> newest durable position not committed yet
         self._committer: asyncio.Future | None = None
+        self._committing: dict = {}  # FaustTP -> offset of the commit in flight
+        self._cut = False
+        self._stopping = False
+        self._said = False  # what a stop left is said once
 
     async def commit(self, app, positions: dict[TP, int]) -> None:
         """After `positions` are durable: commit them, off the batch's path.
@@ -71,10 +76,10 @@ class Handoff:
     async def _commit_newest(self, app) -> None:
         while self._want:
             offsets, self._want = self._want, {}
+            self._committing = offsets
             try:
-                # Faust's public commit() commits acks; this one commits the
-                # offsets given (only for partitions still assigned).
-                await app.consumer._commit_offsets(offsets)  # noqa: SLF001
+                await faust_adapter.commit_offsets(app, offsets)
+                self._committing = {}
             except Exception as exc:
                 log.warning("committing %s failed (%s); the next batch commits again", offsets, exc)
 
@@ -85,7 +90,12 @@ class Handoff:
         task; the consumer and producer stop only after the agents. Shielded,
         the batch keeps running through the cancellation for up to `grace_s`,
         then the cancellation goes on. A batch cut anyway (grace exceeded,
-        SIGKILL) is re-read from the durable position: slower, never wrong."""
+        SIGKILL) is re-read from the durable position: slower, never wrong.
+        Once a stop has begun no new work starts (the join's expiry timer
+        ticks on until Faust stops its timers, after the agents)."""
+        if self._stopping:
+            work.close()
+            return None
         task = self.start(work)
         try:
             return await asyncio.shield(task)
@@ -102,18 +112,39 @@ class Handoff:
         task.add_done_callback(self.in_hand.discard)
         return task
 
-    async def stopping(self, task: asyncio.Future) -> None:
+    async def stopping(self, task: asyncio.Future | None) -> None:
         """A stop reached the agent: the work in hand finishes (up to
         `grace_s`) and its commit is made, or, past the grace, `task` (the
-        agent's batch) is cut and re-read by the next owner from the durable
-        position."""
-        if not task.done():
+        agent's batch, if any) is cut and re-read by the next owner from the
+        durable position. Then says what it left for the next start."""
+        self._stopping = True
+        if task is not None and not task.done():
             log.warning("stopping: finishing the batch in hand (up to %.0f s)", self.grace_s)
         if not await self.settle():  # the batch, then its commit
-            log.warning("stopping: the batch in hand did not finish in %.0f s; it will be re-read", self.grace_s)
-            task.cancel()
+            if self.in_hand:
+                self._cut = True
+                log.warning("stopping: the batch in hand did not finish in %.0f s; it will be re-read", self.grace_s)
+            # All of it, not only the caller's: the join agent's stop may find
+            # the expiry timer's work in hand, which its own stop would then
+            # wait for again.
+            for work in {task, *self.in_hand} - {None}:
+                work.cancel()
             if self.on_cut is not None:
                 self.on_cut()
+        if not self._said:
+            self._said = True
+            log.warning("stopping %s: left for the next start: %s", self.name, self.left())
+
+    def left(self) -> str:
+        """What a stop leaves for the next start, which resumes from the
+        durable positions (the store's for ingest, the join table's), not
+        from the group's committed offsets: both are safe."""
+        parts = ["a batch in hand, cut: it is re-read"] if self._cut else []
+        uncommitted = self._committing | self._want
+        if uncommitted:
+            parts.append("positions durable but not committed to the group (the broker did not take the commit): "
+                         + ", ".join(f"{tp.topic}/{tp.partition}@{o}" for tp, o in sorted(uncommitted.items())))
+        return "; ".join(parts) or "nothing: every durable position is committed"
 
     async def settle(self) -> bool:
         """Wait (up to `grace_s` each) for the work in hand, then for the

@@ -70,11 +70,11 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
                 batch = ingest_handoff.start(_batch(events, ahead))
             if batch is not None:
                 await asyncio.shield(batch)
+            await ingest_handoff.stopping(batch)  # the stream ended: a stop
         except asyncio.CancelledError:
             # A stop: the batch in hand finishes (or is cut past the grace)
             # wherever the cancellation found this loop.
-            if batch is not None:
-                await ingest_handoff.stopping(batch)
+            await ingest_handoff.stopping(batch)
             raise
 
     async def _batch(events, ahead=None):

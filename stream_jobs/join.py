@@ -20,7 +20,7 @@ from __future__ import annotations
 import zlib
 
 from . import reasons as R
-from .contract import MAX_DURATION_S, V2_OPTIONAL
+from .contract import MAX_DURATION_S, PD_FIELDS, V2_OPTIONAL
 
 Output = tuple[str, dict]
 # The kind of the note ingest forwards for a generation it joined itself.
@@ -79,7 +79,10 @@ def _ttft(first, end, t0: float, get=_field) -> float | None:
 
 def _generation(rid: str, start, first, end, get=_field, **outcome) -> dict:
     phases = (start, first, end)
-    return {"request_id": rid, "model": get(start, "model"), "t0": get(start, "t0"),
+    # The P/D fields from whichever phase carried them (start or end); left
+    # out when none did, so the generation is what it was without them.
+    pd = {name: value for name in PD_FIELDS if (value := _pick(phases, name, get)) is not None}
+    return {**pd, "request_id": rid, "model": get(start, "model"), "t0": get(start, "t0"),
             "ttft_s": _ttft(first, end, get(start, "t0"), get), "queue_s": _pick(phases, "queue_s", get),
             "input_tokens": get(start, "input_tokens"), "cached_input_tokens": _pick(phases, "cached_input_tokens", get),
             "gateway": get(start, "gateway"), "replica": get(start, "replica"), **outcome}

@@ -85,7 +85,7 @@ class Join:
         self.lock = asyncio.Lock()  # the agent's batch and the timer never interleave
         self.counts: Counter = Counter()
         self.sequencer = Sequencer()
-        self.handoff = handoff.Handoff(settings.stop_grace_s)
+        self.handoff = handoff.Handoff(settings.stop_grace_s, name="join")
 
     # -- helpers ------------------------------------------------------------
     def active_partitions(self) -> set[int]:
@@ -227,9 +227,13 @@ def install(app, settings, bucket, offsets, crash) -> Join:
     @app.agent(state.phases, name="phasemeter.join")
     async def join_phases(stream):
         async def body():
-            async for events in stream.take_events(1000, within=0.2):
-                await until_ready(app)
-                await state.handoff.run(state.on_batch(events))
+            try:
+                async for events in stream.take_events(1000, within=0.2):
+                    await until_ready(app)
+                    await state.handoff.run(state.on_batch(events))
+            except asyncio.CancelledError:
+                await state.handoff.stopping(None)  # a stop: says what it left (once)
+                raise
         await crash("join", body)
 
     @app.timer(settings.expiry_tick_s, name="phasemeter.expire")

@@ -1,6 +1,7 @@
 """Labels from outside, bounded per model. Pure.
 
-`replica` and `gateway` come from whoever sends the events: a gateway's
+`replica`, `gateway` and the P/D pools (`prefill_replica`,
+`decode_replica`) come from whoever sends the events: a gateway's
 config, a resource attribute of an OpenTelemetry SDK, an integration's
 guess. One random id per process (the Python SDK's `service.instance.id`),
 or one per restart, would make thousands of values a year, and every
@@ -22,7 +23,7 @@ from collections import Counter
 import pyarrow as pa
 
 OTHER = "other"
-BOUNDED = ("replica", "gateway")
+BOUNDED = ("replica", "gateway", "prefill_replica", "decode_replica")
 
 
 class LabelBound:

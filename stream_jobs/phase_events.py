@@ -12,18 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import reasons as R
-from .contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, STATUSES, V2_OPTIONAL, Rejection, check_count,
-                       check_duration, check_gap_within, check_number, check_v2_optional, control_character)
+from .contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, PD_FIELDS, STATUSES, V2_OPTIONAL, Rejection, check_count,
+                       check_duration, check_gap, check_gap_within, check_number, check_v2_optional,
+                       control_character)
 
 PHASE_KINDS = ("start", "first_token", "end")
 PHASE_VERSION = 2
 _COMMON = ("schema_version", "kind", "request_id")
 # kind -> (required fields, optional fields, alternatives: exactly one of them)
+# The P/D fields ride on the start or the end, whichever knew them (a
+# router knows both replicas at the start; an OTLP half knows its own).
 SPEC = {
-    "start": (("model", "t0", "input_tokens"), ("cached_input_tokens", "queue_s", "gateway", "replica"), ()),
+    "start": (("model", "t0", "input_tokens"), ("cached_input_tokens", "queue_s", "gateway", "replica")
+              + PD_FIELDS, ()),
     "first_token": ((), ("queue_s", "cached_input_tokens"), ("ttft_s", "t_first")),
     "end": (("output_tokens",), ("status", "finish_reason", "queue_s", "cached_input_tokens", "ttft_s", "t_first")
-            + V2_OPTIONAL, ("e2e_s", "t_end")),
+            + V2_OPTIONAL + PD_FIELDS, ("e2e_s", "t_end")),
 }
 
 
@@ -43,6 +47,8 @@ def _check_number(name: str, value, now: float) -> Rejection | None:
         return check_count(name, value)
     if name in _DURATIONS:
         return check_duration(name, value)
+    if name == "kv_transfer_s":
+        return check_gap(name, value)
     bad = check_number(name, value)
     if bad is None and not MIN_T0 <= value <= now + MAX_DURATION_S:
         bad = Rejection(R.ABSURD, f"{name}={value} is not epoch seconds between 2000 and now+1d")

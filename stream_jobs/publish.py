@@ -21,6 +21,8 @@ import logging
 
 from phasemeter.settings import redact
 
+from . import faust_adapter
+
 log = logging.getLogger("phasemeter.worker")
 
 Message = tuple[str, "bytes | None", bytes, "int | None"]  # topic, key, value, partition
@@ -40,7 +42,7 @@ async def send_batched(app, topic: str, records: list[tuple[bytes, "bytes | None
     cost 32 µs of the event loop in a join run, appended ~1-3 µs (docs/performance/
     worker.md). They are the same Kafka records, so Faust replays them as before.
     -> futures that resolve once Kafka acknowledged each batch."""
-    producer = app.producer._ensure_producer()  # noqa: SLF001 -- Faust's aiokafka producer; no batch API
+    producer = faust_adapter.aiokafka_producer(app)
     open_: dict[int, object] = {}
     futures = []
     for key, value, partition in records:

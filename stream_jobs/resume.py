@@ -18,41 +18,10 @@ import time
 
 from faust.types import TP as FaustTP
 
+from . import faust_adapter
 from .sequence import TP, Admitted, Sequencer
 
 log = logging.getLogger("phasemeter.worker")
-
-
-class _NoReadOffset(dict):
-    """Stands in for Faust's per-partition read offset, which filters what it
-    delivers: a record below it is dropped, a jump above it is recorded as a
-    gap that its commit logic then treats as acked. After any seek back
-    (Faust's own at the end of recovery, or ours), records prefetched before
-    the seek arrive first and push that read offset past the re-fetched ones,
-    which are then dropped: measured, a partition stalled at the ledger's
-    position with its re-read silently discarded, and before the ledger
-    existed those records were lost. The sequencer does this job instead, so
-    Faust delivers everything it fetches."""
-
-    def __getitem__(self, key):
-        return None
-
-    def __setitem__(self, key, value):
-        pass
-
-    def __delitem__(self, key):
-        pass
-
-    def update(self, *args, **kwargs):
-        pass
-
-    def pop(self, key, default=None):
-        return default
-
-
-def deliver_everything(app) -> None:
-    """Before the consumer starts (its fetch loop binds the mapping once)."""
-    app.consumer._read_offset = _NoReadOffset()  # noqa: SLF001 -- see _NoReadOffset
 
 
 async def reseek_overdue(app, seq, counts) -> None:
@@ -112,7 +81,7 @@ async def group_start(app, offsets, tps: set[TP]) -> dict[TP, int]:
     """Where a partition with no durable position begins: the group's
     committed offset (Faust read it from the broker when it seeked after
     assignment), else the first offset Kafka still has."""
-    committed = app.consumer._committed_offset  # noqa: SLF001 -- no public getter
+    committed = faust_adapter.committed_offsets(app)
     out = {tp: committed.get(FaustTP(*tp)) for tp in tps}
     missing = [tp for tp, o in out.items() if not o]
     if missing:

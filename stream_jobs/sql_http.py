@@ -15,6 +15,7 @@ import hmac
 import json
 import logging
 import secrets
+import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -41,6 +42,23 @@ def check_bind(settings: Settings) -> None:
                        "(and PHASEMETER_SQL_USER) for the SQL interface, or bind to 127.0.0.1")
 
 
+def reserve(settings: Settings) -> socket.socket | None:
+    """The interface's listening socket, bound before the worker names it in
+    worker.json (phasemeter.query.remote): a port another process holds is
+    never named to readers, who would read whatever answers there. None,
+    with the reason logged, when it cannot be bound: ingest goes on, and a
+    reader is told that this worker serves no SQL."""
+    check_bind(settings)
+    try:
+        family, _, _, _, address = socket.getaddrinfo(settings.web_host, settings.sql_port,
+                                                      type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        return socket.create_server(address[:2], family=family, backlog=128)
+    except OSError as exc:
+        log.error("SQL interface not served: PHASEMETER_SQL_PORT=%s on %s: %s", settings.sql_port,
+                  settings.web_host, exc)
+        return None
+
+
 class SqlListener:
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -53,16 +71,13 @@ class SqlListener:
         self.stopping = False
         self.running = 0  # queries holding a turn
 
-    async def start(self) -> None:
+    async def start(self, sock: socket.socket) -> None:
+        """Serve on `sock`, bound by `reserve`."""
         app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
-        try:
-            await web.TCPSite(self.runner, self.settings.web_host, self.settings.sql_port).start()
-        except OSError as exc:  # ingest goes on; the readers are told why nothing answers
-            log.error("SQL interface not served: PHASEMETER_SQL_PORT=%s: %s", self.settings.sql_port, exc)
-            return
+        await web.SockSite(self.runner, sock).start()
         log.info("SQL interface at %s", self.settings.sql_url)
 
     async def stop(self) -> None:

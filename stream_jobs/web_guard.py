@@ -32,6 +32,8 @@ from aiohttp import web
 
 from phasemeter.callers import allowed_names, host_allowed, is_simple_request
 
+from . import faust_adapter
+
 # Route patterns (aiohttp's canonical form, e.g. "/query/named/{name}") whose
 # POSTs only read, so a simple request there runs nothing a page could abuse.
 READ_ONLY_POSTS: frozenset[str] = frozenset()
@@ -103,9 +105,6 @@ def application_options(settings) -> dict:
 
 
 def limit_idle(app) -> None:
-    """Close idle connections after IDLE_S (aiohttp's default is 3630 s).
-    Faust builds the AppRunner itself with only `access_log=None`, and offers
-    no setting for the server's other arguments; AppRunner passes the
-    `_kwargs` it keeps to the protocol it makes when the site starts, so they
-    are set here, before the worker starts its web server."""
-    app.web._runner._kwargs["keepalive_timeout"] = IDLE_S
+    """Close idle connections after IDLE_S (aiohttp's default is 3630 s);
+    before the worker starts its web server."""
+    faust_adapter.set_keepalive(app, IDLE_S)

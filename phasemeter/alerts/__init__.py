@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 from phasemeter.alerts.evaluate import FIRING, Result, evaluate, order, table
 from phasemeter.alerts.replay import evaluation_points, firing_runs
 from phasemeter.alerts.rules import RuleSet, load_rules, override
+from phasemeter.alerts.transfer import evaluate_transfer
 
 __all__ = ["check", "backtest", "episodes", "demo_check", "load_rules", "override", "Result", "Episode"]
 
@@ -41,10 +42,12 @@ def check(runner, ruleset: RuleSet, at: datetime, models=(), buckets=(), bucket_
     frames: dict = {}
     results: list[Result] = []
     for rule in ruleset.rules:
-        key = (rule.window_s, rule.baseline, rule.percentile, rule.rises)
-        if key not in frames:  # the stall family reads its own frame (chunk data only)
-            frames[key] = runner.df("stall_window" if rule.rises else "alert_window", window_params(rule, at, models))
-        results += evaluate(rule, frames[key], at, tuple(buckets))
+        # The stall and transfer families read their own frames (rows with chunk data, with a transfer).
+        query = "transfer_window" if rule.transfer else "stall_window" if rule.rises else "alert_window"
+        key = (rule.window_s, rule.baseline, rule.percentile, query)
+        if key not in frames:
+            frames[key] = runner.df(query, window_params(rule, at, models))
+        results += (evaluate_transfer if rule.transfer else evaluate)(rule, frames[key], at, tuple(buckets))
     return order(results, list(bucket_labels), [r.name for r in ruleset.rules])
 
 

@@ -21,7 +21,8 @@ OK, FIRING, INSUFFICIENT = "ok", "firing", "insufficient data"
 # Each metric's (sample count, value) columns in its frame: alert_window for
 # the throughputs, stall_window for the stall family.
 COLUMNS = {"prefill_tps": ("prefill_n", "prefill_q"), "decode_tps": ("decode_n", "decode_q"),
-           "max_gap_s": ("gap_n", "gap_q"), "stalled_share": ("verdict_n", "stalled_share")}
+           "max_gap_s": ("gap_n", "gap_q"), "stalled_share": ("verdict_n", "stalled_share"),
+           "kv_transfer_s": ("kv_n", "kv_q")}  # transfer_window (alerts/transfer.py)
 OTHER = {"prefill": "decode", "decode": "prefill"}
 # For decode: queue_s p95 must at least grow this much to be called "rose".
 QUEUE_RISE = 1.5

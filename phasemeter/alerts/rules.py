@@ -16,14 +16,20 @@ from pathlib import Path
 from phasemeter.files import read_text
 from phasemeter.timeparse import ArgError, parse_duration
 
-PHASE_METRICS = {"prefill": ("prefill_tps",), "decode": ("decode_tps", "max_gap_s", "stalled_share")}
+PHASE_METRICS = {"prefill": ("prefill_tps", "kv_transfer_s"), "decode": ("decode_tps", "max_gap_s", "stalled_share")}
 ALERT_NAMES = {"prefill": "PhasemeterPrefillSlowTail", "decode": "PhasemeterDecodeSlowTail"}
 # The stall family (docs/alerts.md): a decode stall shows as a RISE, of the
 # largest gap between chunks (a high percentile of max_gap_s) or of the share
 # of stalled streams; below `floor` a rise is not worth a page (0 -> 0.3 %
 # doubles, and means nothing). Default floors per metric:
-RISES = {"max_gap_s": 0.5, "stalled_share": 0.02}
+RISES = {"max_gap_s": 0.5, "stalled_share": 0.02, "kv_transfer_s": 0.05}
 STALL_ALERT = "PhasemeterDecodeStalls"
+# The transfer family (prefill/decode disaggregated serving, alerts/transfer.py):
+# the KV cache's move between the pools rose, with TTFT, while prefill
+# compute held. Its TTFT, like the gateway's, belongs to the prefill phase.
+TRANSFER = ("kv_transfer_s",)
+TRANSFER_ALERT = "PhasemeterKvTransferSlow"
+TRANSFER_RUNBOOK = "docs/runbooks/prefill.md#d-kv-transfer-disaggregated-serving"
 # KV-cache pressure and preemption: what stalls a running stream.
 STALL_RUNBOOK = "docs/runbooks/decode.md#a-kv-cache-pressure--batch-too-large"
 DAY_S = 86_400.0
@@ -85,8 +91,13 @@ class Rule:
         return self.metric in RISES
 
     @property
+    def transfer(self) -> bool:
+        """The transfer family: a rise that also reads TTFT and prefill compute."""
+        return self.metric in TRANSFER
+
+    @property
     def alertname(self) -> str:
-        return STALL_ALERT if self.rises else ALERT_NAMES[self.phase]
+        return TRANSFER_ALERT if self.transfer else STALL_ALERT if self.rises else ALERT_NAMES[self.phase]
 
     def covers(self, bucket: str) -> bool:
         return not self.buckets or bucket in self.buckets
@@ -187,7 +198,7 @@ def parse_rule(table, where: str) -> Rule:
     if not rises and not 0 < threshold < 1:
         raise RulesError(f"{where}.threshold: {threshold} is not a relative drop in (0, 1)")
     if "floor" in table and not rises:
-        raise RulesError(f"{where}.floor: only the stall metrics ({', '.join(RISES)}) take a floor")
+        raise RulesError(f"{where}.floor: only the stall metrics and the transfer ({', '.join(RISES)}) take a floor")
     floor = _get(table, "floor", where, float, RISES.get(metric))
     if rises and not floor >= 0:
         raise RulesError(f"{where}.floor: {floor} is not >= 0")
@@ -199,7 +210,8 @@ def parse_rule(table, where: str) -> Rule:
         raise RulesError(f"{where}.min_samples: counts must be >= 1")
     return Rule(name, phase, metric, percentile, tuple(buckets), window_s, baseline, threshold,
                 min_current, min_baseline, _get(table, "severity", where, str, "page"),
-                _get(table, "runbook", where, str, STALL_RUNBOOK if rises else f"docs/runbooks/{phase}.md"),
+                _get(table, "runbook", where, str, TRANSFER_RUNBOOK if metric in TRANSFER else STALL_RUNBOOK
+                     if rises else f"docs/runbooks/{phase}.md"),
                 floor if rises else None, raw=tuple(sorted(table.items(), key=lambda kv: kv[0])))
 
 

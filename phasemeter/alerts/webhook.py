@@ -43,7 +43,9 @@ def alert_of(r: Result, runbook_url: str, generator_url: str) -> dict:
         "status": "firing",
         "labels": labels,
         "annotations": {
-            "summary": (f"decode stalls of {r.model} {r.bucket}: {r.rule.metric} rose" if r.rule.rises else
+            "summary": (f"KV transfer of {r.model} {r.bucket} (p{r.rule.percentile:g} {r.rule.metric}) rose with "
+                        "TTFT, prefill compute steady" if r.rule.transfer else
+                        f"decode stalls of {r.model} {r.bucket}: {r.rule.metric} rose" if r.rule.rises else
                         f"{r.rule.phase} slow tail (p{r.rule.percentile:g} {r.rule.metric}) of {r.model} "
                         f"{r.bucket} dropped {-r.change:.0%}"),
             "description": (f"{r.rule.metric} {r.current:,.4g} vs baseline "

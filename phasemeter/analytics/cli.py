@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from phasemeter.analytics.variants import ABANDONED_CHOICES, PREFILL_VARIANTS
+from phasemeter.analytics.variants import ABANDONED_CHOICES, BY_CHOICES, PREFILL_VARIANTS
 
 
 MAX_EDGE = 2**32 - 1  # input_tokens is a UInt32, and so are the re-bucketing queries' edges
@@ -50,6 +50,10 @@ def path_flags(p) -> None:
                    help="generations that never ended (status=abandoned): include them in n and the "
                         "percentiles (default: no survivorship bias) or exclude them; every row counts them "
                         "either way. exclude needs the exact path (chosen automatically)")
+    p.add_argument("--by", choices=list(BY_CHOICES),
+                   help="one row per prefill/decode disaggregated pool too (the column named, after model; '' = "
+                        "the event named none); latency adds the KV transfer's kv_transfer_p50/p90/p99. Raw rows "
+                        "only: chooses the exact path; refused with --rollup, --buckets and --stalls")
     p.add_argument("--prefill", default="total", choices=list(PREFILL_VARIANTS),
                    help="prefill throughput shown: total = input_tokens/ttft_s (includes queue, what users "
                         "feel; default), engine = input_tokens/(ttft_s - queue_s) (excludes queue), uncached "

@@ -11,6 +11,8 @@ day tiers, each over the range `paths.tier_plan` gives it):
 | latency p50/p90/p99   | latency.sql               | latency_rollup.sql         |
 | ... re-bucketed       | latency_rebucket.sql      | --                         |
 | decode stalls         | bands_stalls.sql          | -- (no gap data: refused)  |
+| ... per P/D pool      | bands_by_pool.sql,        | -- (no pools: refused)     |
+|   (--by)              | latency_by_pool.sql       |                            |
 
 The exact files also take {abandoned:String} and (bands) {prefill:String}
 (variants.py); every frame ends with the abandoned counts of its cells.
@@ -30,7 +32,7 @@ from phasemeter.timeparse import ArgError, auto_step, parse_duration, window
 from phasemeter.analytics import variants
 from phasemeter.analytics.paths import (SHOWN, TIER_GRAINS, PathChoice, TierPlan, auto_candidates, choose_path,
                                         count_grain, sample_step, samples_needed, step_rule, tier_plan)
-from phasemeter.analytics.variants import ABANDONED_COLUMNS, SPLIT_COLUMNS
+from phasemeter.analytics.variants import ABANDONED_COLUMNS, BY_CHOICES, SPLIT_COLUMNS
 
 LATENCY_PCTS = ("p50", "p90", "p99")
 LATENCY_METRICS = ("ttft", "tpot", "queue")
@@ -42,6 +44,8 @@ BANDS_COLUMNS = list(BAND_COLUMNS) + list(ABANDONED_COLUMNS) + ["prefill_variant
 # `query bands --stalls`: chunk data per cell (max_gap_s of each generation).
 STALL_COLUMNS = ["t", "model", "input_bucket", "n", "chunk_n", "gap_n", "gap_p50", "gap_p99", "gap_max",
                  "stalled_n", "stalled_share", "estimated_n"] + list(ABANDONED_COLUMNS)
+# The KV transfer's percentiles, in the per-pool latency frame only.
+KV_COLUMNS = ["kv_transfer_n"] + [f"kv_transfer_{p}" for p in LATENCY_PCTS]
 STALLS_EXACT_ONLY = {"--stalls": "the rollup (generations_minute) has no gap data: max_gap_s and stalled "
                                  "are raw-row columns"}
 
@@ -58,16 +62,22 @@ LATENCY_ROLLUP_METHOD = ("rollup: per-minute states (per-hour/day ones at whole-
                          "(numpy linear) when the ranks lie among the 16 highest values kept per cell, else quantilesTDigest; queue_s quantilesTDigest; "
                          "for latency the slow tail is the HIGH percentile (p90/p99)")
 
-_SQL = {("bands", "exact", False): "bands_exact", ("bands", "exact", True): "bands_rebucket",
+_SQL = {("bands", "exact", False): "bands_exact", ("bands", "pool", False): "bands_by_pool",
+        ("latency", "pool", False): "latency_by_pool", ("bands", "exact", True): "bands_rebucket",
         ("bands", "rollup", False): "bands_rollup",
         ("latency", "exact", False): "latency", ("latency", "exact", True): "latency_rebucket",
         ("latency", "rollup", False): "latency_rollup", ("stalls", "exact", False): "bands_stalls"}
 
 
-def columns_for(kind: str) -> list[str]:
+def columns_for(kind: str, by: str | None = None) -> list[str]:
     if kind == "stalls":
         return list(STALL_COLUMNS)
-    return list(BANDS_COLUMNS) if kind == "bands" else list(LATENCY_COLUMNS)
+    cols = list(BANDS_COLUMNS) if kind == "bands" else list(LATENCY_COLUMNS)
+    if by is None:
+        return cols
+    at = cols.index("abandoned") if kind == "latency" else len(cols)
+    cols[at:at] = KV_COLUMNS if kind == "latency" else []
+    return cols[:2] + [by] + cols[2:]
 
 
 def method_for(kind: str, path: str) -> str:
@@ -100,17 +110,19 @@ def _naive(t: datetime) -> datetime:
 def _dtype(col: str) -> str:
     if col == "t":
         return "datetime64[ns]"
-    if col in ("model", "input_bucket", "prefill_variant"):
+    if col in ("model", "input_bucket", "prefill_variant") or col in BY_CHOICES:
         return "object"
     if col in SPLIT_COLUMNS:
         return "Int64"  # unknown (NULL) on the rollup path, never 0
     return "int64" if col in ("n", "abandoned") or col.endswith("_n") else "float64"  # stalled_share: NaN = none
 
 
-def _tidy(df: pd.DataFrame, kind: str) -> pd.DataFrame:
-    cols = columns_for(kind)
+def _tidy(df: pd.DataFrame, kind: str, by: str | None = None) -> pd.DataFrame:
+    cols = columns_for(kind, by)
     if df.empty:
         return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in cols})
+    if by is not None:
+        df = df.rename(columns={"pool": by})  # the view's key, named by what it holds
     if getattr(df["t"].dt, "tz", None) is not None:
         df["t"] = df["t"].dt.tz_convert("UTC").dt.tz_localize(None)
     for c in cols[3:]:
@@ -118,31 +130,36 @@ def _tidy(df: pd.DataFrame, kind: str) -> pd.DataFrame:
     return df[cols]
 
 
-def preflight(kind: str, step_s: int | None, force: str | None, rebucket: bool, abandoned: str, prefill: str) -> None:
+def preflight(kind: str, step_s: int | None, force: str | None, rebucket: bool, abandoned: str, prefill: str,
+              by: str | None = None) -> None:
     """Flag errors that need no store: bad values, and --rollup with what it cannot answer."""
     if kind not in ("bands", "latency", "stalls"):
         raise ValueError(f"kind={kind!r}: expected 'bands', 'latency' or 'stalls'")
     variants.check(kind, abandoned, prefill)
+    variants.check_by(kind, by, rebucket)
     if kind == "stalls" and rebucket:
         raise ArgError("--stalls with --buckets is not supported (the stall query reads the stored bucket); "
                        "drop --buckets")
     if step_s is not None and step_s < 1:
         raise ArgError(f"--step: must be at least 1s, got {step_s}")
     if force == "rollup":  # an auto step is whole minutes under --rollup
-        choose_path(0, step_s or 60, force=force, rebucket=rebucket, exact_only=_exact_only(kind, abandoned, prefill))
+        choose_path(0, step_s or 60, force=force, rebucket=rebucket,
+                    exact_only=_exact_only(kind, abandoned, prefill, by))
 
 
-def _exact_only(kind: str, abandoned: str, prefill: str) -> dict[str, str]:
-    """What the rollup cannot answer: the variants, and --stalls always."""
-    return {**variants.exact_only(abandoned, prefill), **(STALLS_EXACT_ONLY if kind == "stalls" else {})}
+def _exact_only(kind: str, abandoned: str, prefill: str, by: str | None = None) -> dict[str, str]:
+    """What the rollup cannot answer: the variants, --stalls and --by always."""
+    return {**variants.exact_only(abandoned, prefill, by), **(STALLS_EXACT_ONLY if kind == "stalls" else {})}
 
 
 def run_query(runner, start: datetime, end: datetime, step_s: int | None, models=None, buckets=None, *,
               kind: str = "bands", force: str | None = None, edges=None,
               default_edges="default", abandoned: str = "include",
-              prefill: str = "total", tiers: bool = True) -> tuple[pd.DataFrame, dict]:
+              prefill: str = "total", tiers: bool = True, by: str | None = None) -> tuple[pd.DataFrame, dict]:
     """The library entry point (CLI-free). `edges` (spec or tuple) re-buckets from raw input_tokens;
     `abandoned` include|exclude and `prefill` total|engine|uncached: see variants.py.
+    `by` (prefill_replica | decode_replica): one row per P/D pool too, on the
+    exact path; the latency frame then has the KV transfer's percentiles.
     `tiers=False` (--no-tiers): the rollup path reads the minute tier only.
 
     `step_s=None`: the auto step, the finest at which most cells hold enough
@@ -153,7 +170,7 @@ def run_query(runner, start: datetime, end: datetime, step_s: int | None, models
     abandoned, prefill, abandoned_split (False on the rollup: no phase split),
     tiers (the coarser rollup tiers read: [] on the exact path or minute only).
     """
-    preflight(kind, step_s, force, edges is not None, abandoned, prefill)
+    preflight(kind, step_s, force, edges is not None, abandoned, prefill, by)
     start, end = _utc(start), _utc(end)
     if end <= start:
         raise ArgError("--to must be after --from")
@@ -168,7 +185,7 @@ def run_query(runner, start: datetime, end: datetime, step_s: int | None, models
 
     choice: PathChoice = choose_path((end - start).total_seconds(), step_s, force=force, rebucket=rebucket,
                                      rule=lambda: read_path(runner, start, end, step_s, filters),
-                                     exact_only=_exact_only(kind, abandoned, prefill))
+                                     exact_only=_exact_only(kind, abandoned, prefill, by))
     q_start, q_end = (align_minutes(start, end) if choice.path == "rollup" else (start, end))
     params = {"start": _naive(q_start), "end": _naive(q_end), "step_s": step_s, **filters}
     if rebucket:
@@ -180,23 +197,28 @@ def run_query(runner, start: datetime, end: datetime, step_s: int | None, models
         params["abandoned"] = abandoned
         if kind == "bands":
             params["prefill"] = prefill
+        if by is not None:
+            params["by"] = by
     else:
         plan = _tier_plan(runner, q_start, q_end, step_s, tiers)
         params.update(tier_params(plan))
         used = plan.used()
         spans = f"{plan.states_per_series(int(q_start.timestamp()), int(q_end.timestamp())):,} cell states per series"
         reason += f"; {' + '.join(used[::-1] + ['minute'])} tiers, {spans}" if used else f"; minute tier, {spans}"
-    df = _tidy(runner.df(_SQL[(kind, choice.path, rebucket)], params), kind)
+    query = _SQL[(kind, "pool" if by is not None else choice.path, rebucket)]
+    df = _tidy(runner.df(query, params), kind, by)
     if df.empty and filters["models"]:
         _explain_unknown_models(runner, filters["models"], start, end)
     order = bucket_labels(edge_tuple)
     df = order_bands(df, order)
+    if by is not None and not df.empty:  # model, then pool, then bucket order and time (a stable sort)
+        df = df.sort_values(["model", by], kind="stable").reset_index(drop=True)
     meta = {"kind": kind, "path": choice.path, "reason": reason,
             "method": method_for(kind, choice.path), "step_s": step_s, "step_rule": rule,
             "start": q_start.isoformat().replace("+00:00", "Z"),
             "end": q_end.isoformat().replace("+00:00", "Z"),
             "bucket_order": order, "rebucketed": rebucket, "abandoned": abandoned, "prefill": prefill,
-            "abandoned_split": choice.path == "exact", "tiers": used}
+            "abandoned_split": choice.path == "exact", "tiers": used, "by": by}
     return df, meta
 
 
@@ -329,7 +351,8 @@ def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
     abandoned = getattr(args, "abandoned", None) or "include"
     prefill = getattr(args, "prefill", None) or "total"
     tiers = not getattr(args, "no_tiers", False)
-    preflight(kind, step_s, force, edges is not None, abandoned, prefill)  # before opening any store
+    by = getattr(args, "by", None) or None
+    preflight(kind, step_s, force, edges is not None, abandoned, prefill, by)  # before opening any store
     own = runner is None
     if own:
         from phasemeter.query.runner import open_runner
@@ -338,7 +361,7 @@ def fetch(args, settings, runner=None) -> tuple[pd.DataFrame, dict]:
     try:
         return run_query(runner, start, end, step_s, getattr(args, "model", None), getattr(args, "bucket", None),
                          kind=kind, force=force, edges=edges, default_edges=settings.bucket_edges,
-                         abandoned=abandoned, prefill=prefill, tiers=tiers)
+                         abandoned=abandoned, prefill=prefill, tiers=tiers, by=by)
     finally:
         if own:
             runner.close()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from phasemeter.render.table import (HEADER_NOTE, abandoned_columns, band_columns, choose_columns, format_table,
-                               json_records, num, to_csv, to_table)
+from phasemeter.render.table import (HEADER_NOTE, POOL_TITLES, abandoned_columns, band_columns, choose_columns,
+                                     format_table, json_records, lead_columns, num, to_csv, to_table)
 from phasemeter.query.queries import LEGEND
 from phasemeter.timeparse import ArgError
 
@@ -54,16 +54,22 @@ def _meta(meta: dict) -> dict:
 
 
 # The default latency table (fits 120 columns); --wide shows every column.
+# A per-pool frame (--by) shows its pool and the KV transfer's median and
+# tail instead of the queue's (which --wide or --columns still show).
 LATENCY_DEFAULT = ("t", "model", "input_bucket", "n", "abandoned", "ttft_p50", "ttft_p99", "tpot_p50",
                    "tpot_p99", "queue_p50", "queue_p99")
+LATENCY_POOL_DEFAULT = ("t", "model", *(c for c, _ in POOL_TITLES), "input_bucket", "n", "abandoned", "ttft_p50",
+                        "ttft_p99", "tpot_p50", "tpot_p99", "kv_transfer_p50", "kv_transfer_p99")
 
 
 def latency_columns(df: pd.DataFrame | None = None) -> list[tuple[str, str]]:
-    cols = [("t", "time (UTC)"), ("model", "model"), ("input_bucket", "bucket"), ("n", "n")]
+    cols = lead_columns(df) + [("n", "n")]
     cols += abandoned_columns(df) if df is not None else []
-    for m in LATENCY_METRICS:
-        cols.append((f"{m}_n", f"{m} n"))
-        cols += [(f"{m}_{p}", f"{m} slow {p}" if p == "p99" else f"{m} {p}") for p in LATENCY_PCTS]
+    kv = df is None or "kv_transfer_n" in df.columns  # every name, for --columns; else the frame's
+    for m in LATENCY_METRICS + (("kv_transfer",) if kv else ()):
+        label = "kv" if m == "kv_transfer" else m
+        cols.append((f"{m}_n", f"{label} n"))
+        cols += [(f"{m}_{p}", f"{label} slow {p}" if p == "p99" else f"{label} {p}") for p in LATENCY_PCTS]
     return cols
 
 
@@ -92,8 +98,9 @@ def table_columns(kind: str) -> list[str]:
 
 def _latency_table(df: pd.DataFrame, meta: dict, columns=None, wide=False) -> str:
     every = latency_columns(df)
-    cols = choose_columns(every, LATENCY_DEFAULT, columns, wide)
-    groups = None if wide else {m: m for m in LATENCY_METRICS}
+    pooled = meta.get("by") is not None
+    cols = choose_columns(every, LATENCY_POOL_DEFAULT if pooled else LATENCY_DEFAULT, columns, wide)
+    groups = None if wide else {**{m: m for m in LATENCY_METRICS}, **({"kv_transfer": "kv"} if pooled else {})}
     return format_table(df, cols, [LATENCY_NOTE, *_head_lines(meta)], fmt=_num, groups=groups,
                         hidden=len(every) - len(cols), unit=" seconds", max_width=None if wide else 120)
 
@@ -112,6 +119,8 @@ def _head_lines(meta: dict) -> list[str]:
 
 def _json(df: pd.DataFrame, meta: dict, note: str, **extra) -> str:
     head = {k: meta[k] for k in ("kind", "path", "reason", "method", "step_s", "start", "end", "abandoned")}
+    if meta.get("by") is not None:
+        head["by"] = meta["by"]
     head["step_rule"] = meta.get("step_rule", "")
     if meta["kind"] == "bands":
         head.update(prefill=meta["prefill"], prefill_definition=PREFILL_VARIANTS[meta["prefill"]])
@@ -165,6 +174,9 @@ def write_chart(df: pd.DataFrame, meta: dict, out: str | Path, title: str | None
     if meta["kind"] == "stalls":
         raise ArgError("--stalls is a table view (query bands --stalls); charts show throughput or latency: "
                        "drop --stalls")
+    if meta.get("by") is not None:
+        raise ArgError(f"--by {meta['by']} is a table view (one row per pool); charts show one band per model "
+                       "and bucket: drop --by, or filter with --model")
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm", ".png", ".svg"):
         raise ArgError(f"--out {out}: the file must end in .png, .svg or .html")

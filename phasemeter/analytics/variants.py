@@ -6,9 +6,11 @@
   Excluded, they leave `n` and every percentile, never the counts.
 * `--prefill total|engine|uncached` (default total): which prefill throughput the
   `prefill_*` columns hold; the SQL picks it from a bound parameter.
+* `--by prefill_replica|decode_replica`: one row per prefill/decode
+  disaggregated pool too (schema/0027), a bound parameter as well.
 
-The rollup (generations_minute) holds abandoned rows inside its sketches and only
-`prefill_tps`, so `exact_only` names what forces the exact path.
+The rollup (generations_minute) holds abandoned rows inside its sketches, only
+`prefill_tps` and no pools, so `exact_only` names what forces the exact path.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ PREFILL_VARIANTS = {
 }
 ABANDONED_COLUMNS = ("abandoned", "abandoned_prefill", "abandoned_decode")
 SPLIT_COLUMNS = ABANDONED_COLUMNS[1:]
+BY_CHOICES = ("prefill_replica", "decode_replica")
 
 
 def check(kind: str, abandoned: str, prefill: str) -> None:
@@ -41,9 +44,24 @@ def check(kind: str, abandoned: str, prefill: str) -> None:
                        "has no prefill throughput: drop --prefill")
 
 
-def exact_only(abandoned: str, prefill: str) -> dict[str, str]:
+def check_by(kind: str, by: str | None, rebucket: bool) -> None:
+    """`--by`: a P/D pool column, for the throughput bands and the latency view."""
+    if by is None:
+        return
+    if by not in BY_CHOICES:
+        raise ArgError(f"--by {by!r}: expected one of {', '.join(BY_CHOICES)}")
+    if kind == "stalls":
+        raise ArgError("--by with --stalls is not supported (the stall view is per model and bucket): drop --by")
+    if rebucket:
+        raise ArgError("--by with --buckets is not supported (the per-pool query reads the stored bucket): "
+                       "drop --buckets")
+
+
+def exact_only(abandoned: str, prefill: str, by: str | None = None) -> dict[str, str]:
     """{flag as typed: why the rollup cannot answer it}; empty when it can."""
     why = {}
+    if by is not None:
+        why[f"--by {by}"] = "the rollup keeps no prefill/decode pools"
     if abandoned == "exclude":
         why["--abandoned exclude"] = ("the rollup's per-minute sketches already contain abandoned generations "
                                       "and cannot take them out")
@@ -68,6 +86,10 @@ def header_lines(meta: dict) -> list[str]:
     else:
         lines.append("abandoned generations (never ended): EXCLUDED from n and percentiles (--abandoned exclude); "
                      "still counted in the abandoned columns")
+    if meta.get("by") is not None:
+        lines.append(f"per prefill/decode pool: {meta['by']} ('' = the event named none: a unified server)"
+                     + ("; kv = the KV cache transfer (kv_transfer_s), rows that carry one"
+                        if meta["kind"] == "latency" else ""))
     if meta.get("abandoned_split", True):
         lines.append("abandoned = abandoned_prefill (before the first token: no prefill/ttft value) "
                      "+ abandoned_decode (after it)")

@@ -59,11 +59,12 @@ def local_url(settings: Settings, port: int | None = None) -> str:
 
 
 def cmd_worker(args, settings: Settings) -> int:
+    from phasemeter.stream_jobs import sql_http
     from phasemeter.stream_jobs.app import create_app
-    from phasemeter.stream_jobs.lifecycle import Worker
+    from phasemeter.stream_jobs.faust_patches import Worker
 
     from phasemeter.kafka_local import bootstrap_servers, ensure_topics
-    from phasemeter.query.remote import clear_state, write_state
+    from phasemeter.query.remote import SQL_URL, clear_state, write_state
 
     from phasemeter.store.client import StoreError, open_migrated_store
 
@@ -81,9 +82,12 @@ def cmd_worker(args, settings: Settings) -> int:
         client = None
     ensure_topics(bootstrap_servers(settings), settings.topics, settings.topic_partitions,
                   settings.kafka_client_config())
-    app = create_app(settings, client)
+    # Bound before worker.json names it (beyond loopback without a password: no start).
+    sql_socket = sql_http.reserve(settings) if settings.is_embedded else None
+    app = create_app(settings, client, sql_socket)
     if settings.is_embedded:
-        write_state(settings.data_path, local_url(settings), sql_url=local_url(settings, settings.sql_port))
+        write_state(settings.data_path, local_url(settings),
+                    **({SQL_URL: local_url(settings, settings.sql_port)} if sql_socket else {}))
     try:
         worker = Worker(app, loglevel=args.loglevel)
         # Faust's terminal spinner sets the root logger to DEBUG whenever the
@@ -162,4 +166,5 @@ def cmd_kafka(args, settings: Settings) -> int:
 def cmd_demo(args, settings: Settings) -> int:
     from phasemeter.demo.run import run_demo
 
-    return run_demo(settings, seconds=args.seconds, rate=args.rate, out_dir=args.out_dir, keep=args.keep)
+    return run_demo(settings, seconds=args.seconds, rate=args.rate, out_dir=args.out_dir, keep=args.keep,
+                    pd=args.pd)

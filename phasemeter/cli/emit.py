@@ -248,7 +248,7 @@ def run(args, settings) -> int:
     sources = check_sources(args.files)
     from phasemeter.integrations.ndjson import LineChecker
 
-    checker = LineChecker(settings.max_message_bytes, settings.bucket_edges)
+    checker = LineChecker(settings.max_message_bytes, settings.bucket_edges, settings.raw_ttl_days)
     summary = Summary(topic, args.dry_run, show=args.show)
     out = None if args.dry_run else KafkaOut(open_producer(settings, args.timeout), topic, summary)
     progress = Progress(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None

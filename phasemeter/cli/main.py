@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", action="store_true",
                    help="leave the broker and the worker running afterwards, print the live page's URL "
                         "and the commands for the demo's store; Ctrl-C stops them")
+    p.add_argument("--pd", action="store_true",
+                   help="serve the synthetic traffic through a prefill/decode disaggregated deployment (2 prefill "
+                        "pools, 3 decode pools, decode-2 slow, a KV transfer per request) and show the bands and "
+                        "latency per decode pool")
     p.set_defaults(func=commands.cmd_demo)
     for module in FEATURES:
         module.register(sub, _common, _window_flags)

@@ -71,8 +71,13 @@ def worker_sql_url(data_path: Path) -> str | None:
     """The SQL interface of the live worker owning this data dir's store
     (worker.json, read once by remote.worker_state)."""
     from phasemeter.query.remote import SQL_URL, worker_state
+    from phasemeter.query.runner import no_sql_interface
+    from phasemeter.store.client import StoreError
 
-    return (worker_state(data_path) or {}).get(SQL_URL)
+    info = worker_state(data_path)
+    if info is not None and not info.get(SQL_URL):  # it holds the store: nobody else can open it
+        raise StoreError(no_sql_interface(info, data_path))
+    return info[SQL_URL] if info else None
 
 
 def cmd_sql(args, settings) -> int:

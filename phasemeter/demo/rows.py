@@ -79,6 +79,9 @@ def synthetic_frame(n: int, start: float, span_s: float, seed: int = 7, edges="d
                        ("gap_threshold_s", "Float64")):
         df[col] = pd.array([None] * n, dtype=dtype)
     df["output_tokens_estimated"] = np.uint8(0)
+    # No prefill/decode split (schema/0027): empty pools, no transfer, as derive writes.
+    df["prefill_replica"] = df["decode_replica"] = ""
+    df["kv_transfer_s"] = pd.array([None] * n, dtype="Float64")
     for col in ("ttft_s", "decode_s", "prefill_tps", "prefill_tps_uncached", "decode_tps", "tpot_s"):
         df[col] = df[col].astype("Float64")  # NaN -> NULL (nullable columns)
         df.loc[df[col].isna(), col] = pd.NA

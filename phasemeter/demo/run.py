@@ -106,13 +106,13 @@ class Stack:
             self.broker.stop()
 
 
-def run_load(bootstrap: str, settings: Settings, seconds: float, rate: float, worker_url: str):
+def run_load(bootstrap: str, settings: Settings, seconds: float, rate: float, worker_url: str, deployment=None):
     from phasemeter.producers import Meter
 
     from phasemeter.demo.synthetic import SyntheticGateway
 
     span = 3600.0
-    gen = SyntheticGateway(start=time.time() - span - 60, span_s=span)
+    gen = SyntheticGateway(start=time.time() - span - 60, span_s=span, deployment=deployment)
     meter = Meter(bootstrap_servers=bootstrap, topic=settings.topic, gateway="demo-gw",
                   queue_size=50_000, producer_config=settings.kafka_client_config())
     total = int(seconds * rate)
@@ -122,7 +122,9 @@ def run_load(bootstrap: str, settings: Settings, seconds: float, rate: float, wo
         g = gen.make(i / total)
         meter.record(model=g.model, input_tokens=g.input_tokens, output_tokens=g.output_tokens, t0=g.t0,
                      ttft_s=g.ttft_s, e2e_s=g.e2e_s, queue_s=g.queue_s, status=g.status, replica=g.replica,
-                     chunks=g.chunks, max_gap_s=g.max_gap_s, gaps_over=g.gaps_over)
+                     chunks=g.chunks, max_gap_s=g.max_gap_s, gaps_over=g.gaps_over,
+                     prefill_replica=g.prefill_replica, decode_replica=g.decode_replica,
+                     kv_transfer_s=g.kv_transfer_s)
         # Pace to `rate` without sleeping per event (a gateway has its own pacing).
         ahead = (i + 1) / rate - (time.monotonic() - began)
         if ahead > 0.01:
@@ -159,7 +161,11 @@ def explore_hint(demo_dir: Path) -> str:
             + "(inside the repo, use .venv/bin/phasemeter, or activate .venv first)")
 
 
-def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str, keep: bool = False) -> int:
+def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str, keep: bool = False,
+             pd: bool = False) -> int:
+    """`pd`: the synthetic gateway serves through a prefill/decode
+    disaggregated deployment with one slow decode pool (demo/disagg.py), and
+    the results add the bands and latency per decode pool."""
     from phasemeter.kafka_local import LocalBroker, ensure_topics, free_port, port_free
 
     demo_dir = settings.data_path / "demo"
@@ -203,7 +209,13 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str, keep
         live = threading.Thread(target=lambda: phases.update(
             run_phase_load(bootstrap, settings, seconds, PHASE_RATE, _say)), daemon=True)
         live.start()
-        stats, total = run_load(bootstrap, settings, seconds, rate, url)
+        if pd:
+            from phasemeter.demo.disagg import DEPLOYMENT
+
+            _say(f"disaggregated: prefill pools {', '.join(DEPLOYMENT.prefill_pools)}; decode pools "
+                 f"{', '.join(DEPLOYMENT.decode_pools)}, {DEPLOYMENT.slow_pool} decoding "
+                 f"{DEPLOYMENT.slow_factor:g}x slower; a KV transfer before every first token")
+        stats, total = run_load(bootstrap, settings, seconds, rate, url, DEPLOYMENT if pd else None)
         _say(f"emitter: {stats.as_dict()}")
         live.join()
         # Every started phase-protocol request ends as a row: joined at once,
@@ -218,6 +230,8 @@ def run_demo(settings: Settings, seconds: float, rate: float, out_dir: str, keep
         _say(f"worker stored {h.get('accepted')} rows in all, "
              f"{h.get('accepted', 0) - ended} of them abandoned")
         show_results(settings, out)
+        if pd:
+            show_pools(settings, out)
         _say(f"done in {time.monotonic() - t_start:.0f}s")
         if not keep:
             print(explore_hint(demo_dir) + "\n(`phasemeter demo --keep` leaves it running, with the live page)",
@@ -302,3 +316,33 @@ def show_slos(settings: Settings, runner, out: Path, order: list[str]) -> None:
                                       "stalled_share"])
     print(text)
     (out / "stalls.txt").write_text(text + "\n")
+
+
+def show_pools(settings: Settings, out: Path) -> None:
+    """The disaggregated deployment per decode pool, whole window, one input
+    bucket (decode hardly depends on the prompt): decode bands (the slow
+    pool's median and slow tail), then TTFT, TPOT and the KV transfer
+    (phasemeter query bands / latency --by decode_replica --bucket ...)."""
+    from phasemeter.analytics.core import run_query
+    from phasemeter.analytics.present import render
+    from phasemeter.query.runner import open_runner
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+    from phasemeter.timeparse import window
+
+    runner = open_runner(settings)
+    start, end = window("-65m", "now")
+    order = labels(parse_edges(settings.bucket_edges))
+    bucket = order[min(2, len(order) - 1)]
+    parts = []
+    for kind, columns in (("bands", ["model", "decode_replica", "input_bucket", "n", "decode_p1", "decode_p5",
+                                     "decode_p50"]),
+                          ("latency", ["model", "decode_replica", "input_bucket", "n", "ttft_p50", "tpot_p50",
+                                       "tpot_p99", "kv_transfer_p50", "kv_transfer_p99"])):
+        df, meta = run_query(runner, start, end, 86_400, buckets=[bucket], kind=kind,
+                             default_edges=settings.bucket_edges, by="decode_replica")
+        parts.append(render(df, "table", meta, columns))
+    _say(f"per decode pool, whole window, bucket {bucket} (phasemeter query bands / latency "
+         f"--by decode_replica --bucket {bucket}):")
+    text = "\n\n".join(parts)
+    print(text)
+    (out / "pools.txt").write_text(text + "\n")

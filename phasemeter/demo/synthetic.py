@@ -6,7 +6,9 @@ the last hour) while the load runs, so a short run fills a whole chart. From
 tokens) gets slower while decode stays flat: the case phasemeter exists for.
 Each streamed generation also carries its chunk timing (one token per
 chunk); one model stalls now and then (a gap of about a second, as when a
-request is preempted), which its per-request tpot hides.
+request is preempted), which its per-request tpot hides. With a
+`Deployment` (disagg.py), each generation is also routed through prefill and
+decode pools, one of them slow.
 """
 
 from __future__ import annotations
@@ -71,11 +73,15 @@ class Generated:
     chunks: int | None = None          # chunk timing (None: nothing streamed)
     max_gap_s: float | None = None
     gaps_over: int | None = None       # gaps over 0.5 s (the emitter's default threshold)
+    prefill_replica: str | None = None  # prefill/decode disaggregated serving (disagg.py)
+    decode_replica: str | None = None
+    kv_transfer_s: float | None = None
 
 
 class SyntheticGateway:
     def __init__(self, start: float, span_s: float, regress_at: float | None = None,
-                 slowdown: float | None = None, seed: int = 7, models=MODELS, traffic: Traffic = TRAFFIC):
+                 slowdown: float | None = None, seed: int = 7, models=MODELS, traffic: Traffic = TRAFFIC,
+                 deployment=None):
         self.start, self.span_s = start, span_s
         self.regress_at = traffic.regress_at if regress_at is None else regress_at
         self.slowdown = traffic.slowdown if slowdown is None else slowdown
@@ -85,6 +91,10 @@ class SyntheticGateway:
         self.chunk_rng = random.Random(seed + 1)
         self.models = models
         self.traffic = traffic
+        # A disagg.Deployment routes each generation through its pools, with
+        # its own random stream (the rest of the traffic stays the same).
+        self.deployment = deployment
+        self.pd_rng = random.Random(seed + 2)
 
     def input_tokens(self) -> int:
         tr = self.traffic
@@ -92,6 +102,10 @@ class SyntheticGateway:
 
     def make(self, progress: float) -> Generated:
         """One generation at `progress` (0..1) through the simulated window."""
+        g = self._make(progress)
+        return g if self.deployment is None else self.deployment.route(g, self.pd_rng)
+
+    def _make(self, progress: float) -> Generated:
         rng, tr = self.rng, self.traffic
         model = rng.choice(self.models)
         n_in = self.input_tokens()

@@ -23,6 +23,7 @@ from typing import BinaryIO, Iterator
 
 from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
+from phasemeter.stream_jobs.contract import MIN_T0, oldest_kept
 from phasemeter.stream_jobs.derive import Phase, Rejection, process_message
 
 _SKIP_CHUNK = 1 << 16  # how much of an oversize line is read at a time while skipping it
@@ -99,11 +100,14 @@ class LineChecker:
     PHASEMETER_BUCKET_EDGES); the edges only feed the derivation the worker
     runs after validation, which is run here too so nothing is skipped."""
 
-    def __init__(self, max_bytes: int, bucket_edges: str = "default") -> None:
+    def __init__(self, max_bytes: int, bucket_edges: str = "default", raw_ttl_days: int | None = None) -> None:
         if not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
         self.max_bytes = max_bytes
         self._bucket = Bucketer(parse_edges(bucket_edges))
+        # The worker's PHASEMETER_RAW_TTL_DAYS: an older event would be
+        # dead-lettered (outside_retention), never stored. None: no bound.
+        self.raw_ttl_days = raw_ttl_days
 
     def check(self, line: RawLine, now: float | None = None) -> Accepted | Refused | None:
         """Accepted, Refused, or None for a blank line (skipped, never sent)."""
@@ -115,7 +119,8 @@ class LineChecker:
             return None
         now = time.time() if now is None else now
         try:
-            results = process_message(data, self._bucket, self.max_bytes, now)
+            oldest = MIN_T0 if self.raw_ttl_days is None else oldest_kept(now, self.raw_ttl_days)
+            results = process_message(data, self._bucket, self.max_bytes, now, oldest=oldest)
         except Exception as exc:  # the worker turns a bug of ours into internal_error; so do we
             return Refused(line.lineno, (Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}"),))
         bad = tuple(r for r in results if isinstance(r, Rejection))

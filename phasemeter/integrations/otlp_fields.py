@@ -9,10 +9,11 @@ import re
 
 from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, Rejection, check_duration,
-                                             control_character, has_control, lone_surrogate)
+                                             check_gap, control_character, has_control, lone_surrogate)
+from phasemeter.stream_jobs.formulas import check_transfer_within
 
 from .otlp_decode import Span
-from .otlp_names import E2E, QUEUE, REPLICA, REPLICA_SET, REQUEST_ID, REQUEST_N, STREAM, TTFT
+from .otlp_names import E2E, KV_TRANSFER, QUEUE, REPLICA, REPLICA_SET, REQUEST_ID, REQUEST_N, STREAM, TTFT
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
 
@@ -29,6 +30,18 @@ def request_id(span: Span) -> str | Rejection:
         if type(n) is int and n > 1 and type(rid) is str and span.span_id:
             name, rid = f"{name} + span id", f"{rid}-{span.span_id}"
     return label_error(name, rid, LABEL_FIELDS["request_id"]) or rid
+
+
+def kv_transfer(span: Span, times: dict, half: bool) -> float | None | Rejection:
+    """The KV transfer time in seconds, or None. A P/D half's own TTFT does
+    not bound it (the prefill instance's one token may come before the
+    transfer ends): the joined generation's TTFT does, in the worker."""
+    name, value = pick(span.attrs, KV_TRANSFER)
+    if value is None:
+        return None
+    bad = check_gap(name, value) or (None if half else check_transfer_within(value, times["ttft_s"],
+                                                                             times["e2e_s"]))
+    return bad if bad is not None else float(value)
 
 
 def timing(span: Span, output_tokens: int, now: float) -> dict | Rejection:

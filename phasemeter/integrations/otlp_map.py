@@ -36,7 +36,7 @@ from phasemeter.stream_jobs.contract import LABEL_FIELDS, Rejection, check_count
 # receiver, the worker's OTLP topic and the tests import them from.
 from .otlp_decode import (DEFAULT_MAX_SPANS, BadRequest, Span, TooManySpans, UnsupportedMediaType, json_spans,
                           proto_spans)
-from .otlp_fields import finish_reason, label_error, pick, replica, request_id, timing
+from .otlp_fields import finish_reason, kv_transfer, label_error, pick, replica, request_id, timing
 from .otlp_names import CACHED, E2E, ERROR_TYPE, FINISH, INPUT, MODEL, OPERATION, OUTPUT, REPLICA, TTFT
 from .otlp_pd import phases, role_of
 
@@ -65,7 +65,7 @@ ABORT = "abort"
 
 @dataclass
 class Mapped:
-    events: list[dict] = field(default_factory=list)   # v1 generation events
+    events: list[dict] = field(default_factory=list)   # generation (v1; v2 with a KV transfer) and phase events
     rejected: list[tuple[str, str, str]] = field(default_factory=list)  # (span_id hex, reason, detail)
     ignored: int = 0                                    # spans that are not LLM requests
     ignored_by: Counter = field(default_factory=Counter)  # why: NOT_LLM, EMBEDDING
@@ -190,5 +190,11 @@ def map_span(span: Span, default_model: str | None = None, now: float | None = N
     label, dropped = replica(span.resource)
     if dropped and out is not None:
         out.replicas_dropped += 1
-    return {"schema_version": 1, "kind": "generation", "request_id": rid, "model": model, **times, **counts,
-            "status": status, "finish_reason": finish, "gateway": None, "replica": label}
+    event = {"schema_version": 1, "kind": "generation", "request_id": rid, "model": model, **times, **counts,
+             "status": status, "finish_reason": finish, "gateway": None, "replica": label}
+    kv = kv_transfer(span, times, role_of(span) is not None)
+    if isinstance(kv, Rejection):
+        return kv
+    if kv is not None:  # a v2 field: the event is v2 only when it carries one
+        event.update(schema_version=2, kv_transfer_s=kv)
+    return event

@@ -26,6 +26,9 @@ TTFT = ("gen_ai.latency.time_to_first_token", "gen_ai.response.time_to_first_chu
         "gen_ai.server.ttft", "gen_ai.response.time_to_first_token")
 E2E = ("gen_ai.latency.e2e",)
 QUEUE = ("gen_ai.latency.time_in_queue",)
+# TensorRT-LLM's KV-cache transfer time between its context (prefill) and
+# generation (decode) instances, in seconds (its PR #5897).
+KV_TRANSFER = ("gen_ai.latency.kv_cache_transfer_time",)
 FINISH = ("gen_ai.response.finish_reasons",)
 ERROR_TYPE = "error.type"
 STREAM = "gen_ai.request.stream"
@@ -67,6 +70,10 @@ SOURCES = (
     Source("replica", tuple(f"resource `{n}`" for n in REPLICA), "", "null; a UUID-shaped value "
                                                                     "(except `phasemeter.replica`) is dropped"),
     Source("gateway", (), "`phasemeter otlp --gateway`", "null"),
+    Source("kv_transfer_s", KV_TRANSFER, "", "null; rejected when longer than the TTFT (unless a P/D half: "
+                                             "checked against the joined TTFT)"),
+    Source("prefill_replica", (), "a P/D pair: the prefill half's `replica`", "null"),
+    Source("decode_replica", (), "a P/D pair: the decode half's `replica`", "null"),
 )
 
 

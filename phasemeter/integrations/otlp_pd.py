@@ -17,6 +17,10 @@ rules: a prefill without its decode becomes an `abandoned` row
 dead letter. The rule for the times:
   * t0, the input and cached tokens, the queue and the replica are the
     prefill instance's: the request arrives there first;
+  * each half's replica is also its pool label: `prefill_replica` from the
+    prefill half, `decode_replica` from the decode half; a KV transfer time
+    (`kv_transfer_s`) rides on whichever half reports it, and the joined
+    generation is checked to have it inside its TTFT;
   * the first token the client sees and the end are the decode instance's
     (the prefill instance's one token is not streamed to the client):
     t_first = decode span start + its time to first token, t_end = decode
@@ -60,11 +64,13 @@ def phases(span: Span, role: str, event: dict) -> dict | Rejection:
         out = {"schema_version": 2, "kind": "start", "request_id": rid, "model": event["model"],
                "t0": event["t0"], "input_tokens": event["input_tokens"],
                "cached_input_tokens": event["cached_input_tokens"], "queue_s": event["queue_s"],
-               "replica": event["replica"]}
+               "replica": event["replica"], "prefill_replica": event["replica"]}
     else:
         start = event["t0"]
         out = {"schema_version": 2, "kind": "end", "request_id": rid, "output_tokens": event["output_tokens"],
                "t_end": start + event["e2e_s"],
                "t_first": None if event["ttft_s"] is None else start + event["ttft_s"],
-               "status": event["status"], "finish_reason": event["finish_reason"]}
+               "status": event["status"], "finish_reason": event["finish_reason"],
+               "decode_replica": event["replica"]}
+    out["kv_transfer_s"] = event.get("kv_transfer_s")
     return {k: v for k, v in out.items() if v is not None}

@@ -157,7 +157,7 @@ class Receiver:
                              e2e_s=e["e2e_s"], queue_s=e["queue_s"],
                              cached_input_tokens=e["cached_input_tokens"], status=e["status"],
                              finish_reason=e["finish_reason"], request_id=e["request_id"],
-                             replica=e["replica"])
+                             replica=e["replica"], kv_transfer_s=e.get("kv_transfer_s"))
             except ValueError as exc:  # the mapping should let none through; refused with the emitter's reason
                 rejected.append((e["request_id"], getattr(exc, "reason", R.INTERNAL), str(exc)[:200]))
         if not self.meter.put_all(batch):
@@ -236,9 +236,11 @@ def _send_phase(batch, e: dict) -> None:
     if e["kind"] == "start":
         batch.start(model=e["model"], input_tokens=e["input_tokens"], t0=e["t0"], request_id=e["request_id"],
                     cached_input_tokens=e.get("cached_input_tokens"), queue_s=e.get("queue_s"),
-                    replica=e.get("replica"))
+                    replica=e.get("replica"), prefill_replica=e.get("prefill_replica"),
+                    kv_transfer_s=e.get("kv_transfer_s"))
         return
     if "t_first" in e:
         batch.first_token(e["request_id"], t_first=e["t_first"])
     batch.end(e["request_id"], output_tokens=e["output_tokens"], t_end=e["t_end"], status=e["status"],
-              finish_reason=e.get("finish_reason"))
+              finish_reason=e.get("finish_reason"), decode_replica=e.get("decode_replica"),
+              kv_transfer_s=e.get("kv_transfer_s"))

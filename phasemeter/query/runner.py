@@ -82,9 +82,15 @@ def read_settings(settings: Settings, via: str | None = None) -> Settings:
     if info is None:
         return settings
     if not info.get(SQL_URL):
-        raise StoreError(f"a worker (pid {info['pid']}) holds the store at {settings.data_path} but serves no "
-                         "ClickHouse HTTP interface: restart it with this version of phasemeter")
+        raise StoreError(no_sql_interface(info, settings.data_path))
     return settings.replace(clickhouse_url=info[SQL_URL])
+
+
+def no_sql_interface(info: dict, data_path) -> str:
+    """Why a reader cannot read the store a live worker holds."""
+    return (f"a worker (pid {info['pid']}) holds the store at {data_path} but serves no ClickHouse HTTP "
+            "interface: its PHASEMETER_SQL_PORT was taken (its log names the port), or it is an older "
+            "version; restart it with a free PHASEMETER_SQL_PORT")
 
 
 def read_only(client):

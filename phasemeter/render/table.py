@@ -20,7 +20,7 @@ from phasemeter.timeparse import ISO_UTC
 
 HEADER_NOTE = ("throughput tokens/s; LOW percentiles are the slow tail "
                "(slow p1 = the slowest 1%), high ones the fast side")
-_LABELS = ("model", "input_bucket")
+_LABELS = ("model", "input_bucket", "prefill_replica", "decode_replica")
 # Abandoned generations per row, when the frame has them (phasemeter.analytics).
 ABANDONED_TITLES = (("abandoned", "abandoned"), ("abandoned_prefill", "ab. in prefill"),
                     ("abandoned_decode", "ab. in decode"))
@@ -43,11 +43,23 @@ def abandoned_columns(df: pd.DataFrame) -> list[tuple[str, str]]:
     return [(c, title) for c, title in ABANDONED_TITLES if c in df.columns]
 
 
+# The P/D pool a per-pool frame (`--by`) is grouped by: shown after the model,
+# titled by its column (a title starting "decode " would be folded into the
+# decode group's header).
+POOL_TITLES = (("prefill_replica", "prefill_replica"), ("decode_replica", "decode_replica"))
+
+
+def lead_columns(df: pd.DataFrame | None) -> list[tuple[str, str]]:
+    """time, model, the pool when the frame has one, bucket."""
+    pools = [(c, title) for c, title in POOL_TITLES if df is not None and c in df.columns]
+    return [("t", "time (UTC)"), ("model", "model"), *pools, ("input_bucket", "bucket")]
+
+
 def band_columns(df: pd.DataFrame | None = None, prefill_label: str = "prefill") -> list[tuple[str, str]]:
     """Throughput columns; the abandoned counts (after n) when `df` has them.
     `prefill_label` names the prefill variant shown, e.g. "prefill (engine)"."""
     short = {"p1": "slow p1", "p5": "slow p5", "p50": "median", "p95": "p95", "p99": "p99"}
-    cols = [("t", "time (UTC)"), ("model", "model"), ("input_bucket", "bucket"), ("n", "n")]
+    cols = lead_columns(df) + [("n", "n")]
     cols += abandoned_columns(df) if df is not None else []
     for phase in PHASES:
         label = prefill_label if phase == "prefill" else phase
@@ -63,7 +75,7 @@ SMALL_N = SAMPLES_FOR
 SMALL_N_NOTE = ("* fewer samples than the percentile needs to mean more than the extreme value "
                 "(p1/p99: 100, p5/p95: 20, p90: 10)")
 # What a default table shows (it fits 120 columns); --wide shows all.
-BAND_DEFAULT = ("t", "model", "input_bucket", "n", "abandoned",
+BAND_DEFAULT = ("t", "model", *(c for c, _ in POOL_TITLES), "input_bucket", "n", "abandoned",
                 "prefill_p1", "prefill_p5", "prefill_p50", "decode_p1", "decode_p5", "decode_p50")
 
 
@@ -73,7 +85,8 @@ def choose_columns(cols: list[tuple[str, str]], default: tuple[str, ...], column
     Names are checked before any query (commands call check_columns)."""
     if columns:
         by_key = dict(cols)
-        keys = [k for k in ("t", "model", "input_bucket") if k not in columns] + list(columns)
+        lead = ("t", "model", *(c for c, _ in POOL_TITLES), "input_bucket")
+        keys = [k for k in lead if k not in columns] + list(columns)
         return [(k, by_key[k]) for k in keys if k in by_key]
     if wide:
         return cols

@@ -219,3 +219,24 @@ def test_round_trip_through_the_real_broker(env, capsys, monkeypatch, kafka_boot
     finally:
         consumer.close()
     assert sorted(got, key=repr) == sorted(want, key=repr) and in_topic == len(want)
+
+
+def test_a_line_the_store_would_not_keep_is_refused_before_sending(env, capsys, monkeypatch):
+    """The worker dead-letters an event older than the raw TTL
+    (outside_retention); emit says so at once, dry run or not, instead of
+    "sent" for an event that can never be stored."""
+    import time
+
+    monkeypatch.setenv("PHASEMETER_RAW_TTL_DAYS", "30")
+    old = time.time() - 31 * 86_400
+    path = write(env, "backfill.ndjson", j(event(request_id="kept")) + b"\n"
+                 + j(event(request_id="gone", t0=old)) + b"\n"
+                 + j({"schema_version": 2, "kind": "batch",
+                      "events": [event(request_id="e1"), event(request_id="e2", t0=old)]}) + b"\n")
+    rc, s, _ = emit(capsys, path, "--dry-run", "--format", "json")
+    assert rc == 1 and (s["valid"], s["refused"]) == (1, 2)
+    assert [(r["where"], r["reason"]) for r in s["refused_lines"]] == \
+        [(f"{path}:2", "outside_retention"), (f"{path}:3", "outside_retention")]
+    monkeypatch.setenv("PHASEMETER_RAW_TTL_DAYS", "60")  # kept 60 days: every line is valid
+    rc, s, _ = emit(capsys, path, "--dry-run", "--format", "json")
+    assert rc == 0 and (s["valid"], s["refused"]) == (3, 0)

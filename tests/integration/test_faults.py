@@ -353,3 +353,102 @@ def test_secrets_never_in_logs_or_errors(pm_env, tmp_path):
     finally:
         w.stop()
     assert secret not in w.log.read_text()
+
+
+def test_sigterm_while_the_broker_is_down_exits_within_the_grace_and_says_what_it_left(kafka_broker, pm_env,
+                                                                                       tmp_path):
+    """A worker told to stop while its broker is unreachable cannot commit,
+    leave its group or flush its producer: each of those waits on a broker
+    that is not there. It stops within its grace all the same, and says what
+    it left for the next start (positions durable in the store, not committed
+    to the group: the next start resumes from the store's)."""
+    if kafka_broker is None:
+        missing("needs the local broker: it is stopped and restarted")
+    import subprocess
+
+    from conftest import WorkerProc
+    from phasemeter.settings import Settings
+
+    bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
+    env = {**pm_env, "PHASEMETER_STOP_GRACE_S": "6"}
+    grace = Settings.from_env(env).stop_grace_s
+    worker = WorkerProc(env, tmp_path, int(env["PHASEMETER_WEB_PORT"]))
+    worker.run("migrate")
+    events = [good_event(i) for i in range(300)]
+    try:
+        worker.start()
+        produce(bootstrap, topic, [json.dumps(e).encode() for e in events], [e["request_id"].encode() for e in events])
+        worker.wait_processed(len(events))
+        kafka_broker.stop()
+        t0 = time.monotonic()
+        worker.proc.terminate()
+        try:
+            rc = worker.proc.wait(grace * 10)
+        except subprocess.TimeoutExpired:
+            rc = None  # still running: the failure below says so
+        took = time.monotonic() - t0
+        log = worker.log.read_text(errors="replace")
+        print(f"SIGTERM with the broker down: exit code {rc} after {took:.2f} s (grace {grace:.0f} s)")
+        assert rc == 0 and took <= grace, f"exit code {rc} {took:.1f} s after SIGTERM (grace {grace:.0f} s)\n{log[-3000:]}"
+        assert "left for the next start" in log, log[-3000:]
+    finally:
+        worker.stop(kill=True)
+        kafka_broker.start(log=lambda m: None)
+    worker.start()  # resumes from the store's positions: nothing twice, nothing lost
+    late = good_event(len(events))
+    produce(bootstrap, topic, [json.dumps(late).encode()], [late["request_id"].encode()])
+    health = worker.wait_processed(1)  # this process's own count
+    worker.stop()
+    assert health["accepted"] == 1, health  # only the new event: the stored ones were not taken again
+    assert sorted(stored_ids(env)) == sorted(e["request_id"] for e in events + [late])
+
+
+def test_sigterm_while_a_publish_waits_on_the_unreachable_broker_exits_after_the_grace(kafka_broker, pm_env,
+                                                                                     tmp_path):
+    """The join's expiry writes an abandoned generation to Kafka while the
+    broker is down: the write is in hand when SIGTERM comes. It gets the
+    grace, is cut, and the worker exits instead of waiting for the record
+    (aiokafka's flush waits up to the producer's request timeout)."""
+    if kafka_broker is None:
+        missing("needs the local broker: it is stopped and restarted")
+    import subprocess
+
+    from conftest import WorkerProc
+    from phasemeter.settings import Settings
+
+    env = {**pm_env, "PHASEMETER_STOP_GRACE_S": "4", "PHASEMETER_ABANDON_AFTER_S": "6",
+           "PHASEMETER_EXPIRY_TICK_S": "0.5"}
+    settings = Settings.from_env(env)
+    worker = WorkerProc(env, tmp_path, int(env["PHASEMETER_WEB_PORT"]))
+    worker.run("migrate")
+    rid = f"hung-{uuid.uuid4().hex}"
+    start = {"schema_version": 2, "kind": "start", "request_id": rid, "model": "m", "t0": time.time(),
+             "input_tokens": 10}
+    try:
+        worker.start()
+        produce(env["KAFKA_BOOTSTRAP_SERVERS"], env["PHASEMETER_TOPIC"], [json.dumps(start).encode()], [rid.encode()])
+        def held():  # the join's table holds the generation
+            with urllib.request.urlopen(f"{worker.url}/inflight", timeout=5) as resp:
+                return json.loads(resp.read())["in_flight"]
+        wait_for(held, 60, "the start held by the join", worker.diagnose)
+        kafka_broker.stop()
+        wait_for(lambda: "_publish" in worker.waits(), settings.abandon_after_s * 10,
+                 "the expiry publishing the abandoned generation", worker.diagnose)
+        t0 = time.monotonic()
+        worker.proc.terminate()
+        try:
+            rc = worker.proc.wait(settings.stop_grace_s * 15)
+        except subprocess.TimeoutExpired:
+            rc = None
+        took = time.monotonic() - t0
+        log = worker.log.read_text(errors="replace")
+        print(f"SIGTERM with a publish in hand and the broker down: exit code {rc} after {took:.2f} s")
+        assert rc == 0 and took <= 2 * settings.stop_grace_s, f"exit code {rc} after {took:.1f} s\n{log[-3000:]}"
+        assert "stopping join: left for the next start: a batch in hand, cut" in log, log[-3000:]
+    finally:
+        worker.stop(kill=True)
+        kafka_broker.start(log=lambda m: None)
+    worker.start()  # the cut expiry is made again from the join table: the generation is stored once
+    worker.wait_processed(1, timeout_s=settings.abandon_after_s * 10)
+    worker.stop()
+    assert stored_ids(env) == [rid]

@@ -95,6 +95,7 @@ def test_sigterm_mid_batch_hands_over_to_a_fresh_member_exactly(pm_env, tmp_path
         data = tmp_path / f"member-{k}"
         # Large batches: a SIGTERM at a random moment often finds one in hand.
         env = {**pm_env, "PHASEMETER_DATA_DIR": str(data), "PHASEMETER_WEB_PORT": str(free_port()),
+               "PHASEMETER_SQL_PORT": str(free_port()),
                "PHASEMETER_BATCH_ROWS": "20000", "PHASEMETER_BATCH_SECONDS": "2"}
         data.mkdir()
         w = WorkerProc(env, data, int(env["PHASEMETER_WEB_PORT"]))

@@ -346,7 +346,8 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
     from phasemeter.kafka_local import free_port
 
     pm_env = {**pm_env, "PHASEMETER_RECOVERY_STALL_S": "30"}
-    env_b = {**pm_env, "PHASEMETER_DATA_DIR": str(tmp_path / "data-b"), "PHASEMETER_WEB_PORT": str(free_port())}
+    env_b = {**pm_env, "PHASEMETER_DATA_DIR": str(tmp_path / "data-b"), "PHASEMETER_WEB_PORT": str(free_port()),
+             "PHASEMETER_SQL_PORT": str(free_port())}
     a = WorkerProc(pm_env, tmp_path, int(pm_env["PHASEMETER_WEB_PORT"]))
     (tmp_path / "b").mkdir()
     b = WorkerProc(env_b, tmp_path / "b", int(env_b["PHASEMETER_WEB_PORT"]))
@@ -406,6 +407,26 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
         assert len(ids) == len(set(ids)) == len(gens), (
             f"{len(ids)} joined records for {len(set(ids))} requests (want {len(gens)} of each); "
             f"requests twice: {detail[:24]}\n--- A ---\n{a.diagnose()}\n--- B ---\n{b.diagnose()}")
+        # Joined is not yet stored: B stores the joined topic as it reads it.
+        # A left at wave 36 (its store is closed); B's is read through B.
+        stored_a = {r["request_id"] for r in store_rows(pm_env)}
+        want = {g["rid"] for g in gens}
+
+        def stored_b() -> set:
+            b.restart_after_exit_75()
+            try:
+                runner = b.sql(timeout_s=30)
+            except Exception:  # restarting: asked again on the next poll
+                return set()
+            try:
+                return {r[0] for r in runner.client.query("SELECT request_id FROM generations").result_rows}
+            except Exception:
+                return set()
+            finally:
+                runner.close()
+
+        wait_for(lambda: want <= stored_a | stored_b(), 120, "every joined request stored",
+                 lambda: f"missing {sorted(want - stored_a - stored_b())[:24]}\n--- B ---\n{b.diagnose()}")
     finally:
         producer.close()
         a.stop()

@@ -25,7 +25,7 @@ def client(tmp_path):
 def row(i: int, **over) -> dict:
     base = {c: None for c in ROW_COLUMNS}
     base.update(ts=T0 + i * 0.001 + 0.0004, request_id=f"r{i}", model="m", input_bucket="0-1k", status="ok",
-                finish_reason="stop", gateway="g", replica="", input_tokens=100 + i, output_tokens=10, queue_s=0.01,
+                finish_reason="stop", gateway="g", replica="", prefill_replica="", decode_replica="", input_tokens=100 + i, output_tokens=10, queue_s=0.01,
                 ttft_s=0.5, decode_s=1.0, e2e_s=1.5, prefill_tps=200.0, decode_tps=9.0, tpot_s=0.1,
                 output_tokens_estimated=0, schema_version=1, src_topic="t", src_partition=0, src_offset=i)
     base.update(over)
@@ -34,7 +34,7 @@ def row(i: int, **over) -> dict:
 
 def test_stored_rows_equal_the_derived_ones_nulls_and_milliseconds_included(client):
     rows = [row(0, cached_input_tokens=7, max_gap_s=0.3, stalled=1, chunks=12, gap_threshold_s=0.25,
-                output_tokens_estimated=1),
+                output_tokens_estimated=1, prefill_replica="p-0", decode_replica="d-1", kv_transfer_s=0.042),
             row(1, ttft_s=None, prefill_tps=None, decode_tps=None, tpot_s=None, queue_s=None, decode_s=None,
                 status="error"),
             row(2, ts=T0 + 0.9996)]

@@ -251,3 +251,57 @@ def test_a_stopping_worker_cancels_the_queries_it_runs(kafka_bootstrap, tmp_path
     assert w.proc.returncode == 0 and took < limit_s, took
     status, headers, body = got["answer"]
     assert (status, headers["X-ClickHouse-Exception-Code"]) == (500, "394"), body
+
+
+def test_a_taken_sql_port_is_never_named_to_readers(kafka_bootstrap, tmp_path):
+    """Another process holds PHASEMETER_SQL_PORT: the worker ingests on,
+    says so in its log, and worker.json names no SQL interface, so a reader
+    is told why instead of reading whatever answers on that port."""
+    import http.server
+    import threading
+
+    asked: list[str] = []
+
+    class Impostor(http.server.BaseHTTPRequestHandler):
+        def _answer(self):
+            asked.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", "9")
+            self.end_headers()
+            self.wfile.write(b"impostor\n")
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args):
+            pass
+
+    impostor = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Impostor)
+    threading.Thread(target=impostor.serve_forever, daemon=True).start()
+    env = sql_worker.sql_env(kafka_bootstrap, tmp_path, PHASEMETER_SQL_PORT=str(impostor.server_address[1]))
+    sql_worker.written(env, (time.time() - 3 * 3600) // 60 * 60)
+    from conftest import WorkerProc
+
+    w = WorkerProc(env, tmp_path, int(env["PHASEMETER_WEB_PORT"]))
+    with open(w.log, "ab") as log:
+        w.proc = subprocess.Popen([sys.executable, "-m", "phasemeter", "worker", "--loglevel", "warn"], env=env,
+                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while w.health() is None and time.monotonic() < deadline:
+            assert w.proc.poll() is None, w.log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert w.health() is not None, w.log.read_text()[-3000:]
+        state = json.loads((tmp_path / "data" / "worker.json").read_text())
+        assert state["pid"] == w.proc.pid and "sql_url" not in state, state
+        assert f"PHASEMETER_SQL_PORT={impostor.server_address[1]}" in w.log.read_text()
+        readers = [sql_cli(env, ["SELECT count() FROM generations"]),
+                   subprocess.run([sys.executable, "-m", "phasemeter", "query", "bands", "--from", "-6h"], env=env,
+                                  capture_output=True, timeout=120)]
+        assert len(readers) == 2
+        for out in readers:
+            assert out.returncode != 0 and b"impostor" not in out.stdout, out
+            assert b"PHASEMETER_SQL_PORT" in out.stderr, out.stderr
+        assert asked == []
+    finally:
+        w.stop()
+        impostor.shutdown()

@@ -20,8 +20,8 @@ PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.formulas", "pha
         "phasemeter.integrations.otlp_names", "phasemeter.integrations.otlp_pd",
         "phasemeter.integrations.otlp_fields",
         "phasemeter.integrations.sse", "phasemeter.integrations.openai_call", "phasemeter.stream_jobs.otlp_in",
-        "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.store.sql_guard",
-        "phasemeter.store.sql_request", "phasemeter.store.sql_compress", "phasemeter.store.native_revision",
+        "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.alerts.transfer",
+        "phasemeter.store.sql_guard", "phasemeter.store.sql_request", "phasemeter.store.sql_compress", "phasemeter.store.native_revision",
         "phasemeter.stream_jobs.refusals", "phasemeter.stream_jobs.dead_letter", "phasemeter.stream_jobs.phases_in")
 IO = ("faust", "aiokafka", "kafka", "clickhouse_connect", "chdb", "urllib", "socket", "subprocess",
       "phasemeter.store.client", "phasemeter.query.runner", "phasemeter.stream_jobs.sink", "phasemeter.stream_jobs.ledger")
@@ -104,8 +104,9 @@ def test_no_import_cycles():
     assert cycles(edges) == []
 
 
-# The contract: limits, labels and reason codes, pure and dependency-free.
-CONTRACT = {"phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.reasons"}
+# The contract: limits, labels, reason codes and the checks across fields
+# (formulas.py: the emitter refuses what the worker would), pure and dependency-free.
+CONTRACT = {"phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.reasons", "phasemeter.stream_jobs.formulas"}
 
 
 def test_the_emitter_depends_only_on_itself_and_the_contract():
@@ -160,7 +161,8 @@ LAYERS = (
     ("pure cores, emitter and integrations", ("phasemeter.producers", "phasemeter.integrations", "phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.formulas", "phasemeter.stream_jobs.join",
                                 "phasemeter.stream_jobs.batch_join", "phasemeter.stream_jobs.sequence", "phasemeter.stream_jobs.phase_events",
                                 "phasemeter.alerts.evaluate", "phasemeter.alerts.rules", "phasemeter.alerts.slo_rules",
-                                "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.analytics.paths",
+                                "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.alerts.transfer",
+                                "phasemeter.analytics.paths",
                                 "phasemeter.analytics.variants", "phasemeter.store.sql_guard",
                                 "phasemeter.store.sql_request", "phasemeter.store.sql_compress",
                                 "phasemeter.store.native_revision")),

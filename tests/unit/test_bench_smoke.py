@@ -32,10 +32,23 @@ def bench():
 @pytest.mark.parametrize("name", ["bench_worker", "bench_join", "bench_sink", "bench_freshness", "profile_worker",
                                   "bench_otlp", "bench_asgi", "bench_openai_wrapper", "bench_cli_startup",
                                   "run_all", "bare_faust_app", "bench_chunk_hook", "bench_scale", "bench_slo_sink",
-                                  "profile_tiers", "bench_read_blocking", "bench_web_port", "bench_sql_http", "bench_panel_paths"])
+                                  "profile_tiers", "bench_read_blocking", "bench_web_port", "bench_sql_http", "bench_panel_paths",
+                                  "bench_worker_memory", "profile_worker_memory"])
 def test_imports_and_has_main(bench, name):
     mod = bench(name)
     assert callable(mod.main)
+
+
+def test_worker_memory_figures(bench):
+    m = bench("bench_worker_memory")
+    configs = [m.parse_config("worker:"), m.parse_config("arena2:MALLOC_ARENA_MAX=2,PHASEMETER_BATCH_BYTES=8000000")]
+    assert configs == [("worker", {}), ("arena2", {"MALLOC_ARENA_MAX": "2", "PHASEMETER_BATCH_BYTES": "8000000"})]
+    runs = {"worker": [{"peak_rss_mib": 900.0, "rss_start_mib": 330.0, "gens_per_s": 100_000.0}],
+            "arena2": [{"peak_rss_mib": 450.0, "rss_start_mib": 330.0, "gens_per_s": 97_000.0}]}
+    figs = m.figures(configs, runs)
+    assert [f["goal"] for f in figs] == ["worker-peak-rss", "worker-peak-rss-options", "worker-peak-rss-options-rate"]
+    assert [f["met"] for f in figs] == [False, False, False]  # 450 MiB, but at 0.97x the rate
+    assert figs[1]["ratio"] == 0.5 and figs[2]["ratio"] == 0.97
 
 
 def test_util_helpers(bench):

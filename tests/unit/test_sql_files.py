@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from phasemeter.store.migrate import discover
 from phasemeter.store.client import is_read_only, load_sql
 
@@ -94,6 +96,22 @@ def _code(name: str) -> list[str]:
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("--")]
 
 
+@pytest.mark.parametrize("exact,pool", [("bands_exact", "bands_pool_view"), ("latency", "latency_pool_view")])
+def test_each_pool_view_is_its_exact_view_with_only_the_pool_and_the_transfer_added(exact, pool):
+    """The per-pool views (schema/0027) are views of their own so that the
+    exact views keep no unused key: nothing but the pool key, its bound
+    choice and (latency) the KV transfer's columns may differ."""
+    [file] = (ROOT / "schema").glob("*_pd_columns.sql")
+    text = file.read_text().split(f"CREATE VIEW IF NOT EXISTS {pool} AS\n", 1)[1].split(";\n", 1)[0]
+    lines = [ln.strip().replace("pool, ", "").replace(", kv_transfer_s,", ",")
+             for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("--")]
+    added = [ln for ln in lines if "{by:String}" in ln or "kv_transfer" in ln or "AS pool" in ln or ln == "pool,"
+             or ln.startswith("'by: expected")]
+    assert len(added) == (5 if exact == "bands_exact" else 8), added
+    kept = [ln for ln in lines if ln not in added]
+    assert kept == _code(exact)
+
+
 def test_each_rebucketing_query_is_its_base_query_with_only_the_bucket_changed():
     """The re-bucketing queries stay files of their own (one query with an
     optional edges parameter was measured slower on the stored-bucket path,
@@ -141,13 +159,14 @@ def test_every_slo_count_uses_the_one_judge_with_the_same_arguments():
     assert flags.count(",") + 1 == len(SLO_COUNTS)  # one flag per named count
 
 
-def test_the_stall_frame_splits_windows_as_the_alert_frame_does():
+@pytest.mark.parametrize("frame", ["stall_window", "transfer_window"])
+def test_the_stall_and_transfer_frames_split_windows_as_the_alert_frame_does(frame):
     def parts(text):
         code = re.sub(r"\s+", " ", "\n".join(ln for ln in text.splitlines() if not ln.strip().startswith("--")))
         return re.search(r"multiIf\(.*?\) AS part", code).group(0)
 
     [view] = (ROOT / "schema").glob("*_alert_window_view.sql")
-    assert parts((ROOT / "sql" / "stall_window.sql").read_text()) == parts(view.read_text())
+    assert parts((ROOT / "sql" / f"{frame}.sql").read_text()) == parts(view.read_text())
 
 
 def test_no_named_read_changes_a_setting_in_its_text():

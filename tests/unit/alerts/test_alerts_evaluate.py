@@ -14,7 +14,7 @@ from phasemeter.alerts.webhook import payloads, safe_url
 
 AT = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 RULES = load_rules()
-PREFILL, DECODE, STALLS = RULES.rules
+PREFILL, DECODE, STALLS, _TRANSFER = RULES.rules  # the transfer family: test_alerts_transfer.py
 
 
 def row(model, bucket, part, prefill=1000.0, decode=50.0, n=300, queue=0.05, share=0.02, engine=None, **kw):

@@ -26,7 +26,7 @@ def write(tmp_path, text):
 
 
 def test_defaults_match_the_issue():
-    p, d, st = load_rules().rules
+    p, d, st, kv = load_rules().rules
     assert (p.metric, p.percentile, p.buckets) == ("prefill_tps", 5.0, ("2k-8k", "8k-32k", "32k+"))
     assert (d.metric, d.buckets) == ("decode_tps", ())
     for r in (p, d):
@@ -39,6 +39,7 @@ def test_defaults_match_the_issue():
     assert (st.phase, st.metric, st.rises, st.threshold, st.floor) == ("decode", "stalled_share", True, 1.0, 0.02)
     assert st.alertname == "PhasemeterDecodeStalls" and st.runbook.startswith("docs/runbooks/decode.md#a-kv-cache")
     assert not p.rises and not d.rises
+    assert kv.transfer and kv.alertname == "PhasemeterKvTransferSlow"  # the transfer family: test_alerts_transfer.py
 
 
 @pytest.mark.parametrize("table, words", [
@@ -71,7 +72,7 @@ def test_both_baseline_kinds_give_the_right_spans(tmp_path):
 
 def test_override_revalidates():
     rs = override(load_rules(), baseline={"kind": "previous", "duration": "30m"})
-    assert [r.baseline.duration_s for r in rs.rules] == [1800, 1800, 1800]
+    assert [r.baseline.duration_s for r in rs.rules] == [1800, 1800, 1800, 1800]
     assert [r.buckets for r in rs.rules] == [r.buckets for r in load_rules().rules]
     with pytest.raises(RulesError, match=r"baseline\.duration"):
         override(load_rules(), baseline={"kind": "previous", "duration": "soon"})

@@ -78,3 +78,35 @@ def test_a_half_without_its_join_key_is_refused():
     attrs = {k: v for k, v in PREFILL.items() if k != "bootstrap_room"}
     m = map_export(export(span(name="prefill Req 9f1c0a2b", attrs=attrs)))
     assert m.events == [] and m.rejected[0][1] == "missing_field" and "bootstrap_room" in m.rejected[0][2]
+
+
+def test_each_half_names_its_pool_and_the_transfer_rides_along():
+    """prefill_replica from the prefill half, decode_replica from the decode
+    half, the KV transfer from the half that reports it (TensorRT-LLM's
+    attribute), all in the joined generation."""
+    prefill = {**VLLM, "gen_ai.usage.completion_tokens": 1, "gen_ai.latency.e2e": 0.2,
+               "gen_ai.latency.kv_cache_transfer_time": 0.15}  # longer than this half's own TTFT: allowed
+    decode = {**VLLM, "gen_ai.latency.time_to_first_token": 0.03}
+    body = {"resourceSpans": [
+        export(span(attrs=decode, span_id="02" * 8, start=T0_NS + 200_000_000),
+               resource={"phasemeter.role": "decode", "host.name": "d-3"})["resourceSpans"][0],
+        export(span(attrs=prefill, span_id="01" * 8), resource={"phasemeter.role": "prefill",
+                                                                 "host.name": "p-0"})["resourceSpans"][0]]}
+    m = map_export(body)
+    assert m.rejected == [] and [e["kind"] for e in m.events] == ["end", "start"]
+    end, start = m.events
+    assert (start["prefill_replica"], start["kv_transfer_s"], "decode_replica" in start) == ("p-0", 0.15, False)
+    assert (end["decode_replica"], "kv_transfer_s" in end, "prefill_replica" in end) == ("d-3", False, False)
+    bucket = Bucketer(parse_edges("default"))
+    entry = {e["kind"]: process_event(e, bucket, T0_NS / 1e9 + 60).fields for e in m.events}
+    row = process_event(joined_event("cmpl-42", entry), bucket, T0_NS / 1e9 + 60, internal=True)
+    assert not isinstance(row, Rejection), row
+    assert (row["replica"], row["prefill_replica"], row["decode_replica"]) == ("p-0", "p-0", "d-3")
+    assert row["kv_transfer_s"] == 0.15 and row["kv_transfer_s"] <= row["ttft_s"]
+
+
+def test_a_unified_span_with_a_transfer_longer_than_its_ttft_is_refused():
+    m = map_export(export(span(attrs={**VLLM, "gen_ai.latency.kv_cache_transfer_time": 5.0})))
+    assert m.events == [] and m.rejected[0][1] == "inconsistent" and "kv_transfer_s" in m.rejected[0][2]
+    m = map_export(export(span(attrs={**VLLM, "gen_ai.latency.kv_cache_transfer_time": -1})))
+    assert m.rejected[0][1] == "negative"

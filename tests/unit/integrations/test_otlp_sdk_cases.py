@@ -212,3 +212,8 @@ def test_case_details():
     assert (e["input_tokens"], e["output_tokens"], e["cached_input_tokens"], e["ttft_s"]) == (300, 40, 128, 0.4)
     detail = events("a non-streaming GenAI call (`gen_ai.request.stream = false`)").rejected[0][2]
     assert "non-streaming" in detail
+    e = events("TensorRT-LLM, with the KV transfer time").events[0]
+    assert (e["schema_version"], e["kv_transfer_s"]) == (2, 0.034)
+    assert "kv_transfer_s" not in events("vLLM, a finished request").events[0]  # v1, as before
+    halves = {e["kind"]: e for e in events("vLLM, a prefill/decode pair, each instance with `phasemeter.role`").events}
+    assert (halves["start"]["prefill_replica"], halves["end"]["decode_replica"]) == ("prefill-0", "decode-0")

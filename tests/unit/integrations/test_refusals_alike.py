@@ -6,6 +6,7 @@ success), as the worker dead-letters it."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -60,8 +61,12 @@ def test_the_otlp_mapping_refuses_a_lone_surrogate_as_the_worker_does(attr, valu
 
 def test_emit_counts_refused_lines_by_reason_and_exits_1(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PHASEMETER_DATA_DIR", str(tmp_path / "data"))
-    lines = [json.dumps({**GOOD, "request_id": f"r{i}", field: value}) for i, (field, value, _) in enumerate(CASES)]
-    lines.append(json.dumps({**GOOD, "request_id": "fine", "t0": NOW - 7200}))
+    # emit checks against the clock, and refuses what the store would not
+    # keep (PHASEMETER_RAW_TTL_DAYS): these events are two hours old.
+    recent = time.time() - 7200
+    lines = [json.dumps({**GOOD, "request_id": f"r{i}", "t0": recent, field: value})
+             for i, (field, value, _) in enumerate(CASES)]
+    lines.append(json.dumps({**GOOD, "request_id": "fine", "t0": recent}))
     path = tmp_path / "mixed.ndjson"
     path.write_text("\n".join(lines) + "\n")
     rc = main(["emit", str(path), "--dry-run", "--format", "json"])

@@ -155,14 +155,33 @@ def test_each_check_across_fields_at_its_bound():
               {"ttft_s": None, "output_tokens": 0, "queue_s": 2.01}),           # ... or after the end
              ({"ttft_s": None, "output_tokens": 0}, {"ttft_s": None, "output_tokens": 1}),  # tokens, no first
              ({"cached_input_tokens": 1000}, {"cached_input_tokens": 1001}),  # more cached than read
-             ({"t0": NOW + 86400}, {"t0": NOW + 86400.01})]                     # after now + 1 day
-    assert len(cases) == 6
+             ({"t0": NOW + 86400}, {"t0": NOW + 86400.01}),                    # after now + 1 day
+             ({"schema_version": 2, "kv_transfer_s": 0.5},
+              {"schema_version": 2, "kv_transfer_s": 0.51}),                    # KV moved after the first token
+             ({"schema_version": 2, "ttft_s": None, "output_tokens": 0, "kv_transfer_s": 2.0},
+              {"schema_version": 2, "ttft_s": None, "output_tokens": 0, "kv_transfer_s": 2.01})]  # ... or the end
+    assert len(cases) == 8
     for inside, outside in cases:
         records = [record(0, encode([base, {**base, "request_id": "x", **inside}], True))]
         assert len(same_as_rows(records)) == 2, inside
         records = [record(0, encode([base, {**base, "request_id": "x", **outside}], True))]
         d = same_as_row_path(records)
         assert len(d.gens) == 1 and [m for m, _ in d.refused] == [0], outside
+
+
+def test_pd_fields_ride_on_the_columns():
+    """A v2 generation's prefill_replica, decode_replica and kv_transfer_s
+    are columns as the row path makes them ('' and null when absent), in a
+    batch beside generations without them."""
+    base = {"schema_version": 2, "kind": "generation", "request_id": "a", "model": "m", "t0": NOW - 60,
+            "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 1000, "output_tokens": 50}
+    pd = {**base, "request_id": "b", "prefill_replica": "p-0", "decode_replica": "d-1", "kv_transfer_s": 0.2}
+    records = [record(0, encode([base], False)), record(1, encode([pd], False)),
+               record(2, encode([{**pd, "request_id": "c", "prefill_replica": None}, base], True))]
+    assert decode(records, BUCKET, LIMIT, NOW) is not None  # columns, not the row path
+    gens = same_as_rows(records)
+    assert [(r["prefill_replica"], r["decode_replica"], r["kv_transfer_s"]) for r in gens] == [
+        ("", "", None), ("p-0", "d-1", 0.2), ("", "d-1", 0.2), ("", "", None)]
 
 
 def test_a_batch_decoded_ahead_serves_only_the_same_records_in_the_same_order():

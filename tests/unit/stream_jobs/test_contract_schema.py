@@ -16,7 +16,7 @@ from phasemeter.stream_jobs import contract as C
 
 ROOT = Path(__file__).resolve().parents[3]
 COUNTS = {"input_tokens", "output_tokens", "cached_input_tokens", "count", "count_or_null", "chunks", "gaps_over"}
-GAPS = {"gap", "max_gap_s", "gap_threshold_s"}  # differences of monotonic readings, not times since t0
+GAPS = {"gap", "max_gap_s", "gap_threshold_s", "kv_transfer_s"}  # differences of monotonic readings, not times since t0
 DURATIONS = {"ttft_s", "e2e_s", "queue_s", "duration", "duration_or_null"}
 EPOCHS = {"t0", "epoch", "t_first", "t_end"}
 

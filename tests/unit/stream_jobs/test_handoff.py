@@ -212,3 +212,53 @@ def test_a_stop_past_the_grace_cuts_the_started_batch():
         return steps, cut, task.cancelled()
 
     assert asyncio.run(main()) == (["cut"], [True], True)
+
+
+def test_a_stop_says_what_it_left_for_the_next_start(caplog):
+    """A stop whose commit the broker does not take (unreachable) waits the
+    grace for it, then names the positions left uncommitted and the batch it
+    cut; with everything committed it says so. Said once per agent."""
+    class Unreachable:  # a commit the broker never answers
+        async def _commit_offsets(self, offsets):
+            await asyncio.sleep(3600)
+
+    class Reachable:
+        async def _commit_offsets(self, offsets):
+            pass
+
+    async def stop(consumer, batch_s: float) -> Handoff:
+        h = Handoff(grace_s=0.2, name="ingest")
+        app = type("App", (), {"consumer": consumer()})()
+        await h.commit(app, {("t", 0): 10, ("t", 1): 7})
+        batch = h.start(asyncio.sleep(batch_s))
+        await h.stopping(batch)
+        await h.stopping(None)  # the timer's stop, say: nothing said twice
+        return h
+
+    with caplog.at_level("WARNING", logger="phasemeter.worker"):
+        asyncio.run(stop(Unreachable, 3600))
+    said = [r.getMessage() for r in caplog.records if "left for the next start" in r.getMessage()]
+    assert said == ["stopping ingest: left for the next start: a batch in hand, cut: it is re-read; positions durable "
+                    "but not committed to the group (the broker did not take the commit): t/0@10, t/1@7"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="phasemeter.worker"):
+        asyncio.run(stop(Reachable, 0))
+    said = [r.getMessage() for r in caplog.records if "left for the next start" in r.getMessage()]
+    assert said == ["stopping ingest: left for the next start: nothing: every durable position is committed"]
+
+
+def test_no_work_starts_once_a_stop_began():
+    """The join's expiry timer ticks on until Faust stops its timers, after
+    the agents: a tick after the stop would be given a second grace."""
+    async def main():
+        h, ran = Handoff(grace_s=5), []
+
+        async def tick():
+            ran.append("tick")
+
+        await h.run(tick())
+        await h.stopping(None)
+        assert await h.run(tick()) is None
+        return ran
+
+    assert asyncio.run(main()) == ["tick"]

@@ -10,7 +10,8 @@ from phasemeter.stream_jobs.labels import OTHER, LabelBound
 
 
 def rows(model: str, replicas) -> list[dict]:
-    return [{"model": model, "replica": r, "gateway": ""} for r in replicas]
+    return [{"model": model, "replica": r, "gateway": "", "prefill_replica": "", "decode_replica": ""}
+            for r in replicas]
 
 
 def test_first_k_values_per_model_are_kept_the_rest_are_other():
@@ -51,7 +52,8 @@ class Cols:
     """The part of columnar.Generations the bound touches."""
 
     def __init__(self, model, replica, gateway):
-        self.columns = {"model": pa.array(model), "replica": pa.array(replica), "gateway": pa.array(gateway)}
+        self.columns = {"model": pa.array(model), "replica": pa.array(replica), "gateway": pa.array(gateway),
+                        "prefill_replica": pa.array(replica), "decode_replica": pa.array(gateway)}
         self._rows = None
 
 
@@ -61,9 +63,14 @@ def test_columns_are_bounded_like_rows():
     gws = ["g1", "g2", "g3", "g1", "", "g4"] + ["g1", "g1"]
     cols = Cols(models, reps, gws)
     LabelBound(2).columns(cols)
-    expect = [{"model": m, "replica": r, "gateway": g} for m, r, g in zip(models, reps, gws, strict=True)]
+    expect = [{"model": m, "replica": r, "gateway": g, "prefill_replica": r, "decode_replica": g}
+              for m, r, g in zip(models, reps, gws, strict=True)]
     LabelBound(2).rows(expect)
     assert len(expect) == 8
     assert cols.columns["replica"].to_pylist() == [e["replica"] for e in expect]
     assert cols.columns["gateway"].to_pylist() == [e["gateway"] for e in expect]
+    # the P/D pools are bounded as the replica and the gateway are
+    assert cols.columns["prefill_replica"].to_pylist() == [e["prefill_replica"] for e in expect]
+    assert cols.columns["decode_replica"].to_pylist() == [e["gateway"] for e in expect]
+    assert cols.columns["prefill_replica"].to_pylist().count("other") == 4
     assert cols.columns["replica"].type == pa.string()

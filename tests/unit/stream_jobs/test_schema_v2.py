@@ -29,7 +29,7 @@ from corpus import NOW_REF, POISON, as_bytes
 
 from phasemeter.producers import Meter
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
-from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, V2_OPTIONAL
+from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS, V2_OPTIONAL
 from phasemeter.stream_jobs.derive import Phase, Rejection, process_message
 from phasemeter.stream_jobs.phase_events import SPEC, validate_phase
 
@@ -217,7 +217,8 @@ def test_limits_match_contract():
     d = SCHEMA["$defs"]
     assert d["count"]["maximum"] == MAX_TOKENS and d["duration"]["maximum"] == MAX_DURATION_S
     assert d["t0"]["minimum"] == MIN_T0 == d["epoch"]["minimum"]
-    assert set(LABEL_FIELDS) == {"model", "request_id", "finish_reason", "gateway", "replica"}
+    assert set(LABEL_FIELDS) == {"model", "request_id", "finish_reason", "gateway", "replica", "prefill_replica",
+                                 "decode_replica"}
     for name, limit in LABEL_FIELDS.items():
         assert d[name]["maxLength"] == limit and d[name]["minLength"] == 1, name
 
@@ -264,8 +265,9 @@ def test_generation_equals_v1():
     v1 = json.loads((ROOT / "schema" / "event-v1.schema.json").read_text())
     gen = SCHEMA["$defs"]["generation"]
     assert v1["properties"]["schema_version"] == {"const": 1}
-    # v2's generation adds exactly the contract's optional v2 fields ...
-    assert set(gen["properties"]) == set(v1["properties"]) | set(V2_OPTIONAL)
+    # v2's generation adds exactly the contract's optional v2 fields and the P/D fields ...
+    assert set(gen["properties"]) == set(v1["properties"]) | set(V2_OPTIONAL) | set(PD_FIELDS)
+    assert not set(PD_FIELDS) & set(v1["properties"]) and not set(PD_FIELDS) & set(gen["required"])
     assert not set(V2_OPTIONAL) & set(v1["properties"]) and not set(V2_OPTIONAL) & set(gen["required"])
     assert gen["required"] == v1["required"]
     assert len(v1["properties"]) == 15, sorted(v1["properties"])
@@ -305,6 +307,8 @@ def _drop(event, *names):
 VALID = {
     "start minimal": _start(),
     "start all optional": _start(cached_input_tokens=1000, queue_s=0.25, gateway="gw-1", replica="vllm-0"),
+    "start prefill/decode": _start(prefill_replica="p-0", decode_replica="d-0", kv_transfer_s=0.02),
+    "end prefill/decode": _end(prefill_replica="p-0", decode_replica="d-0", kv_transfer_s=0),
     "start optional null": _start(cached_input_tokens=None, queue_s=None, gateway=None, replica=None),
     "start limits": _start(request_id="r" * 128, model="m" * 200, t0=MIN_T0, input_tokens=MAX_TOKENS,
                            queue_s=MAX_DURATION_S, gateway="g" * 200, replica="é" * 200),

@@ -1,4 +1,6 @@
-"""stream_jobs/inline_delivery.py: a delivery that does not wait runs inline;
+"""stream_jobs/faust_patches.py. The worker's start and stop without Faust's
+idle waits: the overrides are held to the code they replace, so an upgrade
+that changes it fails here. And a delivery that does not wait runs inline;
 one that waits (a full queue) goes on in a task, and is abandoned as mode's
 `wait_first` abandons it. Driven over a real mode Service and real asyncio
 queues, as Faust's fetch loop calls it."""
@@ -7,12 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import warnings
 
 import pytest
+import faust
+import mode.worker
+from faust.tables import TableManager as FaustTableManager
 from mode import Service
 
-from phasemeter.stream_jobs.inline_delivery import after_drop, inline_first
+from phasemeter.settings import Settings
+from phasemeter.stream_jobs import faust_patches
+from phasemeter.stream_jobs.app import create_app
+from phasemeter.stream_jobs.faust_patches import after_drop, inline_first
 
 
 class Fetcher(Service):
@@ -220,3 +229,35 @@ def test_a_hold_older_than_max_wait_no_longer_stops_a_record():
     waited, res, queued, held = run(body)
     assert waited == (False, 0)
     assert (res.results, queued, held) == ([5], 5, {"tp0"})  # Faust's hold itself is left alone
+
+
+def _code(fn) -> list[str]:
+    """A function's statements, without its def line, docstring and comments."""
+    lines = [ln.strip() for ln in inspect.getsource(fn).splitlines()[1:]]
+    return [ln for ln in lines if ln and not ln.startswith(("#", '"""'))]
+
+
+def test_table_start_is_fausts_without_its_one_second_sleep():
+    theirs = _code(FaustTableManager.on_start)
+    assert theirs[0] == "await self.sleep(1.0)", theirs
+    assert _code(faust_patches.TableManager.on_start) == theirs[1:]
+
+
+def test_worker_stop_grace_replaces_modes_sentinel_second():
+    assert _code(mode.worker.Worker._sentinel_task) == ["await asyncio.sleep(1.0)"]
+    shutdown = "\n".join(_code(mode.worker.Worker._shutdown_loop))
+    assert "self._sentinel_task()" in shutdown and "self._gather_all()" in shutdown
+    # mode still cancels whatever is left after its wait, so a task of ours
+    # that outlives the shutdown would cost up to 1 s, never hang the exit.
+    assert "task.cancel()" in _code(mode.worker.Worker._gather_all)
+    assert issubclass(faust_patches.Worker, faust.Worker) and 0 < faust_patches.STOP_GRACE_S < 1.0
+
+
+def test_the_app_uses_the_table_manager_and_the_cli_the_worker(tmp_path):
+    app = create_app(Settings.from_env({"PHASEMETER_DATA_DIR": str(tmp_path),
+                                         "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9"}))  # never contacted
+    assert type(app.tables) is faust_patches.TableManager
+    assert "phasemeter-join" in app.tables  # declared by create_app, before any start
+    from phasemeter.cli import commands
+
+    assert "from phasemeter.stream_jobs.faust_patches import Worker" in inspect.getsource(commands.cmd_worker)

@@ -1,0 +1,167 @@
+"""The one place the worker reaches into Faust, mode and aiokafka internals.
+
+Each access below says why, and what the public API lacks. `REQUIRED` lists
+every internal this module and faust_patches.py rely on, as data: `check()`
+runs as the app is built (an upgrade that renamed one fails at start, naming
+it, not in the middle of a batch), and tests/unit/stream_jobs/
+test_faust_adapter.py runs it against the pinned versions in CI. No other
+module of stream_jobs/ names a private of theirs (the same test scans them).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import aiohttp.web
+import aiokafka
+import mode
+import mode.worker
+from faust.app.base import App
+from faust.assignor import PartitionAssignor
+from faust.streams import Stream
+from faust.tables import TableManager
+from faust.tables.base import Collection
+from faust.tables.recovery import Recovery
+from faust.transport.consumer import Consumer, ThreadDelegateConsumer
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.web.drivers.aiohttp import Web
+
+from . import faust_patches
+
+# (owner, attribute): every internal relied on, and every method overridden
+# or replaced on an instance.
+REQUIRED = (
+    (mode.Service, "_stopped"),                   # faust_patches.inline_first
+    (mode.Service, "_crashed"),                   # faust_patches.inline_first
+    (mode.Service, "wait_first"),                 # replaced: faust_patches.inline_first
+    (Consumer, "callback"),                       # replaced: faust_patches.after_drop
+    (Consumer, "on_buffer_full"),                 # replaced: faust_patches.after_drop
+    (Consumer, "on_buffer_drop"),                 # replaced: faust_patches.after_drop
+    (Consumer, "_buffered_partitions"),           # faust_patches.after_drop
+    (Consumer, "_read_offset"),                   # replaced: deliver_everything
+    (Consumer, "_committed_offset"),              # committed_offsets
+    (Consumer, "_commit_offsets"),                # commit_offsets
+    (faust_aiokafka.Producer, "_ensure_producer"),  # aiokafka_producer
+    (aiokafka.AIOKafkaProducer, "create_batch"),  # publish.send_batched, on aiokafka_producer
+    (aiokafka.AIOKafkaProducer, "send_batch"),    # publish.send_batched, on aiokafka_producer
+    (ThreadDelegateConsumer, "_thread"),          # install
+    (faust_aiokafka.AIOKafkaConsumerThread, "on_thread_stop"),  # replaced: faust_patches.close_consumer_safely
+    (faust_aiokafka.Producer, "flush"),           # replaced: faust_patches.bound_producer_stop
+    (faust_aiokafka.Producer, "on_stop"),         # replaced: faust_patches.bound_producer_stop
+    (Stream, "_enable_passive"),                  # passive
+    (Stream, "_processors"),                      # passive
+    (Web, "_runner"),                             # set_keepalive
+    (aiohttp.web.AppRunner, "_kwargs"),           # set_keepalive
+    (TableManager, "on_start"),                   # overridden: faust_patches.TableManager
+    (TableManager, "_update_channels"),           # faust_patches.TableManager
+    (mode.worker.Worker, "_sentinel_task"),       # overridden: faust_patches.Worker
+    # Not private, but in no documented API: read by the rest of the worker,
+    # listed so that an upgrade renaming one fails the check as well.
+    (App, "rebalancing"), (App, "in_recovery"), (App, "unassigned"),  # ready.py
+    (Recovery, "completed"), (Recovery, "in_recovery"), (Recovery, "active_remaining"),  # ready, recovery_task
+    (Recovery, "active_offsets"), (Recovery, "active_highwaters"),  # recovery_task.py
+    (PartitionAssignor, "assigned_actives"), (Collection, "data"),  # join_agent.py
+    (Consumer, "highwater"), (Consumer, "highwaters"), (Consumer, "earliest_offsets"),  # resume, log_offsets
+    (Stream, "current_event"), (Stream, "enable_acks"),  # batching.py
+)
+
+
+def _has(owner, name: str) -> bool:
+    """A class attribute or method, or an instance attribute the class (or a
+    base) declares or assigns in its source."""
+    if hasattr(owner, name):
+        return True
+    for klass in owner.__mro__:
+        if name in getattr(klass, "__annotations__", {}):
+            return True
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        if f"self.{name} =" in source or f"self.{name}:" in source:
+            return True
+    return False
+
+
+def missing(required=REQUIRED) -> list[str]:
+    return [f"{owner.__module__}.{owner.__qualname__}.{name}" for owner, name in required if not _has(owner, name)]
+
+
+def check(required=REQUIRED) -> None:
+    gone = missing(required)
+    if gone:
+        raise RuntimeError("the installed Faust/mode/aiokafka no longer has what the worker relies on "
+                           f"(stream_jobs/faust_adapter.py): {', '.join(gone)}")
+
+
+class _NoReadOffset(dict):
+    """Stands in for Faust's per-partition read offset, which filters what it
+    delivers: a record below it is dropped, a jump above it is recorded as a
+    gap its commit logic then treats as acked. After a seek back, records
+    prefetched before the seek push that offset past the re-fetched ones,
+    which were then dropped (measured: a partition stalled, its re-read
+    silently discarded). The sequencer (sequence.py) does this job instead,
+    so Faust delivers everything it fetches. Faust has no setting for it."""
+
+    def __getitem__(self, key):
+        return None
+
+    def __setitem__(self, key, value):
+        pass
+
+    def __delitem__(self, key):
+        pass
+
+    def update(self, *args, **kwargs):
+        pass
+
+    def pop(self, key, default=None):
+        return default
+
+
+def install(app, stop_grace_s: float) -> None:
+    """Before the consumer starts: its fetch loop binds these once."""
+    check()
+    faust_patches.bound_producer_stop(app, stop_grace_s)
+    consumer = app.consumer
+    consumer._read_offset = _NoReadOffset()  # see _NoReadOffset
+    faust_patches.install_inline_delivery(consumer)
+    # The consumer thread is Faust's `ThreadDelegateConsumer._thread`
+    # (faust/transport/consumer.py): no public handle on it.
+    faust_patches.close_consumer_safely(consumer._thread)
+
+
+def committed_offsets(app) -> dict:
+    """{Faust TP: the group's committed offset}, as Faust read it from the
+    broker when it sought after assignment: Faust keeps it, with no getter."""
+    return app.consumer._committed_offset
+
+
+async def commit_offsets(app, offsets: dict) -> None:
+    """Commit `offsets` ({Faust TP: offset}) for partitions still assigned.
+    Faust's public `commit()` commits what its streams acked; the worker
+    consumes with acks off and commits durable positions (handoff.py)."""
+    await app.consumer._commit_offsets(offsets)
+
+
+def aiokafka_producer(app):
+    """The aiokafka producer under Faust's: Faust has no batch API, and
+    aiokafka's create_batch/send_batch write a changelog in a few batches."""
+    return app.producer._ensure_producer()
+
+
+def passive(stream, processor):
+    """Consume `stream` as Faust's own `take_events` does (faust/streams.py):
+    `processor` sees every value, and nothing else iterates the channel.
+    -> a function that removes the processor again. Faust has only
+    `add_processor`, no public way to start passive consumption or remove one."""
+    stream.add_processor(processor)
+    stream._enable_passive(aiter(stream.channel))
+    return lambda: stream._processors.remove(processor)
+
+
+def set_keepalive(app, seconds: float) -> None:
+    """Faust builds its aiohttp AppRunner with only `access_log=None` and has
+    no setting for the server's other arguments; AppRunner passes the
+    `_kwargs` it keeps to the protocol it makes when the site starts."""
+    app.web._runner._kwargs["keepalive_timeout"] = seconds
