@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import time
 from itertools import repeat
+from operator import attrgetter
 from typing import Annotated, Literal, Optional, Union
 
 import msgspec
@@ -101,15 +102,16 @@ _PHASE_KIND = {struct: kind for kind, struct in PHASES.items()}
 _LABELS = {t: tuple(n for n in t.__struct_fields__ if n in LABEL_FIELDS) for t in (Generation, *PHASES.values())}
 
 
-# A message that names a P/D field holds one of these bytes: the name, or an
-# escape that may spell it. Only such a message has its events looked at.
-_PD_HINTS = (b"_replica", b"kv_transfer_s", b"\\u")
 _UNSET = msgspec.UNSET
+_VERSION = attrgetter("schema_version")
 
 
-def _v1_naming_pd(raw: bytes, events) -> bool:
-    """Whether a v1 generation among `events` names a P/D field (v2 only)."""
-    return any(h in raw for h in _PD_HINTS) and any(
+def _v1_naming_pd(events) -> bool:
+    """Whether a v1 generation among `events` names a P/D field (v2 only).
+    Their versions are read in C; only a message holding a v1 event is
+    walked (a scan of its bytes for the names cost more: +5 ms a batch
+    of 20,000 v2 generations)."""
+    return 1 in map(_VERSION, events) and any(
         type(e) is Generation and e.schema_version == 1
         and (e.prefill_replica is not _UNSET or e.decode_replica is not _UNSET or e.kv_transfer_s is not _UNSET)
         for e in events)
@@ -170,7 +172,7 @@ def decoded_events(raw: bytes, max_batch: int):
     events = message.events if type(message) is Envelope else (message,)
     if len(events) > max_batch or (may_hold_control(raw) and any(map(_holds_control, events))):
         return None  # a label with a control character: the full path names it
-    if _v1_naming_pd(raw, events):
+    if _v1_naming_pd(events):
         return None
     return events
 
@@ -196,7 +198,7 @@ def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, 
     for i, part in enumerate(envelope.events):
         try:
             e = _EVENT_DECODER.decode(part)
-            if not (control and _holds_control(e)) and not _v1_naming_pd(bytes(part), (e,)):
+            if not (control and _holds_control(e)) and not _v1_naming_pd((e,)):
                 if type(e) is not Generation:
                     return None
                 out.append(e)
