@@ -22,7 +22,9 @@ RESULTS = HERE / "results"
 COMMAND = "python bench/report.py"
 # The goals in the order a reader meets them: ingest, then reads. A goal not
 # listed here is still shown, after these, by its key.
-ORDER = ("emitter-record", "worker-single", "worker-envelopes", "join-envelopes", "join-per-phase",
+ORDER = ("emitter-record", "worker-single", "worker-envelopes", "worker-invalid-1pct", "worker-invalid-1pct-cpu",
+         "worker-duplicate-1pct", "worker-duplicate-1pct-cpu", "worker-mixed-topics", "worker-mixed-topics-cpu",
+         "join-envelopes", "join-per-phase",
          "sink-90000", "sink-20000", "freshness-2k", "freshness-5k", "bands-30d", "bands-30d-direct",
          "bands-1d-1min", "bands-1d-1min-direct", "bands-rows", "rollup-accuracy", "query-fixed-cost",
          "query-fixed-cost-direct", "cli-help", "cli-config", "cli-read-sql", "cli-read-bands",

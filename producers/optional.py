@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import phasemeter.stream_jobs.reasons as R
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, PD_LABELS, V2_OPTIONAL, check_gap,
-                                             check_gap_within, check_transfer_within, check_v2_optional)
+                                             check_gap_within, check_v2_optional)
+from phasemeter.stream_jobs.formulas import check_transfer_within
 
 from .checks import BadArgument, label_error, label_ok
 

@@ -9,33 +9,42 @@ looped over the rows to stamp their source: in the profile of a batch of
 (docs/performance/worker.md). Here the C decoder's Structs go to columns once, and the
 derivation runs on whole columns.
 
-This is an accelerator, not a second definition. The metrics are
-`derive.derive`'s and the checks across fields `derive.ordered_fields`'s: a
-test holds this module to the row path, value for value, on generated
-batches. Anything else sends the whole batch to the row path, unchanged:
-a message that is not all well-formed generations (`from_events` returns
-None), a re-read, a duplicate (stream_jobs/pipeline.py decides those).
+The checks across fields and the metrics are formulas.py's, the one
+definition, evaluated here on whole columns: each row gets a reason code,
+and a refused event is dead-lettered beside its neighbours. A message the C
+decoder refuses is taken event by event (`fast_decode.one_by_one`), so
+one bad event in an envelope costs that event only. A message holding a
+phase, or an event the full path makes a row of (chunk data, a generation
+the join gave up on), sends the batch to the row path (`decode` returns
+None); stream_jobs/pipeline.py applies the re-read and duplicate rules.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from operator import attrgetter
 
 import numpy as np
 import pyarrow as pa
 
-from .contract import MAX_DURATION_S, MIN_T0
+from . import dead_letter
+from . import reasons as R
+from .contract import MAX_DURATION_S, MIN_T0, PD_FIELDS, PD_LABELS, Rejection
 from .derive import ROW_COLUMNS, NO_EXTRAS
-from .fast_decode import Generation, decoded_events
+from .fast_decode import _UNSET, Generation, decoded_events, given, one_by_one
+from .formulas import Fields, failing, metrics, rejection_of
 
 # Fields of the C decoder's Generation, and the row's columns they fill as they are.
 _TEXT = ("request_id", "model", "status")
-_LABELS = ("finish_reason", "gateway", "replica")  # null -> "" (ordered_fields)
+_LABELS = ("finish_reason", "gateway", "replica")  # null -> "" (derive.normalised)
 _GENERATIONS_ONLY = {Generation}
-_NULL_COLUMNS = tuple(k for k, v in NO_EXTRAS.items() if v is None) + ("stalled",)
-_EMPTY_LABELS = tuple(k for k, v in NO_EXTRAS.items() if v == "")  # no P/D split: "" as every absent label
+# Checks whose answer moves with the clock: a batch decoded ahead with any
+# row they refused is decoded again in its turn.
+_CLOCKED = (R.ABSURD, R.OUTSIDE_RETENTION)
+# The v2 extras the C decoder leaves to the full path: null on its rows.
+_NULL_COLUMNS = tuple(k for k, v in NO_EXTRAS.items() if v is None and k not in PD_FIELDS) + ("stalled",)
 
 
 def ts_array(seconds) -> pa.Array:
@@ -49,16 +58,6 @@ def day_numbers(seconds) -> np.ndarray:
     as `ts_array` rounds it): the partition of generations (schema/0001)."""
     ms = np.round(np.asarray(seconds, dtype="float64") * 1000.0).astype("int64")
     return ms // 86_400_000
-
-
-def _rate(count: np.ndarray, seconds: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """derive._rate on columns: (values, null mask). Null without a time,
-    with a time <= 0, or where the rate overflows."""
-    ok = known & (seconds > 0)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        value = np.where(ok, count / np.where(ok, seconds, 1.0), np.nan)
-    ok &= np.isfinite(value)
-    return value, ~ok
 
 
 class Generations(Sequence):
@@ -118,119 +117,176 @@ class Generations(Sequence):
         return {(m, b, datetime.fromtimestamp(t, timezone.utc)) for m, b, t in keys}
 
 
+@dataclass
+class Decoded:
+    """A batch decoded into columns: the rows that passed every check, and
+    each refused event's message and Rejection, in the batch's order."""
+    gens: Generations
+    refused: list[tuple[int, Rejection]]
+    payloads: dict[int, str]  # message -> its dead letters' payload (dead_letter.payload)
+
+
+def decode(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000, oldest: float = MIN_T0,
+           internal_topic: str | None = None, payload_cap: int = 0) -> Decoded | None:
+    """The batch's generations as columns, and its refused events; None
+    when a message holds a phase, or an event the full path makes a row of
+    (chunk data...): the row path's. `internal_topic`: the join's, whose
+    orphan records are refused with their own reason code. The payload of
+    the dead letters is built here too (`payload_cap`: its bytes), so that a
+    batch decoded ahead builds it while the store writes the one before."""
+    gens: list = []
+    counts: list[int] = []
+    places: dict[int, list[int]] = {}  # message -> each row's event in it, where events were refused
+    enveloped: list[bool] = []
+    refused: list[tuple[tuple[int, int], Rejection]] = []
+    for m, event in enumerate(events):
+        raw = event.value
+        inner = decoded_events(raw, max_batch) if raw is not None and len(raw) <= max_bytes else None
+        if inner is None:  # a bad event in it: its neighbours still go on as columns
+            parts = one_by_one(raw, bucket, max_bytes, now, max_batch, event.message.topic == internal_topic, oldest)
+            if parts is None:
+                return None
+            inner = [p for p in parts if type(p) is not Rejection]
+            refused += [((m, i), p) for i, p in enumerate(parts) if type(p) is Rejection]
+            places[m] = [i for i, p in enumerate(parts) if type(p) is not Rejection]
+        elif set(map(type, inner)) != _GENERATIONS_ONLY:
+            return None
+        enveloped.append(m in places or type(inner) is list)  # a list: an envelope's events
+        gens += inner
+        counts.append(len(inner))
+    columns, bad = _derive(gens, counts, events, bucket, now, oldest)
+    if bad:
+        starts = np.cumsum([0] + counts)
+        for i, r in bad:
+            m = int(np.searchsorted(starts, i, side="right")) - 1
+            place = places[m][i - starts[m]] if m in places else int(i - starts[m])
+            refused.append(((m, place), Rejection(r.reason, f"events[{place}]: {r.detail}") if enveloped[m] else r))
+    refused.sort(key=lambda x: x[0])
+    payloads = {m: dead_letter.payload(events[m].value, payload_cap) for (m, _), _ in refused}
+    return Decoded(columns, [(m, r) for (m, _), r in refused], payloads)
+
+
 def from_events(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000,
                 oldest: float = MIN_T0) -> Generations | None:
     """The batch's rows as columns when every message is a well-formed
     generation or an envelope of them (what the row path would give, with
     no rejection and no phase); else None."""
-    gens: list = []
-    counts: list[int] = []
-    for event in events:
-        raw = event.value
-        if raw is None or len(raw) > max_bytes:
-            return None
-        inner = decoded_events(raw, max_batch)  # None: malformed, a bad field...: the row path names it
-        if inner is None or set(map(type, inner)) != _GENERATIONS_ONLY:
-            return None
-        gens += inner
-        counts.append(len(inner))
-    if not gens:
-        return None
-    return _derive(gens, counts, events, bucket, now, oldest)
+    out = decode(events, bucket, max_bytes, now, max_batch, oldest)
+    return None if out is None or out.refused or not len(out.gens) else out.gens
 
 
 class Ahead:
-    """`from_events` of a batch decoded before its turn: the ingest agent
-    decodes the next batch while the store writes this one (the insert runs
-    without the GIL), which took ~10-20 % off a batch of envelopes
-    (docs/performance/worker.md). Only the pure decode runs early; every decision
-    that reads the store or the worker's positions is made in its turn.
+    """`decode` of a batch before its turn: the ingest agent decodes the
+    next batch while the store writes this one (the insert runs without the
+    GIL), which took ~10-20 % off a batch of envelopes
+    (docs/performance/worker.md). Only the pure decode runs early; every
+    decision that reads the store or the worker's positions is made in its turn.
 
     Its rows are the batch's only if admission left the batch as it was
     (the same events, in order). An earlier clock is stricter about a t0
-    too far ahead of it (such a batch took the row path), and the retention
-    bound moves with the clock, so `rows_for` checks it again at the batch's
-    turn: the rows are those `from_events` would give then."""
+    too far ahead of it, and the retention bound moves with the clock, so
+    `rows_for` checks them again at the batch's turn: it gives what `decode`
+    would give then, or None to decode again."""
 
-    def __init__(self, events, bucket, max_bytes: int, now: float, oldest: float = MIN_T0):
+    def __init__(self, events, bucket, max_bytes: int, now: float, oldest: float = MIN_T0,
+                 internal_topic: str | None = None, payload_cap: int = 0):
         self.events = list(events)
-        self.gens = from_events(self.events, bucket, max_bytes, now, oldest=oldest)
+        self.decoded = decode(self.events, bucket, max_bytes, now, oldest=oldest, internal_topic=internal_topic,
+                              payload_cap=payload_cap)
 
-    def rows_for(self, events, oldest: float = MIN_T0) -> Generations | None:
-        if self.gens is None or len(events) != len(self.events) or self.gens.ts.min() < oldest:
+    @property
+    def gens(self) -> Generations | None:
+        """Its rows, when it found no event to refuse."""
+        d = self.decoded
+        return d.gens if d is not None and not d.refused and len(d.gens) else None
+
+    def rows_for(self, events, oldest: float = MIN_T0) -> Decoded | None:
+        d = self.decoded
+        if (d is None or len(events) != len(self.events) or (len(d.gens) and d.gens.ts.min() < oldest)
+                or any(r.reason in _CLOCKED for _, r in d.refused)):
             return None
-        return self.gens if all(a is b for a, b in zip(events, self.events)) else None
+        return d if all(a is b for a, b in zip(events, self.events)) else None
 
 
-def _derive(gens: list, counts: list[int], events, bucket, now: float, oldest: float = MIN_T0) -> Generations | None:
+def _derive(gens: list, counts: list[int], events, bucket, now: float,
+            oldest: float = MIN_T0) -> tuple[Generations, list[tuple[int, Rejection]]]:
+    """The rows of these Structs that pass formulas.CHECKS, as columns, and
+    (index in `gens`, Rejection) of the others."""
     n = len(gens)
 
     # One field of every Struct: map over an attrgetter runs the loop in C,
     # about 25 % less than a comprehension calling getattr (docs/performance/worker.md).
-    def col(name):
-        return list(map(attrgetter(name), gens))
-
     def numbers(name, dtype):
         return np.fromiter(map(attrgetter(name), gens), dtype=dtype, count=n)
 
-    t0 = numbers("t0", np.float64)
-    e2e = numbers("e2e_s", np.float64)
-    n_in = numbers("input_tokens", np.int64)
-    n_out = numbers("output_tokens", np.int64)
-    nullable = {name: pa.array(col(name), type=pa.float64()) for name in ("ttft_s", "queue_s")}
-    nullable["cached_input_tokens"] = pa.array(col("cached_input_tokens"), type=pa.int64())
-    ttft_known = ~np.asarray(nullable["ttft_s"].is_null())
-    queue_known = ~np.asarray(nullable["queue_s"].is_null())
-    cached_known = ~np.asarray(nullable["cached_input_tokens"].is_null())
-    ttft = nullable["ttft_s"].to_numpy(zero_copy_only=False)
-    queue = nullable["queue_s"].to_numpy(zero_copy_only=False)
-    cached = nullable["cached_input_tokens"].fill_null(0).to_numpy()
+    nullable = {name: pa.array(list(map(attrgetter(name), gens)), type=pa.float64()) for name in ("ttft_s", "queue_s")}
+    nullable["kv_transfer_s"] = pa.array(_pd_column(gens, "kv_transfer_s"), type=pa.float64())
+    nullable["cached_input_tokens"] = pa.array(list(map(attrgetter("cached_input_tokens"), gens)), type=pa.int64())
+    f = Fields(numbers("t0", np.float64), numbers("e2e_s", np.float64),
+               *(nullable[k].to_numpy(zero_copy_only=False) for k in ("ttft_s", "queue_s")),
+               numbers("input_tokens", np.int64), numbers("output_tokens", np.int64),
+               nullable["cached_input_tokens"].cast(pa.float64()).to_numpy(zero_copy_only=False),
+               nullable["kv_transfer_s"].to_numpy(zero_copy_only=False))
+    with np.errstate(invalid="ignore"):
+        failing_rows = failing(f, now + MAX_DURATION_S, oldest)
+    bad_rows: list[tuple[int, Rejection]] = []
+    if any(m.any() for m in failing_rows):
+        reason = np.zeros(n, dtype=np.int8)  # 0 passes, else 1 + the first check that refuses it
+        for k in range(len(failing_rows) - 1, -1, -1):
+            reason[failing_rows[k]] = k + 1
+        good = reason == 0
+        for i in np.flatnonzero(~good).tolist():
+            bad_rows.append((i, rejection_of(int(reason[i]) - 1, Fields(*(v[i].item() for v in f)), oldest)))
+        gens = [g for g, ok in zip(gens, good.tolist()) if ok]
+        message_of = np.repeat(np.arange(len(counts)), counts)
+        counts = np.bincount(message_of[good], minlength=len(counts)).tolist()
+        f = Fields(*(v[good] for v in f))
+        nullable = {k: v.filter(pa.array(good)) for k, v in nullable.items()}
+        n = len(gens)
+    return _columns(gens, f, nullable, counts, events, bucket), bad_rows
 
-    # The checks of fast_decode._generation and derive.ordered_fields: a
-    # batch with any event they send to the full path takes the row path.
-    until = np.where(ttft_known, ttft, e2e)
-    bad = ((t0 > now + MAX_DURATION_S) | (t0 < oldest) | (ttft_known & (e2e < ttft)) | (queue_known & (queue > until))
-           | (~ttft_known & (n_out > 0)) | (cached_known & (cached > n_in)))
-    if bad.any():
-        return None
 
-    # derive.derive, column by column.
-    decode_s = e2e - np.where(ttft_known, ttft, 0.0)
-    prefill, prefill_null = _rate(n_in, ttft, ttft_known)
-    uncached, uncached_null = _rate(n_in - cached, ttft - np.where(queue_known, queue, 0.0),
-                                    cached_known & ttft_known)
-    decode, decode_null = _rate(n_out - 1, decode_s, ttft_known & (n_out > 1))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(decode_null, np.nan, decode_s / np.where(decode_null, 1, n_out - 1))
+def _pd_column(gens: list, name: str) -> list:
+    """A P/D field of each Struct, None where absent (UNSET) or null. Most
+    batches carry none: their column is known from one count in C."""
+    values = list(map(attrgetter(name), gens))
+    if values.count(_UNSET) == len(values):
+        return [None] * len(values)
+    return list(map(given, values))
+
+
+def _columns(gens: list, f: Fields, nullable: dict, counts: list[int], events, bucket) -> Generations:
+    n = len(gens)
+
+    def col(name):
+        return list(map(attrgetter(name), gens))
+
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        derived = metrics(f, np)
     # Repeated strings are taken from a short array by index, in C.
-    labels = pa.array(bucket.labels, type=pa.string()).take(np.searchsorted(bucket.edges, n_in, side="right") - 1)
+    labels = pa.array(bucket.labels, type=pa.string()).take(np.searchsorted(bucket.edges, f.n_in, side="right") - 1)
 
     columns: dict[str, pa.Array] = {name: pa.array(col(name), type=pa.string()) for name in _TEXT}
     # A label is a non-empty string or null, and null is stored as "".
     columns.update({name: pa.array(col(name), type=pa.string()).fill_null("") for name in _LABELS})
+    columns.update({name: pa.array(_pd_column(gens, name), type=pa.string()).fill_null("") for name in PD_LABELS})
     columns.update(nullable)
+    columns.update({name: pa.array(v, mask=np.isnan(v)) for name, v in derived.items()})
     columns.update({
         "input_bucket": labels,
-        "input_tokens": pa.array(n_in), "output_tokens": pa.array(n_out),
-        "e2e_s": pa.array(e2e),
-        "decode_s": pa.array(decode_s, mask=~ttft_known),
-        "prefill_tps": pa.array(prefill, mask=prefill_null),
-        "prefill_tps_uncached": pa.array(uncached, mask=uncached_null),
-        "decode_tps": pa.array(decode, mask=decode_null),
-        "tpot_s": pa.array(tpot, mask=decode_null),
+        "input_tokens": pa.array(f.n_in), "output_tokens": pa.array(f.n_out),
+        "e2e_s": pa.array(f.e2e),
         "output_tokens_estimated": pa.array(np.zeros(n, dtype=np.int64)),
-        "schema_version": pa.array(numbers("schema_version", np.int64)),
+        "schema_version": pa.array(np.fromiter(map(attrgetter("schema_version"), gens), dtype=np.int64, count=n)),
     })
     columns.update({name: pa.nulls(n) for name in _NULL_COLUMNS})
-    columns.update({name: pa.array([""], type=pa.string()).take(np.zeros(n, dtype=np.int64)) for name in _EMPTY_LABELS})
     sources = [(e.message.topic, e.message.partition, e.message.offset) for e in events]
-    topics, partitions, offsets = zip(*sources)
-    sizes = np.array(counts)
-    message_of_row = np.repeat(np.arange(len(events)), sizes)
+    topics, partitions, offsets = zip(*sources) if sources else ((), (), ())
+    message_of_row = np.repeat(np.arange(len(events)), counts)
     columns["src_topic"] = pa.array(topics, type=pa.string()).take(message_of_row)
     columns["src_partition"] = pa.array(np.array(partitions, dtype=np.int64)[message_of_row])
     columns["src_offset"] = pa.array(np.array(offsets, dtype=np.int64)[message_of_row])
-    return Generations(columns, t0, columns["request_id"].to_pylist(), sources, counts)
+    return Generations(columns, f.t0, columns["request_id"].to_pylist(), sources, counts)
 
 
 def ts_bounds(rows) -> tuple[float, float] | None:

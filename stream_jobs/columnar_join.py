@@ -12,9 +12,10 @@ completed generation becomes one `Generation` Struct for columnar.py's
 derivation on whole columns. Dicts are built only for what is forwarded.
 
 This is an accelerator, not a second definition: the join's rules are
-`join.is_complete` and `join.joined_event`, the checks are
-`fast_decode._phase`'s, and a test holds `Pipeline.split` on this path to the
-row path on generated batches. Whatever this module does not take whole (a
+join.py's (`join.completes`, `join.joined`) and the checks of a phase
+`phase_events.check_across` (`fast_decode.accepted`), called on the Structs;
+a test holds `Pipeline.split` on this path to the row path on generated
+batches. Whatever this module does not take whole (a
 message that is not an envelope of phases, a phase the row path would
 dead-letter, a joined generation the derivation would reject or check
 further) returns None, and the whole batch takes the row path, unchanged.
@@ -28,7 +29,8 @@ from dataclasses import dataclass
 from .batch_join import Forwarded, message_time
 from .columnar import Generations, _derive
 from .contract import MAX_DURATION_S, MIN_T0
-from .fast_decode import _PHASE_KIND, PHASES, Generation, _phase, decoded_events
+from .fast_decode import _PHASE_KIND, PHASES, Generation, _phase, accepted, attr, decoded_events
+from . import join
 from .join import JOINED_IN_INGEST, phase_partition
 from .phase_events import PHASE_KINDS
 
@@ -49,53 +51,15 @@ class Joined:
     duplicates: int  # copies of a phase of a generation joined here, dropped
 
 
-def _accepted(e, kind: int, latest: float) -> bool:
-    """`fast_decode._phase(e, PHASE_KINDS[kind], latest) is not None` without
-    building its dict: the epochs within the clock, and
-    `phase_events.check_across`. A test holds the two equal on generated phases."""
-    if kind == 0:
-        return e.t0 <= latest and (e.cached_input_tokens is None or e.cached_input_tokens <= e.input_tokens)
-    if e.t_first is not None and e.t_first > latest:
-        return False
-    if kind == 1:
-        return (e.ttft_s is None) != (e.t_first is None)
-    return ((e.e2e_s is None) != (e.t_end is None) and (e.t_end is None or e.t_end <= latest)
-            and (e.ttft_s is None or e.t_first is None))
-
-
-def _pick(ph: list, name: str):
-    """join._pick: the earliest phase that knew an optional field."""
-    for phase in ph:
-        if phase is not None and getattr(phase, name) is not None:
-            return getattr(phase, name)
-    return None
-
-
-def _ttft(ph: list, t0: float):
-    """join._ttft: from the first token, else as the end repeats it."""
-    for phase in ph[1:]:
-        if phase is not None:
-            if phase.ttft_s is not None:
-                return phase.ttft_s
-            if phase.t_first is not None:
-                return phase.t_first - t0
-    return None
-
-
 def _generation(rid: str, ph: list):
-    """join.joined_event as a Generation Struct, or None where a computed
+    """join.joined as a Generation Struct, or None where a computed
     duration is out of the contract's range (the row path's full validation
     names that)."""
-    start, _, end = ph
-    ttft = _ttft(ph, start.t0)
-    e2e = end.e2e_s if end.e2e_s is not None else end.t_end - start.t0
+    fields = join.joined(rid, *ph, get=attr)
+    e2e, ttft = fields["e2e_s"], fields["ttft_s"]
     if not 0.0 <= e2e <= MAX_DURATION_S or (ttft is not None and not 0.0 <= ttft <= MAX_DURATION_S):
         return None
-    return Generation(schema_version=2, request_id=rid, model=start.model, t0=start.t0, e2e_s=e2e,
-                      input_tokens=start.input_tokens, output_tokens=end.output_tokens,
-                      cached_input_tokens=_pick(ph, "cached_input_tokens"), finish_reason=end.finish_reason,
-                      gateway=start.gateway, queue_s=_pick(ph, "queue_s"), replica=start.replica,
-                      status=end.status or "ok", ttft_s=ttft)
+    return Generation(schema_version=2, **fields)
 
 
 def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch: int = 10_000,
@@ -116,14 +80,13 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
             return None
         for e in inner:
             kind = _INDEX.get(type(e))
-            if kind is None or not _accepted(e, kind, latest):
+            if kind is None or not accepted(e, PHASE_KINDS[kind], latest):
                 return None
         (enveloped if len(inner) > 1 else lone).extend((m, e) for e in inner)
 
     # batch_join.fold's rules: the first copy of a kind wins, and a
-    # generation is complete at the phase after which join.is_complete
-    # holds (start and end, and a first-token time unless the end says
-    # none can exist). Phases by kind, in PHASE_KINDS' order.
+    # generation is complete at the phase after which join.completes holds.
+    # Phases by kind, in PHASE_KINDS' order.
     seen: dict[str, list] = {}
     completed: dict[str, int] = {}  # request_id -> index in `enveloped` of the completing phase
     for i, (_, e) in enumerate(enveloped):
@@ -136,9 +99,7 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
         kind = _INDEX[type(e)]
         if ph[kind] is None:
             ph[kind] = e
-            start, first, end = ph
-            if start is not None and end is not None and (
-                    first is not None or end.ttft_s is not None or end.t_first is not None or end.output_tokens == 0):
+            if join.completes(*ph, get=attr):
                 completed[rid] = i
     if not completed:
         return None
@@ -149,8 +110,8 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
             return None
         gens.append(g)
         counts[enveloped[i][0]] += 1
-    columns = _derive(gens, counts, events, bucket, now, oldest)
-    if columns is None:
+    columns, refused = _derive(gens, counts, events, bucket, now, oldest)
+    if refused:
         return None
 
     clocks = [message_time(event.message, now) for event in events]

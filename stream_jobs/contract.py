@@ -224,19 +224,6 @@ def check_v2_optional(event: dict, out: dict) -> Rejection | None:
     return None
 
 
-def check_transfer_within(kv_transfer_s: float | None, ttft_s: float | None, e2e_s: float | None) -> Rejection | None:
-    """The KV transfer lies between the prefill and the first token: inside
-    ttft_s, or inside e2e_s when there was no first token."""
-    if kv_transfer_s is None:
-        return None
-    if ttft_s is not None and kv_transfer_s > ttft_s:
-        return Rejection(R.INCONSISTENT, f"kv_transfer_s={kv_transfer_s} > ttft_s={ttft_s} (the transfer "
-                                         "happens before the first token)")
-    if ttft_s is None and e2e_s is not None and kv_transfer_s > e2e_s:
-        return Rejection(R.INCONSISTENT, f"kv_transfer_s={kv_transfer_s} > e2e_s={e2e_s}")
-    return None
-
-
 def check_gap_within(max_gap_s: float | None, e2e_s: float | None) -> Rejection | None:
     """A gap between chunks lies inside the generation."""
     if max_gap_s is not None and e2e_s is not None and max_gap_s > e2e_s:

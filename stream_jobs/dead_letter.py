@@ -21,6 +21,7 @@ Pure: no Kafka, no store.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 
@@ -42,13 +43,23 @@ _TEXT_LIMIT = 64  # a known text field without a label limit (kind, status, reas
 # position, "#3": a name can hold text as well as a value can.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
 _DETAIL_LIMIT = 400
+_SCALARS = frozenset({int, float, bool})
 
 
 def redact(value, key: str | None = None):
     """`value` with every value outside the contract's fields replaced by null."""
     if isinstance(value, dict):
-        return {(k if k in KNOWN_NAMES or _NAME.fullmatch(k) else f"#{i}"): (redact(v, k) if k in KNOWN_NAMES else None)
-                for i, (k, v) in enumerate(value.items())}
+        out = {}
+        for i, (k, v) in enumerate(value.items()):
+            if k not in KNOWN_NAMES:
+                out[k if _NAME.fullmatch(k) else f"#{i}"] = None
+            elif v is None or type(v) in _SCALARS:  # the common fields, without a call
+                out[k] = v
+            elif type(v) is str:
+                out[k] = None if k in CONTAINERS or len(v) > LABEL_FIELDS.get(k, _TEXT_LIMIT) else v
+            else:
+                out[k] = redact(v, k)
+        return out
     if isinstance(value, list):
         if key == "kinds":
             return [v if v in PHASE_KINDS or v == JOINED_IN_INGEST else None for v in value]
@@ -67,14 +78,93 @@ def payload(raw: bytes | None, cap: int, parse: bool = True) -> str:
     if not raw or not parse or cap <= 0:
         return ""
     try:
-        event = json.loads(raw)
+        event = _top_level(raw)
         if not isinstance(event, dict):
             return ""  # a bare string or list has no field names: nothing of it is known
-        # ASCII (\u escapes): cut at `cap` it stays decodable text.
-        body = json.dumps(redact(event), ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        # ASCII (\u escapes): cut at `cap` it stays decodable text. Only
+        # what the cut keeps is parsed, redacted and written: an envelope of
+        # 100 events with one bad event, parsed and redacted whole, cost more
+        # than its 99 others stored as columns.
+        body, size = [], 0
+        for piece in _redacted_json(event):  # json.dumps(redact(event)), the part the cut keeps
+            body.append(piece)
+            size += len(piece)
+            if size >= cap:
+                break
+        text = "".join(body).encode("ascii")
     except (ValueError, RecursionError, UnicodeError):
         return ""  # malformed, too deep, not UTF-8, a lone surrogate: nothing of it is kept
-    return base64.b64encode(body[:cap]).decode()
+    return base64.b64encode(text[:cap]).decode()
+
+
+def _top_level(raw: bytes):
+    """The message as json.loads gives it, with the values of a JSON object
+    left as msgspec.Raw (`_load` parses one when it is needed), or parsed
+    whole by json.loads where msgspec refuses it (NaN, a lone surrogate...)."""
+    import msgspec
+
+    try:
+        return _decoder(dict)(raw)
+    except msgspec.MsgspecError:
+        return json.loads(raw)
+
+
+def _load(value):
+    """A value `_top_level` or `_items` left as msgspec.Raw, parsed as
+    json.loads parses it (msgspec refuses a few things json.loads takes:
+    those are parsed by json.loads)."""
+    if type(value).__name__ != "Raw":
+        return value
+    import msgspec
+
+    try:
+        return _decoder(None)(value)
+    except msgspec.MsgspecError:
+        return json.loads(bytes(value))
+
+
+def _items(value) -> list | None:
+    """The items of a JSON array, each left as msgspec.Raw; None for any other value."""
+    if type(value).__name__ != "Raw":
+        return value if isinstance(value, list) else None
+    import msgspec
+
+    try:
+        return _decoder(list)(value)
+    except msgspec.ValidationError:
+        return None
+
+
+@functools.cache
+def _decoder(container):
+    """msgspec's decoder of a JSON object or array whose values it leaves
+    as msgspec.Raw. Imported here: the store's CLI (`phasemeter dlq`)
+    imports this module without decoding anything."""
+    import msgspec
+
+    kind = {dict: dict[str, msgspec.Raw], list: list[msgspec.Raw], None: object}[container]
+    return msgspec.json.Decoder(kind).decode
+
+
+def _redacted_json(event: dict):
+    """json.dumps(redact(event)) in pieces: each field, and each item of a
+    container (an envelope's events) on its own."""
+    yield "{"
+    for i, (k, v) in enumerate(event.items()):
+        name = k if k in KNOWN_NAMES or _NAME.fullmatch(k) else f"#{i}"
+        yield ("," if i else "") + _JSON.encode(name) + ":"
+        items = _items(v) if k in CONTAINERS and k != "kinds" else None
+        if items is not None:
+            yield "["
+            for j, item in enumerate(items):
+                yield ("," if j else "") + _JSON.encode(redact(_load(item), k))
+            yield "]"
+        else:
+            yield _JSON.encode(redact(_load(v), k) if k in KNOWN_NAMES else None)
+    yield "}"
+
+
+_JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 
 def record(reason: str, detail: str, raw: bytes | None, source: dict, now: float, cap: int,

@@ -7,15 +7,14 @@ docs/metrics.md is a plain unit test. The Faust agent is a thin loop over these.
 from __future__ import annotations
 
 import json
-import math
 import time
 
 from . import reasons as R
 from .buckets import Bucketer
+from .formulas import NULL, Fields, check_one, metrics
 from .contract import LABEL_FIELDS, check_count, check_duration, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
 from .contract import V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate, may_hold_lone_surrogate
-from .contract import PD_ABSENT, PD_FIELDS, check_gap, check_transfer_within, control_character, has_control
-from .contract import outside_retention
+from .contract import PD_ABSENT, PD_FIELDS, check_gap, control_character, has_control
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
 __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_event", "process_message",
@@ -64,8 +63,7 @@ def parse(raw: bytes, max_bytes: int) -> dict | Rejection:
     return event
 
 
-def _label(value, limit: int) -> bool:
-    return value is None or (type(value) is str and 0 < len(value) <= limit and not has_control(value))
+_LABEL_LIMITS = tuple(LABEL_FIELDS.items())
 
 
 def _duration(value) -> bool:
@@ -89,34 +87,52 @@ def _fast(event, now: float, oldest: float = MIN_T0) -> dict | None:
             or event["schema_version"] not in SCHEMA_VERSIONS or event.get("kind") != "generation"):
         return None
     g = event.get
-    model, rid, reason, gw, replica = g("model"), g("request_id"), g("finish_reason"), g("gateway"), g("replica")
-    n_in, n_out, cached = g("input_tokens"), g("output_tokens"), g("cached_input_tokens")
-    t0, ttft, e2e, queue = g("t0"), g("ttft_s"), g("e2e_s"), g("queue_s")
-    status = g("status", "ok")
-    if not (model is not None and rid is not None and _label(model, 200) and _label(rid, 128)
-            and _label(reason, 64) and _label(gw, 200) and _label(replica, 200) and status in STATUSES
-            and n_in is not None and n_out is not None and _count(n_in) and _count(n_out) and _count(cached)
-            and type(t0) in (float, int) and MIN_T0 <= t0 <= now + MAX_DURATION_S and t0 >= oldest
-            and e2e is not None and _duration(e2e) and _duration(ttft) and _duration(queue)):
+    n_in, n_out, t0, e2e = g("input_tokens"), g("output_tokens"), g("t0"), g("e2e_s")
+    for name, limit in _LABEL_LIMITS:  # a label: a non-empty printable string within its limit, or null
+        v = g(name)
+        if v is not None and not (type(v) is str and 0 < len(v) <= limit and not has_control(v)):
+            return None
+    if not (g("model") is not None and g("request_id") is not None and g("status", "ok") in STATUSES and n_in is not None and n_out is not None and _count(n_in)
+            and _count(n_out) and _count(g("cached_input_tokens")) and type(t0) in (float, int)
+            and e2e is not None and _duration(e2e) and _duration(g("ttft_s")) and _duration(g("queue_s"))):
         return None
-    return ordered_fields(model, rid, reason, gw, replica, status, n_in, n_out, cached, float(t0),
-                          None if ttft is None else float(ttft), float(e2e), None if queue is None else float(queue),
-                          event["schema_version"])
+    fields = normalised(g("model"), g("request_id"), g("finish_reason"), g("gateway"), g("replica"), g("status", "ok"),
+                        n_in, n_out, g("cached_input_tokens"), float(t0), _float(g("ttft_s")), float(e2e),
+                        _float(g("queue_s")), event["schema_version"])
+    return None if across(fields, now, oldest) is not None else fields
 
 
-def ordered_fields(model, rid, reason, gw, replica, status, n_in, n_out, cached, t0: float, ttft, e2e: float, queue,
-                   version: int) -> dict | None:
-    """The checks across fields of an event whose every field has its type
-    and range, and its normalised fields; None takes the full path. Shared
-    by `_fast` and the worker's C decoder (stream_jobs/fast_decode.py), so
-    both accept exactly the same events. Times are floats already."""
-    if ((ttft is not None and e2e < ttft) or (queue is not None and queue > (ttft if ttft is not None else e2e))
-            or (ttft is None and n_out > 0) or (cached is not None and cached > n_in)):
-        return None
+def _float(value) -> float | None:
+    return None if value is None else float(value)
+
+
+def normalised(model, rid, reason, gw, replica, status, n_in, n_out, cached, t0: float, ttft, e2e: float, queue,
+               version: int, prefill_replica=None, decode_replica=None, kv_transfer_s=None) -> dict:
+    """The fields of a generation whose every field has its type and range,
+    as the row path gives them (a null label is ""). Shared by `_fast` and
+    the worker's C decoder (stream_jobs/fast_decode.py), which alone passes
+    the P/D fields (`_fast` leaves an event with them to the full path). Times are floats."""
     return {"model": model, "request_id": rid, "finish_reason": reason or "", "gateway": gw or "",
             "replica": replica or "", "status": status, "input_tokens": n_in, "output_tokens": n_out,
             "cached_input_tokens": cached, "t0": t0, "ttft_s": ttft, "e2e_s": e2e, "queue_s": queue,
-            "schema_version": version, **NO_EXTRAS}
+            "schema_version": version, **NO_EXTRAS, "prefill_replica": prefill_replica or "",
+            "decode_replica": decode_replica or "", "kv_transfer_s": _float(kv_transfer_s)}
+
+
+def _nan(value):
+    return NULL if value is None else value
+
+
+def numbers(fields: dict) -> Fields:
+    """A row's numbers as formulas.py takes them (null -> NaN)."""
+    return Fields(fields["t0"], fields["e2e_s"], _nan(fields["ttft_s"]), _nan(fields["queue_s"]),
+                  fields["input_tokens"], fields["output_tokens"], _nan(fields["cached_input_tokens"]),
+                  _nan(fields["kv_transfer_s"]))
+
+
+def across(fields: dict, now: float, oldest: float = MIN_T0) -> Rejection | None:
+    """The checks across fields (formulas.CHECKS) on a batch of one row."""
+    return check_one(numbers(fields), now + MAX_DURATION_S, oldest)
 
 
 def validate(event: dict, now: float | None = None, oldest: float = MIN_T0) -> dict | Rejection:
@@ -185,62 +201,33 @@ def _validate_full(event: dict, now: float, oldest: float = MIN_T0) -> dict | Re
         if bad is not None:
             return bad
         out[name] = float(value)
-    if not MIN_T0 <= out["t0"] <= now + MAX_DURATION_S:
-        return Rejection(R.ABSURD, f"t0={out['t0']} is not epoch seconds between 2000 and now+1d")
-    bad = outside_retention(out["t0"], oldest)
-    if bad is not None:
-        return bad
-    ttft, e2e, queue = out["ttft_s"], out["e2e_s"], out["queue_s"]
-    if ttft is not None and e2e < ttft:
-        return Rejection(R.IMPOSSIBLE_ORDER, f"t_end before t_first (e2e_s={e2e} < ttft_s={ttft})")
-    if queue is not None and queue > (ttft if ttft is not None else e2e):
-        return Rejection(R.IMPOSSIBLE_ORDER, f"t_scheduled after t_first/t_end (queue_s={queue})")
-    if ttft is None and out["output_tokens"] > 0:
-        return Rejection(R.INCONSISTENT, "output_tokens > 0 but no first token (ttft_s null)")
-    cached = out["cached_input_tokens"]
-    if cached is not None and cached > out["input_tokens"]:
-        return Rejection(R.INCONSISTENT, f"cached_input_tokens={cached} > input_tokens")
-    bad = check_v2_optional(event, out) or check_gap_within(out["max_gap_s"], e2e)
-    if bad is not None:
-        return bad
-    kv = event.get("kv_transfer_s")
+    kv = event.get("kv_transfer_s")  # a gap (contract.PD_FIELDS); formulas.CHECKS holds it inside ttft_s
     bad = None if kv is None else check_gap("kv_transfer_s", kv)
     if bad is not None:
         return bad
     out["kv_transfer_s"] = None if kv is None else float(kv)
-    return check_transfer_within(out["kv_transfer_s"], ttft, e2e) or out
+    bad = across(out, now, oldest)
+    if bad is not None:
+        return bad
+    bad = check_v2_optional(event, out) or check_gap_within(out["max_gap_s"], out["e2e_s"])
+    return bad if bad is not None else out
 
 
-def _rate(count: float, seconds: float | None) -> float | None:
-    """count / seconds, or null: no time (<= 0, unknown) or a time so small
-    (a subnormal float) that the rate overflows to inf. Found by the property
-    test: ttft_s=2.2e-309 gave prefill_tps=inf, which no percentile survives."""
-    if seconds is None or seconds <= 0:
-        return None
-    value = count / seconds
-    return value if math.isfinite(value) else None
+def _null(value):
+    return None if value != value else value
 
 
 def derive(fields: dict, bucket: Bucketer) -> dict:
-    """The metrics of docs/metrics.md from validated fields. Null is never zero or inf."""
-    ttft, e2e, queue = fields["ttft_s"], fields["e2e_s"], fields["queue_s"]
-    n_in, n_out, cached = fields["input_tokens"], fields["output_tokens"], fields["cached_input_tokens"]
-    decode_s = None if ttft is None else e2e - ttft
-    prefill_tps = _rate(n_in, ttft)
-    uncached = None
-    if cached is not None and ttft is not None:
-        uncached = _rate(n_in - cached, ttft - (queue or 0.0))  # t_first - (t_scheduled or t0)
-    decode_tps = _rate(n_out - 1, decode_s) if n_out > 1 else None
-    has_decode = decode_tps is not None
+    """The metrics of docs/metrics.md from validated fields (formulas.metrics
+    on a batch of one row). Null is never zero or inf."""
+    m = metrics(numbers(fields))
     return {
         **fields,
         "ts": fields["t0"],
-        "input_bucket": bucket(n_in),
-        "decode_s": decode_s,
-        "prefill_tps": prefill_tps,
-        "prefill_tps_uncached": uncached,
-        "decode_tps": decode_tps,
-        "tpot_s": decode_s / (n_out - 1) if has_decode else None,
+        "input_bucket": bucket(fields["input_tokens"]),
+        "decode_s": _null(m["decode_s"]), "prefill_tps": _null(m["prefill_tps"]),
+        "prefill_tps_uncached": _null(m["prefill_tps_uncached"]), "decode_tps": _null(m["decode_tps"]),
+        "tpot_s": _null(m["tpot_s"]),
         # null without chunk data: "no stall" is only said of a measured stream
         "stalled": None if fields["gaps_over"] is None else int(fields["gaps_over"] > 0),
         "output_tokens_estimated": int(fields["output_tokens_estimated"]),

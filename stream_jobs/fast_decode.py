@@ -10,27 +10,30 @@ generation (docs/performance/worker.md).
 
 This is an accelerator, not a second contract. Its Structs are built from
 the limits in contract.py and the field lists in derive.py and
-phase_events.py, and the checks across fields are theirs (`ordered_fields`,
-`check_across`). Anything it does not accept whole (a bad event, an end with
-stall data, chunk data, a lone surrogate, an envelope with one bad event in
-it) goes to `derive.process_message` unchanged, which alone names reasons. A
-test holds the two paths to the same result on the poison corpus and on
-generated messages.
+phase_events.py, and the checks across fields are formulas.py's and
+`phase_events.check_across`. An event it does not accept (a bad one, an
+end with stall data, chunk data, a lone surrogate) goes to the full path
+(`derive.process_message`, or `process_event` for one event of an envelope
+the batch decoder takes event by event: `one_by_one`), which alone names
+reasons. A test holds the two paths to the same result on the poison corpus
+and on generated messages.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from itertools import repeat
+from operator import attrgetter
 from typing import Annotated, Literal, Optional, Union
 
 import msgspec
 
 from .buckets import Bucketer
 from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS, SCHEMA_VERSIONS, STATUSES
-from .contract import V2_OPTIONAL
-from .contract import has_control, may_hold_control
-from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, derive, ordered_fields, process_message
+from .contract import V2_OPTIONAL, has_control, may_hold_control, may_hold_lone_surrogate
+from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, across, derive, normalised, process_event
+from .derive import process_message
 from .phase_events import PHASE_VERSION, SPEC, check_across
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
@@ -46,7 +49,7 @@ def _type_of(name: str):
         return Annotated[str, msgspec.Meta(min_length=1, max_length=LABEL_FIELDS[name])]
     if name in COUNTS:
         return _Count
-    if name in DURATIONS:
+    if name in DURATIONS or name == "kv_transfer_s":  # a gap: contract.check_gap's range, a duration's
         return _Duration
     if name in _EPOCHS:  # the upper bound moves with the clock: checked per event below
         return Annotated[float, msgspec.Meta(ge=MIN_T0)]
@@ -67,10 +70,14 @@ def _struct(title: str, tag: str, required: list, optional: list, gc: bool = Fal
                              forbid_unknown_fields=True, frozen=True, gc=gc)
 
 
-# A v1/v2 generation as derive's `_fast` accepts it, built from its lists.
+# A v1/v2 generation as derive's `_fast` accepts it, built from its lists,
+# and the P/D fields of a v2 one. Those are UNSET when absent, None when
+# null: a v1 generation naming one, even as null, is the full path's to
+# refuse (unknown_field; `_v1_naming_pd`).
 Generation = _struct("Generation", "generation", [(n, _type_of(n)) for n in REQUIRED if n != "kind"],
                      [(n, _type_of(n), "ok") if n == "status" else (n, Optional[_type_of(n)], None)
-                      for n in sorted(KNOWN - set(REQUIRED))])
+                      for n in sorted(KNOWN - set(REQUIRED))]
+                     + [(n, Union[_type_of(n), None, msgspec.UnsetType], msgspec.UNSET) for n in PD_FIELDS])
 # The v2 phase events as validate_phase accepts them, built from its SPEC;
 # an end with stall data (V2_OPTIONAL) or a phase with P/D fields takes the full path.
 PHASES = {kind: _struct(kind.title().replace("_", ""), kind,
@@ -83,33 +90,77 @@ _EVENT = Union[(Generation, *PHASES.values())]
 Envelope = _struct("Envelope", "batch", [("schema_version", _Version),
                                          ("events", Annotated[list[_EVENT], msgspec.Meta(min_length=1)])], [], gc=True)
 _DECODER = msgspec.json.Decoder(Union[_EVENT, Envelope])
+_EVENT_DECODER = msgspec.json.Decoder(_EVENT)
+# An envelope whose events are left undecoded, to take them one by one when
+# the whole does not decode. The second type only makes its tag required.
+_RawEnvelope = _struct("RawEnvelope", "batch", [("schema_version", _Version),
+                                                ("events", Annotated[list[msgspec.Raw], msgspec.Meta(min_length=1)])],
+                       [], gc=True)
+_RAW_ENVELOPE = msgspec.json.Decoder(Union[_RawEnvelope, _struct("NotAnEnvelope", "", [], [])])
 _PHASE_KIND = {struct: kind for kind, struct in PHASES.items()}
 # Each Struct's label fields, for the control-character rule (contract.has_control).
 _LABELS = {t: tuple(n for n in t.__struct_fields__ if n in LABEL_FIELDS) for t in (Generation, *PHASES.values())}
 
 
-def _generation(e, latest: float, oldest: float) -> dict | None:
-    if e.t0 > latest or e.t0 < oldest:  # outside the clock's bound, or the store's retention
-        return None
-    return ordered_fields(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status,
-                          e.input_tokens, e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s,
-                          e.queue_s, e.schema_version)
+_UNSET = msgspec.UNSET
+_VERSION = attrgetter("schema_version")
+
+
+def _v1_naming_pd(events) -> bool:
+    """Whether a v1 generation among `events` names a P/D field (v2 only).
+    Their versions are read in C; only a message holding a v1 event is
+    walked (a scan of its bytes for the names cost more: +5 ms a batch
+    of 20,000 v2 generations)."""
+    return 1 in map(_VERSION, events) and any(
+        type(e) is Generation and e.schema_version == 1
+        and (e.prefill_replica is not _UNSET or e.decode_replica is not _UNSET or e.kv_transfer_s is not _UNSET)
+        for e in events)
+
+
+def given(value):
+    """A P/D field of a Generation, None when absent (UNSET) or null."""
+    return None if value is _UNSET else value
+
+
+def _generation(e, now: float, oldest: float) -> dict | None:
+    fields = normalised(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status, e.input_tokens,
+                        e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s, e.queue_s, e.schema_version,
+                        given(e.prefill_replica), given(e.decode_replica), given(e.kv_transfer_s))
+    return None if across(fields, now, oldest) is not None else fields
+
+
+def attr(e, name: str):
+    """A Struct's field (None where its kind has none), for the rules written
+    on dicts that read a phase through an accessor (phase_events.check_across,
+    join.completes)."""
+    return getattr(e, name, None)
+
+
+def accepted(e, kind: str, latest: float) -> bool:
+    """Whether the full path takes this phase Struct as it is: its epochs
+    within the clock, and `phase_events.check_across`."""
+    for name in _EPOCHS:
+        value = getattr(e, name, None)
+        if value is not None and value > latest:
+            return False
+    return check_across(kind, e, attr) is None
 
 
 def _phase(e, kind: str, latest: float) -> Phase | None:
+    if not accepted(e, kind, latest):
+        return None
     out = {"kind": kind}
     for name in e.__struct_fields__:
         value = getattr(e, name)
         if value is not None and name != "schema_version":  # nulls dropped, as validate_phase does
-            if name in _EPOCHS and value > latest:
-                return None
             out[name] = value
-    return None if check_across(kind, out) is not None else Phase(e.request_id, out)
+    return Phase(e.request_id, out)
 
 
 def decoded_events(raw: bytes, max_batch: int):
-    """The events of a message (one, or an envelope's) as the Structs above,
-    or None when any of them is not one: the full path's to name."""
+    """The events of a message as the Structs above (an envelope's in a
+    list, a lone event in a tuple), or None when any of them is not one:
+    the full path's to name."""
     # msgspec refuses a lone surrogate escape as malformed, so that message
     # too goes to the full path, which names the field (not_utf8). Objects
     # nested past the interpreter's recursion limit raise RecursionError
@@ -121,11 +172,53 @@ def decoded_events(raw: bytes, max_batch: int):
     events = message.events if type(message) is Envelope else (message,)
     if len(events) > max_batch or (may_hold_control(raw) and any(map(_holds_control, events))):
         return None  # a label with a control character: the full path names it
+    if _v1_naming_pd(events):
+        return None
     return events
 
 
+def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, max_batch: int = 10_000,
+               internal: bool = False, oldest: float = MIN_T0) -> list | None:
+    """A message `decoded_events` refused, event by event: the Struct of each
+    event the C decoder takes, and the Rejection of each other as the full
+    path names it (`derive.process_message`), in the message's order. None
+    when the full path makes a row or a phase of any of them (an event with
+    chunk data, a phase...): that message is the row path's."""
+    envelope = None
+    if raw is not None and len(raw) <= max_bytes:
+        try:
+            envelope = _RAW_ENVELOPE.decode(raw)
+        except (msgspec.MsgspecError, RecursionError):
+            pass
+    if type(envelope) is not _RawEnvelope or len(envelope.events) > max_batch:
+        results = process_message(raw, bucket, max_bytes, now, max_batch, internal, oldest)
+        return results if all(type(r) is Rejection for r in results) else None
+    out: list = []
+    control = may_hold_control(raw)
+    for i, part in enumerate(envelope.events):
+        try:
+            e = _EVENT_DECODER.decode(part)
+            if not (control and _holds_control(e)) and not _v1_naming_pd((e,)):
+                if type(e) is not Generation:
+                    return None
+                out.append(e)
+                continue
+        except (msgspec.MsgspecError, RecursionError):
+            pass
+        try:
+            part = bytes(part)
+            result = process_event(json.loads(part), bucket, now, internal, may_hold_lone_surrogate(part),
+                                   oldest)
+        except (ValueError, RecursionError):  # the full path names it for the whole message
+            return None
+        if type(result) is not Rejection:
+            return None
+        out.append(Rejection(result.reason, f"events[{i}]: {result.detail}"))
+    return out
+
+
 def _holds_control(e) -> bool:
-    return any(has_control(v) for v in map(getattr, repeat(e), _LABELS[type(e)]) if v is not None)
+    return any(has_control(v) for v in map(getattr, repeat(e), _LABELS[type(e)]) if type(v) is str)
 
 
 def common_fields(raw: bytes, now: float, max_batch: int, oldest: float = MIN_T0) -> list[dict | Phase] | None:
@@ -138,7 +231,7 @@ def common_fields(raw: bytes, now: float, max_batch: int, oldest: float = MIN_T0
     out = []
     for e in events:
         kind = _PHASE_KIND.get(type(e))
-        result = _generation(e, latest, oldest) if kind is None else _phase(e, kind, latest)
+        result = _generation(e, now, oldest) if kind is None else _phase(e, kind, latest)
         if result is None:
             return None
         out.append(result)

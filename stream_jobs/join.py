@@ -40,56 +40,82 @@ def chunks(items: list, size: int = ENVELOPE_MAX):
         yield items[i:i + size]
 
 
-def _pick(ph: dict, name: str):
+def _field(phase: dict, name: str):
+    """A phase's field, None when it has none (its fields hold no nulls)."""
+    return phase.get(name)
+
+
+def _phases(ph: dict) -> tuple:
+    return ph.get("start"), ph.get("first_token"), ph.get("end")
+
+
+# The rules below read a phase through `get`: a dict here and in the join
+# agent's table, the C decoder's Struct in ingest's columnar batch join
+# (columnar_join.py), so both join by these same functions.
+
+def _pick(phases: tuple, name: str, get=_field):
     """Optional fields ride on whichever phase knew them; the earliest wins."""
-    for kind in ("start", "first_token", "end"):
-        value = ph.get(kind, {}).get(name)
-        if value is not None:
-            return value
+    for phase in phases:
+        if phase is not None:
+            value = get(phase, name)
+            if value is not None:
+                return value
     return None
 
 
-def _ttft(ph: dict, t0: float) -> float | None:
+def _ttft(first, end, t0: float, get=_field) -> float | None:
     """From first_token, else as repeated by the end (the emitter does, so
     a reordered end need not wait for its first_token)."""
-    for kind in ("first_token", "end"):
-        phase = ph.get(kind, {})
-        if "ttft_s" in phase:
-            return phase["ttft_s"]
-        if "t_first" in phase:
-            return phase["t_first"] - t0
+    for phase in (first, end):
+        if phase is not None:
+            ttft = get(phase, "ttft_s")
+            if ttft is not None:
+                return ttft
+            t_first = get(phase, "t_first")
+            if t_first is not None:
+                return t_first - t0
     return None
 
 
-def _generation(rid: str, ph: dict, **outcome) -> dict:
-    start = ph["start"]
+def _generation(rid: str, start, first, end, get=_field, **outcome) -> dict:
+    phases = (start, first, end)
     # The P/D fields from whichever phase carried them (start or end); left
     # out when none did, so the generation is what it was without them.
-    pd = {name: value for name in PD_FIELDS if (value := _pick(ph, name)) is not None}
-    return {**pd, "schema_version": 2, "kind": "generation", "request_id": rid, "model": start["model"],
-            "t0": start["t0"], "ttft_s": _ttft(ph, start["t0"]), "queue_s": _pick(ph, "queue_s"),
-            "input_tokens": start["input_tokens"], "cached_input_tokens": _pick(ph, "cached_input_tokens"),
-            "gateway": start.get("gateway"), "replica": start.get("replica"), **outcome}
+    pd = {name: value for name in PD_FIELDS if (value := _pick(phases, name, get)) is not None}
+    return {**pd, "request_id": rid, "model": get(start, "model"), "t0": get(start, "t0"),
+            "ttft_s": _ttft(first, end, get(start, "t0"), get), "queue_s": _pick(phases, "queue_s", get),
+            "input_tokens": get(start, "input_tokens"), "cached_input_tokens": _pick(phases, "cached_input_tokens", get),
+            "gateway": get(start, "gateway"), "replica": get(start, "replica"), **outcome}
+
+
+def joined(rid: str, start, first, end, get=_field) -> dict:
+    """The fields of the generation its phases make (of a complete one:
+    `completes`), each from the phase that knows it."""
+    e2e = get(end, "e2e_s")
+    return _generation(rid, start, first, end, get,
+                       e2e_s=e2e if e2e is not None else get(end, "t_end") - get(start, "t0"),
+                       output_tokens=get(end, "output_tokens"), status=get(end, "status") or "ok",
+                       finish_reason=get(end, "finish_reason"))
 
 
 def joined_event(rid: str, ph: dict) -> dict:
-    end, t0 = ph["end"], ph["start"]["t0"]
     # The end's optional v2 fields (chunk data, estimated count) ride along
     # only when it had them: a joined generation without them stays on the
     # ingest's fast path. Only the end knows them: they describe the stream.
+    end = ph["end"]
     extras = {k: end[k] for k in V2_OPTIONAL if k in end}
-    return _generation(rid, ph, e2e_s=end["e2e_s"] if "e2e_s" in end else end["t_end"] - t0,
-                       output_tokens=end["output_tokens"], status=end.get("status", "ok"),
-                       finish_reason=end.get("finish_reason"), **extras)
+    return {"schema_version": 2, "kind": "generation", **joined(rid, *_phases(ph)), **extras}
 
 
 def abandoned_event(rid: str, ph: dict, clock: float) -> dict:
     """Durations known so far as lower bounds; unknown ones stay null."""
-    t0 = ph["start"]["t0"]
-    ttft, queue = _ttft(ph, t0), _pick(ph, "queue_s")
+    start, first, end = _phases(ph)
+    t0 = start["t0"]
+    ttft, queue = _ttft(first, end, t0), _pick((start, first, end), "queue_s")
     e2e = min(MAX_DURATION_S, max(clock - t0, ttft or 0.0, queue or 0.0))
-    return _generation(rid, ph, e2e_s=e2e, output_tokens=0, status="abandoned",
-                       finish_reason="expired_in_decode" if "first_token" in ph else "expired_in_prefill")
+    return {"schema_version": 2, "kind": "generation",
+            **_generation(rid, start, first, end, e2e_s=e2e, output_tokens=0, status="abandoned",
+                          finish_reason="expired_in_decode" if "first_token" in ph else "expired_in_prefill")}
 
 
 def orphan(rid: str, reason: str, detail: str, ph: dict) -> dict:
@@ -134,15 +160,18 @@ def apply(entry: dict | None, rid: str, fields: dict, partition: int, ts: float
     return {**entry, "last": max(entry["last"], ts), "seen": min(entry["seen"], ts), "ph": ph}, [], "partial"
 
 
-def is_complete(ph: dict) -> bool:
+def completes(start, first, end, get=_field) -> bool:
     """start and end, and the first-token time unless the end says none can
     exist: shuffled phases may bring the end before the first_token. An end
     with 0 output tokens and no repeated ttft completes at once (an error
     before any token is common; its row should not wait)."""
-    if "start" not in ph or "end" not in ph:
-        return False
-    end = ph["end"]
-    return "first_token" in ph or "ttft_s" in end or "t_first" in end or end["output_tokens"] == 0
+    return start is not None and end is not None and (
+        first is not None or get(end, "ttft_s") is not None or get(end, "t_first") is not None
+        or get(end, "output_tokens") == 0)
+
+
+def is_complete(ph: dict) -> bool:
+    return completes(*_phases(ph))
 
 
 DELETE = None

@@ -107,16 +107,23 @@ def validate_phase(event: dict, now: float) -> dict | Rejection:
     return out
 
 
-def check_across(kind: str, out: dict) -> Rejection | None:
+def _field(phase: dict, name: str):
+    return phase.get(name)
+
+
+def check_across(kind: str, phase, get=_field) -> Rejection | None:
     """The checks across one phase's fields, on its normalised fields (stall
-    data apart). Shared with the worker's C decoder (fast_decode.py)."""
+    data apart; a field is there when it is not null). `get` reads a field:
+    of a dict here, of the C decoder's Struct in the worker's decoders
+    (fast_decode.py, columnar_join.py), which call this same function."""
     either = SPEC[kind][2]
-    if either and sum(name in out for name in either) != 1:
-        return Rejection(R.MISSING_FIELD if not any(n in out for n in either) else R.INCONSISTENT,
+    have = sum(get(phase, name) is not None for name in either)
+    if either and have != 1:
+        return Rejection(R.MISSING_FIELD if not have else R.INCONSISTENT,
                          f"{kind} needs exactly one of {' or '.join(either)}")
-    if kind == "end" and "ttft_s" in out and "t_first" in out:
+    if kind == "end" and get(phase, "ttft_s") is not None and get(phase, "t_first") is not None:
         return Rejection(R.INCONSISTENT, "end may repeat ttft_s or t_first, not both")
-    cached = out.get("cached_input_tokens")
-    if kind == "start" and cached is not None and cached > out["input_tokens"]:
+    cached = get(phase, "cached_input_tokens")
+    if kind == "start" and cached is not None and cached > get(phase, "input_tokens"):
         return Rejection(R.INCONSISTENT, f"cached_input_tokens={cached} > input_tokens")
     return None

@@ -118,28 +118,82 @@ class Pipeline:
         return {(t, p): self.sink.stored_in_range(t, p, lo, hi) for (t, p), (lo, hi) in self._rereads(events).items()}
 
     def _as_columns(self, events, ahead: columnar.Ahead | None = None):
-        """The batch as columns (stream_jobs/columnar.py) when nothing in it
-        needs the row path: all records from one topic, the raw one or the
-        join's (whose records are the generations it joined), none re-read,
-        every message well-formed generations, no request_id twice or already
-        stored. Decided before any bookkeeping, so the row path can still
-        take the batch whole. The OTLP topic has its own decoder."""
-        topic = events[0].message.topic if events else None
-        if (topic not in (self.settings.topic, self.settings.joined_topic_name)
-                or any(e.message.topic != topic for e in events) or self._rereads(events)):
+        """The batch as columns (stream_jobs/columnar.py) when all its records
+        are from the raw topic or the join's (whose records are the
+        generations it joined) and all its events generations, good or bad:
+        the bad ones are dead-lettered with their reasons, and the re-read,
+        duplicate and re-joined rows are handled by the row path's rules
+        (`_split`, `_drop_duplicates`), row for row. Decided before any
+        bookkeeping, so the row path can still take the batch whole. The
+        OTLP topic has its own decoder."""
+        names = (self.settings.topic, self.settings.joined_topic_name)
+        if not events or any(e.message.topic not in names for e in events):
             return None
         now = time.time()
-        gens = ahead.rows_for(events, self.oldest(now)) if ahead is not None else None
-        if gens is not None:
+        decoded = ahead.rows_for(events, self.oldest(now)) if ahead is not None else None
+        if decoded is not None:
             self.counts["batches_decoded_ahead"] += 1
         else:
-            gens = columnar.from_events(events, self.bucket, self.settings.max_message_bytes, now,
-                                        oldest=self.oldest(now))
-        if gens is None or len(set(gens.request_ids)) != len(gens):
+            decoded = columnar.decode(events, self.bucket, self.settings.max_message_bytes, now,
+                                      oldest=self.oldest(now), internal_topic=self.settings.joined_topic_name,
+                                      payload_cap=self.settings.dlq_payload_bytes)
+        if decoded is None:
             return None
-        if self._stored_ids(self._dup_scope(topic), gens.request_ids, gens):
-            return None  # a duplicate delivery (or a re-join): the row path decides what it is
-        return gens, [], [], self._recheck(events, gens)
+        gens, ids = decoded.gens, decoded.gens.request_ids
+        stored = self._already_stored(events)
+        refused: dict[int, list[Rejection]] = {}
+        for m, rejection in decoded.refused:
+            refused.setdefault(m, []).append(rejection)
+        dead, suspects, inside, dropped, message_of = [], set(), [], set(), []
+        cap, first = self.settings.dlq_payload_bytes, 0
+        for m, (event, n) in enumerate(zip(events, gens.per_message)):
+            msg = event.message
+            recheck = self._maybe_in_the_previous_batch(msg, len(event.value or b""))
+            held = stored.get((msg.topic, msg.partition))
+            for i in range(first, first + n) if held is not None or recheck else ():
+                if self._stored_before(held, msg.offset, ids[i], suspects):
+                    dropped.add(i)
+                elif recheck:
+                    inside.append(i)
+            message_of += [m] * n
+            first += n
+            if m in refused:
+                source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
+                dead += [dead_letter.record(r.reason, r.detail, event.value, source, now, cap,
+                                            kept=decoded.payloads[m])
+                         for r in refused[m]]
+        suspects |= gens.cells(inside) if inside else set()
+        dropped |= self._duplicates_in_columns(events, gens, message_of, dropped, dead, now)
+        kept_dead = [d for d in dead if d["src_offset"] not in
+                     getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
+        self.skipped += len(dead) - len(kept_dead)
+        if dropped:
+            gens = gens.take([i for i in range(len(gens)) if i not in dropped]) if len(dropped) < len(gens) else []
+        return gens if len(gens) else [], kept_dead, [], suspects
+
+    def _duplicates_in_columns(self, events, gens, message_of: list[int], dropped: set, dead: list[dict],
+                               now: float) -> set[int]:
+        """`_drop_duplicates` on columns: the rows (indexes) it drops."""
+        out = set()
+        topics = {e.message.topic for e in events}
+        for topic in (self.settings.joined_topic_name, self.settings.topic):
+            if topic not in topics:
+                continue
+            if len(topics) == 1 and not dropped:  # the common batch, of one topic
+                rows = range(len(gens))
+            else:
+                rows = [i for i, m in enumerate(message_of) if events[m].message.topic == topic and i not in dropped]
+            if not rows:
+                continue
+            ts = gens.ts[rows]
+
+            def source(j, rows=rows):
+                msg = events[message_of[rows[j]]].message
+                return {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
+            ids = gens.request_ids if type(rows) is range else [gens.request_ids[i] for i in rows]
+            out |= {rows[j] for j in self._duplicates_of(self._dup_scope(topic), ids, float(ts.min()), float(ts.max()),
+                                                         source, dead, now, topic == self.settings.joined_topic_name)}
+        return out
 
     def _phases_as_columns(self, events):
         """The batch through ingest's join in columns (columnar_join.py) when
@@ -153,7 +207,7 @@ class Pipeline:
         joined = columnar_join.fold(events, self.bucket, self.settings.max_message_bytes, now,
                                     self.settings.topic_partitions, oldest=self.oldest(now))
         if joined is None or self._stored_ids(self._dup_scope(self.settings.joined_topic_name),
-                                              joined.gens.request_ids, joined.gens):
+                                              joined.gens.request_ids, *columnar.ts_bounds(joined.gens)):
             return None  # a re-join after a crash: the row path drops it and counts it
         self.forwarded += len(joined.forward)
         self.joined_in_batch += len(joined.gens)
@@ -180,11 +234,10 @@ class Pipeline:
             return self.settings.topic, topic
         return (topic,)
 
-    def _stored_ids(self, topics: tuple[str, ...], ids: list[str], rows) -> set[str]:
+    def _stored_ids(self, topics: tuple[str, ...], ids: list[str], lo: float, hi: float) -> set[str]:
         """Which of `ids` the store holds on `topics` within the time range of
-        `rows` (dicts or columns), widened by 2 ms for the store's ts, which
-        is the row's rounded to the millisecond."""
-        lo, hi = columnar.ts_bounds(rows)
+        their rows (`lo`..`hi`), widened by 2 ms for the store's ts, which is
+        the row's rounded to the millisecond."""
         return self.sink.existing_request_ids(topics, ids, lo - 0.002, hi + 0.002)
 
     def _drop_duplicates(self, rows: list[dict], joined: list[dict], dead: list[dict], now: float) -> list[dict]:
@@ -207,20 +260,46 @@ class Pipeline:
                             rejoin: bool = False) -> list[dict]:
         if not rows:
             return rows
-        seen = self._stored_ids(topics, list({r["request_id"] for r in rows}), rows)
-        kept = []
-        for row in rows:
-            if row["request_id"] in seen and rejoin:
+        ts = [r["ts"] for r in rows]
+        drop = self._duplicates_of(topics, [r["request_id"] for r in rows], min(ts), max(ts),
+                                   lambda i: {k: rows[i][k] for k in ("src_topic", "src_partition", "src_offset")},
+                                   dead, now, rejoin)
+        return [r for i, r in enumerate(rows) if i not in drop] if drop else rows
+
+    def _duplicates_of(self, topics: tuple[str, ...], ids: list[str], lo: float, hi: float, source, dead: list[dict],
+                       now: float, rejoin: bool) -> set[int]:
+        """The places in `ids` (request_ids of rows from `topics`, in the
+        batch's order, their ts within `lo`..`hi`) of the rows already
+        stored or earlier in the batch: each dead-lettered (`source(i)`: its
+        record) as the gateway's duplicate, or, `rejoin`, counted."""
+        seen = self._stored_ids(topics, list(dict.fromkeys(ids)), lo, hi)
+        if not seen and len(set(ids)) == len(ids):
+            return set()
+        out = set()
+        for i, rid in enumerate(ids):
+            if rid not in seen:
+                seen.add(rid)
+                continue
+            out.add(i)
+            if rejoin:
                 self.rejoined += 1
-            elif row["request_id"] in seen:
-                dead.append(dead_letter.record(R.DUPLICATE, f"request_id {row['request_id'][:128]} already stored",
-                                               None, {k: row[k] for k in ("src_topic", "src_partition", "src_offset")},
-                                               now, 0))
-                self.duplicates += 1
-            else:
-                seen.add(row["request_id"])
-                kept.append(row)
-        return kept
+                continue
+            dead.append(dead_letter.record(R.DUPLICATE, f"request_id {rid[:128]} already stored", None, source(i),
+                                           now, 0))
+            self.duplicates += 1
+        return out
+
+    def _stored_before(self, held: Stored | None, offset: int, request_id: str, suspects: set) -> bool:
+        """Whether the store holds this row of a re-read record (stored before
+        a crash or a rebalance): it is skipped, and its cell handed over for
+        a check, as its insert may have stopped before the rollup view got
+        its block."""
+        cell = held.rows.get((offset, request_id)) if held is not None else None
+        if cell is None:
+            return False
+        suspects.add(cell)
+        self.skipped += 1
+        return True
 
     def _maybe_in_the_previous_batch(self, msg, size: int) -> bool:
         """Whether the previous owner's last batch may have held this record
@@ -238,7 +317,8 @@ class Pipeline:
     def decode_ahead(self, events) -> columnar.Ahead:
         """The next batch's columns, decoded while this one is written."""
         now = time.time()
-        return columnar.Ahead(events, self.bucket, self.settings.max_message_bytes, now, self.oldest(now))
+        return columnar.Ahead(events, self.bucket, self.settings.max_message_bytes, now, self.oldest(now),
+                              self.settings.joined_topic_name, self.settings.dlq_payload_bytes)
 
     def split(self, events, ahead: columnar.Ahead | None = None):
         """`_split`, with the labels from outside bounded per model (labels.py)."""
@@ -310,12 +390,7 @@ class Pipeline:
                         enveloped.append((phase, source, recheck))
                     else:
                         phases.append(phase)
-                elif held is not None and (msg.offset, result["request_id"]) in held.rows:
-                    # Stored before a crash or a rebalance. Its insert may
-                    # have stopped before the rollup view got its block.
-                    suspects.add(held.rows[msg.offset, result["request_id"]])
-                    self.skipped += 1
-                else:
+                elif not self._stored_before(held, msg.offset, result["request_id"], suspects):
                     result.update(source)
                     rows.append(result)
                     if recheck:
@@ -347,9 +422,7 @@ class Pipeline:
         for row, i in folded.rows:
             _, source, recheck = enveloped[i]
             held = stored.get((source["src_topic"], source["src_partition"]))
-            if held is not None and (source["src_offset"], row["request_id"]) in held.rows:
-                suspects.add(held.rows[source["src_offset"], row["request_id"]])
-                self.skipped += 1
+            if self._stored_before(held, source["src_offset"], row["request_id"], suspects):
                 continue
             row.update(source)
             joined.append(row)

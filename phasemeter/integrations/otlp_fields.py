@@ -9,8 +9,8 @@ import re
 
 from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, Rejection, check_duration,
-                                             check_gap, check_transfer_within, control_character, has_control,
-                                             lone_surrogate)
+                                             check_gap, control_character, has_control, lone_surrogate)
+from phasemeter.stream_jobs.formulas import check_transfer_within
 
 from .otlp_decode import Span
 from .otlp_names import E2E, KV_TRANSFER, QUEUE, REPLICA, REPLICA_SET, REQUEST_ID, REQUEST_N, STREAM, TTFT

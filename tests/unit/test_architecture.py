@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"phasemeter": "phasemeter", "phasemeter.stream_jobs": "stream_jobs",
            "phasemeter.producers": "producers"}
 # Pure cores: no store, no Kafka, no Faust, no web, no files.
-PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join", "phasemeter.stream_jobs.batch_join",
+PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.formulas", "phasemeter.stream_jobs.join", "phasemeter.stream_jobs.batch_join",
         "phasemeter.stream_jobs.sequence", "phasemeter.stream_jobs.labels",
         "phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.buckets", "phasemeter.alerts.evaluate",
         "phasemeter.analytics.paths", "phasemeter.integrations.otlp_map", "phasemeter.integrations.otlp_decode",
@@ -104,8 +104,9 @@ def test_no_import_cycles():
     assert cycles(edges) == []
 
 
-# The contract: limits, labels and reason codes, pure and dependency-free.
-CONTRACT = {"phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.reasons"}
+# The contract: limits, labels, reason codes and the checks across fields
+# (formulas.py: the emitter refuses what the worker would), pure and dependency-free.
+CONTRACT = {"phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.reasons", "phasemeter.stream_jobs.formulas"}
 
 
 def test_the_emitter_depends_only_on_itself_and_the_contract():
@@ -157,7 +158,7 @@ LAYERS = (
     ("contract", ("phasemeter.stream_jobs.contract", "phasemeter.stream_jobs.reasons",
                   "phasemeter.stream_jobs.buckets", "phasemeter.settings", "phasemeter.timeparse",
                   "phasemeter.textgrid", "phasemeter.files", "phasemeter.callers")),
-    ("pure cores, emitter and integrations", ("phasemeter.producers", "phasemeter.integrations", "phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.join",
+    ("pure cores, emitter and integrations", ("phasemeter.producers", "phasemeter.integrations", "phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.formulas", "phasemeter.stream_jobs.join",
                                 "phasemeter.stream_jobs.batch_join", "phasemeter.stream_jobs.sequence", "phasemeter.stream_jobs.phase_events",
                                 "phasemeter.alerts.evaluate", "phasemeter.alerts.rules", "phasemeter.alerts.slo_rules",
                                 "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.alerts.transfer",

@@ -1,19 +1,20 @@
 """A batch decoded into columns (stream_jobs/columnar.py) against the row
-path (derive.process_message, one definition of the metrics): the same rows,
-the same Arrow table and batch token, or None whenever any message needs the
-row path."""
+path (derive.process_message): the same rows, Arrow table and batch token,
+and the same rejections, whatever its events; None only for a batch with a
+phase or stall data, which the row path takes."""
 
 from __future__ import annotations
 
 import json
 from types import SimpleNamespace
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phasemeter.stream_jobs.columnar import Ahead, Generations, from_events, ts_bounds
+from phasemeter.stream_jobs.columnar import Ahead, Decoded, Generations, decode, from_events, ts_bounds
+from phasemeter.stream_jobs.contract import MIN_T0
 from phasemeter.stream_jobs.derive import ROW_COLUMNS, Phase, Rejection, process_message
-from phasemeter.stream_jobs.fast_decode import common_fields
 from phasemeter.stream_jobs.pipeline import _cell
 from phasemeter.stream_jobs.sink import _arrow, _table
 from tests.unit.stream_jobs.test_derive_properties import BUCKET, NOW, mutated, valid_events
@@ -32,11 +33,11 @@ def encode(events: list[dict], wrap: bool) -> bytes:
     return json.dumps(events[0]).encode()
 
 
-def row_path(records) -> list:
+def row_path(records, oldest: float = MIN_T0) -> list:
     """What the row path makes of the batch: every result, rows with their source."""
     out = []
     for r in records:
-        for result in process_message(r.value, BUCKET, LIMIT, NOW):
+        for result in process_message(r.value, BUCKET, LIMIT, NOW, oldest=oldest):
             if isinstance(result, dict):
                 result.update(src_topic=r.message.topic, src_partition=r.message.partition,
                               src_offset=r.message.offset)
@@ -53,54 +54,80 @@ def messages(draw_events, wraps) -> list:
     return out
 
 
-def same_as_rows(records) -> Generations | None:
-    gens = from_events(records, BUCKET, LIMIT, NOW)
-    expected = row_path(records)
-    in_c = all(common_fields(r.value, NOW, 10_000) is not None for r in records)
-    if not in_c or any(not isinstance(x, dict) for x in expected):
-        assert gens is None, expected
+def strict_json(r) -> bool:
+    try:
+        msgspec.json.decode(r.value)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+def same_as_row_path(records, oldest: float = MIN_T0) -> Decoded | None:
+    """`decode` of the batch against the row path, message by message: the
+    same rows (values, Arrow table, batch token, cells) and the same
+    rejections in the same order; None only where the row path makes a
+    phase or a row the C decoder leaves to it (stall data), or a message is
+    no strict JSON (NaN, a lone surrogate: json.loads takes those)."""
+    d = decode(records, BUCKET, LIMIT, NOW, oldest=oldest, payload_cap=4096)
+    expected = row_path(records, oldest)
+    if d is None:
+        assert any(isinstance(x, Phase) or (isinstance(x, dict) and x["chunks"] is not None) for x in expected) \
+            or not all(map(strict_json, records))
         return None
-    assert gens is not None, expected
-    assert len(gens) == len(expected)
-    assert list(gens) == expected  # every value of every row, None stays None
-    assert gens.arrow().to_pylist() == _arrow(expected, ROW_COLUMNS).to_pylist()
-    assert _table("generations", gens, ROW_COLUMNS)[1] == _table("generations", expected, ROW_COLUMNS)[1]
-    assert ts_bounds(gens) == ts_bounds(expected)
-    assert gens.cells(range(len(gens))) == {_cell(r) for r in expected}
-    return gens
+    rows = [x for x in expected if isinstance(x, dict)]
+    refused = [(m, x) for m, r in enumerate(records) for x in row_path([r], oldest) if isinstance(x, Rejection)]
+    assert len(d.gens) == len(rows) and len(d.refused) == len(refused)
+    assert list(d.gens) == rows  # every value of every row, None stays None
+    assert d.refused == refused
+    assert set(d.payloads) == {m for m, _ in refused}
+    assert d.gens.arrow().to_pylist() == _arrow(rows, ROW_COLUMNS).to_pylist()
+    assert _table("generations", d.gens, ROW_COLUMNS)[1] == _table("generations", rows, ROW_COLUMNS)[1]
+    assert ts_bounds(d.gens) == ts_bounds(rows)
+    assert d.gens.cells(range(len(d.gens))) == {_cell(r) for r in rows}
+    return d
+
+
+def same_as_rows(records, oldest: float = MIN_T0) -> Generations:
+    """A batch the row path takes whole as rows: the same rows, as columns."""
+    d = same_as_row_path(records, oldest)
+    assert d is not None and d.refused == []
+    assert list(from_events(records, BUCKET, LIMIT, NOW, oldest=oldest)) == list(d.gens)
+    return d.gens
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(valid_events(), min_size=1, max_size=6), min_size=1, max_size=4), st.data())
 def test_well_formed_generations_give_the_row_paths_rows(batches, data):
     wraps = [data.draw(st.booleans()) for _ in batches]
-    assert same_as_rows(messages(batches, wraps)) is not None
+    same_as_rows(messages(batches, wraps))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(valid_events(), min_size=1, max_size=4), mutated(), st.booleans(), st.data())
-def test_one_message_for_the_row_path_sends_the_whole_batch_there(events, case, wrap, data):
-    """A mutated event anywhere: None unless the row path still takes it as a
-    generation in C (then the same rows)."""
+def test_a_mutated_event_is_refused_as_the_row_path_refuses_it_and_its_neighbours_stay(events, case, wrap, data):
+    """A mutated event anywhere, alone or in an envelope, beside a clean
+    message: its rejection (or its row) is the row path's, the others' rows too."""
     bad, _ = case
     where = data.draw(st.integers(0, len(events)))
-    same_as_rows(messages([events[:where] + [bad] + events[where:]], [wrap]))
+    same_as_row_path(messages([events[:where] + [bad] + events[where:], events], [wrap, True]))
 
 
-def test_phases_and_malformed_messages_take_the_row_path():
+def test_phases_and_malformed_messages():
     start = {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": NOW - 5,
              "input_tokens": 10}
     good = {"schema_version": 1, "kind": "generation", "request_id": "g", "model": "m", "t0": NOW - 5,
             "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 1000, "output_tokens": 50}
-    assert from_events([record(0, encode([good], False))], BUCKET, LIMIT, NOW) is not None
-    for value in (encode([good, start], True), encode([start], False), b"{", b"",
-                  json.dumps({**good, "t0": NOW + 2 * 86400}).encode(),  # after now + 1 day
-                  json.dumps({**good, "chunks": 3}).encode()):  # stall data: the full path's
-        assert from_events([record(0, encode([good], False)), record(1, value)], BUCKET, LIMIT, NOW) is None, value
-    assert from_events([record(0, encode([good], True))], BUCKET, 100, NOW) is None  # over the size limit
-    assert from_events([record(0, encode([good] * 3, True))], BUCKET, LIMIT, NOW, max_batch=2) is None
+    for value in (encode([good, start], True), encode([start], False),  # a phase: the row path's
+                  json.dumps({**good, "schema_version": 2, "chunks": 3}).encode()):  # stall data: the full path's
+        assert decode([record(0, encode([good], False)), record(1, value)], BUCKET, LIMIT, NOW) is None, value
+    for value in (b"{", b"", None, json.dumps({**good, "t0": NOW + 2 * 86400}).encode(),  # after now + 1 day
+                  encode([good, {**good, "kind": "orphan"}], True)):
+        d = same_as_row_path([record(0, encode([good], False)), record(1, value)])
+        assert len(d.gens) >= 1 and d.refused, value
+    assert decode([record(0, encode([good], True))], BUCKET, 100, NOW).refused[0][1].reason == "oversize"
+    d = decode([record(0, encode([good] * 3, True))], BUCKET, LIMIT, NOW, max_batch=2)
+    assert (len(d.gens), [r.reason for _, r in d.refused]) == (0, ["bad_value"])  # more events than allowed
     assert isinstance(process_message(encode([start], False), BUCKET, LIMIT, NOW)[0], Phase)
-    assert isinstance(process_message(b"{", BUCKET, LIMIT, NOW)[0], Rejection)
 
 
 def test_rows_of_each_message_stay_in_order_with_their_source():
@@ -118,8 +145,8 @@ def test_rows_of_each_message_stay_in_order_with_their_source():
 
 
 def test_each_check_across_fields_at_its_bound():
-    """ordered_fields' checks, each just inside (the same rows as the row
-    path) and just outside (None: the row path rejects it)."""
+    """formulas.CHECKS, each just inside (a row) and just outside (the row
+    path's rejection, the rest of the envelope still rows)."""
     base = {"schema_version": 1, "kind": "generation", "request_id": "b", "model": "m", "t0": NOW - 60,
             "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 1000, "output_tokens": 50}
     cases = [({"e2e_s": 0.5}, {"e2e_s": 0.49}),                                # t_end before t_first
@@ -128,13 +155,33 @@ def test_each_check_across_fields_at_its_bound():
               {"ttft_s": None, "output_tokens": 0, "queue_s": 2.01}),           # ... or after the end
              ({"ttft_s": None, "output_tokens": 0}, {"ttft_s": None, "output_tokens": 1}),  # tokens, no first
              ({"cached_input_tokens": 1000}, {"cached_input_tokens": 1001}),  # more cached than read
-             ({"t0": NOW + 86400}, {"t0": NOW + 86400.01})]                     # after now + 1 day
+             ({"t0": NOW + 86400}, {"t0": NOW + 86400.01}),                    # after now + 1 day
+             ({"schema_version": 2, "kv_transfer_s": 0.5},
+              {"schema_version": 2, "kv_transfer_s": 0.51}),                    # KV moved after the first token
+             ({"schema_version": 2, "ttft_s": None, "output_tokens": 0, "kv_transfer_s": 2.0},
+              {"schema_version": 2, "ttft_s": None, "output_tokens": 0, "kv_transfer_s": 2.01})]  # ... or the end
+    assert len(cases) == 8
     for inside, outside in cases:
         records = [record(0, encode([base, {**base, "request_id": "x", **inside}], True))]
-        assert same_as_rows(records) is not None, inside
+        assert len(same_as_rows(records)) == 2, inside
         records = [record(0, encode([base, {**base, "request_id": "x", **outside}], True))]
-        assert from_events(records, BUCKET, LIMIT, NOW) is None, outside
-        assert any(isinstance(x, Rejection) for x in row_path(records)), outside
+        d = same_as_row_path(records)
+        assert len(d.gens) == 1 and [m for m, _ in d.refused] == [0], outside
+
+
+def test_pd_fields_ride_on_the_columns():
+    """A v2 generation's prefill_replica, decode_replica and kv_transfer_s
+    are columns as the row path makes them ('' and null when absent), in a
+    batch beside generations without them."""
+    base = {"schema_version": 2, "kind": "generation", "request_id": "a", "model": "m", "t0": NOW - 60,
+            "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 1000, "output_tokens": 50}
+    pd = {**base, "request_id": "b", "prefill_replica": "p-0", "decode_replica": "d-1", "kv_transfer_s": 0.2}
+    records = [record(0, encode([base], False)), record(1, encode([pd], False)),
+               record(2, encode([{**pd, "request_id": "c", "prefill_replica": None}, base], True))]
+    assert decode(records, BUCKET, LIMIT, NOW) is not None  # columns, not the row path
+    gens = same_as_rows(records)
+    assert [(r["prefill_replica"], r["decode_replica"], r["kv_transfer_s"]) for r in gens] == [
+        ("", "", None), ("p-0", "d-1", 0.2), ("", "d-1", 0.2), ("", "", None)]
 
 
 def test_a_batch_decoded_ahead_serves_only_the_same_records_in_the_same_order():
@@ -143,22 +190,20 @@ def test_a_batch_decoded_ahead_serves_only_the_same_records_in_the_same_order():
     records = [record(i, encode([e], False)) for i, e in enumerate(events)]
     ahead = Ahead(records, BUCKET, LIMIT, NOW)
     assert list(ahead.gens) == list(same_as_rows(records))
-    assert ahead.rows_for(list(records)) is ahead.gens  # the same records, in a list of the caller's
+    assert ahead.rows_for(list(records)).gens is ahead.gens  # the same records, in a list of the caller's
     assert ahead.rows_for(records[:2]) is None  # admission dropped one
     assert ahead.rows_for(records[::-1]) is None
     assert ahead.rows_for([record(0, records[0].value), *records[1:]]) is None  # equal, not the same record
     assert Ahead([record(0, b"{")], BUCKET, LIMIT, NOW).rows_for([]) is None
 
 
-def test_the_retention_bound_sends_the_batch_to_the_row_path_which_names_it():
+def test_the_retention_bound_gives_the_row_paths_reason():
     oldest = NOW - 90 * 86_400
     base = {"schema_version": 1, "kind": "generation", "request_id": "b", "model": "m", "t0": oldest,
             "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 1000, "output_tokens": 50}
     inside = [record(0, encode([base, {**base, "request_id": "x"}], True))]
-    gens = from_events(inside, BUCKET, LIMIT, NOW, oldest=oldest)
-    assert gens is not None and list(gens) == row_path(inside)
+    assert len(same_as_rows(inside, oldest)) == 2
     outside = [record(0, encode([base, {**base, "request_id": "x", "t0": oldest - 0.01}], True))]
-    assert from_events(outside, BUCKET, LIMIT, NOW, oldest=oldest) is None
-    assert [getattr(r, "reason", None) for r in process_message(outside[0].value, BUCKET, LIMIT, NOW, oldest=oldest)] \
-        == [None, "outside_retention"]
+    d = same_as_row_path(outside, oldest)
+    assert len(d.gens) == 1 and [r.reason for _, r in d.refused] == ["outside_retention"]
     assert Ahead(inside, BUCKET, LIMIT, NOW, oldest).rows_for(inside, oldest + 1) is None  # re-checked in its turn

@@ -11,17 +11,12 @@ import json
 import random
 from types import SimpleNamespace
 
-import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from phasemeter.settings import Settings
-from phasemeter.stream_jobs import columnar_join
 from phasemeter.stream_jobs.columnar import Generations
-from phasemeter.stream_jobs.contract import MAX_DURATION_S
 from phasemeter.stream_jobs.derive import ROW_COLUMNS
-from phasemeter.stream_jobs.fast_decode import _DECODER, Envelope, _phase
-from phasemeter.stream_jobs.phase_events import PHASE_KINDS
 from phasemeter.stream_jobs.pipeline import Pipeline
 from phasemeter.stream_jobs.sink import _table
 from tests.unit.stream_jobs.test_derive_properties import NOW
@@ -169,33 +164,3 @@ def batches(draw) -> list[list[dict]]:
 def test_generated_batches_give_the_row_paths_results(messages, resumed):
     if messages:
         same_split(records(messages), resumed=resumed)
-
-
-def decoded(phase: dict):
-    try:
-        return _DECODER.decode(json.dumps(phase).encode())
-    except msgspec.MsgspecError:
-        return None
-
-
-@settings(max_examples=500, deadline=None)
-@given(st.sampled_from(["start", "first_token", "end"]), st.data())
-def test_the_checks_of_a_phase_are_the_decoders(kind, data):
-    """columnar_join._accepted against fast_decode._phase, at the clock's
-    bound and with each field present or not."""
-    latest = NOW + MAX_DURATION_S
-    epoch = st.one_of(st.floats(NOW - 10, NOW), st.sampled_from([latest, latest + 0.01, latest - 0.01]))
-    names = {"start": {"model": st.just("m"), "t0": epoch, "input_tokens": st.integers(0, 20),
-                       "cached_input_tokens": st.integers(0, 20), "queue_s": st.floats(0, 2)},
-             "first_token": {"ttft_s": st.floats(0, 2), "t_first": epoch, "queue_s": st.floats(0, 2)},
-             "end": {"output_tokens": st.integers(0, 5), "e2e_s": st.floats(0, 2), "t_end": epoch,
-                     "ttft_s": st.floats(0, 2), "t_first": epoch, "status": st.just("ok")}}[kind]
-    phase = {"schema_version": 2, "kind": kind, "request_id": "r"}
-    for name, values in names.items():
-        if data.draw(st.booleans()):
-            phase[name] = data.draw(values)
-    e = decoded(phase)
-    if e is None or type(e) is Envelope:
-        return
-    index = PHASE_KINDS.index(kind)
-    assert columnar_join._accepted(e, index, latest) == (_phase(e, kind, latest) is not None), phase

@@ -87,3 +87,21 @@ def test_a_detail_never_carries_a_control_character():
     record = dead_letter.record(R.UNKNOWN_FIELD, "fields not in the v1 contract: \x1b]0;pwned\x07, a\nb",
                                 None, SOURCE, 1.0, 0)
     assert record["detail"] == "fields not in the v1 contract: \\x1b]0;pwned\\x07, a\\nb".replace("\\n", "\\x0a")
+
+
+def test_the_payload_is_the_cut_of_the_whole_message_redacted_whatever_parses_it():
+    """Only the part of a message the cut keeps is parsed and redacted (an
+    envelope's events one by one, msgspec where it can): the bytes are
+    those of json.loads, redact and json.dumps of the whole, on what msgspec
+    refuses too (NaN, 1E400, a lone surrogate) and on repeated keys."""
+    event = {"schema_version": 1, "kind": "generation", "request_id": "r", "model": "m" * 201, "t0": 1.5,
+             "prompt": SECRET, "finish_reason": "s" * 65, "gateway": "g", "input_tokens": 10 ** 30}
+    messages = [json.dumps({"schema_version": 1, "kind": "batch", "events": [dict(event, request_id=f"r{i}")
+                                                                          for i in range(60)]}).encode(),
+                b'{"events":[{"t0":NaN,"model":"\\ud800"},{"t0":1E400}],"kind":"batch","kind":"x","x y":1}',
+                json.dumps({"kinds": ["start", SECRET], "phases": {"end": event}, "detail": SECRET}).encode()]
+    assert len(messages) == 3
+    for raw in messages:
+        whole = json.dumps(dead_letter.redact(json.loads(raw)), ensure_ascii=True, separators=(",", ":")).encode()
+        for cap in (1, 7, 300, 4096, 100_000):
+            assert base64.b64decode(dead_letter.payload(raw, cap)) == whole[:cap], (raw[:40], cap)

@@ -33,8 +33,51 @@ def envelope(events: list, version=1) -> bytes:
     return json.dumps({"schema_version": version, "kind": "batch", "events": events}).encode()
 
 
-def test_the_struct_holds_the_v1_generation_fields():
-    assert set(Generation.__struct_fields__) | {"kind"} == KNOWN
+def test_the_struct_holds_the_v1_generation_fields_and_the_pd_fields():
+    assert set(Generation.__struct_fields__) | {"kind"} == KNOWN | set(PD_FIELDS)
+
+
+PD_GEN = {"schema_version": 2, "kind": "generation", "request_id": "pd", "model": "m", "t0": NOW - 5,
+          "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 5, "output_tokens": 9,
+          "prefill_replica": "p-0", "decode_replica": "d-1", "kv_transfer_s": 0.25}
+
+
+@pytest.mark.parametrize("change", [{}, {"kv_transfer_s": 0.5}, {"kv_transfer_s": None}, {"prefill_replica": None},
+                                    {"ttft_s": None, "output_tokens": 0, "kv_transfer_s": 1.5}])
+def test_a_v2_generation_with_pd_fields_is_decoded_in_c_with_the_same_row(change):
+    event = {**PD_GEN, **change}
+    for raw in (json.dumps(event).encode(), envelope([event], 2)):
+        assert common_fields(raw, NOW, 10_000) is not None
+        row = same(raw)[0]
+        assert isinstance(row, dict) and row["prefill_replica"] == (event["prefill_replica"] or "")
+        assert row["kv_transfer_s"] == event["kv_transfer_s"]
+
+
+@pytest.mark.parametrize("change,reason", [
+    ({"kv_transfer_s": 0.51}, "inconsistent"),                              # longer than ttft_s
+    ({"ttft_s": None, "output_tokens": 0, "kv_transfer_s": 2.5}, "inconsistent"),  # longer than e2e_s
+    ({"kv_transfer_s": -0.1}, "negative"), ({"kv_transfer_s": "0.1"}, "wrong_type"),
+    ({"decode_replica": ""}, "bad_value"), ({"decode_replica": "d\n"}, "control_character"),
+])
+def test_a_bad_pd_field_gets_the_full_paths_reason(change, reason):
+    event = {**PD_GEN, **change}
+    good = {**PD_GEN, "request_id": "ok"}
+    assert [r.reason for r in same(json.dumps(event).encode())] == [reason]
+    out = same(envelope([good, event, good], 2))
+    assert len(out) == 3 and isinstance(out[0], dict) and out[1].reason == reason
+
+
+@pytest.mark.parametrize("field", list(PD_FIELDS))
+@pytest.mark.parametrize("value", [None, "x", 0.1])
+def test_a_v1_generation_naming_a_pd_field_is_the_full_paths_even_as_null(field, value):
+    event = {**PD_GEN, "schema_version": 1, field: value}
+    for key in (field, "\\u00" + format(ord(field[0]), "x") + field[1:]):  # the name, and spelt with an escape
+        raw = json.dumps(event).encode().replace(f'"{field}"'.encode(), f'"{key}"'.encode())
+        assert common_fields(raw, NOW, 10_000) is None
+        assert [r.reason for r in same(raw)] == ["unknown_field"]
+        out = same(envelope([{**PD_GEN, "schema_version": 1, **{f: None for f in PD_FIELDS}} | {"request_id": "a"},
+                             event], 1).replace(f'"{field}"'.encode(), f'"{key}"'.encode()))
+        assert [getattr(r, "reason", None) for r in out] == ["unknown_field", "unknown_field"]
 
 
 def test_the_phase_structs_hold_their_spec_fields_but_stall_and_pd_data():

@@ -14,7 +14,8 @@ import pytest
 from phasemeter.stream_jobs import join
 from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
-from phasemeter.stream_jobs.contract import PD_FIELDS, Rejection, check_transfer_within
+from phasemeter.stream_jobs.contract import PD_FIELDS, Rejection
+from phasemeter.stream_jobs.formulas import check_transfer_within
 from phasemeter.stream_jobs.derive import ROW_COLUMNS, process, process_message
 from phasemeter.stream_jobs.fast_decode import process_message_fast
 from phasemeter.stream_jobs.phase_events import validate_phase

@@ -10,6 +10,8 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phasemeter.settings import Settings
 from phasemeter.stream_jobs import reasons as R
@@ -219,33 +221,47 @@ def test_stored_maximum_is_re_read_after_a_rebalance():
     assert rows == [] and suspects == {CELL}
 
 
-def test_only_a_batch_of_new_well_formed_generations_goes_as_columns():
-    """stream_jobs/columnar.py takes a batch only when the row path would
-    write every generation of it and nothing else; any reason for the row
-    path sends the whole batch there (the tests above hold its rules)."""
+def test_a_batch_of_generations_goes_as_columns_bad_duplicate_re_read_or_mixed():
+    """stream_jobs/columnar.py takes every batch of generations from the raw
+    and the joined topic: a bad event is dead-lettered beside its good
+    neighbours, and duplicates, re-reads and re-joins follow the row path's
+    rules (the tests above hold them, on this path). A phase, a record the
+    join gave up on, and the OTLP topic still take the row path."""
     envelope = env(gen("b"), gen("c"), version=1)
     rows = pipeline(FakeSink()).split([rec(0, gen("a")), rec(1, envelope)])[0]
     assert isinstance(rows, Generations) and [r["request_id"] for r in rows] == ["a", "b", "c"]
     s = Settings(topic=TOPIC, otlp_topic="gen.otlp")
     phase = {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": T0, "input_tokens": 5}
+    columns = {  # why: (sink, batch, request_ids stored, reasons dead-lettered)
+        "a request twice": (FakeSink(), [rec(0, gen("a")), rec(1, gen("a"))], ["a"], [R.DUPLICATE]),
+        "a request stored": (FakeSink(ids={"a"}), [rec(0, gen("a")), rec(1, gen("b"))], ["b"], [R.DUPLICATE]),
+        "a re-read": (FakeSink(rows=[(TOPIC, 0, 0, "z", CELL)]), [rec(0, gen("a")), rec(1, gen("b"))],
+                      ["a", "b"], []),
+        "a bad event": (FakeSink(), [rec(0, gen("a")), rec(1, {"kind": "generation"})], ["a"], [R.UNKNOWN_VERSION]),
+        "a bad event in an envelope": (FakeSink(), [rec(0, env(gen("a"), dict(gen("b"), ttft_s=-1), version=1))],
+                                       ["a"], [R.IMPOSSIBLE_ORDER]),
+        "two topics": (FakeSink(), [rec(0, gen("a")), rec(0, gen("b"), topic=s.joined_topic_name)], ["a", "b"], []),
+        "a re-joined generation": (FakeSink(ids={"a"}), [rec(0, gen("a"), topic=s.joined_topic_name),
+                                                         rec(1, gen("b"), topic=s.joined_topic_name)], ["b"], []),
+    }
+    assert len(columns) == 7
+    for why, (sink, batch, stored, reasons) in columns.items():
+        rows, dead = Pipeline(s, sink).split(batch)[:2]
+        assert isinstance(rows, Generations), why
+        assert ([r["request_id"] for r in rows], [d["reason"] for d in dead]) == (stored, reasons), why
     row_path = {
-        "a request twice": (FakeSink(), [rec(0, gen("a")), rec(1, gen("a"))]),
-        "a request stored": (FakeSink(ids={"a"}), [rec(0, gen("a"))]),
-        "a re-read": (FakeSink(rows=[(TOPIC, 0, 0, "z", CELL)]), [rec(0, gen("a"))]),
-        "a bad event": (FakeSink(), [rec(0, gen("a")), rec(1, {"kind": "generation"})]),
         "a phase": (FakeSink(), [rec(0, gen("a")), rec(1, phase)]),
-        "two topics": (FakeSink(), [rec(0, gen("a")), rec(0, gen("b"), topic=s.joined_topic_name)]),
         "a generation the join gave up on": (FakeSink(), [rec(0, dict(gen("a"), status="abandoned"),
                                                               topic=s.joined_topic_name)]),
-        "an orphan from the join": (FakeSink(), [rec(0, {"schema_version": 2, "kind": "orphan", "request_id": "o",
-                                                         "reason": R.ORPHAN_PHASE, "detail": "x"},
-                                                     topic=s.joined_topic_name)]),
-        "a re-joined generation": (FakeSink(ids={"a"}), [rec(0, gen("a"), topic=s.joined_topic_name)]),
         "the OTLP topic": (FakeSink(), [rec(0, b"{}", topic=s.otlp_topic)]),
     }
+    assert len(row_path) == 3
     for why, (sink, batch) in row_path.items():
         rows = Pipeline(s, sink).split(batch)[0]
-        assert isinstance(rows, list), why
+        assert isinstance(rows, list) and len(rows) == 1 + (why == "the OTLP topic") * -1, why
+    orphan = {"schema_version": 2, "kind": "orphan", "request_id": "o", "reason": R.ORPHAN_PHASE, "detail": "x"}
+    rows, dead = Pipeline(s, FakeSink()).split([rec(0, orphan, topic=s.joined_topic_name)])[:2]
+    assert (list(rows), [d["reason"] for d in dead]) == ([], [R.ORPHAN_PHASE])  # the join's own reason code
     joined = Pipeline(s, FakeSink()).split([rec(0, gen("j"), topic=s.joined_topic_name)])[0]
     assert isinstance(joined, Generations) and joined[0]["src_topic"] == s.joined_topic_name
 
@@ -357,7 +373,7 @@ def test_a_joined_and_an_agent_joined_copy_in_one_batch_keep_one_row():
 
 def test_events_outside_the_raw_retention_are_dead_lettered_on_every_path():
     """A t0 the store's TTL would delete as it is written is outside_retention
-    (it was stored and vanished); the columnar batch takes the row path for it."""
+    (it was stored and vanished); its neighbours stay columns."""
     s = Settings(topic=TOPIC, raw_ttl_days=30)
     now = time.time()
     old, edge = now - 31 * 86_400, now - 29 * 86_400
@@ -367,7 +383,7 @@ def test_events_outside_the_raw_retention_are_dead_lettered_on_every_path():
         rows, dead, _, _ = Pipeline(s, FakeSink()).split(batch)
         assert [d["reason"] for d in dead] == [R.OUTSIDE_RETENTION], batch
         assert "PHASEMETER_RAW_TTL_DAYS" in dead[0]["detail"]
-        assert [r["request_id"] for r in rows] == ["a"] * (len(rows) > 0) and isinstance(rows, list)
+        assert [r["request_id"] for r in rows] == ["a"] * (len(rows) > 0)
     rows = Pipeline(s, FakeSink()).split([rec(0, env(gen("a", t0=edge), gen("b", t0=edge), version=1))])[0]
     assert isinstance(rows, Generations) and len(rows) == 2  # inside: still columns
     future = Pipeline(s, FakeSink()).split([rec(0, gen("f", t0=now + MAX_DURATION_S + 60))])[1]
@@ -388,10 +404,10 @@ def test_a_batch_decoded_ahead_is_checked_against_the_retention_of_its_turn():
 
 @pytest.mark.parametrize("shape", ["envelope", "messages"])
 def test_a_replica_flood_keeps_k_values_per_model_the_rest_other_on_both_paths(shape):
-    # an envelope of generations takes the columnar path; a bad message sends its batch to the row path
+    # an envelope of generations takes the columnar path; a phase sends its batch to the row path
     p = Pipeline(Settings(topic=TOPIC, label_top_k=4), FakeSink())
     events = [{**gen(f"r{i}"), "replica": f"vllm-{i}"} for i in range(200)]
-    batch = [rec(0, env(*events, version=1))] if shape == "envelope" else [rec(i, e) for i, e in enumerate(events)] + [rec(200, b"{")]
+    batch = [rec(0, env(*events, version=1))] if shape == "envelope" else [rec(i, e) for i, e in enumerate(events)] + [rec(200, phases_of("p")[0])]
     rows = p.split(batch)[0]
     assert len(rows) == 200 and isinstance(rows, Generations) == (shape == "envelope")
     kept = {r["replica"] for r in rows}
@@ -419,3 +435,54 @@ def test_otlp_spans_ignored_and_replicas_dropped_are_counted_per_reason():
     assert p.otlp_ignored == 2
     assert (p.counts["otlp_spans_ignored_embedding"], p.counts["otlp_spans_ignored_not_llm"],
             p.counts["otlp_replicas_dropped"]) == (1, 1, 1)
+
+
+class RowPath(Pipeline):
+    """The row path alone: what the columns must give, row for row."""
+    def _as_columns(self, events, ahead=None):
+        return None
+
+
+@st.composite
+def real_batches(draw):
+    """Generations from both topics, alone and in envelopes, with bad events,
+    repeated request_ids, and a store holding some of them (a re-read)."""
+    s = Settings(topic=TOPIC, batch_rows=draw(st.integers(1, 6)))
+    ids = [f"r{i}" for i in range(draw(st.integers(1, 8)))]
+    batch, stored_rows, stored_dead, stored_ids = [], [], [], set()
+    for offset in range(draw(st.integers(1, 6))):
+        topic = draw(st.sampled_from([TOPIC, TOPIC, s.joined_topic_name]))
+        events = []
+        for _ in range(draw(st.integers(1, 4))):
+            e = dict(gen(draw(st.sampled_from(ids)), t0=T0 + draw(st.integers(0, 3)) * 60), schema_version=2)
+            e.update(draw(st.sampled_from([{}, {}, {"ttft_s": -1}, {"e2e_s": 0.1}, {"prompt": "x"}, {"kind": "x"}])))
+            events.append(e)
+        value = env(*events) if len(events) > 1 or draw(st.booleans()) else events[0]
+        batch.append(rec(offset, value, topic=topic))
+        if draw(st.integers(0, 3)) == 0:  # the store holds this record's first row, or its dead letters
+            stored_rows.append((topic, 0, offset, events[0]["request_id"], cell(events[0]["t0"])))
+        if draw(st.integers(0, 3)) == 0:
+            stored_dead.append((topic, 0, offset))
+    for rid in ids:
+        if draw(st.integers(0, 4)) == 0:
+            stored_ids.add(draw(st.sampled_from([rid, (TOPIC, rid), (s.joined_topic_name, rid)])))
+    return s, batch, stored_rows, stored_dead, stored_ids
+
+
+@settings(max_examples=300, deadline=None)
+@given(real_batches())
+def test_the_columns_keep_the_row_paths_exactly_once_rules(case):
+    """Bad events, duplicates, re-reads and both topics in one batch: the
+    columns give the row path's rows, dead letters, cells to check and counts."""
+    s, batch, stored_rows, stored_dead, stored_ids = case
+    out = []
+    for kind in (Pipeline, RowPath):
+        p = kind(s, FakeSink(rows=stored_rows, dead=stored_dead, ids=stored_ids))
+        rows, dead, phases, suspects = p.split(list(batch))
+        dead = [{k: v for k, v in d.items() if k != "ts"} for d in dead]  # ts: when it was refused
+        out.append((sorted(map(sorted, (r.items() for r in rows))), dead, phases, suspects, p.skipped, p.duplicates,
+                    p.rejoined, p.reread_records))
+        if kind is Pipeline:
+            assert isinstance(rows, Generations) or len(rows) == 0
+    columns, row_path = out
+    assert columns == row_path

@@ -1,0 +1,171 @@
+"""Worker throughput on real-world backlogs against the clean one, in the same run.
+
+    python bench/bench_worker_backlogs.py [--n 50000] [--envelope-size 100] [--rounds 3]
+                                          [--bootstrap H:P] [--json OUT]
+
+Production traffic always holds a little of everything: a gateway with a
+rare bug, a client that retries, the join's records beside the raw ones.
+Pre-fills four backlogs of `--n` generations in envelopes of
+`--envelope-size` (phasemeter.demo.synthetic's traffic):
+
+* clean;
+* invalid: 1 % of the events with ttft_s = -1 (dead-lettered, impossible_order);
+* duplicate: 1 % of the events repeating the request_id of an event 37 before
+  (dead-lettered, duplicate);
+* mixed: half the generations on the raw topic, half on the joined topic
+  (as the join agent writes them: v2 generations), read together.
+
+Each round drains every backlog with a fresh worker into its own chDB store,
+in turn (in another order each round, the clean one never first), so the
+load of the shared host falls on all of them alike; the rate is generations stored per second of
+the drain, from the first record consumed to the last row stored (/health
+polled every 20 ms), per wall second and per CPU second of the worker (the
+steadier figure on a shared host). Each figure is recorded beside the clean one of its own round. Without --bootstrap a
+local broker is started in a tmp dir and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _util as U  # noqa: E402
+import results as R  # noqa: E402
+
+KINDS = ("clean", "invalid", "duplicate", "mixed")
+GOALS = {"invalid": ("worker-invalid-1pct", "1 % invalid events (ttft_s = -1)"),
+         "duplicate": ("worker-duplicate-1pct", "1 % duplicate request_ids"),
+         "mixed": ("worker-mixed-topics", "raw and joined records mixed")}
+
+
+def backlogs(n: int, size: int, every: int = 100) -> dict[str, dict[str, list[tuple[bytes, bytes]]]]:
+    """kind -> {topic suffix: messages}, and the rows each should store."""
+    def enveloped(events, version=1):
+        return [(events[i]["request_id"].encode(), U.encode_event({"schema_version": version, "kind": "batch",
+                                                                    "events": events[i:i + size]}))
+                for i in range(0, len(events), size)]
+    clean = U.synthetic_events(n)
+    invalid = [dict(e, ttft_s=-1) if i % every == every // 2 else e for i, e in enumerate(U.synthetic_events(n))]
+    dups = U.synthetic_events(n)
+    dups = [dict(e, request_id=dups[i - 37]["request_id"]) if i % every == every // 2 and i >= 37 else e
+            for i, e in enumerate(dups)]
+    mixed = U.synthetic_events(n)
+    joined = [dict(e, schema_version=2) for e in mixed[1::2]]
+    return {"clean": {"": enveloped(clean)}, "invalid": {"": enveloped(invalid)},
+            "duplicate": {"": enveloped(dups)},
+            "mixed": {"": enveloped(mixed[0::2]), ".joined": enveloped(joined, version=2)}}
+
+
+def expected(n: int, every: int = 100) -> dict[str, int]:
+    bad = len(range(every // 2, n, every))
+    return {"clean": n, "invalid": n - bad, "duplicate": n - bad, "mixed": n}
+
+
+def measure(bootstrap: str, topic: str, stored: int, timeout_s: float, poll_s: float = 0.02,
+            pythonpath: str = "") -> dict:
+    """Generations stored per second and per CPU second of the worker, both
+    over its whole drain, from the first record consumed to the last row
+    stored (/health polled every `poll_s`): a backlog of a few batches is
+    too coarse for the first-to-last-row window of bench_worker, and on a
+    shared host the CPU figure is the steadier of the two."""
+    tmp = Path(tempfile.mkdtemp(prefix="pm-bench-backlog-"))
+    w = U.Worker(bootstrap, topic, tmp, extra_env={"PYTHONPATH": pythonpath} if pythonpath else None)
+    out: dict = {"complete": False}
+    try:
+        w.migrate()
+        w.start()
+        first = None
+        h: dict = {}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and w.proc.poll() is None:
+            h = w.health() or h
+            now, cpu = time.time(), U.cpu_seconds(w.proc.pid)
+            if first is None and h.get("consumed", 0) > 0:
+                first = (now, cpu)
+            if first is not None and h.get("accepted", 0) >= stored:
+                out.update(complete=True, gens_per_s=stored / max(now - first[0], poll_s),
+                           gens_per_cpu_s=stored / max(cpu - first[1], 0.01))
+                break
+            time.sleep(poll_s)
+        out.update(dead=h.get("rejected"), duplicates=h.get("duplicates"),
+                   peak_rss_mib=U.memory_mib(w.proc.pid, "VmHWM"))
+    finally:
+        w.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not out["complete"]:
+        raise RuntimeError(f"{topic}: {stored} rows not stored in {timeout_s}s: {h}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bootstrap", default="", help="use this broker instead of starting one")
+    ap.add_argument("--n", type=int, default=50_000, help="generations per backlog (a few batches: the run "
+                                                              "stays within ~2 minutes)")
+    ap.add_argument("--envelope-size", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=120.0, help="per drain")
+    ap.add_argument("--json", default="", help="also write the result dict here")
+    ap.add_argument("--pythonpath", default="", help="run the workers of another tree (e.g. `git archive` of the "
+                                                     "code before a change, laid out as installed): printed, not "
+                                                     "recorded")
+    args = ap.parse_args(argv)
+    U.exit_cleanly_on_sigterm()
+
+    want = expected(args.n)
+    result: dict = {"params": vars(args).copy(), "rounds": []}
+    with U.broker(args.bootstrap or None) as bootstrap:
+        tag = uuid.uuid4().hex[:8]
+        topics = {kind: f"bench-{kind}-{tag}" for kind in KINDS}
+        for kind, parts in backlogs(args.n, args.envelope_size).items():
+            for suffix, msgs in parts.items():
+                U.prefill(bootstrap, topics[kind] + suffix, msgs)
+        for i in range(args.rounds):
+            # Each round in another order, the clean backlog never first: the
+            # first drain of a run meets a cold broker and page cache.
+            order = KINDS[1 + i % 3:] + KINDS[:1 + i % 3]
+            runs = {kind: measure(bootstrap, topics[kind], want[kind], args.timeout, pythonpath=args.pythonpath)
+                    for kind in order}
+            result["rounds"].append(runs)
+            print({k: (round(v["gens_per_s"]), round(v["gens_per_cpu_s"])) for k, v in runs.items()}, flush=True)
+    print(render(result))
+    U.write_json(args.json, result)
+    if not args.pythonpath:
+        print(f"result: {R.record('worker-backlogs', figures(result))}")
+    return result
+
+
+def figures(result: dict) -> list[dict]:
+    out = []
+    rounds = result["rounds"]
+    size = result["params"]["envelope_size"]
+    for i, r in enumerate(rounds, 1):
+        for kind, (goal, what) in GOALS.items():
+            for key, per, suffix in (("gens_per_s", "generations/s", ""),
+                                     ("gens_per_cpu_s", "generations per worker CPU second", "-cpu")):
+                value, clean = r[kind][key], r["clean"][key]
+                out.append(R.figure(goal + suffix, f"{what}, envelopes of {size}, {per}, round {i} of {len(rounds)}",
+                                    round(value), "1/s",
+                                    reference={"what": f"the clean backlog, {per}, same round", "value": round(clean)},
+                                    target="≥ 0.9× clean in every round", met=value >= 0.9 * clean))
+    return out
+
+
+def render(result: dict) -> str:
+    rows = [[i, *(f"{round(r[k]['gens_per_s'])} / {round(r[k]['gens_per_cpu_s'])}" for k in KINDS),
+             *(f"{r[k]['gens_per_s'] / r['clean']['gens_per_s']:.2f} / "
+               f"{r[k]['gens_per_cpu_s'] / r['clean']['gens_per_cpu_s']:.2f}" for k in GOALS),
+             r["invalid"]["dead"], r["duplicate"]["duplicates"]]
+            for i, r in enumerate(result["rounds"], 1)]
+    return U.md_table(["round", *(f"{k} (per s / per CPU s)" for k in KINDS), *(f"{k}/clean" for k in GOALS),
+                       "dead letters (invalid)", "duplicates"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""A generation's checks across fields and its metrics (docs/metrics.md),
+written once, on columns.
+
+The worker evaluates them on a whole batch at a time (columnar.py, with
+numpy as `xp`); the row path of one event (`derive.validate`, `derive.derive`,
+which `phasemeter emit`, the OTLP receiver and the unit tests use) evaluates
+the same expressions on one row's Python numbers (`ONE`). Either way a null
+time or count is NaN here, so a comparison with it is false and a formula
+over it is NaN, which the caller stores as null: never zero or inf.
+
+Pure and free of numpy, so the gateway install (contract.py's) can use it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from . import reasons as R
+from .contract import MIN_T0, Rejection, outside_retention
+
+NULL = math.nan
+
+
+class Fields(NamedTuple):
+    """A generation's numbers, one value each or one column each: times in
+    seconds (floats), counts (ints), NaN for a null ttft_s, queue_s,
+    cached_input_tokens or kv_transfer_s."""
+    t0: object
+    e2e: object
+    ttft: object
+    queue: object
+    n_in: object
+    n_out: object
+    cached: object
+    kv: object  # kv_transfer_s (contract.PD_FIELDS)
+
+
+class _One:
+    """numpy's `where` and `isfinite` for one row of Python numbers."""
+    @staticmethod
+    def where(cond, a, b):
+        return a if cond else b
+
+    isfinite = staticmethod(math.isfinite)
+
+
+ONE = _One()
+
+# The checks across fields, in the order a row's reason is named: the first
+# that holds is it. Each is (reason, the rows it refuses, its detail).
+CHECKS = (
+    (R.ABSURD, lambda f, latest, oldest: (f.t0 != f.t0) | (f.t0 < MIN_T0) | (f.t0 > latest),
+     lambda f, oldest: f"t0={f.t0} is not epoch seconds between 2000 and now+1d"),
+    (R.OUTSIDE_RETENTION, lambda f, latest, oldest: f.t0 < oldest,
+     lambda f, oldest: outside_retention(f.t0, oldest).detail),
+    (R.IMPOSSIBLE_ORDER, lambda f, latest, oldest: f.e2e < f.ttft,
+     lambda f, oldest: f"t_end before t_first (e2e_s={f.e2e} < ttft_s={f.ttft})"),
+    # t_scheduled after t_first, or after t_end when there is no first token
+    (R.IMPOSSIBLE_ORDER, lambda f, latest, oldest: (f.queue > f.ttft) | ((f.ttft != f.ttft) & (f.queue > f.e2e)),
+     lambda f, oldest: f"t_scheduled after t_first/t_end (queue_s={f.queue})"),
+    (R.INCONSISTENT, lambda f, latest, oldest: (f.ttft != f.ttft) & (f.n_out > 0),
+     lambda f, oldest: "output_tokens > 0 but no first token (ttft_s null)"),
+    (R.INCONSISTENT, lambda f, latest, oldest: f.cached > f.n_in,
+     lambda f, oldest: f"cached_input_tokens={int(f.cached)} > input_tokens"),
+    # The KV cache moves between the prefill and the decode's first token:
+    # inside ttft_s, or inside e2e_s when there was no first token.
+    (R.INCONSISTENT, lambda f, latest, oldest: _transfer_late(f.kv, f.ttft, f.e2e),
+     lambda f, oldest: _transfer_detail(f.kv, f.ttft, f.e2e)),
+)
+
+
+def _transfer_late(kv, ttft, e2e):
+    return (kv > ttft) | ((ttft != ttft) & (kv > e2e))
+
+
+def _transfer_detail(kv, ttft, e2e) -> str:
+    if ttft == ttft:
+        return f"kv_transfer_s={kv} > ttft_s={ttft} (the transfer happens before the first token)"
+    return f"kv_transfer_s={kv} > e2e_s={e2e}"
+
+
+def check_transfer_within(kv_transfer_s: float | None, ttft_s: float | None, e2e_s: float | None):
+    """The transfer check of CHECKS alone, for a producer or an OTLP span
+    that knows only these three (None: null): its Rejection or None."""
+    kv, ttft, e2e = (NULL if v is None else v for v in (kv_transfer_s, ttft_s, e2e_s))
+    return Rejection(R.INCONSISTENT, _transfer_detail(kv, ttft, e2e)) if _transfer_late(kv, ttft, e2e) else None
+
+
+def failing(f: Fields, latest: float, oldest: float) -> list:
+    """Per check of CHECKS, the rows it refuses (a bool, or a bool column).
+    `latest`: the latest t0 accepted (now + a day); `oldest`: the retention's."""
+    return [test(f, latest, oldest) for _, test, _ in CHECKS]
+
+
+def rejection_of(check: int, f: Fields, oldest: float):
+    """The Rejection of one row (Python numbers) refused by CHECKS[check]."""
+    reason, _, detail = CHECKS[check]
+    return Rejection(reason, detail(f, oldest))
+
+
+def check_one(f: Fields, latest: float, oldest: float):
+    """The row path: a batch of one row, its Rejection or None."""
+    for reason, test, detail in CHECKS:
+        if test(f, latest, oldest):
+            return Rejection(reason, detail(f, oldest))
+    return None
+
+
+def _rate(xp, count, seconds):
+    """count / seconds, NaN (null) without a time, with a time <= 0, or where
+    the rate overflows (a subnormal time: ttft_s=2.2e-309 gave inf once,
+    which no percentile survives)."""
+    ok = seconds > 0
+    value = count / xp.where(ok, seconds, 1.0)
+    return xp.where(ok & xp.isfinite(value), value, NULL)
+
+
+def metrics(f: Fields, xp=ONE) -> dict:
+    """The derived metrics of docs/metrics.md, NaN where null."""
+    decode_s = f.e2e - f.ttft
+    decodes = f.n_out > 1
+    decode_tps = _rate(xp, xp.where(decodes, f.n_out - 1, NULL), decode_s)
+    has_decode = decode_tps == decode_tps
+    return {
+        "decode_s": decode_s,
+        "prefill_tps": _rate(xp, f.n_in, f.ttft),
+        # t_first - (t_scheduled or t0)
+        "prefill_tps_uncached": _rate(xp, f.n_in - f.cached, f.ttft - xp.where(f.queue == f.queue, f.queue, 0.0)),
+        "decode_tps": decode_tps,
+        "tpot_s": xp.where(has_decode, decode_s / xp.where(has_decode, f.n_out - 1, 1), NULL),
+    }
