@@ -32,6 +32,7 @@ ORDER = ("emitter-record", "worker-single", "worker-envelopes", "worker-invalid-
          "cli-read-alerts", "cli-read-alerts-cpu", "cli-read-before", "cli-read-before-cpu")
 # The pages of docs/performance/ that keep the reasoning behind the figures.
 TOPICS = ("emitter", "worker", "sink", "queries", "reads")
+NOTES_SHOWN = 300  # characters of a run's notes on the page
 
 
 def load(folder: Path = RESULTS) -> list[tuple[str, dict]]:
@@ -108,7 +109,11 @@ def render(results: list[tuple[str, dict]]) -> str:
         name, doc, _ = latest[g]
         shown.setdefault(name, doc)
     for name, doc in shown.items():
-        notes = f" ({doc['notes']})" if doc.get("notes") else ""
+        # A run's notes can be long (per-round figures): the page keeps their
+        # start, the JSON behind the link keeps them whole.
+        text = doc.get("notes") or ""
+        notes = f" ({text if len(text) <= NOTES_SHOWN else text[:NOTES_SHOWN].rstrip() + '… (whole in the JSON)'})" \
+            if text else ""
         lines.append(f"- [{name}](bench/results/{name}): `{doc['command']}`{notes}")
     lines += ["", "Topics: " + ", ".join(
         f"[{t}](docs/performance/{t}.md)" for t in TOPICS) + "."]
