@@ -20,11 +20,11 @@ P/D traffic gives no rows and no result.
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from phasemeter.alerts.evaluate import FIRING, INSUFFICIENT, OK, Result, stall_value, window_sides
+# _num, _ratio: evaluate's null-safe readings, shared by every rule family.
+from phasemeter.alerts.evaluate import FIRING, INSUFFICIENT, OK, Result, _num, _ratio, stall_value, window_sides
 from phasemeter.alerts.rules import Rule
 from phasemeter.query.rows import Rows, of
 
@@ -35,15 +35,9 @@ if TYPE_CHECKING:  # annotations only: `phasemeter --help` must not load pandas
 TTFT_RISE = 0.10
 
 
-def _num(value) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return None if math.isnan(value) else value
-
-
 def _change(cur: float | None, base: float | None) -> float | None:
-    return cur / base - 1 if cur is not None and base is not None and base > 0 else None
+    ratio = _ratio(cur, base)
+    return None if ratio is None else ratio - 1
 
 
 def judge(rule: Rule, n_cur: int, n_base: int, kv: tuple[float | None, float | None],
