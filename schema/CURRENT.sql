@@ -69,6 +69,7 @@ CREATE TABLE phasemeter.generations
     `prefill_replica` LowCardinality(String) DEFAULT '' CODEC(ZSTD(1)),
     `decode_replica` LowCardinality(String) DEFAULT '' CODEC(ZSTD(1)),
     `kv_transfer_s` Nullable(Float64) CODEC(ZSTD(1)),
+    `streamed` Nullable(UInt8) CODEC(ZSTD(1)),
     `schema_version` UInt8,
     `src_topic` LowCardinality(String),
     `src_partition` UInt16,

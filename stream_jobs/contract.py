@@ -46,6 +46,20 @@ DEFAULT_STALL_THRESHOLD_S = 0.5
 PD_LABELS = ("prefill_replica", "decode_replica")
 PD_FIELDS = PD_LABELS + ("kv_transfer_s",)
 PD_ABSENT = {"prefill_replica": "", "decode_replica": "", "kv_transfer_s": None}
+# Optional on a v2 generation: false says the call was not streamed (the
+# client got the whole answer at once, as an OTLP span with
+# gen_ai.request.stream = false), so it has no first token to time: its row
+# is stored with a null ttft_s and null phases (formulas.CHECKS lets it
+# through) instead of being refused for output without a first token.
+# Absent (null) says nothing: such a row is held to a first token as before.
+STREAMED = "streamed"
+
+
+def check_streamed(value) -> Rejection | None:
+    """`streamed`: a JSON boolean or null (0/1 and "false" are not one)."""
+    if value is not None and type(value) is not bool:
+        return Rejection(R.WRONG_TYPE, f"{STREAMED} must be a boolean, got {type(value).__name__}")
+    return None
 
 
 # JSON may spell a character as a \u escape. One that is half of a

@@ -14,7 +14,7 @@ from .buckets import Bucketer
 from .formulas import NULL, Fields, check_one, metrics
 from .contract import LABEL_FIELDS, check_count, check_duration, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
 from .contract import V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate, may_hold_lone_surrogate
-from .contract import PD_ABSENT, PD_FIELDS, check_gap, control_character, has_control
+from .contract import PD_ABSENT, PD_FIELDS, STREAMED, check_gap, check_streamed, control_character, has_control
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
 __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_event", "process_message",
@@ -22,11 +22,11 @@ __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process",
 REQUIRED = ("schema_version", "kind", "request_id", "model", "t0", "e2e_s", "input_tokens", "output_tokens")
 OPTIONAL = ("ttft_s", "queue_s", "cached_input_tokens", "status", "finish_reason", "gateway", "replica")
 KNOWN = frozenset(REQUIRED + OPTIONAL)  # a v1 generation: exactly as strict as before v2's extras
-KNOWN_V2 = KNOWN | frozenset(V2_OPTIONAL) | frozenset(PD_FIELDS)
+KNOWN_V2 = KNOWN | frozenset(V2_OPTIONAL) | frozenset(PD_FIELDS) | {STREAMED}
 # What an event without the v2 extras normalises them to (no chunk data, an
 # output count from the server, no prefill/decode split).
 NO_EXTRAS = {"chunks": None, "max_gap_s": None, "gaps_over": None, "gap_threshold_s": None,
-             "output_tokens_estimated": False, **PD_ABSENT}
+             "output_tokens_estimated": False, **PD_ABSENT, STREAMED: None}
 COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")
 DURATIONS = ("ttft_s", "e2e_s", "queue_s")
 
@@ -39,6 +39,7 @@ ROW_COLUMNS = (
     "prefill_tps", "prefill_tps_uncached", "decode_tps", "tpot_s",
     "max_gap_s", "stalled", "chunks", "gap_threshold_s", "output_tokens_estimated",  # schema/0010, 0011
     "prefill_replica", "decode_replica", "kv_transfer_s",  # schema/0027
+    "streamed",  # schema/0029
     "schema_version", "src_topic", "src_partition", "src_offset",
 )
 
@@ -107,16 +108,17 @@ def _float(value) -> float | None:
 
 
 def normalised(model, rid, reason, gw, replica, status, n_in, n_out, cached, t0: float, ttft, e2e: float, queue,
-               version: int, prefill_replica=None, decode_replica=None, kv_transfer_s=None) -> dict:
+               version: int, prefill_replica=None, decode_replica=None, kv_transfer_s=None, streamed=None) -> dict:
     """The fields of a generation whose every field has its type and range,
     as the row path gives them (a null label is ""). Shared by `_fast` and
     the worker's C decoder (stream_jobs/fast_decode.py), which alone passes
-    the P/D fields (`_fast` leaves an event with them to the full path). Times are floats."""
+    the P/D fields and `streamed` (`_fast` leaves an event with them to the
+    full path). Times are floats."""
     return {"model": model, "request_id": rid, "finish_reason": reason or "", "gateway": gw or "",
             "replica": replica or "", "status": status, "input_tokens": n_in, "output_tokens": n_out,
             "cached_input_tokens": cached, "t0": t0, "ttft_s": ttft, "e2e_s": e2e, "queue_s": queue,
             "schema_version": version, **NO_EXTRAS, "prefill_replica": prefill_replica or "",
-            "decode_replica": decode_replica or "", "kv_transfer_s": _float(kv_transfer_s)}
+            "decode_replica": decode_replica or "", "kv_transfer_s": _float(kv_transfer_s), STREAMED: streamed}
 
 
 def _nan(value):
@@ -127,7 +129,7 @@ def numbers(fields: dict) -> Fields:
     """A row's numbers as formulas.py takes them (null -> NaN)."""
     return Fields(fields["t0"], fields["e2e_s"], _nan(fields["ttft_s"]), _nan(fields["queue_s"]),
                   fields["input_tokens"], fields["output_tokens"], _nan(fields["cached_input_tokens"]),
-                  _nan(fields["kv_transfer_s"]))
+                  _nan(fields["kv_transfer_s"]), NULL if fields[STREAMED] is None else int(fields[STREAMED]))
 
 
 def across(fields: dict, now: float, oldest: float = MIN_T0) -> Rejection | None:
@@ -206,6 +208,10 @@ def _validate_full(event: dict, now: float, oldest: float = MIN_T0) -> dict | Re
     if bad is not None:
         return bad
     out["kv_transfer_s"] = None if kv is None else float(kv)
+    bad = check_streamed(event.get(STREAMED))  # before `across`, whose first-token check reads it
+    if bad is not None:
+        return bad
+    out[STREAMED] = event.get(STREAMED)
     bad = across(out, now, oldest)
     if bad is not None:
         return bad
@@ -231,6 +237,7 @@ def derive(fields: dict, bucket: Bucketer) -> dict:
         # null without chunk data: "no stall" is only said of a measured stream
         "stalled": None if fields["gaps_over"] is None else int(fields["gaps_over"] > 0),
         "output_tokens_estimated": int(fields["output_tokens_estimated"]),
+        STREAMED: None if fields[STREAMED] is None else int(fields[STREAMED]),
         "schema_version": fields.get("schema_version", 1),
     }
 

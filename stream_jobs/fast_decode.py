@@ -30,7 +30,7 @@ from typing import Annotated, Literal, Optional, Union
 import msgspec
 
 from .buckets import Bucketer
-from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS, SCHEMA_VERSIONS, STATUSES
+from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS, SCHEMA_VERSIONS, STATUSES, STREAMED
 from .contract import V2_OPTIONAL, has_control, may_hold_control, may_hold_lone_surrogate
 from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, across, derive, normalised, process_event
 from .derive import process_message
@@ -57,6 +57,8 @@ def _type_of(name: str):
         return Literal[STATUSES]  # type: ignore[valid-type]
     if name == "schema_version":
         return _Version
+    if name == STREAMED:  # a JSON boolean only (contract.check_streamed)
+        return bool
     raise AssertionError(f"no C type for contract field {name!r}")
 
 
@@ -71,13 +73,14 @@ def _struct(title: str, tag: str, required: list, optional: list, gc: bool = Fal
 
 
 # A v1/v2 generation as derive's `_fast` accepts it, built from its lists,
-# and the P/D fields of a v2 one. Those are UNSET when absent, None when
-# null: a v1 generation naming one, even as null, is the full path's to
-# refuse (unknown_field; `_v1_naming_pd`).
+# and the P/D fields and `streamed` of a v2 one (V2_ONLY). Those are UNSET
+# when absent, None when null: a v1 generation naming one, even as null, is
+# the full path's to refuse (unknown_field; `_v1_naming_pd`).
+V2_ONLY = PD_FIELDS + (STREAMED,)
 Generation = _struct("Generation", "generation", [(n, _type_of(n)) for n in REQUIRED if n != "kind"],
                      [(n, _type_of(n), "ok") if n == "status" else (n, Optional[_type_of(n)], None)
                       for n in sorted(KNOWN - set(REQUIRED))]
-                     + [(n, Union[_type_of(n), None, msgspec.UnsetType], msgspec.UNSET) for n in PD_FIELDS])
+                     + [(n, Union[_type_of(n), None, msgspec.UnsetType], msgspec.UNSET) for n in V2_ONLY])
 # The v2 phase events as validate_phase accepts them, built from its SPEC;
 # an end with stall data (V2_OPTIONAL) or a phase with P/D fields takes the full path.
 PHASES = {kind: _struct(kind.title().replace("_", ""), kind,
@@ -113,19 +116,20 @@ def _v1_naming_pd(events) -> bool:
     of 20,000 v2 generations)."""
     return 1 in map(_VERSION, events) and any(
         type(e) is Generation and e.schema_version == 1
-        and (e.prefill_replica is not _UNSET or e.decode_replica is not _UNSET or e.kv_transfer_s is not _UNSET)
+        and (e.prefill_replica is not _UNSET or e.decode_replica is not _UNSET or e.kv_transfer_s is not _UNSET
+             or e.streamed is not _UNSET)
         for e in events)
 
 
 def given(value):
-    """A P/D field of a Generation, None when absent (UNSET) or null."""
+    """A V2_ONLY field of a Generation, None when absent (UNSET) or null."""
     return None if value is _UNSET else value
 
 
 def _generation(e, now: float, oldest: float) -> dict | None:
     fields = normalised(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status, e.input_tokens,
                         e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s, e.queue_s, e.schema_version,
-                        given(e.prefill_replica), given(e.decode_replica), given(e.kv_transfer_s))
+                        given(e.prefill_replica), given(e.decode_replica), given(e.kv_transfer_s), given(e.streamed))
     return None if across(fields, now, oldest) is not None else fields
 
 

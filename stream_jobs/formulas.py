@@ -25,7 +25,7 @@ NULL = math.nan
 class Fields(NamedTuple):
     """A generation's numbers, one value each or one column each: times in
     seconds (floats), counts (ints), NaN for a null ttft_s, queue_s,
-    cached_input_tokens or kv_transfer_s."""
+    cached_input_tokens, kv_transfer_s or streamed."""
     t0: object
     e2e: object
     ttft: object
@@ -34,6 +34,9 @@ class Fields(NamedTuple):
     n_out: object
     cached: object
     kv: object  # kv_transfer_s (contract.PD_FIELDS)
+    # contract.STREAMED: 0 where the event said the call was not streamed,
+    # 1 where it said streamed, NaN where it did not say.
+    streamed: object
 
 
 class _One:
@@ -59,8 +62,11 @@ CHECKS = (
     # t_scheduled after t_first, or after t_end when there is no first token
     (R.IMPOSSIBLE_ORDER, lambda f, latest, oldest: (f.queue > f.ttft) | ((f.ttft != f.ttft) & (f.queue > f.e2e)),
      lambda f, oldest: f"t_scheduled after t_first/t_end (queue_s={f.queue})"),
-    (R.INCONSISTENT, lambda f, latest, oldest: (f.ttft != f.ttft) & (f.n_out > 0),
-     lambda f, oldest: "output_tokens > 0 but no first token (ttft_s null)"),
+    # A call not streamed (streamed = 0) has no first token to time: its row
+    # is kept with null phases. NaN != 0, so a row that did not say is held.
+    (R.INCONSISTENT, lambda f, latest, oldest: (f.ttft != f.ttft) & (f.n_out > 0) & (f.streamed != 0),
+     lambda f, oldest: "output_tokens > 0 but no first token (ttft_s null; a call not streamed says "
+                       "streamed: false)"),
     (R.INCONSISTENT, lambda f, latest, oldest: f.cached > f.n_in,
      lambda f, oldest: f"cached_input_tokens={int(f.cached)} > input_tokens"),
     # The KV cache moves between the prefill and the decode's first token:

@@ -34,9 +34,10 @@ def row(i: int, **over) -> dict:
 
 def test_stored_rows_equal_the_derived_ones_nulls_and_milliseconds_included(client):
     rows = [row(0, cached_input_tokens=7, max_gap_s=0.3, stalled=1, chunks=12, gap_threshold_s=0.25,
-                output_tokens_estimated=1, prefill_replica="p-0", decode_replica="d-1", kv_transfer_s=0.042),
+                output_tokens_estimated=1, prefill_replica="p-0", decode_replica="d-1", kv_transfer_s=0.042,
+                streamed=1),
             row(1, ttft_s=None, prefill_tps=None, decode_tps=None, tpot_s=None, queue_s=None, decode_s=None,
-                status="error"),
+                status="error", streamed=0),
             row(2, ts=T0 + 0.9996)]
     Sink.over(client, "chdb").write(rows, [])
     cols = ", ".join(ROW_COLUMNS)

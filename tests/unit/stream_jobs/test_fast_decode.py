@@ -33,8 +33,8 @@ def envelope(events: list, version=1) -> bytes:
     return json.dumps({"schema_version": version, "kind": "batch", "events": events}).encode()
 
 
-def test_the_struct_holds_the_v1_generation_fields_and_the_pd_fields():
-    assert set(Generation.__struct_fields__) | {"kind"} == KNOWN | set(PD_FIELDS)
+def test_the_struct_holds_the_v1_generation_fields_the_pd_fields_and_streamed():
+    assert set(Generation.__struct_fields__) | {"kind"} == KNOWN | set(PD_FIELDS) | {"streamed"}
 
 
 PD_GEN = {"schema_version": 2, "kind": "generation", "request_id": "pd", "model": "m", "t0": NOW - 5,

@@ -29,7 +29,8 @@ from corpus import NOW_REF, POISON, as_bytes
 
 from phasemeter.producers import Meter
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
-from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS, V2_OPTIONAL
+from phasemeter.stream_jobs.contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS, STREAMED
+from phasemeter.stream_jobs.contract import V2_OPTIONAL
 from phasemeter.stream_jobs.derive import Phase, Rejection, process_message
 from phasemeter.stream_jobs.phase_events import SPEC, validate_phase
 
@@ -265,8 +266,9 @@ def test_generation_equals_v1():
     v1 = json.loads((ROOT / "schema" / "event-v1.schema.json").read_text())
     gen = SCHEMA["$defs"]["generation"]
     assert v1["properties"]["schema_version"] == {"const": 1}
-    # v2's generation adds exactly the contract's optional v2 fields and the P/D fields ...
-    assert set(gen["properties"]) == set(v1["properties"]) | set(V2_OPTIONAL) | set(PD_FIELDS)
+    # v2's generation adds exactly the contract's optional v2 fields, the P/D fields and streamed ...
+    assert set(gen["properties"]) == set(v1["properties"]) | set(V2_OPTIONAL) | set(PD_FIELDS) | {STREAMED}
+    assert STREAMED not in v1["properties"] and STREAMED not in gen["required"]
     assert not set(PD_FIELDS) & set(v1["properties"]) and not set(PD_FIELDS) & set(gen["required"])
     assert not set(V2_OPTIONAL) & set(v1["properties"]) and not set(V2_OPTIONAL) & set(gen["required"])
     assert gen["required"] == v1["required"]
@@ -349,6 +351,9 @@ VALID = {
                                                gap_threshold_s=0.5, output_tokens_estimated=True),
     "generation v2 chunk fields null": _gen(schema_version=2, chunks=None, max_gap_s=None, gaps_over=None,
                                             gap_threshold_s=None, output_tokens_estimated=None),
+    "generation v2 not streamed, no first token": _gen(schema_version=2, ttft_s=None, streamed=False),
+    "generation v2 not streamed, no ttft key": _drop(_gen(schema_version=2, streamed=False), "ttft_s"),
+    "generation v2 streamed": _gen(schema_version=2, streamed=True),
     "generation v2 max gap equals e2e": _gen(schema_version=2, chunks=2, max_gap_s=2.5),
     "batch v2 mixing kinds": {"schema_version": 2, "kind": "batch",
                               "events": [_start(), _first(), _end(), _gen(), _gen(schema_version=2)]},
@@ -487,6 +492,11 @@ BAD = {
     "generation t_end alternative not in generation": _drop(_gen(t_end=NOW), "e2e_s"),
     "generation output without ttft key": _drop(_gen(), "ttft_s"),
     "generation version 3": _gen(schema_version=3),
+    "generation streamed, output without ttft": _gen(schema_version=2, ttft_s=None, streamed=True),
+    "generation streamed null, output without ttft": _gen(schema_version=2, ttft_s=None, streamed=None),
+    "generation streamed as 0": _gen(schema_version=2, streamed=0),
+    "generation streamed as a string": _gen(schema_version=2, streamed="false"),
+    "generation v1 streamed": _gen(streamed=False, ttft_s=None),
     "batch empty": {"schema_version": 2, "kind": "batch", "events": []},
     "batch too big": {"schema_version": 2, "kind": "batch", "events": [_first()] * 10_001},
     "batch extra key": {"schema_version": 2, "kind": "batch", "events": [_first()], "gateway": "g"},
