@@ -13,7 +13,7 @@ import phasemeter.stream_jobs.reasons as R
 
 from .checks import BadArgument, check_duration, check_outcome, check_request, check_t0
 from phasemeter.stream_jobs.contract import MAX_DURATION_S
-from .optional import check_estimated, check_stalls, with_pd
+from .optional import check_estimated, check_stalls, with_pd, with_streamed
 from .phases import end_item, first_token_item, start_item
 
 _ESTIMATED = (None, None, None, None, True)  # the v2 fields of a record(output_tokens_estimated=True)
@@ -34,7 +34,8 @@ class Calls:
                t_scheduled: float | None = None, output_tokens_estimated: bool = False,
                chunks: int | None = None, max_gap_s: float | None = None, gaps_over: int | None = None,
                gap_threshold_s: float | None = None, prefill_replica: str | None = None,
-               decode_replica: str | None = None, kv_transfer_s: float | None = None) -> None:
+               decode_replica: str | None = None, kv_transfer_s: float | None = None,
+               streamed: bool | None = None) -> None:
         """Emit a generation timed elsewhere. Give durations (ttft_s, e2e_s,
         queue_s) or epoch timestamps (t_first, t_end, t_scheduled) -- not both;
         durations from a monotonic clock are preferable (immune to NTP steps).
@@ -48,7 +49,11 @@ class Calls:
         worker's rules (gaps_over <= chunks, max_gap_s <= e2e_s, ...); the
         event is then schema_version 2. Leave them None when nothing was
         timed per chunk: absent is "unknown", 0 would claim a smooth stream.
-        `prefill_replica`, `decode_replica`, `kv_transfer_s`: as Generation.finish()."""
+        `prefill_replica`, `decode_replica`, `kv_transfer_s`: as Generation.finish().
+        `streamed=False`: the call was not streamed, so it has no first token
+        (leave ttft_s/t_first None): the row is stored with null phases
+        instead of being refused for output without a first token
+        (docs/metrics.md). None: not said; either bool makes the event v2."""
         try:  # free unless it raises (3.11+)
             if not (t0.__class__ is float and _isfinite(t0) or t0.__class__ is int):
                 check_t0(t0)
@@ -90,6 +95,8 @@ class Calls:
             # Tested inline, as the stall fields are: the common record() makes no call for them.
             if prefill_replica is not None or decode_replica is not None or kv_transfer_s is not None:
                 v2 = with_pd(v2, prefill_replica, decode_replica, kv_transfer_s, ttft_s, e2e_s)
+            if streamed is not None:
+                v2 = with_streamed(v2, streamed)
             # EVENT_FIELDS order; request_id None is filled in by the sender thread.
             self._put((request_id, model, t0, ttft_s, e2e_s, queue_s, input_tokens, output_tokens,
                        cached_input_tokens, status, finish_reason, replica, v2))

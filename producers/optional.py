@@ -2,18 +2,20 @@
 carries one pays for: output_tokens_estimated, the chunk stats of record()
 (decode stalls, docs/metrics.md) and the prefill/decode fields of
 disaggregated serving (prefill_replica, decode_replica, kv_transfer_s;
-docs/phases.md). Each is held to the worker's own rule (contract.py) and
-refused with its reason code, as in checks.py.
+docs/phases.md), and `streamed` (false: a call not streamed, docs/metrics.md).
+Each is held to the worker's own rule (contract.py) and refused with its
+reason code, as in checks.py.
 
 The v2 tuple an event carries is these fields in V2_OPTIONAL order, then,
-when any is given, the PD_FIELDS (encode.V2_FIELDS).
+when any is given, the PD_FIELDS, then `streamed` when given
+(encode.V2_FIELDS).
 """
 
 from __future__ import annotations
 
 import phasemeter.stream_jobs.reasons as R
-from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, PD_LABELS, V2_OPTIONAL, check_gap,
-                                             check_gap_within, check_v2_optional)
+from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, PD_FIELDS, PD_LABELS, V2_OPTIONAL,
+                                             check_gap, check_gap_within, check_streamed, check_v2_optional)
 from phasemeter.stream_jobs.formulas import check_transfer_within
 
 from .checks import BadArgument, label_error, label_ok
@@ -71,3 +73,19 @@ def with_pd(v2: tuple | None, prefill_replica, decode_replica, kv_transfer_s, tt
     if prefill_replica is None and decode_replica is None and kv_transfer_s is None:
         return v2
     return (v2 or _NO_V2) + check_pd(prefill_replica, decode_replica, kv_transfer_s, ttft_s, e2e_s)
+
+
+_BEFORE_STREAMED = len(V2_OPTIONAL) + len(PD_FIELDS)  # the slots a v2 tuple has before `streamed`
+
+
+def with_streamed(v2: tuple | None, streamed) -> tuple | None:
+    """An event's v2 tuple with `streamed` in its slot (the slots before it
+    None where not given), or `v2` as it was when `streamed` is None. A
+    non-bool is refused as the worker refuses it (contract.check_streamed)."""
+    if streamed is None:
+        return v2
+    bad = check_streamed(streamed)
+    if bad is not None:
+        raise BadArgument(f"record(): {bad.detail}", bad.reason)
+    v2 = v2 or _NO_V2
+    return v2 + (None,) * (_BEFORE_STREAMED - len(v2)) + (streamed,)
