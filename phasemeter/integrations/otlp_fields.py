@@ -70,10 +70,9 @@ def timing(span: Span, output_tokens: int, now: float) -> dict | Rejection:
         return Rejection(R.IMPOSSIBLE_ORDER, f"{ttft_name}={ttft} > {e2e_name}={e2e}")
     if queue is not None and queue > (e2e if ttft is None else ttft):
         return Rejection(R.IMPOSSIBLE_ORDER, f"{queue_name}={queue} is after the first token / the end")
-    if ttft is None and output_tokens > 0:
-        if span.attrs.get(STREAM) is False:
-            return Rejection(R.MISSING_FIELD, f"a non-streaming call ({STREAM}=false) has no first token, so "
-                                              f"its {output_tokens} output tokens cannot be split into phases")
+    # A call not streamed (STREAM false) has no first token: its event says
+    # streamed: false (otlp_map) and the worker stores it with null phases.
+    if ttft is None and output_tokens > 0 and span.attrs.get(STREAM) is not False:
         return Rejection(R.MISSING_FIELD, f"time to first token: {output_tokens} output tokens but none of "
                                           f"{', '.join(TTFT)} (or 0.0: no first token)")
     return {"t0": t0, "ttft_s": None if ttft is None else float(ttft), "e2e_s": float(e2e),

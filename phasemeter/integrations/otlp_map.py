@@ -37,7 +37,7 @@ from phasemeter.stream_jobs.contract import LABEL_FIELDS, Rejection, check_count
 from .otlp_decode import (DEFAULT_MAX_SPANS, BadRequest, Span, TooManySpans, UnsupportedMediaType, json_spans,
                           proto_spans)
 from .otlp_fields import finish_reason, kv_transfer, label_error, pick, replica, request_id, timing
-from .otlp_names import CACHED, E2E, ERROR_TYPE, FINISH, INPUT, MODEL, OPERATION, OUTPUT, REPLICA, TTFT
+from .otlp_names import CACHED, E2E, ERROR_TYPE, FINISH, INPUT, MODEL, OPERATION, OUTPUT, REPLICA, STREAM, TTFT
 from .otlp_pd import phases, role_of
 
 __all__ = ["Mapped", "Span", "BadRequest", "UnsupportedMediaType", "TooManySpans", "map_request", "map_export",
@@ -197,4 +197,6 @@ def map_span(span: Span, default_model: str | None = None, now: float | None = N
         return kv
     if kv is not None:  # a v2 field: the event is v2 only when it carries one
         event.update(schema_version=2, kv_transfer_s=kv)
+    if a.get(STREAM) is False:  # a call not streamed (contract.STREAMED): no first token to time
+        event.update(schema_version=2, streamed=False)
     return event

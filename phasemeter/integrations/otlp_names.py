@@ -56,7 +56,8 @@ class Source(NamedTuple):
 SOURCES = (
     Source("t0", (), "span start (`startTimeUnixNano` / 1e9)", "rejected"),
     Source("e2e_s", E2E, "span end - span start", "rejected"),
-    Source("ttft_s", TTFT, "", "null; rejected when output tokens > 0 (0.0 means no first token)"),
+    Source("ttft_s", TTFT, "", f"null; rejected when output tokens > 0, unless `{STREAM}` is false "
+                               "(0.0 means no first token)"),
     Source("queue_s", QUEUE, "", "null"),
     Source("input_tokens", INPUT, "", "rejected"),
     Source("output_tokens", OUTPUT, "", "rejected (an engine span without it is an embedding: ignored)"),
@@ -74,6 +75,8 @@ SOURCES = (
                                              "checked against the joined TTFT)"),
     Source("prefill_replica", (), "a P/D pair: the prefill half's `replica`", "null"),
     Source("decode_replica", (), "a P/D pair: the decode half's `replica`", "null"),
+    Source("streamed", (STREAM,), "`false` only: a call not streamed, stored with null `ttft_s` and phases "
+                                  "(a v2 event)", "absent"),
 )
 
 

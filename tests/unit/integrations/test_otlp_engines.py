@@ -118,10 +118,24 @@ def test_error_type_is_an_error():
     assert one({**GENAI, "error.type": ""})["status"] == "ok"
 
 
-def test_non_streaming_call_says_so():
+def test_non_streaming_call_is_stored_saying_so():
+    """gen_ai.request.stream = false: a call not streamed has no first token;
+    its event says streamed: false (v2) and the worker stores it with null phases."""
     attrs = {k: v for k, v in GENAI.items() if k != "gen_ai.response.time_to_first_chunk"}
-    reason, detail = one({**attrs, "gen_ai.request.stream": False})
-    assert reason == R.MISSING_FIELD and "non-streaming" in detail
+    e = one({**attrs, "gen_ai.request.stream": False})
+    assert (e["schema_version"], e["streamed"], e["ttft_s"], e["status"]) == (2, False, None, "ok")
+    assert validate(e)["streamed"] is False
+    # with a first token timed anyway (an engine knows it), it is kept
+    e = one({**GENAI, "gen_ai.request.stream": False})
+    assert (e["streamed"], e["ttft_s"] is not None) == (False, True)
+
+
+@pytest.mark.parametrize("stream", [True, None, "false"])
+def test_output_without_a_first_token_is_refused_unless_the_call_says_it_was_not_streamed(stream):
+    attrs = {k: v for k, v in GENAI.items() if k != "gen_ai.response.time_to_first_chunk"}
+    reason, detail = one({**attrs, "gen_ai.request.stream": stream})
+    assert reason == R.MISSING_FIELD and "time to first token" in detail
+    assert "streamed" not in one(GENAI | {"gen_ai.request.stream": True})  # only false is carried
 
 
 def test_a_genai_span_without_output_tokens_is_still_refused():

@@ -210,8 +210,10 @@ def test_case_details():
     assert (e["e2e_s"], e["ttft_s"]) == (pytest.approx(1.25), 0.09)
     e = events("OpenLLMetry (`llm.request.type`, `gen_ai.server.time_to_first_token`)").events[0]
     assert (e["input_tokens"], e["output_tokens"], e["cached_input_tokens"], e["ttft_s"]) == (300, 40, 128, 0.4)
-    detail = events("a non-streaming GenAI call (`gen_ai.request.stream = false`)").rejected[0][2]
-    assert "non-streaming" in detail
+    e = events("a non-streaming GenAI call (`gen_ai.request.stream = false`)").events[0]
+    assert (e["schema_version"], e["streamed"], e["ttft_s"], e["e2e_s"]) == (2, False, None, pytest.approx(2.0))
+    row = process_event(e, BUCKET, T0 + 60)
+    assert (row["streamed"], row["prefill_tps"], row["decode_tps"], row["output_tokens"]) == (0, None, None, 40)
     e = events("TensorRT-LLM, with the KV transfer time").events[0]
     assert (e["schema_version"], e["kv_transfer_s"]) == (2, 0.034)
     assert "kv_transfer_s" not in events("vLLM, a finished request").events[0]  # v1, as before
