@@ -157,7 +157,8 @@ class Receiver:
                              e2e_s=e["e2e_s"], queue_s=e["queue_s"],
                              cached_input_tokens=e["cached_input_tokens"], status=e["status"],
                              finish_reason=e["finish_reason"], request_id=e["request_id"],
-                             replica=e["replica"], kv_transfer_s=e.get("kv_transfer_s"))
+                             replica=e["replica"], kv_transfer_s=e.get("kv_transfer_s"),
+                             streamed=e.get("streamed"))
             except ValueError as exc:  # the mapping should let none through; refused with the emitter's reason
                 rejected.append((e["request_id"], getattr(exc, "reason", R.INTERNAL), str(exc)[:200]))
         if not self.meter.put_all(batch):
