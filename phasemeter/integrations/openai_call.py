@@ -26,11 +26,16 @@ class Call:
     holds), the first one being the first token; `gap_max` and `over` are the
     largest gap between consecutive ones and how many exceeded the Meter's
     stall threshold. O(1) state; sent only for a stream that delivered output.
+
+    A whole (non-streaming) response has no first token the caller saw: it
+    is recorded with `streamed=False` and no ttft_s, so the row has null
+    phases (docs/metrics.md) instead of a first token at the end, which
+    would count the decode as prefill (prefill_tps = input / e2e).
     """
 
     __slots__ = ("inst", "chat", "kwargs", "hide_usage", "t0", "start", "t_first", "t_last",
                  "model", "usage", "finish_reason", "n_out", "n_finished", "_once",
-                 "chunks", "t_chunk", "gap_max", "over")
+                 "chunks", "t_chunk", "gap_max", "over", "streamed")
 
     def __init__(self, inst, chat: bool, kwargs: dict, hide_usage: bool) -> None:
         # inst: the openai.Instrumentation (counters, meter, count_tokens),
@@ -38,7 +43,7 @@ class Call:
         self.inst, self.chat, self.kwargs, self.hide_usage = inst, chat, kwargs, hide_usage
         self.t0 = time.time()
         self.start = self.t_last = time.monotonic()
-        self.t_first = self.model = self.usage = self.finish_reason = None
+        self.t_first = self.model = self.usage = self.finish_reason = self.streamed = None
         self.n_out = self.n_finished = self.chunks = self.over = 0
         self.gap_max = 0.0
         self._once = [True]  # list.pop() is atomic: end() records exactly once, from any thread
@@ -79,9 +84,10 @@ class Call:
         return False
 
     def whole(self, response) -> None:
-        """A non-streaming response: the first token arrives with the last one."""
+        """A non-streaming response: all of it at once, no first token to time."""
+        self.streamed = False
         try:
-            self.t_last = self.t_first = time.monotonic()
+            self.t_last = time.monotonic()
             self.model, self.usage = response.model, response.usage
             choices = response.choices or ()
             self.finish_reason = choices[0].finish_reason if choices else None
@@ -137,7 +143,7 @@ class Call:
             cached = None
         e2e = t_end - self.start
         ttft = None if self.t_first is None else min(self.t_first - self.start, e2e)
-        if ttft is None and n_out > 0:
+        if ttft is None and n_out > 0 and self.streamed is not False:
             inst.count("first_token_unseen")
             ttft = e2e
         model = self.model if isinstance(self.model, str) and self.model else self.kwargs.get("model")
@@ -152,7 +158,7 @@ class Call:
                           output_tokens_estimated=estimated,
                           chunks=count or None, max_gap_s=min(self.gap_max, e2e) if count > 1 else None,
                           gaps_over=self.over if count else None,
-                          gap_threshold_s=inst.stall_s if count else None)
+                          gap_threshold_s=inst.stall_s if count else None, streamed=self.streamed)
         inst.count("recorded")
 
 

@@ -128,7 +128,8 @@ def test_a_whole_response_or_a_stream_without_output_carries_no_chunk_fields(ser
     whole, failed, single = events(sink, 3)
     for ev in (whole, failed):
         assert not set(STALL_FIELDS) & set(ev), ev  # absent, never 0
-    assert failed["status"] == "error" and whole["schema_version"] == 1
+    assert failed["status"] == "error" and "streamed" not in failed
+    assert (whole["schema_version"], whole["streamed"]) == (2, False)  # v2 for streamed: false alone
     assert (single["chunks"], single["gaps_over"]) == (1, 0) and "max_gap_s" not in single
 
 

@@ -322,11 +322,15 @@ def test_legacy_completions_stream_and_whole(server, meter, sink, client_for):
     streamed, single = events(sink, 2)
     assert (streamed["input_tokens"], streamed["output_tokens"]) == (50, 3)
     within(streamed["ttft_s"], served.t_chunks[0] - served.t_request, watch.ttft_max)
-    assert single["ttft_s"] == single["e2e_s"] and single["output_tokens"] == 3
+    # not streamed: no first token to time (docs/metrics.md), the event says so
+    assert (single["ttft_s"], single["streamed"], single["output_tokens"]) == (None, False, 3)
+    assert "streamed" not in streamed
 
 
 # -- not streaming, failures, plumbing ---------------------------------------
-def test_whole_response_is_the_sdk_object_and_its_first_token_is_its_end(server, meter, sink, client_for):
+def test_whole_response_is_the_sdk_object_and_is_recorded_as_not_streamed(server, meter, sink, client_for):
+    """A whole response has no first token the caller saw: recording its
+    end as one would count the decode as prefill (prefill_tps = input / e2e)."""
     script = Script(ttft_s=0.03, gap_s=0.01, chunks=4, model="served", cached_tokens=2)
     server.push(script)
     client, _ = client_for(meter)
@@ -335,7 +339,8 @@ def test_whole_response_is_the_sdk_object_and_its_first_token_is_its_end(server,
     watch.done()
     assert type(resp) is openai.types.chat.ChatCompletion and resp.model == "served"
     (ev,) = events(sink, 1)
-    assert ev["model"] == "served" and ev["ttft_s"] == ev["e2e_s"] and ev["cached_input_tokens"] == 2
+    assert ev["model"] == "served" and ev["cached_input_tokens"] == 2
+    assert (ev["schema_version"], ev["streamed"], ev["ttft_s"]) == (2, False, None)
     within(ev["e2e_s"], script.ttft_s + 3 * script.gap_s, watch.e2e_max)
 
 
@@ -409,7 +414,7 @@ def test_async_client_streams_whole_responses_and_cancels(server, meter, sink, c
     streamed, whole, closed, task = events(sink, 4)
     assert (streamed["status"], streamed["output_tokens"]) == ("ok", 3)
     within(streamed["ttft_s"], served.t_chunks[0] - served.t_request, watch.ttft_max)
-    assert whole["ttft_s"] == whole["e2e_s"]
+    assert (whole["ttft_s"], whole["streamed"]) == (None, False)
     assert (closed["status"], task["status"]) == ("cancelled", "cancelled")
     assert task["ttft_s"] is None
     within(task["e2e_s"], waited, cancelled.e2e_max)
