@@ -6,8 +6,9 @@ configured from the environment); docs/ingest/litellm.md.
 
 LiteLLM stamps each call itself and hands the stamps to its callbacks:
 `start_time` (the call entered LiteLLM), `completion_start_time` (the first
-streamed chunk; for a non-streaming call LiteLLM sets it to the end) and
-`end_time`. They are wall-clock datetimes, so unlike our own wrappers the
+streamed chunk; for a non-streaming call LiteLLM sets it to the end, which
+is not read: such a call is recorded `streamed=False` with no first token,
+docs/metrics.md) and `end_time`. They are wall-clock datetimes, so unlike our own wrappers the
 durations here could be skewed by an NTP step during a call.
 
 No decode-stall fields (chunks, max_gap_s, gaps_over): the per-call success
@@ -121,9 +122,11 @@ class PhasemeterLogger(CustomLogger):
         # (kwargs["end_time"] was seen 10 ms before the last chunk was sent).
         t0 = _epoch(start_time) or _epoch(kwargs.get("start_time")) or _epoch(slo.get("startTime"))
         t_end = _epoch(end_time) or _epoch(kwargs.get("end_time")) or _epoch(slo.get("endTime"))
-        t_first = _epoch(kwargs.get("completion_start_time")) or _epoch(slo.get("completionStartTime"))
-        if failed and not kwargs.get("stream"):
-            t_first = None  # LiteLLM may fill it in (with the end) for a failure: nothing came out
+        streamed = bool(kwargs.get("stream"))
+        # A non-streaming call has no first token the caller saw: LiteLLM's
+        # stamp for it is the end, which would count the decode as prefill.
+        t_first = (_epoch(kwargs.get("completion_start_time")) or _epoch(slo.get("completionStartTime"))
+                   if streamed else None)
         if t0 is None or t_end is None:
             raise ValueError("no start_time/end_time")
         e2e = max(0.0, t_end - t0)
@@ -147,7 +150,7 @@ class PhasemeterLogger(CustomLogger):
             # LiteLLM's own tokenizer count, not the server's: the row says so
             self._inc("estimated_usage")
             estimated = n_out > 0
-        if n_out > 0 and ttft is None:
+        if n_out > 0 and ttft is None and streamed:
             ttft = e2e
         details = _field(usage, "prompt_tokens_details") if usage is not None else None
         cached = _count(_field(details, "cached_tokens")) if details is not None else None
@@ -165,7 +168,7 @@ class PhasemeterLogger(CustomLogger):
                           t0=t0, ttft_s=ttft, e2e_s=e2e, cached_input_tokens=cached, status=status,
                           finish_reason=reason[:64] if isinstance(reason, str) and reason else None,
                           replica=replica[:200] if isinstance(replica, str) else None,
-                          output_tokens_estimated=estimated)
+                          output_tokens_estimated=estimated, streamed=None if streamed else False)
         self._inc("recorded")
 
     @staticmethod

@@ -114,4 +114,7 @@ def test_sdk_gateway_litellm_and_ndjson_all_reach_the_store(worker, pm_env, tmp_
         assert all(0.03 <= ttft < e2e for *_, ttft, e2e, _ in by[g]), by[g]
     # LiteLLM's label is the deployment it called (docs/ingest/litellm.md)
     assert sorted((m, i, o) for m, i, o, *_ in by["litellm"]) == [("b", 90, 2), ("b", 90, 4)]
+    # its whole (non-streaming) response is stored not streamed: no first token, no phases
+    lite = {o: (ttft, decode_tps) for _, _, o, ttft, _, decode_tps in by["litellm"]}
+    assert lite[2] == (None, None) and lite[4][0] is not None and lite[4][1] is not None
     assert [(m, i) for m, i, *_ in by["ndjson"]] == [("from-go", 3000 + i) for i in range(4)]

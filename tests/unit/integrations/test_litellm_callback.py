@@ -199,7 +199,9 @@ def test_sync_whole_response(server, logged, sink):
     (ev,) = events(sink, 1)
     arrived = now()
     assert (ev["model"], ev["input_tokens"], ev["output_tokens"], ev["cached_input_tokens"]) == ("served-name", 11, 3, 4)
-    assert ev["ttft_s"] == ev["e2e_s"]  # LiteLLM: a whole response's first token is its end
+    # LiteLLM stamps a whole response's first token at its end; that is no first
+    # token the caller saw, so the event says not streamed, with no ttft_s
+    assert (ev["schema_version"], ev["streamed"], ev["ttft_s"]) == (2, False, None)
     assert ev["t0"] <= server.wall(served.t_request)
     assert script.ttft_s + 2 * script.gap_s <= ev["e2e_s"] <= arrived - called
 
@@ -220,10 +222,10 @@ def test_async_stream_and_whole_response_use_the_async_hooks(server, logged, sin
         return served, called, seen
 
     served, called, seen = asyncio.run(run())
-    streamed, whole = sorted(events(sink, 2), key=lambda e: e["ttft_s"] == e["e2e_s"])
+    streamed, whole = sorted(events(sink, 2), key=lambda e: e["ttft_s"] is None)
     assert (streamed["output_tokens"], whole["output_tokens"]) == (3, 3)
     between(streamed, "ttft_s", served.t_chunks[0], server, called, seen)
-    assert whole["ttft_s"] == whole["e2e_s"]
+    assert "streamed" not in streamed and (whole["ttft_s"], whole["streamed"]) == (None, False)
 
 
 def test_failures_sync_and_async(server, logged, sink):
