@@ -299,6 +299,7 @@ def main() -> int:
     env = {**os.environ, "PHASEMETER_DATABASE": DB}
     env.pop("CLICKHOUSE_URL", None)
     results = {"machine": U.machine_info(), "sizes": []}
+    load = [os.getloadavg()[0]]  # a shared machine's load, beside the figures it slows
     print(f"machine: {results['machine']}", file=sys.stderr)
     for rows in sizes:
         root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="pm-bench-scale-"))
@@ -317,9 +318,12 @@ def main() -> int:
         results["sizes"].append({"rows": rows, "store": store, "queries": res})
         print(table(rows, store, res), flush=True)
     U.write_json(args.json, results)
+    load.append(os.getloadavg()[0])
     found = figures(results["sizes"], args.via_worker)
     if found:
-        print("result:", R.record("scale-via-worker" if args.via_worker else "scale-direct", found), file=sys.stderr)
+        notes = f"load average (1 min, {os.cpu_count()} cores) {load[0]:.2f} at the start, {load[1]:.2f} at the end"
+        print("result:", R.record("scale-via-worker" if args.via_worker else "scale-direct", found, notes=notes),
+              file=sys.stderr)
     return 0
 
 
@@ -332,11 +336,14 @@ def figures(sizes: list[dict], via_worker: bool) -> list[dict]:
         q, rows = size["queries"], size["rows"]
         tiers30, exact30 = q.get("30 d, auto step (3 h) | rollup, tiers"), q.get("30 d, auto step (3 h) | exact")
         if rows == 100_000_000 and tiers30 and exact30:
+            # Through a worker (the default install's reads) the goal is 0.5 s;
+            # the store opened in the CLI's own process pays ~0.5 s more to load chDB.
+            bound = 0.5 if via_worker else 1
             out.append(R.figure(f"bands-30d{suffix}", f"30 d at the auto step over 100M, tiers, {how}",
                                 tiers30["median_s"], "s",
                                 reference={"what": "the exact path, same run", "value": exact30["median_s"]},
-                                target="whole CLI process ≤ 1 s and ≥ 10× faster than exact (ratio ≤ 0.1)",
-                                met=tiers30["median_s"] <= 1 and tiers30["median_s"] * 10 <= exact30["median_s"]))
+                                target=f"whole CLI process ≤ {bound:g} s and ≥ 10× faster than exact (ratio ≤ 0.1)",
+                                met=tiers30["median_s"] <= bound and tiers30["median_s"] * 10 <= exact30["median_s"]))
             day, day_exact = q.get("1 d, 1 min steps | rollup, tiers"), q.get("1 d, 1 min steps | exact")
             if day and day_exact:
                 out.append(R.figure(f"bands-1d-1min{suffix}", f"1 d at 1-minute steps over 100M, tiers, {how}",

@@ -104,6 +104,15 @@ class TierPlan:
     def used(self) -> list[str]:
         return list(self.read)
 
+    def answers(self, name: str, at: int) -> bool:
+        """Whether tier `name` answers the cell that starts at `at`: inside its
+        range and outside the next coarser tier's (the ranges nest)."""
+        names = [n for n, _ in TIER_GRAINS]
+        lo, hi = self.ranges[name]
+        i = names.index(name) + 1
+        inner = self.ranges[names[i]] if i < len(names) else (hi, hi)
+        return lo <= at < hi and not inner[0] <= at < inner[1]
+
 
 def tier_plan(start_s: int, end_s: int, step_s: int, read_from: dict[str, int | None],
               use_tiers: bool = True) -> TierPlan:

@@ -86,7 +86,7 @@ def cmd_worker(args, settings: Settings) -> int:
     sql_socket = sql_http.reserve(settings) if settings.is_embedded else None
     app = create_app(settings, client, sql_socket)
     if settings.is_embedded:
-        write_state(settings.data_path, local_url(settings),
+        write_state(settings.data_path, local_url(settings), database=settings.database,
                     **({SQL_URL: local_url(settings, settings.sql_port)} if sql_socket else {}))
     try:
         worker = Worker(app, loglevel=args.loglevel)

@@ -146,10 +146,13 @@ def check_worker_database(args, settings: Settings) -> None:
         named = f"PHASEMETER_DATABASE={settings.database!r}"
     else:
         return
-    from phasemeter.query.remote import worker_url
+    from phasemeter.query.remote import DATABASE, worker_state
 
-    url = args.via or (worker_url(settings.data_path) if settings.is_embedded else None)
-    theirs = _worker_database(url) if url else None
+    # The worker's own state file names its database: no round trip (~20 ms
+    # of a read's process, urllib's import with it); --via asks its /health.
+    info = None if args.via or not settings.is_embedded else worker_state(settings.data_path)
+    url = args.via or (info["url"] if info else None)
+    theirs = info.get(DATABASE) if info and DATABASE in info else (_worker_database(url) if url else None)
     if theirs is not None and theirs != settings.database:
         raise ArgError(f"{named}: the worker at {url} reads database {theirs!r}, and a read through it sees "
                        f"that one only; name {theirs!r}, or read {settings.database!r} without the worker "

@@ -15,16 +15,20 @@ import os
 from pathlib import Path
 
 SQL_URL = "sql_url"  # worker.json's key for the worker's ClickHouse HTTP interface
+DATABASE = "database"  # worker.json's key for the database the worker reads and writes
 
 
 def state_file(data_path: Path) -> Path:
     return data_path / "worker.json"
 
 
-def write_state(data_path: Path, url: str, **urls: str) -> None:
-    """`urls`: the worker's other listeners by name (sql_url: its SQL interface)."""
+def write_state(data_path: Path, url: str, database: str | None = None, **urls: str) -> None:
+    """`urls`: the worker's other listeners by name (sql_url: its SQL interface).
+    `database`: the one a read through the worker sees, which a reader checks
+    its own against without asking the worker (`phasemeter.cli.main`)."""
     data_path.mkdir(parents=True, exist_ok=True)
-    state_file(data_path).write_text(json.dumps({"pid": os.getpid(), "url": url, **urls}))
+    named = {DATABASE: database} if database is not None else {}
+    state_file(data_path).write_text(json.dumps({"pid": os.getpid(), "url": url, **named, **urls}))
 
 
 def clear_state(data_path: Path) -> None:

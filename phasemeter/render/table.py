@@ -32,10 +32,12 @@ if TYPE_CHECKING:
 
 def num(value) -> str:
     """Throughputs: thousands separators, two decimals below 100."""
+    if isinstance(value, float):  # most cells: a float's only missing value is NaN
+        if value != value:
+            return "-"
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
     if missing(value):
         return "-"
-    if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
     return f"{value:,}"
 
 
@@ -109,8 +111,9 @@ def _small_rows(rows: Rows, key: str) -> list[int]:
     if need is None or not rows.has(f"{group}_n"):
         return []
     counts = rows.column(f"{group}_n")
+    # n < need first: most cells have enough samples (a NaN count compares False)
     return [i for i, (n, v) in enumerate(zip(counts, rows.column(key)))
-            if isinstance(n, (int, float)) and not missing(n) and not missing(v) and n < need]
+            if isinstance(n, (int, float)) and n < need and not missing(n) and not missing(v)]
 
 
 def _time_cells(values: list) -> list[str]:
@@ -173,11 +176,13 @@ def format_table(frame: Rows | pd.DataFrame, cols: list[tuple[str, str]], header
             if label and (i == 0 or group_of[i - 1] != label):
                 line = line.ljust(starts[i]) + f"{label}{unit}"
         lines.append(line.rstrip())
-    for i, r in enumerate(rows):
-        lines.append("  ".join(str(v).rjust(w) if i and j >= 3 else str(v).ljust(w)
-                               for j, (v, w) in enumerate(zip(r, widths))).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
+    # Padded column by column (a 30-day answer is ~5,000 rows of 12 cells):
+    # the title row left-aligned, labels left, numbers right.
+    padded = [[str(v).ljust(w) if j < 3 else str(v).rjust(w) for v in col]
+              for j, (col, w) in enumerate(zip(zip(*rows[1:]), widths))] if len(rows) > 1 else []
+    lines.append("  ".join(str(v).ljust(w) for v, w in zip(rows[0], widths)).rstrip())
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(r).rstrip() for r in zip(*padded))
     if len(rows) == 1:
         lines.append("(no generations in this window)")
     elif marked:

@@ -129,12 +129,12 @@ def is_read_only(sql: str) -> bool:
     return first in ("SELECT", "WITH") and ";" not in body
 
 
-def open_migrated_store(settings: Settings):
+def open_migrated_store(settings: Settings, **kwargs):
     """The store a reader (or the worker) may use: it exists and is fully
-    migrated. Creates nothing."""
+    migrated. Creates nothing. `kwargs`: clickhouse-connect's options."""
     from phasemeter.store.migrate import pending
 
-    client = connect(settings, create=False)
+    client = connect(settings, create=False, **kwargs)
     todo = pending(client)
     if todo:
         client.close()

@@ -163,14 +163,34 @@ def _plan(runner, start, end, step):
 def test_a_partial_first_cell_is_skipped_a_complete_one_read():
     window = (T0, T0 + 30 * D, D)
     every = {"hour": T0, "hour3": T0, "day": T0}
-    plan = _plan(TierRunner(every, partial={"hour", "hour3", "day"}), *window)
+    runner = TierRunner(every, partial={"hour", "hour3", "day"})
+    plan = _plan(runner, *window)
     assert plan.ranges == {"hour": (T0 + H, T0 + 30 * D), "hour3": (T0 + 3 * H, T0 + 30 * D),
                            "day": (T0 + D, T0 + 30 * D)}
+    # Each partial cell hands its time to the next finer tier, which is then asked.
+    assert [c[1]["table"] for c in runner.calls if c[0] == "rollup_mismatches"] == [
+        "generations_day", "generations_hour3", "generations_hour"]
     runner = TierRunner(every, partial=set())
     plan = _plan(runner, *window)
     assert plan.ranges == {"hour": (T0, T0 + 30 * D), "hour3": (T0, T0 + 30 * D), "day": (T0, T0 + 30 * D)}
+    # The day tier answers the first day: the finer tiers' first cells are not read, so not asked.
+    assert [c[1]["table"] for c in runner.calls if c[0] == "rollup_mismatches"] == ["generations_day"]
+
+
+def test_only_a_first_cell_its_tier_answers_is_asked():
+    """30 days at 3-hour steps over a store that starts with the window: the
+    3-hour tier answers it all, and only its first cell is scanned."""
+    every = {"hour": T0, "hour3": T0, "day": T0}
+    runner = TierRunner(every, partial=set())
+    plan = _plan(runner, T0, T0 + 30 * D, 3 * H)
+    assert plan.used() == ["hour", "hour3"] and plan.ranges["hour3"] == (T0, T0 + 30 * D)
+    assert [c[1]["table"] for c in runner.calls if c[0] == "rollup_mismatches"] == ["generations_hour3"]
+    runner = TierRunner(every, partial={"hour3"})  # the hour tier then answers the first 3 hours: asked
+    plan = _plan(runner, T0, T0 + 30 * D, 3 * H)
+    assert plan.ranges == {"hour": (T0, T0 + 30 * D), "hour3": (T0 + 3 * H, T0 + 30 * D),
+                           "day": (T0 + 30 * D, T0 + 30 * D)}
     assert [c[1]["table"] for c in runner.calls if c[0] == "rollup_mismatches"] == [
-        "generations_hour", "generations_hour3", "generations_day"]
+        "generations_hour3", "generations_hour"]
 
 
 def test_the_first_cell_is_checked_only_when_the_window_reaches_it():
@@ -190,4 +210,4 @@ def test_an_empty_tier_is_not_read_and_not_checked():
     runner = TierRunner({"hour": T0, "hour3": None, "day": T0}, partial=set())
     plan = _plan(runner, T0, T0 + 30 * D, D)
     assert plan.used() == ["hour", "day"]
-    assert [c[1]["table"] for c in runner.calls[1:]] == ["generations_hour", "generations_day"]
+    assert [c[1]["table"] for c in runner.calls[1:]] == ["generations_day"]  # the hour tier answers nothing

@@ -72,3 +72,30 @@ def test_query_tuning_is_sent_only_where_the_target_lets_it_change():
 
     assert changeable(_Target(readonly=0), SPLIT_SMALL_READS) == SPLIT_SMALL_READS
     assert changeable(_Target(readonly=1), SPLIT_SMALL_READS) == {}
+
+
+def test_the_worker_state_names_its_database_and_a_read_of_another_one_stops(tmp_path, monkeypatch):
+    """The reader checks its database against the worker's state file, without
+    a round trip: the worker's web URL here answers nothing."""
+    from phasemeter.cli.main import build_parser, check_worker_database
+    from phasemeter.timeparse import ArgError
+
+    write_state(tmp_path, "http://127.0.0.1:9", database="theirs", sql_url="http://127.0.0.1:9")
+    assert worker_state(tmp_path)["database"] == "theirs"
+    monkeypatch.setenv("PHASEMETER_DATABASE", "mine")
+    args = build_parser().parse_args(["query", "bands", "--data-dir", str(tmp_path)])
+    with pytest.raises(ArgError, match="reads database 'theirs'"):
+        check_worker_database(args, Settings(data_dir=str(tmp_path), database="mine"))
+    check_worker_database(args, Settings(data_dir=str(tmp_path), database="theirs"))
+
+
+def test_reads_through_the_local_worker_ask_for_uncompressed_answers(tmp_path):
+    from phasemeter.query.runner import client_options
+
+    settings = Settings(data_dir=str(tmp_path))
+    assert client_options(settings) == {}  # the store opened here: nothing goes over HTTP
+    write_state(tmp_path, "http://127.0.0.1:6066", sql_url="http://127.0.0.1:8124")
+    assert client_options(settings) == {"compress": False}  # the worker on this machine
+    assert client_options(settings, via="http://10.0.0.5:8123") == {}  # elsewhere: the library's default
+    server = Settings(data_dir=str(tmp_path), clickhouse_url="https://ch.example:8443")
+    assert client_options(server) == {}
