@@ -7,11 +7,19 @@ ahead of the app), response chunks are forwarded one by one as they come,
 and SSE is parsed incrementally beside the stream, never by holding it back.
 
     t0           the request reaches the middleware
-    first token  the first body chunk carrying content: for SSE, the first
-                 `data:` event whose choices[] have a non-empty delta field
-                 (content, tool_calls, reasoning, ...) or text; else the
-                 first non-empty body chunk
+    first token  for SSE only: the first `data:` event whose choices[] have
+                 a non-empty delta field (content, tool_calls, reasoning,
+                 ...) or text
     end          the last body chunk (more_body false), or the disconnect
+
+A response not announced as SSE (`text/event-stream`), a JSON answer say,
+is a whole answer: recorded `streamed=False` with no first token, so its
+row has null phases (docs/metrics.md). Its first body chunk is a piece of
+the end of the generation, not a first token: timing it would count the
+decode as prefill (prefill_tps = input / e2e). The content type decides,
+not the chunking: a non-SSE body's chunks are the transport's (a proxy
+forwards its upstream's reads), so a token stream in another framing
+(NDJSON) is recorded the same way, its e2e and counts kept.
 
 Decode stalls: for SSE, the data events from the first token to the last
 one carrying content are the timed chunks (sse.py), and the event carries `chunks`,
@@ -147,9 +155,7 @@ class Exchange(SseObserver):
                 if self._sse:
                     self._feed(body, now)
                 elif self._sse is not None:  # None: announced as SSE, but it is not; no guessing
-                    if self.t_first is None:
-                        self.t_first = now
-                    resp = self._resp
+                    resp = self._resp  # a whole answer: kept for its usage, no first token
                     if resp is not None:
                         if len(resp) + len(body) <= MAX_CAPTURE_BYTES:
                             resp += body
@@ -300,8 +306,11 @@ class PhasemeterMiddleware:
         if n_out is None and status != "ok":
             n_out = 0
         ttft = None if ex.t_first is None or ex.t_first > t_end else ex.t_first - ex.start
+        # A response started and not announced as SSE is a whole answer (module docstring).
+        streamed = False if ex.status_code is not None and ex._sse is False else None
         missing = ("no_model" if model is None else "no_input_tokens" if n_in is None
-                   else "no_output_tokens" if n_out is None else "no_first_token" if n_out and ttft is None else None)
+                   else "no_output_tokens" if n_out is None
+                   else "no_first_token" if n_out and ttft is None and streamed is None else None)
         if missing:
             self._skipped[missing] += 1
             self._warn.warning("phasemeter asgi: generation not recorded (%s); see docs/ingest/asgi.md", missing)
@@ -320,5 +329,5 @@ class PhasemeterMiddleware:
                           replica=_label(self._hook("replica", ex, _none), "replica"),
                           chunks=count or None, max_gap_s=min(ex.gap_max, e2e) if count > 1 else None,
                           gaps_over=ex.gaps_over if count else None,
-                          gap_threshold_s=ex.stall_s if count else None)
+                          gap_threshold_s=ex.stall_s if count else None, streamed=streamed)
         self._recorded += 1

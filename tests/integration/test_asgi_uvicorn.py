@@ -246,7 +246,10 @@ def test_the_documented_proxy(kafka_bootstrap):
     # Above: the client's clock around the whole call.
     assert 0.1 <= stream_ev["ttft_s"] and 0.2 <= stream_ev["e2e_s"] <= streamed_took
     assert stream_ev["e2e_s"] - stream_ev["ttft_s"] >= 0.05, stream_ev
-    assert (plain_ev["input_tokens"], plain_ev["output_tokens"]) == (12, 2) and plain_ev["ttft_s"] >= 0.1
+    # The proxied JSON answer (forwarded in the upstream's reads) is a whole answer: not streamed.
+    assert (plain_ev["input_tokens"], plain_ev["output_tokens"]) == (12, 2)
+    assert (plain_ev["streamed"], plain_ev["ttft_s"]) == (False, None) and plain_ev["e2e_s"] >= 0.1
+    assert "streamed" not in stream_ev
     assert app.stats() == {"recorded": 2, "errors": 0, "skipped": {}}
     meter.close()
 
@@ -276,7 +279,9 @@ def test_events_reach_the_real_broker(kafka_bootstrap):
     assert all(r.key is None for r in records)  # envelopes (the default) are unkeyed
     plain_ev, stream_ev = events
     assert (plain_ev["input_tokens"], plain_ev["output_tokens"], plain_ev["gateway"]) == (12, 2, "asgi-test")
-    assert 0.1 <= plain_ev["ttft_s"] <= plain_ev["e2e_s"] <= plain_took
+    # A whole JSON answer: no first token (phases null once stored), its end and counts kept.
+    assert (plain_ev["schema_version"], plain_ev["streamed"], plain_ev["ttft_s"]) == (2, False, None)
+    assert 0.1 <= plain_ev["e2e_s"] <= plain_took
     assert (stream_ev["input_tokens"], stream_ev["output_tokens"]) == (900, 3)
     assert len(events) == 2
     for ev in events:

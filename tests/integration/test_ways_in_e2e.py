@@ -55,6 +55,7 @@ def test_sdk_gateway_litellm_and_ndjson_all_reach_the_store(worker, pm_env, tmp_
     msgs = [{"role": "user", "content": "hi"}]
     with LLMServer() as engine:
         engine.push(*[Script(ttft_s=0.03, gap_s=0.005, chunks=6, model="served-a", prompt_tokens=700)] * 3,
+                    Script(ttft_s=0.03, chunks=2, model="served-a", prompt_tokens=300),
                     Script(ttft_s=0.03, gap_s=0.005, chunks=4, model="served-b", prompt_tokens=90),
                     Script(ttft_s=0.03, chunks=2, model="served-b", prompt_tokens=90))
         gateway = PhasemeterMiddleware(gateway_app(engine.base_url), meters["asgi"])
@@ -65,6 +66,8 @@ def test_sdk_gateway_litellm_and_ndjson_all_reach_the_store(worker, pm_env, tmp_
                 text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
                     model="a", messages=msgs, stream=True))
                 assert text == "t0 t1 t2 t3 t4 t5 "
+            # not streamed: a whole JSON answer through the gateway; both record it streamed: false
+            assert client.chat.completions.create(model="a", messages=msgs).usage.prompt_tokens == 300
         litellm.callbacks = [PhasemeterLogger(meters["litellm"])]
         try:
             list(litellm.completion(model="openai/b", api_base=engine.base_url, api_key="k", messages=msgs,
@@ -80,7 +83,7 @@ def test_sdk_gateway_litellm_and_ndjson_all_reach_the_store(worker, pm_env, tmp_
     for m in meters.values():
         assert m.flush(15)
         m.close()
-    assert inst.stats["recorded"] == 3 and gateway.stats()["recorded"] == 3
+    assert inst.stats["recorded"] == 4 and gateway.stats()["recorded"] == 4
 
     t0 = time.time() - 120
     lines = [json.dumps({"schema_version": 1, "kind": "generation", "request_id": f"nd-{i}", "model": "from-go", "gateway": "ndjson",
@@ -92,14 +95,16 @@ def test_sdk_gateway_litellm_and_ndjson_all_reach_the_store(worker, pm_env, tmp_
     monkeypatch.setenv("PHASEMETER_TOPIC", topic)
     assert main(["emit", str(path), "--no-progress"]) == 0
 
-    health = worker.wait_processed(12, timeout_s=90)
-    assert (health["accepted"], health["rejected"]) == (12, 0), worker.diagnose()
+    health = worker.wait_processed(14, timeout_s=90)
+    assert (health["accepted"], health["rejected"]) == (14, 0), worker.diagnose()
     worker.stop()
     client = clickhouse_connect.get_client(dsn=f"chdb://{pm_env['PHASEMETER_DATA_DIR']}/store")
     try:
         client.database = pm_env["PHASEMETER_DATABASE"]
         rows = client.query("SELECT gateway, model, input_tokens, output_tokens, ttft_s, e2e_s, decode_tps "
                             "FROM generations ORDER BY gateway, model").result_rows
+        whole = client.query("SELECT gateway, streamed, ttft_s, prefill_tps, decode_tps, e2e_s > 0 "
+                             "FROM generations WHERE input_tokens = 300 ORDER BY gateway").result_rows
     finally:
         client.close()
     by = {}
@@ -109,9 +114,14 @@ def test_sdk_gateway_litellm_and_ndjson_all_reach_the_store(worker, pm_env, tmp_
     # The SDK wrapper labels the model the response names; the gateway, the
     # model the request asked for (docs/ingest/asgi.md: a hook can map it).
     for g, model in (("sdk", "served-a"), ("asgi", "a")):
-        assert [(m, i, o) for m, i, o, *_ in by[g]] == [(model, 700, 6)] * 3, (g, by[g])
+        streams = [r for r in by[g] if r[1] == 700]
+        assert [(m, i, o) for m, i, o, *_ in streams] == [(model, 700, 6)] * 3, (g, by[g])
         # the engine's scripted first token (30 ms) is a floor; both ends see it
-        assert all(0.03 <= ttft < e2e for *_, ttft, e2e, _ in by[g]), by[g]
+        assert all(0.03 <= ttft < e2e for *_, ttft, e2e, _ in streams), by[g]
+        assert len(by[g]) == 4 and [(m, o) for m, i, o, *_ in by[g] if i == 300] == [(model, 2)], by[g]
+    # the whole answer, seen by the SDK and by the gateway: stored not streamed, its
+    # end kept, no first token and no phases (docs/ingest/asgi.md, openai.md)
+    assert whole == [("asgi", 0, None, None, None, 1), ("sdk", 0, None, None, None, 1)], whole
     # LiteLLM's label is the deployment it called (docs/ingest/litellm.md)
     assert sorted((m, i, o) for m, i, o, *_ in by["litellm"]) == [("b", 90, 2), ("b", 90, 4)]
     # its whole (non-streaming) response is stored not streamed: no first token, no phases

@@ -17,6 +17,7 @@ from kafka_events import unwrap
 
 from phasemeter.integrations.asgi import PhasemeterMiddleware
 from phasemeter.producers import Meter
+from phasemeter.stream_jobs.derive import validate
 
 
 class MemoryFuture:
@@ -218,19 +219,47 @@ def test_tool_call_and_completions_text_count_as_first_token(meter):
         assert 0.1 <= e["ttft_s"] <= c.by(2)  # c.sent[2]: the tool call or the text
 
 
-def test_json_response_first_non_empty_chunk_and_usage(meter):
+def test_json_response_is_recorded_not_streamed_whatever_its_chunks(meter):
+    """A whole JSON answer has no first token: its first body chunk is a
+    piece of the end of the generation, so timing it would count the decode
+    as prefill (prefill_tps = input / e2e). It is recorded streamed: false
+    with no ttft_s, however many chunks the server split it into."""
     body = json.dumps({"id": "x", "object": "chat.completion", "model": "llama-3.1-8b",
                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"},
                                     "finish_reason": "length"}],
                        "usage": {"prompt_tokens": 40, "completion_tokens": 16}}).encode()
     parts = [b"", body[:30], body[30:]]
     app = streaming_app(parts, [0.05, 0.1, 0.05], content_type=b"application/json")
-    run(PhasemeterMiddleware(app, meter), client := Client(json.dumps({"model": "m2"}).encode()))
+    run(mw := PhasemeterMiddleware(app, meter), client := Client(json.dumps({"model": "m2"}).encode()))
     assert client.body() == body
     (ev,) = meter.events()
     assert (ev["model"], ev["input_tokens"], ev["output_tokens"], ev["finish_reason"]) == ("m2", 40, 16, "length")
-    assert 0.15 <= ev["ttft_s"] <= client.by(2)  # client.sent[2]: body[:30], the first non-empty chunk
+    assert (ev["schema_version"], ev["streamed"], ev["ttft_s"]) == (2, False, None)
     assert 0.2 <= ev["e2e_s"] <= client.took
+    assert not {"chunks", "max_gap_s", "gaps_over", "gap_threshold_s"} & set(ev)
+    assert isinstance(validate(ev), dict), ev  # what the worker stores (null phases), not dead-letters
+    assert mw.stats() == {"recorded": 1, "errors": 0, "skipped": {}}
+
+
+def test_a_token_stream_that_is_not_sse_is_recorded_not_streamed(meter):
+    """The rule is the content type, not the chunking: body chunks of a
+    non-SSE response are the transport's (a proxy forwards its upstream's
+    reads), so even a line-per-token stream (NDJSON) gives no first token
+    the middleware could tell from a piece of one JSON document."""
+    lines = [json.dumps({"message": {"content": t}}).encode() + b"\n" for t in ("a", "b", "c")]
+    app = streaming_app(lines, [0.1, 0.05, 0.05], content_type=b"application/x-ndjson")
+    mw = PhasemeterMiddleware(app, meter, input_tokens=lambda ex: 9, output_tokens=lambda ex: 3)
+    run(mw, client := Client())
+    (ev,) = meter.events()
+    assert (ev["streamed"], ev["ttft_s"], ev["input_tokens"], ev["output_tokens"]) == (False, None, 9, 3)
+    assert 0.2 <= ev["e2e_s"] <= client.took and isinstance(validate(ev), dict)
+    assert mw.stats()["recorded"] == 1
+
+
+def test_sse_stream_says_nothing_of_streamed(meter):
+    run(PhasemeterMiddleware(streaming_app(STREAM), meter), Client())
+    (ev,) = meter.events()
+    assert "streamed" not in ev and ev["ttft_s"] is not None  # unchanged: a stream is held to its first token
 
 
 def test_disconnect_gives_cancelled_at_the_disconnect(meter):
@@ -299,7 +328,8 @@ def test_app_exception_and_5xx_are_errors_and_the_exception_is_the_apps(meter):
     run(sse_error, Client())
     evs = meter.events()
     assert [e["status"] for e in evs] == ["error", "error", "error"]
-    assert evs[0]["ttft_s"] is not None and evs[1]["ttft_s"] is not None
+    assert evs[0]["ttft_s"] is not None and "streamed" not in evs[0]  # SSE: its first token was timed
+    assert (evs[1]["ttft_s"], evs[1]["streamed"]) == (None, False)  # a JSON error answer: nothing streamed
 
 
 def test_4xx_and_unknown_counts_are_skipped_and_counted_not_invented(meter):

@@ -112,6 +112,8 @@ def test_a_json_response_or_a_stream_without_content_carries_no_chunk_fields(met
     run(PhasemeterMiddleware(streaming_app(single), meter), Client())
     json_ev, empty_ev, single_ev = meter.events()
     for ev in (json_ev, empty_ev):
-        assert not set(STALL_FIELDS) & set(ev) and ev["schema_version"] == 1, ev  # absent, never 0
+        assert not set(STALL_FIELDS) & set(ev), ev  # absent, never 0
+    # v2 only for `streamed: false` (a whole JSON answer); the SSE stream stays v1
+    assert (json_ev["schema_version"], json_ev["streamed"], empty_ev["schema_version"]) == (2, False, 1)
     assert (single_ev["chunks"], single_ev["gaps_over"]) == (1, 0) and "max_gap_s" not in single_ev
 
