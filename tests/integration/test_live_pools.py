@@ -154,6 +154,10 @@ def test_browser_shows_the_pools_or_says_there_are_none(live, tmp_path):
         assert seen["b"] == [f"{c} decode" for c in cells] and seen["k"] == [f"{c} kv_transfer" for c in cells]
         assert sum(seen["nb"]) == sum(r["decode_n"] for r in doc["bands"]) > 2000
         assert sum(seen["nk"]) == sum(r["kv_transfer_n"] for r in doc["latency"]) > 2000
+        left, top, right, bottom = chrome.eval("(() => { const r = document.getElementById('pools')"
+                                               ".getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })()")
+        png = chrome.screenshot({"x": left, "y": top, "width": right - left, "height": min(bottom - top, 1600)})
+        (tmp_path / "pools.png").write_bytes(png)  # kept in pytest's tmp dir for a person to look at
         assert chrome.errors() == []
         for shape in ("nullheavy", "empty"):
             chrome.call("Page.navigate", url=_page(w, shape, "prefill_replica"))
