@@ -423,18 +423,21 @@ PD_SCENARIOS = {
 def pd_history() -> list[dict]:
     rng, bucket, rows = random.Random(12), Bucketer(parse_edges("default")), []
 
+    def event(model, b, t0, kv_mult, slow, kv_base):
+        queue = 0.02 * rng.lognormvariate(0, 0.3)
+        kv = kv_base * rng.lognormvariate(0, 0.2) * kv_mult
+        ttft = queue + TOKENS[b] / (9000 * rng.lognormvariate(0, 0.2) / slow) + kv
+        return dict(schema_version=2, kind="generation", request_id=uuid.uuid4().hex, model=model, t0=t0,
+                    input_tokens=TOKENS[b], output_tokens=200, ttft_s=ttft, queue_s=queue,
+                    e2e_s=ttft + 199 / (60 * rng.lognormvariate(0, 0.15)), prefill_replica="prefill-0",
+                    decode_replica="decode-0", kv_transfer_s=round(kv, 6))
+
     def add(model, b, n, lo, hi, kv_mult=1.0, slow=1.0, kv_base=0.04):
         span = (hi - lo).total_seconds()
-        for i in range(n):
-            queue = 0.02 * rng.lognormvariate(0, 0.3)
-            kv = kv_base * rng.lognormvariate(0, 0.2) * kv_mult
-            ttft = queue + TOKENS[b] / (9000 * rng.lognormvariate(0, 0.2) / slow) + kv
-            event = dict(schema_version=2, kind="generation", request_id=uuid.uuid4().hex, model=model,
-                         t0=lo.timestamp() + span * (i + rng.random()) / n, input_tokens=TOKENS[b],
-                         output_tokens=200, ttft_s=ttft, queue_s=queue,
-                         e2e_s=ttft + 199 / (60 * rng.lognormvariate(0, 0.15)), prefill_replica="prefill-0",
-                         decode_replica="decode-0", kv_transfer_s=round(kv, 6))
-            row = process(json.dumps(event).encode(), bucket, 1_000_000)
+        made = [process(json.dumps(event(model, b, lo.timestamp() + span * (i + rng.random()) / n, kv_mult, slow,
+                                         kv_base)).encode(), bucket, 1_000_000) for i in range(n)]
+        assert len(made) == n
+        for row in made:
             assert isinstance(row, dict), row
             row.update(src_topic="alerts-pd", src_partition=0, src_offset=len(rows))
             rows.append(row)
@@ -477,7 +480,8 @@ def test_grafana_transfer_rule_fires_where_the_cli_does(store):
                        parameters={"shift": shift_ms, "db": db})
         got = client.query_df(grafana_rule(TRANSFER_ALERT)["data"][0]["model"]["rawSql"])
         ratios = {(m, b): v for m, b, v in zip(got["model"], got["input_bucket"], got["transfer_ratio"], strict=True)}
-        assert ratios.keys() >= firing and firing
+        assert ratios.keys() >= firing and len(firing) >= 2  # kv-slow's short-prompt buckets at least
+        assert len(ratios) >= 2
         for key, ratio in ratios.items():
             assert ratio == pytest.approx(1 + ours[key].change, rel=1e-9), key
         assert {k for k, v in ratios.items() if v > 1.5} == firing
