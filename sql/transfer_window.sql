@@ -1,6 +1,6 @@
 -- The transfer alert family's frame per model × input bucket and window part
 -- (current, baseline): the definition is the parameterized view
--- transfer_window_view (schema/0029_transfer_window_view.sql), which the
+-- transfer_window_view (schema/0030_transfer_window_view.sql), which the
 -- Grafana alert rule PhasemeterKvTransferSlow reads too.
 SELECT *
 FROM transfer_window_view(q = {q:Float64}, cur_start = {cur_start:DateTime64(3)}, cur_end = {cur_end:DateTime64(3)},

@@ -201,7 +201,7 @@ def test_the_stall_and_transfer_frames_split_windows_as_the_alert_frame_does(fra
 
 
 def test_the_transfer_frame_is_its_view_only():
-    """sql/transfer_window.sql selects from transfer_window_view (schema/0029),
+    """sql/transfer_window.sql selects from transfer_window_view (schema/0030),
     which the Grafana transfer rule reads too: no copy of its body."""
     code = "\n".join(ln for ln in (ROOT / "sql" / "transfer_window.sql").read_text().splitlines()
                      if not ln.strip().startswith("--"))
