@@ -1170,3 +1170,33 @@ SELECT
     *,
     'rollup' AS path
 FROM slo_rollup_view(start = if(rollup, minute_from, minute_end), end = minute_end, step_s = {step_s:UInt32}, slo_id = ifNull(d.1, 0), models = {models:Array(String)}, buckets = {buckets:Array(String)});
+
+CREATE VIEW phasemeter.transfer_window_view
+AS SELECT
+    model,
+    input_bucket,
+    part,
+    count() AS kv_n,
+    quantileExactInclusive({q:Float64})(kv_transfer_s) AS kv_q,
+    count(ttft_s) AS ttft_n,
+    quantileExactInclusive({q:Float64})(ttft_s) AS ttft_q,
+    quantileExactInclusive(0.5)(compute_tps) AS compute_p50,
+    toUnixTimestamp64Milli(max(ts)) - toUnixTimestamp64Milli(min(ts)) AS covered_ms
+FROM
+(
+    SELECT
+        model,
+        input_bucket,
+        ts,
+        kv_transfer_s,
+        ttft_s,
+        if(((ttft_s - ifNull(queue_s, 0)) - kv_transfer_s) > 0, input_tokens / ((ttft_s - ifNull(queue_s, 0)) - kv_transfer_s), NULL) AS compute_tps,
+        multiIf(ts >= {cur_start:DateTime64(3)}, 'current', arrayExists(s -> ((toUnixTimestamp64Milli(ts) >= s) AND (toUnixTimestamp64Milli(ts) < (s + {base_span_ms:Int64}))), {base_starts_ms:Array(Int64)}), 'baseline', '') AS part
+    FROM phasemeter.generations
+    WHERE (ts >= {lo:DateTime64(3)}) AND (ts < {cur_end:DateTime64(3)}) AND (empty({models:Array(String)}) OR has({models:Array(String)}, model)) AND (kv_transfer_s IS NOT NULL)
+)
+WHERE part != ''
+GROUP BY
+    model,
+    input_bucket,
+    part;

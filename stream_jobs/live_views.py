@@ -1,11 +1,13 @@
-"""The live page on the worker's web port: `/`, its files, and its two data
+"""The live page on the worker's web port: `/`, its files, and its data
 endpoints. Read-only like the rest of the port (web.py).
 
 `/api/bands` runs phasemeter.analytics.live.bands, i.e. the CLI's own
 `query bands` code over the worker's store, so the page shows what
 `phasemeter query bands --format json` prints. `/api/slo` runs
 phasemeter.analytics.live.slo, i.e. `phasemeter slo`'s attainment code, for
-the SLOs this worker declared (PHASEMETER_SLOS). `/api/alerts` evaluates the
+the SLOs this worker declared (PHASEMETER_SLOS). `/api/pools` runs
+phasemeter.analytics.live_pools.pools, i.e. `query bands --by` and `latency
+--by` (prefill/decode pools, the KV transfer's percentiles). `/api/alerts` evaluates the
 rules at now with phasemeter.alerts.check, as `alerts check` does.
 In flight and health come from the existing /inflight and /health.
 """
@@ -78,6 +80,13 @@ def register_live_views(app, settings, sink) -> None:
             from phasemeter.analytics.live import slo
 
             return await _answer(self, sink, slo, request.query, sloset, settings.bucket_edges)
+
+    @app.page("/api/pools")
+    class Pools(View):
+        async def get(self, request):
+            from phasemeter.analytics.live_pools import pools
+
+            return await _answer(self, sink, pools, request.query, settings.bucket_edges)
 
     @app.page("/api/alerts")
     class Alerts(View):

@@ -19,8 +19,11 @@ from phasemeter.demo.synthetic import MODELS, TRAFFIC, SyntheticGateway
 
 
 def synthetic_rows(n: int, start: float, span_s: float, seed: int = 7, edges="default",
-                   topic: str = "synthetic", partition: int = 0, first_offset: int = 0) -> list[dict]:
-    gw = SyntheticGateway(start=start, span_s=span_s, seed=seed)
+                   topic: str = "synthetic", partition: int = 0, first_offset: int = 0,
+                   deployment=None) -> list[dict]:
+    """Worker rows of the synthetic traffic; with a disagg.Deployment, its
+    prefill/decode pools and KV transfers (the demo's `--pd` traffic)."""
+    gw = SyntheticGateway(start=start, span_s=span_s, seed=seed, deployment=deployment)
     bucket = Bucketer(parse_edges(edges))
     rows = []
     for i in range(n):
@@ -28,6 +31,10 @@ def synthetic_rows(n: int, start: float, span_s: float, seed: int = 7, edges="de
         event = {"schema_version": 1, "kind": "generation", "request_id": f"{seed}-{i}", "model": g.model,
                  "t0": g.t0, "e2e_s": g.e2e_s, "input_tokens": g.input_tokens, "output_tokens": g.output_tokens,
                  "ttft_s": g.ttft_s, "queue_s": g.queue_s, "status": g.status, "replica": g.replica}
+        pd_fields = {"prefill_replica": g.prefill_replica, "decode_replica": g.decode_replica,
+                     "kv_transfer_s": g.kv_transfer_s}
+        if deployment is not None:  # the P/D fields are v2's
+            event.update({k: v for k, v in pd_fields.items() if v is not None}, schema_version=2)
         row = process(json.dumps(event).encode(), bucket, 1_000_000, now=start + span_s + 86_400)
         if isinstance(row, dict):
             row.update(src_topic=topic, src_partition=partition, src_offset=first_offset + i)

@@ -11,7 +11,7 @@ from functools import lru_cache
 from importlib import resources
 
 ASSETS = {"index.html": "text/html", "live.js": "application/javascript", "bands.js": "application/javascript",
-          "live.css": "text/css"}
+          "pools.js": "application/javascript", "live.css": "text/css"}
 
 
 @lru_cache(maxsize=None)

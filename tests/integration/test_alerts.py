@@ -23,6 +23,8 @@ import pytest
 from stores import in_database
 
 from phasemeter.alerts import check, demo_check, load_rules
+from phasemeter.alerts.rules import TRANSFER_ALERT
+from phasemeter.alerts.transfer import TTFT_RISE
 from phasemeter.cli.main import main
 from phasemeter.store.migrate import migrate
 from phasemeter.query.runner import DirectRunner
@@ -324,7 +326,8 @@ def test_grafana_provisioning_parses_and_its_sql_runs(store):
         pass
     assert doc["apiVersion"] == 1
     rules = {r["title"]: r for g in doc["groups"] for r in g["rules"]}
-    assert set(rules) == {"PhasemeterPrefillSlowTail", "PhasemeterDecodeSlowTail"}
+    assert set(rules) == {"PhasemeterPrefillSlowTail", "PhasemeterDecodeSlowTail", "PhasemeterKvTransferSlow"}
+    rules = {t: r for t, r in rules.items() if t != TRANSFER_ALERT}  # its own tests below: it needs P/D data
     # The same data in a database named like the YAML expects, migrated like any
     # store (the rules read its alert_window_view), inside this test's own store.
     client = runner.client
@@ -359,6 +362,133 @@ def test_grafana_provisioning_parses_and_its_sql_runs(store):
             assert ratio == pytest.approx(expect[key], rel=1e-9)
             assert (ratio < 0.7) == (ours[(title, *key)].state == "firing")
     client.command("DROP DATABASE phasemeter")
+
+
+GRAFANA_ALERTS = Path(__file__).parents[2] / "dashboards/grafana/alerting/phasemeter-alerts.yaml"
+
+
+def grafana_rule(title: str) -> dict:
+    doc = json.loads("\n".join(ln for ln in GRAFANA_ALERTS.read_text().splitlines() if not ln.startswith("#")))
+    [rule] = [r for g in doc["groups"] for r in g["rules"] if r["title"] == title]
+    return rule
+
+
+def test_grafana_transfer_rule_has_the_cli_rules_values():
+    """Every number of the Grafana transfer rule is the CLI's (default_rules.toml
+    and alerts/transfer.py), read from its SQL and its condition: change one
+    side only and this fails."""
+    import re
+
+    [ours] = [r for r in load_rules().rules if r.transfer]
+    rule = grafana_rule(ours.alertname)
+    a, b, c = rule["data"]
+    sql = a["model"]["rawSql"]
+    code = "\n".join(ln for ln in sql.splitlines() if not ln.strip().startswith("--"))
+
+    def one(pattern: str) -> str:
+        [found] = re.findall(pattern, code)
+        return found
+
+    assert "FROM phasemeter.transfer_window_view(" in code  # the CLI's frame (sql/transfer_window.sql reads it)
+    assert float(one(r"q = ([\d.]+),")) == ours.percentile / 100
+    assert ours.baseline.kind == "previous"
+    window_min = one(r"cur_start = now64\(3\) - INTERVAL (\d+) MINUTE, cur_end = now64\(3\)")
+    assert int(window_min) * 60 == ours.window_s
+    assert re.findall(r"INTERVAL (\d+) MINUTE - INTERVAL (\d+) HOUR", code) == [(window_min, "24")] * 2
+    assert int(ours.baseline.duration_s) == 24 * 3600 == int(one(r"base_span_ms = (\d+)")) // 1000
+    assert int(one(r"anyIf\(kv_n, part = 'current'\) >= (\d+)")) == ours.min_current
+    assert int(one(r"anyIf\(kv_n, part = 'baseline'\) >= (\d+)")) == ours.min_baseline
+    assert float(one(r"anyIf\(kv_q, part = 'current'\) >= ([\d.]+)")) == ours.floor
+    assert float(one(r"anyIf\(ttft_q, part = 'baseline'\) - 1 >= ([\d.]+)")) == TTFT_RISE
+    assert float(one(r"anyIf\(compute_p50, part = 'baseline'\) - 1 > -([\d.]+)")) == ours.threshold
+    assert "input_bucket IN" not in code and ours.buckets == ()  # every bucket
+    assert rule["condition"] == "C" and (b["model"]["type"], b["model"]["expression"]) == ("reduce", "A")
+    assert c["model"]["conditions"][0]["evaluator"] == {"type": "gt", "params": [1 + ours.threshold]}
+    assert rule["labels"] == {"phase": ours.phase, "severity": ours.severity}
+    assert rule["annotations"]["runbook_url"] == ours.runbook
+
+
+# model -> (transfer multiplier, prefill compute slowdown, baseline transfer s), in the current window.
+PD_SCENARIOS = {
+    "kv-steady": (1.0, 1.0, 0.04),
+    # The transfer 4x: TTFT rises 10 %+ where compute is short (short prompts), not on long ones.
+    "kv-slow": (4.0, 1.0, 0.04),
+    # The transfer 4x while compute slows 2.5x: the prefill rule's, not this one.
+    "kv-and-compute": (4.0, 2.5, 0.04),
+    # The transfer 4x, TTFT up, but 5 ms -> 20 ms: under the 50 ms floor.
+    "kv-small": (4.0, 1.0, 0.005),
+}
+
+
+def pd_history() -> list[dict]:
+    rng, bucket, rows = random.Random(12), Bucketer(parse_edges("default")), []
+
+    def event(model, b, t0, kv_mult, slow, kv_base):
+        queue = 0.02 * rng.lognormvariate(0, 0.3)
+        kv = kv_base * rng.lognormvariate(0, 0.2) * kv_mult
+        ttft = queue + TOKENS[b] / (9000 * rng.lognormvariate(0, 0.2) / slow) + kv
+        return dict(schema_version=2, kind="generation", request_id=uuid.uuid4().hex, model=model, t0=t0,
+                    input_tokens=TOKENS[b], output_tokens=200, ttft_s=ttft, queue_s=queue,
+                    e2e_s=ttft + 199 / (60 * rng.lognormvariate(0, 0.15)), prefill_replica="prefill-0",
+                    decode_replica="decode-0", kv_transfer_s=round(kv, 6))
+
+    def add(model, b, n, lo, hi, kv_mult=1.0, slow=1.0, kv_base=0.04):
+        span = (hi - lo).total_seconds()
+        made = [process(json.dumps(event(model, b, lo.timestamp() + span * (i + rng.random()) / n, kv_mult, slow,
+                                         kv_base)).encode(), bucket, 1_000_000) for i in range(n)]
+        assert len(made) == n
+        for row in made:
+            assert isinstance(row, dict), row
+            row.update(src_topic="alerts-pd", src_partition=0, src_offset=len(rows))
+            rows.append(row)
+
+    for model, (kv_mult, slow, kv_base) in PD_SCENARIOS.items():
+        for b in BUCKETS:
+            add(model, b, BASE_N, *BASE, kv_base=kv_base)
+            add(model, b, CUR_N, *CUR, kv_mult=kv_mult, slow=slow, kv_base=kv_base)
+    for b in BUCKETS:  # enough baseline, too few current transfers
+        add("kv-sparse", b, BASE_N, *BASE)
+        add("kv-sparse", b, 30, *CUR, kv_mult=4.0)
+    return rows
+
+
+def test_grafana_transfer_rule_fires_where_the_cli_does(store):
+    """The Grafana transfer rule's SQL at now() over P/D history gives, per
+    model × bucket, the CLI's transfer ratio where it can fire, and fires (C)
+    exactly where `phasemeter alerts check` fires; each of the CLI's other
+    conditions (TTFT risen, compute steady, the floor, min samples) keeps a
+    cell quiet in both."""
+    settings, runner = store
+    db = f"pd_{uuid.uuid4().hex[:8]}"
+    pd_client = connect(settings.replace(database=db))
+    client = runner.client
+    try:
+        migrate(pd_client)
+        insert(pd_client, pd_history())
+        ours = {(r.model, r.bucket): r for r in check(DirectRunner(pd_client), load_rules(), AT) if r.rule.transfer}
+        firing = {k for k, r in ours.items() if r.state == "firing"}
+        states = {m: {r.state for (model, _), r in ours.items() if model == m} for m in [*PD_SCENARIOS, "kv-sparse"]}
+        assert states == {"kv-steady": {"ok"}, "kv-slow": {"firing", "ok"}, "kv-and-compute": {"ok"},
+                          "kv-small": {"ok"}, "kv-sparse": {"insufficient data"}}, states
+        assert {r.model for r in ours.values() if r.state == "ok" and r.change > 0.5} >= {
+            "kv-slow", "kv-and-compute", "kv-small"}  # the transfer rose 1.5x+ where other conditions held it
+        with in_database(client, "phasemeter"):
+            migrate(client)
+        shift_ms = int((datetime.now(timezone.utc) - AT).total_seconds() * 1000)
+        client.command("INSERT INTO phasemeter.generations SELECT * REPLACE (ts + toIntervalMillisecond("
+                       "{shift:Int64}) AS ts) FROM {db:Identifier}.generations",
+                       parameters={"shift": shift_ms, "db": db})
+        got = client.query_df(grafana_rule(TRANSFER_ALERT)["data"][0]["model"]["rawSql"])
+        ratios = {(m, b): v for m, b, v in zip(got["model"], got["input_bucket"], got["transfer_ratio"], strict=True)}
+        assert ratios.keys() >= firing and len(firing) >= 2  # kv-slow's short-prompt buckets at least
+        assert len(ratios) >= 2
+        for key, ratio in ratios.items():
+            assert ratio == pytest.approx(1 + ours[key].change, rel=1e-9), key
+        assert {k for k, v in ratios.items() if v > 1.5} == firing
+    finally:
+        pd_client.command("DROP DATABASE IF EXISTS {db:Identifier}", parameters={"db": db})
+        pd_client.close()
+        client.command("DROP DATABASE IF EXISTS phasemeter")
 
 
 def test_demo_check_on_demo_shaped_data(store):

@@ -17,6 +17,7 @@ import clickhouse_connect
 import pytest
 
 from phasemeter.alerts.slo_rules import parse_slos
+from phasemeter.demo.disagg import DEPLOYMENT
 from phasemeter.demo.rows import synthetic_rows
 from phasemeter.store.migrate import migrate
 from phasemeter.stream_jobs.sink import Sink
@@ -77,7 +78,10 @@ def fill(c) -> None:
                  tpot_s=None)
         if phase == "prefill":
             r.update(ttft_s=None, prefill_tps=None, decode_s=None)
-    sink.write(rows, [])
+    # Disaggregated traffic beside it (the demo's `--pd` deployment, one slow
+    # decode pool), so the per-pool panels have pools to show.
+    sink.write(rows + synthetic_rows(2000, T0, 3 * 3600, seed=5, first_offset=len(rows), deployment=DEPLOYMENT),
+               [])
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +190,7 @@ def test_throughput_panels_equal_query_bands_on_every_cell(client, phase, lo, hi
     t_from, t_to = int(T0 + lo), int(T0 + hi)
     models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows)
     cli = _cli(client, "bands", t_from, t_to, interval, path)
-    title = "Prefill tokens/s" if phase == "prefill" else "Decode tokens/s"
+    title = "Prefill tokens/s —" if phase == "prefill" else "Decode tokens/s —"
     [sql] = [s for name, s in queries() if name.startswith(f"panel {title}")]
     compared = 0
     for bucket in sorted(set(cli["input_bucket"])):  # the panel repeats per bucket
@@ -355,5 +359,86 @@ def test_the_slo_panel_says_no_slo_declared_instead_of_an_error(client, shape):
             "step_s = 300, slo = 'chat', models = [], buckets = []) GROUP BY t, model",
             parameters={"a": t_from, "b": t_to}).result_rows}
         assert len(points) == sum(1 for c in n.values() if c > 0), (points, n)  # a point per cell with generations
+    finally:
+        client.database = home
+
+
+POOL_PANELS = {"Prefill tokens/s per prefill pool": ("bands", "prefill_replica", "prefill"),
+               "Decode tokens/s per decode pool": ("bands", "decode_replica", "decode"),
+               "KV transfer seconds per decode pool": ("latency", "decode_replica", "kv_transfer")}
+
+
+def pool_panel(title: str) -> str:
+    [sql] = [s for name, s in queries() if name.startswith(f"panel {title}")]
+    return sql
+
+
+@pytest.mark.parametrize("title", sorted(POOL_PANELS))
+def test_pool_panels_equal_the_clis_by_pool_answer_on_every_cell(client, title):
+    """Every point of a per-pool panel equals what `phasemeter query bands
+    --by ...` / `latency --by ...` prints for the same cell, window and step
+    (one definition: the pool views of schema/0027), and every pool cell
+    the CLI shows is drawn; cells of no pool (a unified server's) are not."""
+    from datetime import datetime, timezone
+
+    from phasemeter.analytics import run_query
+    from phasemeter.query.runner import DirectRunner
+
+    kind, by, col = POOL_PANELS[title]
+    t_from, t_to, interval = int(T0 + 600), int(T0 + 3 * 3600 - 120), 600
+    start, end = (datetime.fromtimestamp(t, timezone.utc) for t in (t_from, t_to))
+    cli, meta = run_query(DirectRunner(client), start, end, interval, kind=kind, by=by)
+    cli = cli[cli[by] != ""]
+    if kind == "latency":
+        cli = cli[cli["kv_transfer_n"] > 0]
+    assert len(cli) > 20 and set(cli[by]) == set(DEPLOYMENT.prefill_pools if by == "prefill_replica"
+                                                    else DEPLOYMENT.decode_pools)
+    want = {}
+    for r in cli.to_dict("records"):
+        cell = f"{r['model']} · {r[by]}" + ("" if kind == "bands" else f" · {r['input_bucket']}")
+        qs = ("p5", "p50") if kind == "bands" else ("p50", "p90", "p99")
+        want[(r["t"].tz_localize(None) if hasattr(r["t"], "tz_localize") else r["t"], cell, r["input_bucket"])] = \
+            [r[f"{col}_{q}"] for q in qs]
+    models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM generations").result_rows)
+    buckets = sorted(set(cli["input_bucket"]))
+    got = {}
+    for bucket in buckets if kind == "bands" else [None]:  # the bands panels repeat per bucket
+        picked = [bucket] if bucket else buckets
+        sql = substitute(pool_panel(title), t_from, t_to, interval, {"model": models, "bucket": picked})
+        for time_, cell, *qs in client.query(sql).result_rows:
+            got[(time_.replace(tzinfo=None), cell, bucket or cell.split(" · ")[-1])] = qs
+    assert len(got) == len(want) and got.keys() == want.keys()
+    for key, qs in got.items():
+        assert qs == pytest.approx(want[key], rel=0, abs=0, nan_ok=True), (title, key)
+
+
+@pytest.mark.parametrize("shape", ["empty", "sparse", "nullheavy"])
+def test_pool_panels_say_no_pools_on_data_without_them(client, shape):
+    """On a store without P/D traffic (none, few, or null-heavy rows) the
+    per-pool panels answer no rows, never an error, and say why (noValue)."""
+    db = f"pm_pool_{shape}"
+    home = client.database
+    client.command(f"DROP DATABASE IF EXISTS {db}")
+    client.command(f"CREATE DATABASE {db}")
+    client.database = db
+    try:
+        migrate(client)
+        rows = _shape_rows(shape)
+        if rows:
+            Sink.over(client, "chdb://t").write(rows, [])
+        from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+        variables = {"model": sorted({r["model"] for r in rows}) or ["none"],
+                     "bucket": labels(parse_edges("default"))}
+        assert len(POOL_PANELS) == 3
+        for title in POOL_PANELS:
+            sql = substitute(pool_panel(title), int(T0), int(T0 + 3600), 300, variables)
+            assert client.query(sql).result_rows == [], (shape, title)
+        dash = json.loads(DASHBOARD.read_text())
+        shown = [p["fieldConfig"]["defaults"].get("noValue") for p in dash["panels"]
+                 if p["title"].startswith(tuple(POOL_PANELS))]
+        assert len(shown) == 3
+        for text in shown:
+            assert text and "No P/D pools" in text and "prefill_replica" in text, text
     finally:
         client.database = home

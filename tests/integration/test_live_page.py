@@ -171,7 +171,7 @@ def test_page_and_assets_are_self_contained(live):
     w, _ = live
     status, page, ctype = get(w, "/")
     assert status == 200 and ctype.startswith("text/html") and b"phasemeter live" in page
-    assert set(ASSETS) == {"index.html", "live.js", "bands.js", "live.css"}
+    assert set(ASSETS) == {"index.html", "live.js", "bands.js", "pools.js", "live.css"}
     for name in ASSETS:
         status, body, ctype = get(w, f"/live/{name}")
         assert status == 200 and ctype.startswith(ASSETS[name]) and len(body) > 500, name

@@ -33,7 +33,7 @@ HOSTILE = ["evil\x1b[2J\x1b[H", "t\x1b]0;pwned\x07x", "t\x1b]2;x\x1b\\y", "nul\x
 RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # a raw control byte, line breaks aside
 SPAN_S = 30 * 60
 GET_ROUTES = ["/", "/health", "/metrics", "/inflight", "/debug/tasks", "/live/live.js", "/api/bands", "/api/slo",
-              "/api/alerts"]
+              "/api/alerts", "/api/pools"]
 
 
 def write_store(t0: float) -> None:
@@ -117,7 +117,7 @@ def request(w, method: str, route: str, host: str | None = None, body: bytes | N
 
 def test_a_foreign_host_is_refused_on_every_route(port):
     w = port[0]
-    assert len(GET_ROUTES) == 9
+    assert len(GET_ROUTES) == 10
     for route in GET_ROUTES:
         status, doc, _ = request(w, "GET", route, host=f"rebound.example:{w.port}")
         assert status == 403, (route, status, doc)
@@ -304,8 +304,9 @@ def test_out_of_range_values_are_400s_naming_the_parameter(port):
 
     w = port[0]
     cases = [("/api/bands", {"from": "-99999999999d"}, "from"), ("/api/bands", {"step": "99999999999999999999d"}, "step"),
-             ("/api/slo", {"to": "9999-12-31T23:59:59-01:00"}, "to"), ("/api/bands", {"from": "0001-01-01"}, "from")]
-    assert len(cases) == 4
+             ("/api/slo", {"to": "9999-12-31T23:59:59-01:00"}, "to"), ("/api/bands", {"from": "0001-01-01"}, "from"),
+             ("/api/pools", {"step": "99999999999999999999d"}, "step")]
+    assert len(cases) == 5
     for route, query, param in cases:
         status, doc, _ = request(w, "GET", f"{route}?{urlencode(query)}")
         assert status == 400 and doc["param"] == param, (route, query, status, doc)

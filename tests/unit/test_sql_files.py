@@ -189,14 +189,23 @@ def test_every_slo_count_uses_the_one_judge_with_the_same_arguments():
     assert flags.count(",") + 1 == len(SLO_COUNTS)  # one flag per named count
 
 
-@pytest.mark.parametrize("frame", ["stall_window", "transfer_window"])
+@pytest.mark.parametrize("frame", ["sql/stall_window.sql", "schema/*_transfer_window_view.sql"])
 def test_the_stall_and_transfer_frames_split_windows_as_the_alert_frame_does(frame):
     def parts(text):
         code = re.sub(r"\s+", " ", "\n".join(ln for ln in text.splitlines() if not ln.strip().startswith("--")))
         return re.search(r"multiIf\(.*?\) AS part", code).group(0)
 
     [view] = (ROOT / "schema").glob("*_alert_window_view.sql")
-    assert parts((ROOT / "sql" / f"{frame}.sql").read_text()) == parts(view.read_text())
+    [path] = ROOT.glob(frame)
+    assert parts(path.read_text()) == parts(view.read_text())
+
+
+def test_the_transfer_frame_is_its_view_only():
+    """sql/transfer_window.sql selects from transfer_window_view (schema/0030),
+    which the Grafana transfer rule reads too: no copy of its body."""
+    code = "\n".join(ln for ln in (ROOT / "sql" / "transfer_window.sql").read_text().splitlines()
+                     if not ln.strip().startswith("--"))
+    assert "FROM transfer_window_view(" in code and "generations" not in code and "quantile" not in code
 
 
 def test_no_named_read_changes_a_setting_in_its_text():

@@ -3,7 +3,8 @@
    load only the steps since the last one are asked for and appended, so a
    refresh costs the worker one short query instead of the whole window.
    SLO attainment comes from /api/slo (`phasemeter slo`'s code) with each load
-   and every 30 s: its headline is the whole window, so it is asked again whole. */
+   and every 30 s: its headline is the whole window, so it is asked again whole. Per pool:
+   /api/pools (pools.js), when chosen. */
 (function () {
   "use strict";
   var B = PMBands, $ = function (id) { return document.getElementById(id); };
@@ -12,12 +13,13 @@
   var SLO_EVERY_MS = 30000;  // as alerts: attainment over the window moves slowly
   var state = readURL(), data = null, ticks = 0, busy = false, drawnOnce = false, panels = [];
   var sloDoc = null, sloAt = 0, sloV = {panels: [], cells: {}};
+  var poolsAt = 0, poolsV = null;
 
   function readURL() {
     var q = new URLSearchParams(location.search);
     return {win: q.get("win") || "1h", from: q.get("from") || "", to: q.get("to") || "now",
       step: q.get("step") || "auto", model: q.get("model") || "", bucket: q.get("bucket") || "",
-      stuck: Number(q.get("stuck") || 30)};
+      stuck: Number(q.get("stuck") || 30), pools: q.get("pools") || ""};
   }
 
   // Only what differs from the defaults goes in the URL: links stay short.
@@ -28,6 +30,7 @@
     if (state.step !== "auto") q.set("step", state.step);
     if (state.model) q.set("model", state.model);
     if (state.bucket) q.set("bucket", state.bucket);
+    if (state.pools) q.set("pools", state.pools);
     if (state.stuck !== 30) q.set("stuck", String(state.stuck));
     var s = q.toString();
     history.pushState(null, "", location.pathname + (s ? "?" + s : ""));
@@ -67,7 +70,7 @@
       showError(null);
       build();
       draw();
-      return slo();
+      return Promise.all([slo(), pools()]);
     }).catch(showError).then(function () { busy = false; });
   }
 
@@ -105,6 +108,20 @@
     });
   }
 
+  // Off unless chosen: it reads raw rows twice (rollups keep no pools).
+  function pools() {
+    $("pools").hidden = !state.pools;
+    if (!state.pools) return Promise.resolve(poolsV = null);
+    poolsAt = Date.now();
+    return get(api({step: data.doc.step_s + "s", by: state.pools}, "pools")).then(function (doc) {
+      var r = range();
+      PMPools.draw(poolsV = PMPools.view($("pools-body"), doc), r[0], r[1]);
+    }, function (e) {
+      poolsV = null;
+      $("pools-body").innerHTML = '<p class="error">per pool: ' + B.esc(e.message || e) + "</p>";
+    });
+  }
+
   function fillSelect(id, values, chosen) {
     var el = $(id), seen = {};
     el.innerHTML = '<option value="">all</option>';
@@ -132,6 +149,7 @@
     var r = range();
     B.draw(panels, data.cells, B.SPECS.throughput, r[0], r[1], data.doc.step_s);
     if (sloDoc) B.sloDraw(sloV, r[0], r[1]);  // the same time axis as the bands
+    if (poolsV) PMPools.draw(poolsV, r[0], r[1]);
     if (!drawnOnce && panels.length) {  // time to first chart, shown to whoever measures it
       drawnOnce = true;
       document.documentElement.dataset.firstChartMs = String(Math.round(performance.now()));
@@ -183,16 +201,18 @@
     var jobs = [health(), inflight(), append()];
     if (ticks++ % ALERTS_EVERY === 0) jobs.push(alerts());
     if (data && live() && Date.now() - sloAt >= SLO_EVERY_MS) jobs.push(slo());
+    if (data && live() && state.pools && Date.now() - poolsAt >= SLO_EVERY_MS) jobs.push(pools());
     Promise.all(jobs).catch(showError).then(function () { busy = false; });
   }
 
   function syncControls() {
-    $("win").value = state.win; $("step").value = state.step;
+    $("win").value = state.win; $("step").value = state.step; $("pools-by").value = state.pools;
     $("custom").hidden = state.win !== "custom"; $("from").value = state.from; $("to").value = state.to;
   }
 
   function changed() {
     state.win = $("win").value; state.step = $("step").value; state.model = $("model").value; state.bucket = $("bucket").value;
+    state.pools = $("pools-by").value;
     state.from = $("from").value.trim(); state.to = $("to").value.trim() || "now";
     $("custom").hidden = state.win !== "custom";
     if (state.win === "custom" && !state.from) return;  // wait for a start time and "apply"
@@ -200,7 +220,7 @@
     load();
   }
 
-  ["win", "step", "model", "bucket"].forEach(function (id) { $(id).addEventListener("change", changed); });
+  ["win", "step", "model", "bucket", "pools-by"].forEach(function (id) { $(id).addEventListener("change", changed); });
   $("apply").addEventListener("click", changed);
   window.addEventListener("popstate", function () { state = readURL(); syncControls(); load(); });
   document.addEventListener("visibilitychange", function () {

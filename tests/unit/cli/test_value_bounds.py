@@ -106,9 +106,10 @@ def test_any_bucket_edges_are_edges_or_a_value_error(text):
 @pytest.mark.parametrize("query,param", [({"from": "-99999999999d"}, "from"), ({"to": "0001-01-01"}, "to"),
                                          ({"step": "99999999999999999999d"}, "step")])
 def test_the_web_api_answers_400_naming_the_parameter(query, param):
-    """/api/bands and /api/slo parse with the same functions: out of range is a
+    """/api/bands, /api/slo and /api/pools parse with the same functions: out of range is a
     400 naming the URL's parameter, before any store is asked (runner None)."""
     from phasemeter.analytics.live import bands, slo
+    from phasemeter.analytics.live_pools import pools
     from phasemeter.alerts.slo_rules import load_slos
     from phasemeter.stream_jobs.buckets import PRESETS, labels
 
@@ -116,20 +117,23 @@ def test_the_web_api_answers_400_naming_the_parameter(query, param):
     assert status == 400 and doc["param"] == param, doc
     status, doc = slo(None, query, load_slos("example", labels(PRESETS["default"])), "default", NOW)
     assert status == 400 and doc["param"] == param, doc
+    status, doc = pools(None, query, "default", NOW)
+    assert status == 400 and doc["param"] == param, doc
 
 
 @hsettings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.sampled_from(["from", "to", "step", "model", "bucket", "path", "abandoned", "prefill",
                                         "slo", "by", "x"]), _typed, max_size=6))
 def test_any_web_api_query_is_parsed_or_a_bad_request_naming_a_parameter(query):
-    """/api/bands' and /api/slo's query strings: a request for run_query, or a
+    """/api/bands', /api/slo's and /api/pools' query strings: a request for run_query, or a
     BadRequest naming the parameter (the endpoint's 400), nothing else."""
     from phasemeter.alerts.slo_rules import load_slos
     from phasemeter.analytics.live import BadRequest, parse, parse_slo
+    from phasemeter.analytics.live_pools import parse_pools
     from phasemeter.stream_jobs.buckets import PRESETS, labels
 
     sloset = load_slos("example", labels(PRESETS["default"]))
-    for fn, args in ((parse, (query, NOW)), (parse_slo, (query, sloset, NOW))):
+    for fn, args in ((parse, (query, NOW)), (parse_slo, (query, sloset, NOW)), (parse_pools, (query, NOW))):
         try:
             req = fn(*args)
         except BadRequest as exc:
