@@ -204,21 +204,30 @@ class WorkerProc:
                 self.proc.wait()
 
 
-@pytest.fixture
-def pm_env(kafka_bootstrap, tmp_path):
-    """Unique topic / group / database / data dir for one test."""
+def worker_env(kafka_bootstrap: str, data_dir, pythonpath=(), **extra: str) -> dict:
+    """A worker's environment of its own: unique topics, group and database,
+    and free web and SQL ports (a worker that cannot bind its SQL port serves
+    none, so two workers on one default port would leave a reader without
+    its store). `pythonpath`: directories a subprocess imports tests from."""
     from phasemeter.kafka_local import free_port
 
     tag = uuid.uuid4().hex[:10]
-    port = free_port()
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
            "PHASEMETER_TOPIC": f"gen-{tag}", "PHASEMETER_DLQ_TOPIC": f"gen-{tag}.dlq",
            "PHASEMETER_GROUP_ID": f"grp-{tag}", "PHASEMETER_DATABASE": f"db_{tag}",
-           "PHASEMETER_DATA_DIR": str(tmp_path / "data"), "PHASEMETER_WEB_PORT": str(port),
-           "PHASEMETER_SQL_PORT": str(free_port()),
-           "PHASEMETER_BATCH_SECONDS": "0.5", "PHASEMETER_SESSION_TIMEOUT_S": "6"}
+           "PHASEMETER_DATA_DIR": str(data_dir), "PHASEMETER_WEB_PORT": str(free_port()),
+           "PHASEMETER_SQL_PORT": str(free_port()), "PHASEMETER_BATCH_SECONDS": "0.5"}
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), os.environ.get("PYTHONPATH", "")])
+    env.update(extra)
     env.pop("CLICKHOUSE_URL", None)
     return env
+
+
+@pytest.fixture
+def pm_env(kafka_bootstrap, tmp_path):
+    """Unique topic / group / database / data dir for one test."""
+    return worker_env(kafka_bootstrap, tmp_path / "data", PHASEMETER_SESSION_TIMEOUT_S="6")
 
 
 @pytest.fixture

@@ -13,10 +13,9 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 from pathlib import Path
 
-from conftest import WorkerProc
+from conftest import WorkerProc, worker_env
 
 N = 1500
 SEED = 5
@@ -47,17 +46,7 @@ def written_models(t0: float) -> dict[str, int]:
 
 
 def sql_env(kafka_bootstrap: str, tmp: Path, **extra: str) -> dict:
-    from phasemeter.kafka_local import free_port
-
-    tag = uuid.uuid4().hex[:10]
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PHASEMETER_TOPIC": f"gen-{tag}",
-           "PHASEMETER_DLQ_TOPIC": f"gen-{tag}.dlq", "PHASEMETER_GROUP_ID": f"grp-{tag}",
-           "PHASEMETER_DATABASE": f"db_{tag}", "PHASEMETER_DATA_DIR": str(tmp / "data"),
-           "PHASEMETER_WEB_PORT": str(free_port()), "PHASEMETER_SQL_PORT": str(free_port()),
-           "PHASEMETER_BATCH_SECONDS": "0.5",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]), **extra}
-    env.pop("CLICKHOUSE_URL", None)
-    return env
+    return worker_env(kafka_bootstrap, tmp / "data", pythonpath=(Path(__file__).parent,), **extra)
 
 
 def written(env: dict, t0: float) -> None:

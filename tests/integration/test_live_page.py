@@ -19,12 +19,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from conftest import WorkerProc
+from conftest import WorkerProc, worker_env
 
 pytestmark = [pytest.mark.integration]
 
@@ -66,19 +65,12 @@ def written() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def live(kafka_bootstrap, tmp_path_factory):
-    from phasemeter.kafka_local import free_port
-
     global T0
     T0 = (time.time() - 50 * 60) // 60 * 60
     WINDOW.update({"from": _iso(T0), "to": _iso(T0 + SPAN_S)})
-    tmp, tag = tmp_path_factory.mktemp("live"), uuid.uuid4().hex[:10]
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PHASEMETER_TOPIC": f"gen-{tag}",
-           "PHASEMETER_DLQ_TOPIC": f"gen-{tag}.dlq", "PHASEMETER_GROUP_ID": f"grp-{tag}",
-           "PHASEMETER_DATABASE": f"db_{tag}", "PHASEMETER_DATA_DIR": str(tmp / "data"),
-           "PHASEMETER_WEB_PORT": str(free_port()), "PHASEMETER_BATCH_SECONDS": "0.5",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1]),
-                                         os.environ.get("PYTHONPATH", "")])}
-    env.pop("CLICKHOUSE_URL", None)
+    tmp = tmp_path_factory.mktemp("live")
+    env = worker_env(kafka_bootstrap, tmp / "data",
+                     pythonpath=(Path(__file__).parent, Path(__file__).parents[1]))
     t = time.monotonic()
     done = subprocess.run([sys.executable, "-c", f"import test_live_page as t; t.write_store({T0!r})"], env=env,
                           capture_output=True, text=True, timeout=300)

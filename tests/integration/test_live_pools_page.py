@@ -13,11 +13,10 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-from conftest import WorkerProc
+from conftest import WorkerProc, worker_env
 from test_live_page import _iso, cli_json, get
 
 from phasemeter.demo.disagg import DEPLOYMENT
@@ -53,21 +52,14 @@ def write_store(t0: float) -> None:
 
 @pytest.fixture(scope="module")
 def live(kafka_bootstrap, tmp_path_factory):
-    from phasemeter.kafka_local import free_port
-
     t0 = (time.time() - 50 * 60) // 60 * 60
     WINDOWS.update(pd={"from": _iso(t0), "to": _iso(t0 + SPAN_S)},
                    nullheavy={"from": _iso(t0 - 2 * 3600), "to": _iso(t0 - 3600)},
                    empty={"from": _iso(t0 - 4 * 3600), "to": _iso(t0 - 3 * 3600)})
-    tmp, tag = tmp_path_factory.mktemp("pools"), uuid.uuid4().hex[:10]
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PHASEMETER_TOPIC": f"gen-{tag}",
-           "PHASEMETER_DLQ_TOPIC": f"gen-{tag}.dlq", "PHASEMETER_GROUP_ID": f"grp-{tag}",
-           "PHASEMETER_DATABASE": f"db_{tag}", "PHASEMETER_DATA_DIR": str(tmp / "data"),
-           "PHASEMETER_WEB_PORT": str(free_port()), "PHASEMETER_BATCH_SECONDS": "0.5",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1]),
-                                         os.environ.get("PYTHONPATH", "")])}
-    env.pop("CLICKHOUSE_URL", None)
-    done = subprocess.run([sys.executable, "-c", f"import test_live_pools as t; t.write_store({t0!r})"], env=env,
+    tmp = tmp_path_factory.mktemp("pools")
+    env = worker_env(kafka_bootstrap, tmp / "data",
+                     pythonpath=(Path(__file__).parent, Path(__file__).parents[1]))
+    done = subprocess.run([sys.executable, "-c", f"import test_live_pools_page as t; t.write_store({t0!r})"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     w = WorkerProc(env, tmp, int(env["PHASEMETER_WEB_PORT"])).start()

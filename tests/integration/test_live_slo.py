@@ -18,12 +18,11 @@ import subprocess
 import sys
 import time
 import urllib.parse
-import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from conftest import WorkerProc
+from conftest import WorkerProc, worker_env
 from test_live_page import cli_json, get
 
 pytestmark = [pytest.mark.integration]
@@ -70,18 +69,11 @@ def write_store(t0: float) -> None:
 
 @pytest.fixture(scope="module")
 def live(kafka_bootstrap, tmp_path_factory):
-    from phasemeter.kafka_local import free_port
-
-    tmp, tag = tmp_path_factory.mktemp("live_slo"), uuid.uuid4().hex[:10]
+    tmp = tmp_path_factory.mktemp("live_slo")
     (tmp / "slos.toml").write_text(SLOS)
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PHASEMETER_TOPIC": f"gen-{tag}",
-           "PHASEMETER_DLQ_TOPIC": f"gen-{tag}.dlq", "PHASEMETER_GROUP_ID": f"grp-{tag}",
-           "PHASEMETER_DATABASE": f"db_{tag}", "PHASEMETER_DATA_DIR": str(tmp / "data"),
-           "PHASEMETER_WEB_PORT": str(free_port()), "PHASEMETER_BATCH_SECONDS": "0.5",
-           "PHASEMETER_SLOS": str(tmp / "slos.toml"),
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1]),
-                                         os.environ.get("PYTHONPATH", "")])}
-    env.pop("CLICKHOUSE_URL", None)
+    env = worker_env(kafka_bootstrap, tmp / "data",
+                     pythonpath=(Path(__file__).parent, Path(__file__).parents[1]),
+                     PHASEMETER_SLOS=str(tmp / "slos.toml"))
     done = subprocess.run([sys.executable, "-c", f"import test_live_slo as t; t.write_store({T0!r})"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

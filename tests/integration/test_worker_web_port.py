@@ -21,11 +21,10 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-from conftest import WorkerProc, wait_for
+from conftest import WorkerProc, wait_for, worker_env
 
 pytestmark = [pytest.mark.integration]
 
@@ -79,17 +78,10 @@ def outputs(env: dict, t0: float) -> dict[str, tuple[int, str, str]]:
 
 @pytest.fixture(scope="module")
 def port(kafka_bootstrap, tmp_path_factory):
-    from phasemeter.kafka_local import free_port
-
-    tmp, tag = tmp_path_factory.mktemp("webport"), uuid.uuid4().hex[:10]
+    tmp = tmp_path_factory.mktemp("webport")
     t0 = (time.time() - 40 * 60) // 60 * 60
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PHASEMETER_TOPIC": f"gen-{tag}",
-           "PHASEMETER_DLQ_TOPIC": f"gen-{tag}.dlq", "PHASEMETER_GROUP_ID": f"grp-{tag}",
-           "PHASEMETER_DATABASE": f"db_{tag}", "PHASEMETER_DATA_DIR": str(tmp / "data"),
-           "PHASEMETER_WEB_PORT": str(free_port()), "PHASEMETER_BATCH_SECONDS": "0.5",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1]),
-                                         os.environ.get("PYTHONPATH", "")])}
-    env.pop("CLICKHOUSE_URL", None)
+    env = worker_env(kafka_bootstrap, tmp / "data",
+                     pythonpath=(Path(__file__).parent, Path(__file__).parents[1]))
     done = subprocess.run([sys.executable, "-c", f"import test_worker_web_port as t; t.write_store({t0!r})"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
