@@ -22,6 +22,25 @@ _WARN_EVERY_S = 30.0
 _JOIN_GRACE_S = 1.0  # producer.close() itself needs a moment after the flush deadline
 
 
+def _disarm(producer) -> None:
+    """A forked child's copy of the parent's KafkaProducer, made inert.
+    kafka-python closes every producer at interpreter exit (an atexit hook
+    registered when it is built) and in __del__. In the child that close
+    waited forever on the batch-list lock when the fork had landed while the
+    parent's sender thread was inside send(): a worker of a pre-fork server
+    then hung at its exit. Dropping the hook and marking the copy closed
+    (what close() itself checks first) keeps the child from touching it; the
+    parent's producer is a different object, untouched. kafka-python has no
+    public way to forget a producer; test_emitter_fork holds these names to
+    the pinned version. A producer of another kind (a `producer_factory`'s)
+    is the caller's to handle."""
+    from kafka import KafkaProducer  # imported already: the parent built one
+
+    if isinstance(producer, KafkaProducer):
+        producer._unregister_cleanup()
+        producer._closed = True
+
+
 class Throttled:
     """At most one warning per interval; counts what it swallowed."""
 
@@ -66,10 +85,11 @@ class Sender(Delivery):
         """In a forked child: no thread yet (the parent's does not exist
         here; the first event starts one) and no producer. The parent's
         producer is kept but never used: its I/O thread and its sockets are
-        the parent's, and closing it here (or letting it be collected: its
-        __del__ closes) would wait on batches no thread here sends, under
-        locks that thread may have held at the fork."""
+        the parent's. Nor may it be closed here: a close flushes batches no
+        thread here sends, under locks the parent's threads may have held at
+        the fork, and those stay held in the child forever."""
         if self._producer is not None:
+            _disarm(self._producer)
             self._inherited.append(self._producer)
         self._producer, self._thread, self._flush_deadline = None, None, None
         self._start_lock = threading.Lock()

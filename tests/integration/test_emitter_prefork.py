@@ -179,3 +179,59 @@ def test_forked_workers_that_exit_normally_deliver_through_atexit(kafka_bootstra
     assert len(got) == len(expected)
     assert set(got) == expected
     assert sum(got.values()) == len(got)  # none twice
+
+
+HELD_AT_FORK = """
+import faulthandler, json, os, sys, threading, time
+from phasemeter.producers import Meter
+
+bootstrap, topic = sys.argv[1], sys.argv[2]
+meter = Meter(bootstrap, topic, flush_timeout_s=30)
+
+
+def emit(rid):
+    meter.record(model="m", input_tokens=10, output_tokens=5, t0=time.time(), ttft_s=0.1, e2e_s=0.5, request_id=rid)
+
+
+emit("parent-0")
+assert meter.flush(30)
+# The parent's sender thread inside KafkaProducer.send() at the moment of the
+# fork, made certain: a thread holds the producer's batch-list lock across it.
+# (kafka-python's own attributes: the lock send() takes to list a new batch.)
+lock = meter._sender._producer._accumulator._incomplete._lock
+taken, release = threading.Event(), threading.Event()
+threading.Thread(target=lambda: (lock.acquire(), taken.set(), release.wait(), lock.release()), daemon=True).start()
+assert taken.wait(10)
+pid = os.fork()
+if pid == 0:  # the child: its own events, then a normal exit (atexit)
+    faulthandler.dump_traceback_later(60, exit=True)  # a hang prints every thread's stack, exits 1
+    for i in range(5):
+        emit(f"child-{i}")
+    sys.exit(0)
+release.set()
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+emit("parent-1")
+assert meter.flush(30), meter.stats()
+print(json.dumps({"child": code}))
+"""
+
+
+def test_a_child_forked_while_the_parent_sender_holds_a_producer_lock_exits(kafka_bootstrap, tmp_path):
+    """A fork can land while the parent's sender thread is inside
+    KafkaProducer.send(), holding one of the producer's locks. The child's
+    copy of that lock stays held forever, so nothing in the child may take it:
+    not even kafka-python's own atexit close of the parent's producer, which
+    a normal exit runs. The child must exit, and its events arrive."""
+    import subprocess
+    import sys
+
+    topic = f"prefork-held-{uuid.uuid4().hex[:10]}"
+    script = tmp_path / "held.py"
+    script.write_text(HELD_AT_FORK)
+    done = subprocess.run([sys.executable, str(script), kafka_bootstrap, topic],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-6000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"child": 0}, done.stderr[-6000:]
+    got = wait_delivered(kafka_bootstrap, topic, 7)
+    assert set(got) == {"parent-0", "parent-1"} | {f"child-{i}" for i in range(5)}
+    assert sum(got.values()) == len(got)  # none twice

@@ -145,3 +145,32 @@ def test_the_fork_hook_does_not_keep_a_meter_alive():
     del meter
     gc.collect()
     assert ref() is None
+
+
+def test_the_kafka_python_names_a_childs_disarm_relies_on():
+    """sender._disarm makes a forked child's copy of the parent's KafkaProducer
+    inert through two of kafka-python's own names: `_unregister_cleanup` (drops
+    the atexit close) and `_closed` (close() and __del__ return at once). This
+    fails, naming what moved, when the pinned kafka-python changes them."""
+    import atexit
+
+    import kafka
+    from kafka import KafkaProducer
+
+    from phasemeter.producers import sender
+
+    pinned = next(line.split("==")[1].strip() for line in open(os.path.join(os.path.dirname(__file__), "..", "..", "..",
+                                                                             "constraints.txt"))
+                  if line.startswith("kafka-python=="))
+    assert kafka.__version__ == pinned
+    # A producer's shell: its name (close() logs it), no client, no sender, no sockets.
+    copy = KafkaProducer.__new__(KafkaProducer)
+    copy.config = {"client_id": "shell"}
+    ran = []
+    copy._cleanup = hook = lambda: ran.append("atexit close")
+    atexit.register(hook)
+    sender._disarm(copy)
+    assert copy._cleanup is None and copy._closed is True
+    copy.close()  # returns before touching anything a real producer has (the shell has none)
+    copy.close(timeout=1, null_logger=True)  # as its __del__ does
+    assert ran == []
