@@ -7,6 +7,7 @@ with PHASEMETER_SLOS would), so the SLO panel has per-minute counts to read."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -310,6 +311,24 @@ def _shape_rows(shape: str) -> list[dict]:
     return rows
 
 
+@contextlib.contextmanager
+def _shape_store(client, db: str, shape: str):
+    """`client` on a scratch database `db`, migrated and holding
+    _shape_rows(shape), for the block; its own database again after."""
+    home = client.database
+    client.command(f"DROP DATABASE IF EXISTS {db}")
+    client.command(f"CREATE DATABASE {db}")
+    client.database = db
+    try:
+        migrate(client)
+        rows = _shape_rows(shape)
+        if rows:
+            Sink.over(client, "chdb://t").write(rows, [])
+        yield rows
+    finally:
+        client.database = home
+
+
 @pytest.mark.parametrize("shape", ["empty", "sparse", "nullheavy"])
 def test_the_slo_panel_says_no_slo_declared_instead_of_an_error(client, shape):
     """Without a declared SLO (no worker started with PHASEMETER_SLOS: the
@@ -323,16 +342,7 @@ def test_the_slo_panel_says_no_slo_declared_instead_of_an_error(client, shape):
     from phasemeter.store import slo_defs
     from phasemeter.stream_jobs.buckets import labels, parse_edges
 
-    db = f"pm_slo_{shape}"
-    home = client.database
-    client.command(f"DROP DATABASE IF EXISTS {db}")
-    client.command(f"CREATE DATABASE {db}")
-    client.database = db
-    try:
-        migrate(client)
-        rows = _shape_rows(shape)
-        if rows:
-            Sink.over(client, "chdb://t").write(rows, [])
+    with _shape_store(client, f"pm_slo_{shape}", shape) as rows:
         models = sorted({r["model"] for r in rows})
         attained, target = [sql for title, sql in queries() if title.startswith("panel SLO attainment")]
         t_from, t_to = int(T0), int(T0 + 3600)
@@ -359,8 +369,6 @@ def test_the_slo_panel_says_no_slo_declared_instead_of_an_error(client, shape):
             "step_s = 300, slo = 'chat', models = [], buckets = []) GROUP BY t, model",
             parameters={"a": t_from, "b": t_to}).result_rows}
         assert len(points) == sum(1 for c in n.values() if c > 0), (points, n)  # a point per cell with generations
-    finally:
-        client.database = home
 
 
 POOL_PANELS = {"Prefill tokens/s per prefill pool": ("bands", "prefill_replica", "prefill"),
@@ -416,16 +424,7 @@ def test_pool_panels_equal_the_clis_by_pool_answer_on_every_cell(client, title):
 def test_pool_panels_say_no_pools_on_data_without_them(client, shape):
     """On a store without P/D traffic (none, few, or null-heavy rows) the
     per-pool panels answer no rows, never an error, and say why (noValue)."""
-    db = f"pm_pool_{shape}"
-    home = client.database
-    client.command(f"DROP DATABASE IF EXISTS {db}")
-    client.command(f"CREATE DATABASE {db}")
-    client.database = db
-    try:
-        migrate(client)
-        rows = _shape_rows(shape)
-        if rows:
-            Sink.over(client, "chdb://t").write(rows, [])
+    with _shape_store(client, f"pm_pool_{shape}", shape) as rows:
         from phasemeter.stream_jobs.buckets import labels, parse_edges
 
         variables = {"model": sorted({r["model"] for r in rows}) or ["none"],
@@ -440,5 +439,3 @@ def test_pool_panels_say_no_pools_on_data_without_them(client, shape):
         assert len(shown) == 3
         for text in shown:
             assert text and "No P/D pools" in text and "prefill_replica" in text, text
-    finally:
-        client.database = home
