@@ -224,6 +224,15 @@ def worker_env(kafka_bootstrap: str, data_dir, pythonpath=(), **extra: str) -> d
     return env
 
 
+def write_store_in_subprocess(env: dict, module: str, t0: float) -> None:
+    """`module`.write_store(t0) in a process of its own (chDB opens a path in
+    one process only), before a worker owns the store; `env` (worker_env,
+    with `pythonpath` reaching `module`) names the store."""
+    done = subprocess.run([sys.executable, "-c", f"import {module}; {module}.write_store({t0!r})"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 @pytest.fixture
 def pm_env(kafka_bootstrap, tmp_path):
     """Unique topic / group / database / data dir for one test."""

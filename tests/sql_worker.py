@@ -8,14 +8,12 @@ A subprocess writes the store (chDB opens a path in one process only), then
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from conftest import WorkerProc, worker_env
+from conftest import WorkerProc, worker_env, write_store_in_subprocess
 
 N = 1500
 SEED = 5
@@ -50,9 +48,7 @@ def sql_env(kafka_bootstrap: str, tmp: Path, **extra: str) -> dict:
 
 
 def written(env: dict, t0: float) -> None:
-    done = subprocess.run([sys.executable, "-c", f"import sql_worker; sql_worker.write_store({t0!r})"], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    write_store_in_subprocess(env, "sql_worker", t0)
 
 
 def start(env: dict, tmp: Path, t0: float | None) -> WorkerProc:

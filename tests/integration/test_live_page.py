@@ -13,8 +13,6 @@ import contextlib
 import io
 import json
 import os
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -23,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from conftest import WorkerProc, worker_env
+from conftest import WorkerProc, worker_env, write_store_in_subprocess
 
 pytestmark = [pytest.mark.integration]
 
@@ -72,9 +70,7 @@ def live(kafka_bootstrap, tmp_path_factory):
     env = worker_env(kafka_bootstrap, tmp / "data",
                      pythonpath=(Path(__file__).parent, Path(__file__).parents[1]))
     t = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", f"import test_live_page as t; t.write_store({T0!r})"], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    write_store_in_subprocess(env, "test_live_page", T0)
     t_store = time.monotonic() - t
     w = WorkerProc(env, tmp, int(env["PHASEMETER_WEB_PORT"])).start()
     print(f"store written in {t_store:.1f}s, worker up in {time.monotonic() - t - t_store:.1f}s")

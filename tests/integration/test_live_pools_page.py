@@ -10,13 +10,11 @@ the note; and a real headless Chromium draws the pools, or the note.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import WorkerProc, worker_env
+from conftest import WorkerProc, worker_env, write_store_in_subprocess
 from test_live_page import _iso, cli_json, get
 
 from phasemeter.demo.disagg import DEPLOYMENT
@@ -59,9 +57,7 @@ def live(kafka_bootstrap, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pools")
     env = worker_env(kafka_bootstrap, tmp / "data",
                      pythonpath=(Path(__file__).parent, Path(__file__).parents[1]))
-    done = subprocess.run([sys.executable, "-c", f"import test_live_pools_page as t; t.write_store({t0!r})"], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    write_store_in_subprocess(env, "test_live_pools_page", t0)
     w = WorkerProc(env, tmp, int(env["PHASEMETER_WEB_PORT"])).start()
     yield w, env
     w.stop()

@@ -14,15 +14,13 @@ goes through its HTTP API like a user's CLI.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 import urllib.parse
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from conftest import WorkerProc, worker_env
+from conftest import WorkerProc, worker_env, write_store_in_subprocess
 from test_live_page import cli_json, get
 
 pytestmark = [pytest.mark.integration]
@@ -74,9 +72,7 @@ def live(kafka_bootstrap, tmp_path_factory):
     env = worker_env(kafka_bootstrap, tmp / "data",
                      pythonpath=(Path(__file__).parent, Path(__file__).parents[1]),
                      PHASEMETER_SLOS=str(tmp / "slos.toml"))
-    done = subprocess.run([sys.executable, "-c", f"import test_live_slo as t; t.write_store({T0!r})"], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    write_store_in_subprocess(env, "test_live_slo", T0)
     w = WorkerProc(env, tmp, int(env["PHASEMETER_WEB_PORT"])).start()
     yield w, env
     w.stop()

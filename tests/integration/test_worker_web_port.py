@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import WorkerProc, wait_for, worker_env
+from conftest import WorkerProc, wait_for, worker_env, write_store_in_subprocess
 
 pytestmark = [pytest.mark.integration]
 
@@ -82,9 +82,7 @@ def port(kafka_bootstrap, tmp_path_factory):
     t0 = (time.time() - 40 * 60) // 60 * 60
     env = worker_env(kafka_bootstrap, tmp / "data",
                      pythonpath=(Path(__file__).parent, Path(__file__).parents[1]))
-    done = subprocess.run([sys.executable, "-c", f"import test_worker_web_port as t; t.write_store({t0!r})"],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    write_store_in_subprocess(env, "test_worker_web_port", t0)
     direct = outputs(env, t0)  # before the worker owns the store
     w = WorkerProc(env, tmp, int(env["PHASEMETER_WEB_PORT"])).start()
     yield w, env, t0, direct
