@@ -103,6 +103,11 @@ def _as_bad_request(exc: ArgError) -> BadRequest:
     return BadRequest(param, param + msg[m.end():] if m.group(1) == param else msg)
 
 
+def refused(bad: BadRequest) -> tuple[int, dict]:
+    """An /api/* endpoint's 400: the message and the parameter it names."""
+    return 400, {"error": str(bad), "param": bad.param}
+
+
 def bands(runner, query, edges: str, now: datetime | None = None) -> tuple[int, dict]:
     """(status, payload). Blocking: the worker runs it in an executor."""
     try:
@@ -111,10 +116,9 @@ def bands(runner, query, edges: str, now: datetime | None = None) -> tuple[int, 
                              kind="bands", force=req["force"], default_edges=edges,
                              abandoned=req["abandoned"], prefill=req["prefill"])
     except BadRequest as exc:
-        return 400, {"error": str(exc), "param": exc.param}
+        return refused(exc)
     except ArgError as exc:
-        bad = _as_bad_request(exc)
-        return 400, {"error": str(bad), "param": bad.param}
+        return refused(_as_bad_request(exc))
     doc = json.loads(render(df, "json", meta))
     present = runner.df("models_in_window", {"start": _naive(req["start"]), "end": _naive(req["end"])})
     models = present["model"] if "model" in present.columns else []  # an empty answer has no columns
@@ -194,10 +198,9 @@ def slo(runner, query, sloset, edges: str, now: datetime | None = None) -> tuple
         doc = slo_document(runner, req["slos"], req["start"], req["end"], req["step_s"], req["models"],
                            req["buckets"], order, force=req["force"], by=req["by"])
     except BadRequest as exc:
-        return 400, {"error": str(exc), "param": exc.param}
+        return refused(exc)
     except ArgError as exc:
-        bad = _slo_bad_request(exc)
-        return 400, {"error": str(bad), "param": bad.param}
+        return refused(_slo_bad_request(exc))
     return 200, doc
 
 

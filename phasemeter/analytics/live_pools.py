@@ -18,7 +18,7 @@ from datetime import datetime
 from phasemeter.timeparse import ArgError
 
 from phasemeter.analytics.core import run_query
-from phasemeter.analytics.live import BadRequest, _as_bad_request, _known, _many, _one, _step, _window
+from phasemeter.analytics.live import BadRequest, _as_bad_request, _known, _many, _one, _step, _window, refused
 from phasemeter.analytics.present import render
 from phasemeter.analytics.variants import BY_CHOICES
 
@@ -69,10 +69,9 @@ def pools(runner, query, edges: str, now: datetime | None = None) -> tuple[int, 
         latency_df, latency_meta = run_query(*args, bands_meta["step_s"], req["models"], req["buckets"],
                                              kind="latency", **kw)
     except BadRequest as exc:
-        return 400, {"error": str(exc), "param": exc.param}
+        return refused(exc)
     except ArgError as exc:
-        bad = _as_bad_request(exc)
-        return 400, {"error": str(bad), "param": bad.param}
+        return refused(_as_bad_request(exc))
     doc = pool_document(json.loads(render(bands_df, "json", bands_meta)),
                         json.loads(render(latency_df, "json", latency_meta)), req["by"])
     doc["bucket_order"] = bands_meta["bucket_order"]
