@@ -12,7 +12,7 @@ import numbers
 import os
 import random
 
-from phasemeter.stream_jobs.contract import PD_FIELDS, STREAMED, V2_OPTIONAL
+from phasemeter.stream_jobs.contract import V2_ONLY, V2_OPTIONAL
 
 EVENT_FIELDS = ("request_id", "model", "t0", "ttft_s", "e2e_s", "queue_s", "input_tokens",
                 "output_tokens", "cached_input_tokens", "status", "finish_reason", "replica", "v2")
@@ -22,7 +22,7 @@ EVENT_FIELDS = ("request_id", "model", "t0", "ttft_s", "e2e_s", "queue_s", "inpu
 # followed by the PD_FIELDS (prefill_replica, decode_replica, kv_transfer_s)
 # when the caller gave any (optional.with_pd), then `streamed` when given
 # (optional.with_streamed); an event carrying it is encoded as schema_version 2.
-V2_FIELDS = V2_OPTIONAL + PD_FIELDS + (STREAMED,)  # the names of a v2 tuple's slots, for zip()
+V2_FIELDS = V2_OPTIONAL + V2_ONLY  # the names of a v2 tuple's slots, for zip()
 
 # uuid.uuid4() reads os.urandom, a syscall that releases the GIL; on a busy
 # process, getting the GIL back can take milliseconds. A private PRNG seeded

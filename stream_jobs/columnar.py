@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from . import dead_letter
 from . import reasons as R
-from .contract import MAX_DURATION_S, MIN_T0, PD_FIELDS, PD_LABELS, STREAMED, Rejection
+from .contract import MAX_DURATION_S, MIN_T0, PD_LABELS, STREAMED, V2_ONLY, Rejection
 from .derive import ROW_COLUMNS, NO_EXTRAS
 from .fast_decode import _UNSET, Generation, decoded_events, given, one_by_one
 from .formulas import Fields, failing, metrics, rejection_of
@@ -44,7 +44,7 @@ _GENERATIONS_ONLY = {Generation}
 # row they refused is decoded again in its turn.
 _CLOCKED = (R.ABSURD, R.OUTSIDE_RETENTION)
 # The v2 extras the C decoder leaves to the full path: null on its rows.
-_NULL_COLUMNS = tuple(k for k, v in NO_EXTRAS.items() if v is None and k not in PD_FIELDS + (STREAMED,)) + ("stalled",)
+_NULL_COLUMNS = tuple(k for k, v in NO_EXTRAS.items() if v is None and k not in V2_ONLY) + ("stalled",)
 
 
 def ts_array(seconds) -> pa.Array:
@@ -220,9 +220,9 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
         return np.fromiter(map(attrgetter(name), gens), dtype=dtype, count=n)
 
     nullable = {name: pa.array(list(map(attrgetter(name), gens)), type=pa.float64()) for name in ("ttft_s", "queue_s")}
-    nullable["kv_transfer_s"] = pa.array(_pd_column(gens, "kv_transfer_s"), type=pa.float64())
+    nullable["kv_transfer_s"] = pa.array(_v2_only_column(gens, "kv_transfer_s"), type=pa.float64())
     nullable["cached_input_tokens"] = pa.array(list(map(attrgetter("cached_input_tokens"), gens)), type=pa.int64())
-    nullable[STREAMED] = pa.array(_pd_column(gens, STREAMED), type=pa.bool_()).cast(pa.int64())  # 1, 0 or null
+    nullable[STREAMED] = pa.array(_v2_only_column(gens, STREAMED), type=pa.bool_()).cast(pa.int64())  # 1, 0 or null
     f = Fields(numbers("t0", np.float64), numbers("e2e_s", np.float64),
                *(nullable[k].to_numpy(zero_copy_only=False) for k in ("ttft_s", "queue_s")),
                numbers("input_tokens", np.int64), numbers("output_tokens", np.int64),
@@ -248,7 +248,7 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
     return _columns(gens, f, nullable, counts, events, bucket), bad_rows
 
 
-def _pd_column(gens: list, name: str) -> list:
+def _v2_only_column(gens: list, name: str) -> list:
     """A V2_ONLY field of each Struct, None where absent (UNSET) or null. Most
     batches carry none: their column is known from one count in C."""
     values = list(map(attrgetter(name), gens))
@@ -271,7 +271,7 @@ def _columns(gens: list, f: Fields, nullable: dict, counts: list[int], events, b
     columns: dict[str, pa.Array] = {name: pa.array(col(name), type=pa.string()) for name in _TEXT}
     # A label is a non-empty string or null, and null is stored as "".
     columns.update({name: pa.array(col(name), type=pa.string()).fill_null("") for name in _LABELS})
-    columns.update({name: pa.array(_pd_column(gens, name), type=pa.string()).fill_null("") for name in PD_LABELS})
+    columns.update({name: pa.array(_v2_only_column(gens, name), type=pa.string()).fill_null("") for name in PD_LABELS})
     columns.update(nullable)
     columns.update({name: pa.array(v, mask=np.isnan(v)) for name, v in derived.items()})
     columns.update({

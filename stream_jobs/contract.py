@@ -53,6 +53,8 @@ PD_ABSENT = {"prefill_replica": "", "decode_replica": "", "kv_transfer_s": None}
 # through) instead of being refused for output without a first token.
 # Absent (null) says nothing: such a row is held to a first token as before.
 STREAMED = "streamed"
+# The fields only a v2 generation may carry beside V2_OPTIONAL.
+V2_ONLY = PD_FIELDS + (STREAMED,)
 
 
 def check_streamed(value) -> Rejection | None:

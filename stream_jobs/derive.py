@@ -14,7 +14,7 @@ from .buckets import Bucketer
 from .formulas import NULL, Fields, check_one, metrics
 from .contract import LABEL_FIELDS, check_count, check_duration, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
 from .contract import V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate, may_hold_lone_surrogate
-from .contract import PD_ABSENT, PD_FIELDS, STREAMED, check_gap, check_streamed, control_character, has_control
+from .contract import PD_ABSENT, STREAMED, V2_ONLY, check_gap, check_streamed, control_character, has_control
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
 __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_event", "process_message",
@@ -22,7 +22,7 @@ __all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process",
 REQUIRED = ("schema_version", "kind", "request_id", "model", "t0", "e2e_s", "input_tokens", "output_tokens")
 OPTIONAL = ("ttft_s", "queue_s", "cached_input_tokens", "status", "finish_reason", "gateway", "replica")
 KNOWN = frozenset(REQUIRED + OPTIONAL)  # a v1 generation: exactly as strict as before v2's extras
-KNOWN_V2 = KNOWN | frozenset(V2_OPTIONAL) | frozenset(PD_FIELDS) | {STREAMED}
+KNOWN_V2 = KNOWN | frozenset(V2_OPTIONAL) | frozenset(V2_ONLY)
 # What an event without the v2 extras normalises them to (no chunk data, an
 # output count from the server, no prefill/decode split).
 NO_EXTRAS = {"chunks": None, "max_gap_s": None, "gaps_over": None, "gap_threshold_s": None,

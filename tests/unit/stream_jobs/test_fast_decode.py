@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phasemeter.stream_jobs.contract import PD_FIELDS, V2_OPTIONAL
+from phasemeter.stream_jobs.contract import PD_FIELDS, V2_ONLY, V2_OPTIONAL
 from phasemeter.stream_jobs.derive import KNOWN, process_message
 from phasemeter.stream_jobs.fast_decode import PHASES, Generation, common_fields, process_message_fast
 from phasemeter.stream_jobs.phase_events import SPEC
@@ -34,7 +34,8 @@ def envelope(events: list, version=1) -> bytes:
 
 
 def test_the_struct_holds_the_v1_generation_fields_the_pd_fields_and_streamed():
-    assert set(Generation.__struct_fields__) | {"kind"} == KNOWN | set(PD_FIELDS) | {"streamed"}
+    assert set(Generation.__struct_fields__) | {"kind"} == KNOWN | set(V2_ONLY)
+    assert set(V2_ONLY) == set(PD_FIELDS) | {"streamed"}
 
 
 PD_GEN = {"schema_version": 2, "kind": "generation", "request_id": "pd", "model": "m", "t0": NOW - 5,
@@ -67,15 +68,16 @@ def test_a_bad_pd_field_gets_the_full_paths_reason(change, reason):
     assert len(out) == 3 and isinstance(out[0], dict) and out[1].reason == reason
 
 
-@pytest.mark.parametrize("field", list(PD_FIELDS))
+@pytest.mark.parametrize("field", list(V2_ONLY))
 @pytest.mark.parametrize("value", [None, "x", 0.1])
-def test_a_v1_generation_naming_a_pd_field_is_the_full_paths_even_as_null(field, value):
-    event = {**PD_GEN, "schema_version": 1, field: value}
+def test_a_v1_generation_naming_a_v2_only_field_is_the_full_paths_even_as_null(field, value):
+    # That field alone: another one present would hide a miss of this one.
+    event = {**{k: v for k, v in PD_GEN.items() if k not in V2_ONLY}, "schema_version": 1, field: value}
     for key in (field, "\\u00" + format(ord(field[0]), "x") + field[1:]):  # the name, and spelt with an escape
         raw = json.dumps(event).encode().replace(f'"{field}"'.encode(), f'"{key}"'.encode())
         assert common_fields(raw, NOW, 10_000) is None
         assert [r.reason for r in same(raw)] == ["unknown_field"]
-        out = same(envelope([{**PD_GEN, "schema_version": 1, **{f: None for f in PD_FIELDS}} | {"request_id": "a"},
+        out = same(envelope([{**PD_GEN, "schema_version": 1, **{f: None for f in V2_ONLY}} | {"request_id": "a"},
                              event], 1).replace(f'"{field}"'.encode(), f'"{key}"'.encode()))
         assert [getattr(r, "reason", None) for r in out] == ["unknown_field", "unknown_field"]
 
