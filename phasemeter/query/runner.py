@@ -112,14 +112,14 @@ def read_only(client):
     return client
 
 
-def client_options(settings: Settings, via: str | None = None) -> dict:
-    """clickhouse-connect options for a reader of `settings` (read_settings'
-    address). Through the worker that owns the embedded store (found in its
-    worker.json, so on this machine) answers are asked uncompressed: they never
-    leave the machine, and compressing and unpacking a 30-day answer (4,800
-    rows) cost ~20 ms of ~0.25 s (measured through a worker over 100M rows).
-    A server or `--via` URL keeps the library's default."""
-    through_worker = not via and settings.is_embedded and not read_settings(settings).is_embedded
+def client_options(settings: Settings, target: Settings, via: str | None = None) -> dict:
+    """clickhouse-connect options for a reader of `settings` opening `target`
+    (read_settings(settings, via)). Through the worker that owns the embedded
+    store (found in its worker.json, so on this machine) answers are asked
+    uncompressed: they never leave the machine, and compressing and unpacking
+    a 30-day answer (4,800 rows) cost ~20 ms of ~0.25 s (measured through a
+    worker over 100M rows). A server or `--via` URL keeps the library's default."""
+    through_worker = not via and settings.is_embedded and not target.is_embedded
     return {"compress": False} if through_worker else {}
 
 
@@ -129,7 +129,7 @@ def open_runner(settings: Settings, via: str | None = None) -> DirectRunner:
     from phasemeter.store.client import open_migrated_store
 
     target = read_settings(settings, via)
-    return DirectRunner(read_only(open_migrated_store(target, **client_options(settings, via))))
+    return DirectRunner(read_only(open_migrated_store(target, **client_options(settings, target, via))))
 
 
 def worker_runner(settings: Settings, timeout_s: float = 120.0) -> DirectRunner:

@@ -90,12 +90,15 @@ def test_the_worker_state_names_its_database_and_a_read_of_another_one_stops(tmp
 
 
 def test_reads_through_the_local_worker_ask_for_uncompressed_answers(tmp_path):
-    from phasemeter.query.runner import client_options
+    from phasemeter.query.runner import client_options, read_settings
+
+    def options(settings, via=None):
+        return client_options(settings, read_settings(settings, via), via)
 
     settings = Settings(data_dir=str(tmp_path))
-    assert client_options(settings) == {}  # the store opened here: nothing goes over HTTP
+    assert options(settings) == {}  # the store opened here: nothing goes over HTTP
     write_state(tmp_path, "http://127.0.0.1:6066", sql_url="http://127.0.0.1:8124")
-    assert client_options(settings) == {"compress": False}  # the worker on this machine
-    assert client_options(settings, via="http://10.0.0.5:8123") == {}  # elsewhere: the library's default
+    assert options(settings) == {"compress": False}  # the worker on this machine
+    assert options(settings, via="http://10.0.0.5:8123") == {}  # elsewhere: the library's default
     server = Settings(data_dir=str(tmp_path), clickhouse_url="https://ch.example:8443")
-    assert client_options(server) == {}
+    assert options(server) == {}
