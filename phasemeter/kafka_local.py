@@ -173,20 +173,30 @@ def bootstrap_servers(settings) -> str:
     return found
 
 
-def ensure_topics(bootstrap: str, names: list[str], partitions: int, client_config: dict | None = None) -> None:
-    """Create topics if missing (idempotent)."""
+def ensure_topics(bootstrap: str, names: list[str], partitions: int, client_config: dict | None = None,
+                  compacted: list[str] = ()) -> None:
+    """Create topics if missing (idempotent), `compacted` ones with
+    cleanup.policy=compact, and return only once every one is in the broker's
+    metadata with a leader for each partition.
+
+    The wait matters: CreateTopics only says the controller accepted the
+    topic. A consumer group formed before the topic reaches metadata assigns
+    none of its partitions ("Ignoring missing topic") and keeps that stale view
+    at the next rebalance, so a table's changelog is recovered by nobody."""
     from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
+    wanted = {n: {} for n in names} | {n: {"cleanup.policy": "compact"} for n in compacted}
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, **(client_config or {}))
     try:
         existing = set(admin.list_topics())
-        new = [NewTopic(n, partitions, 1) for n in names if n not in existing]
+        new = {n: {"num_partitions": partitions, "replication_factor": 1, "configs": configs}
+               for n, configs in wanted.items() if n not in existing}
         if new:
             try:
                 admin.create_topics(new)
             except TopicAlreadyExistsError:
-                pass
+                pass  # another worker of the group created it first
+        admin.wait_for_topics(list(wanted), timeout_ms=30_000)
     finally:
         admin.close()

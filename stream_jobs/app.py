@@ -65,6 +65,14 @@ def declared_slos(settings: Settings):
     return load_slos(settings.slos or None, labels(parse_edges(settings.bucket_edges)))
 
 
+def changelog_topics(app: faust.App) -> list[str]:
+    """The changelog topic of each of the app's tables. Faust declares them
+    only as its consumer starts; the worker creates them (compacted, as
+    Faust's tables declare them) before it starts, beside its own topics, so
+    the first group already assigns their partitions (docs/phases.md)."""
+    return [table.changelog_topic.get_topic_name() for table in app.tables.values()]
+
+
 def _with_slos(client, sloset):
     """Register the declared SLOs before the sink writes a row (store/slo_defs.py)."""
     from phasemeter.store.slo_defs import register

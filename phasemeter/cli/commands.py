@@ -60,7 +60,7 @@ def local_url(settings: Settings, port: int | None = None) -> str:
 
 def cmd_worker(args, settings: Settings) -> int:
     from phasemeter.stream_jobs import sql_http
-    from phasemeter.stream_jobs.app import create_app
+    from phasemeter.stream_jobs.app import changelog_topics, create_app
     from phasemeter.stream_jobs.faust_patches import Worker
 
     from phasemeter.kafka_local import bootstrap_servers, ensure_topics
@@ -80,11 +80,11 @@ def cmd_worker(args, settings: Settings) -> int:
         # the sink keeps retrying and /health says why.
         print(f"phasemeter worker: {exc}; starting paused, will retry", file=sys.stderr)
         client = None
-    ensure_topics(bootstrap_servers(settings), settings.topics, settings.topic_partitions,
-                  settings.kafka_client_config())
     # Bound before worker.json names it (beyond loopback without a password: no start).
     sql_socket = sql_http.reserve(settings) if settings.is_embedded else None
     app = create_app(settings, client, sql_socket)
+    ensure_topics(bootstrap_servers(settings), settings.topics, settings.topic_partitions,
+                  settings.kafka_client_config(), compacted=changelog_topics(app))
     if settings.is_embedded:
         write_state(settings.data_path, local_url(settings), database=settings.database,
                     **({SQL_URL: local_url(settings, settings.sql_port)} if sql_socket else {}))

@@ -431,6 +431,12 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
         producer.close()
         a.stop()
         b.stop()
+    # A group formed before the changelog reached the broker's metadata
+    # assigns none of its partitions, and B then recovers nothing of A's.
+    for name, w in (("A", a), ("B", b)):
+        unassigned = [line for line in w.log.read_text(errors="replace").splitlines()
+                      if "Ignoring missing topic" in line and "changelog" in line]
+        assert not unassigned, f"worker {name}'s group formed without the join's changelog: {unassigned[:3]}"
     rows_a, rows_b = store_rows(pm_env), store_rows(env_b)
     assert rows_a and rows_b
     for rows in (rows_a, rows_b):

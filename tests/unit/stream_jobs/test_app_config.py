@@ -23,3 +23,16 @@ def test_sasl_ssl_credentials_with_tls_context():
 def test_ssl_only():
     creds = _broker_credentials(Settings.from_env({"KAFKA_SECURITY_PROTOCOL": "SSL"}))
     assert isinstance(creds, faust.SSLCredentials)
+
+
+def test_changelog_topics_names_the_join_tables_compacted_changelog(tmp_path):
+    """cmd_worker creates these beside its own topics: Faust's own
+    declaration comes only as its consumer starts (docs/phases.md)."""
+    from phasemeter.stream_jobs.app import changelog_topics, create_app
+
+    settings = Settings.from_env({"PHASEMETER_DATA_DIR": str(tmp_path), "PHASEMETER_GROUP_ID": "grp-x",
+                                  "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9"})  # never dialled
+    app = create_app(settings)
+    assert changelog_topics(app) == ["grp-x-phasemeter-join-changelog"]
+    (table,) = app.tables.values()
+    assert table.changelog_topic.compacting and table.changelog_topic.partitions == settings.topic_partitions
