@@ -123,6 +123,21 @@ def _time_cells(values: list) -> list[str]:
     return [v.strftime(form) if hasattr(v, "strftime") else str(v) for v in values]
 
 
+def _fit_group_labels(group_of: list, widths: list[int], unit: str) -> None:
+    """Widen the last column of a group whose label (and unit) is longer than
+    its columns, so that two labels never run together ("ttft secondstpot
+    seconds" over three narrow columns)."""
+    i = 0
+    while i < len(group_of):
+        j = i
+        while j + 1 < len(group_of) and group_of[j + 1] == group_of[i]:
+            j += 1
+        if group_of[i]:
+            span = sum(widths[i:j + 1]) + 2 * (j - i)
+            widths[j] += max(0, len(f"{group_of[i]}{unit}") - span)
+        i = j + 1
+
+
 def format_table(frame: Rows | pd.DataFrame, cols: list[tuple[str, str]], header: list[str],
                  fmt: Callable[[object], str] = num, groups: dict[str, str] | None = None,
                  hidden: int = 0, unit: str = "", max_width: int | None = None) -> str:
@@ -168,6 +183,7 @@ def format_table(frame: Rows | pd.DataFrame, cols: list[tuple[str, str]], header
     if hidden:
         lines.append(f"# {hidden} more column(s): --wide, or --columns NAME,... (see --format csv for names)")
     if any(group_of):
+        _fit_group_labels(group_of, widths, unit)
         line, pos, starts = "", 0, []
         for i, w in enumerate(widths):
             starts.append(pos)

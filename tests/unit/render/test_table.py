@@ -205,3 +205,19 @@ def test_buckets_not_in_the_edges_sort_after_the_known_ones_then_by_name():
     ordered = order_bands(df, ["0-512", "512-2k", "2k-8k"])
     assert list(zip(ordered["model"], ordered["input_bucket"], strict=True)) == [
         ("a", "0-512"), ("a", "512-2k"), ("a", "aa"), ("a", "zz"), ("b", "2k-8k")]
+
+
+def test_group_labels_never_run_together_over_narrow_columns():
+    """Three narrow groups (as `phasemeter demo --pd`'s latency table has):
+    each label starts over its first column with two spaces before the next."""
+    from phasemeter.render.table import format_table
+
+    df = pd.DataFrame({"t": [pd.Timestamp("2026-11-29 10:00")], "ttft_p50": [0.1], "tpot_p50": [0.02],
+                       "kv_p50": [0.003]})
+    cols = [("t", "time"), ("ttft_p50", "ttft p50"), ("tpot_p50", "tpot p50"), ("kv_p50", "kv p50")]
+    text = format_table(df, cols, [], groups={"ttft": "ttft", "tpot": "tpot", "kv": "kv"}, unit=" seconds")
+    group_line, titles = text.splitlines()[0], text.splitlines()[1]
+    assert "ttft seconds  tpot seconds  kv seconds" in group_line, text
+    starts = [group_line.index(f"{label} seconds") for label in ("ttft", "tpot", "kv")]
+    title_starts = [i for i in range(len(titles)) if titles.startswith("p50", i)]
+    assert len(title_starts) == 3 and starts == title_starts, text
