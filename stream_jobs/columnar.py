@@ -33,13 +33,12 @@ from . import dead_letter
 from . import reasons as R
 from .contract import MAX_DURATION_S, MIN_T0, PD_LABELS, STREAMED, V2_ONLY, Rejection
 from .derive import ROW_COLUMNS, NO_EXTRAS
-from .fast_decode import _UNSET, Generation, decoded_events, given, one_by_one
+from .fast_decode import _UNSET, GENERATIONS_ONLY, decoded_events, given, one_by_one
 from .formulas import Fields, failing, metrics, rejection_of
 
 # Fields of the C decoder's Generation, and the row's columns they fill as they are.
 _TEXT = ("request_id", "model", "status")
 _LABELS = ("finish_reason", "gateway", "replica")  # null -> "" (derive.normalised)
-_GENERATIONS_ONLY = {Generation}
 # Checks whose answer moves with the clock: a batch decoded ahead with any
 # row they refused is decoded again in its turn.
 _CLOCKED = (R.ABSURD, R.OUTSIDE_RETENTION)
@@ -149,7 +148,7 @@ def decode(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000, 
             inner = [p for p in parts if type(p) is not Rejection]
             refused += [((m, i), p) for i, p in enumerate(parts) if type(p) is Rejection]
             places[m] = [i for i, p in enumerate(parts) if type(p) is not Rejection]
-        elif set(map(type, inner)) != _GENERATIONS_ONLY:
+        elif set(map(type, inner)) != GENERATIONS_ONLY:
             return None
         enveloped.append(m in places or type(inner) is list)  # a list: an envelope's events
         gens += inner
