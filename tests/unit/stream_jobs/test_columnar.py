@@ -142,6 +142,13 @@ def test_rows_of_each_message_stay_in_order_with_their_source():
         ("r1", "gen", 2, 5), ("r2", "gen", 2, 5), ("r3", "gen", 2, 5), ("r4", "gen", 0, 9),
         ("r5", "otlp", 2, 6), ("r6", "otlp", 2, 6), ("r7", "otlp", 2, 6)]
     assert gens.cells([3]) == {_cell(gens[3])}
+    # A subset (duplicates dropped): its rows, and the token of those rows as
+    # dicts; each run of one message's rows counted once, not row by row.
+    for keep in ([0, 2, 3, 6], [1, 2], [6, 0, 1], [], list(range(7))):
+        part = gens.take(keep)
+        assert list(part) == [gens[i] for i in keep]
+        assert _table("generations", part, ROW_COLUMNS)[1] == _table("generations", list(part), ROW_COLUMNS)[1]
+    assert gens.take([0, 2, 3, 6]).per_message == [2, 1, 1]
 
 
 def test_each_check_across_fields_at_its_bound():
