@@ -33,13 +33,12 @@ from . import dead_letter
 from . import reasons as R
 from .contract import MAX_DURATION_S, MIN_T0, PD_LABELS, STREAMED, V2_ONLY, Rejection
 from .derive import ROW_COLUMNS, NO_EXTRAS
-from .fast_decode import _UNSET, Generation, decoded_events, given, one_by_one
+from .fast_decode import _UNSET, GENERATIONS_ONLY, decoded_events, given, one_by_one
 from .formulas import Fields, failing, metrics, rejection_of
 
 # Fields of the C decoder's Generation, and the row's columns they fill as they are.
 _TEXT = ("request_id", "model", "status")
 _LABELS = ("finish_reason", "gateway", "replica")  # null -> "" (derive.normalised)
-_GENERATIONS_ONLY = {Generation}
 # Checks whose answer moves with the clock: a batch decoded ahead with any
 # row they refused is decoded again in its turn.
 _CLOCKED = (R.ABSURD, R.OUTSIDE_RETENTION)
@@ -82,13 +81,18 @@ class Generations(Sequence):
         return self._rows[i]
 
     def take(self, indexes: list[int]) -> "Generations":
-        """These rows only, in this order; each row counted as its own
-        message for the token (sink.counted_token hashes the same bytes)."""
+        """These rows only, in this order; each run of rows from one message
+        counted as one message for the token (sink.counted_token hashes the
+        same bytes however a message's rows are split). Counted row by row,
+        a batch of 50,000 rows with 1 % dropped as duplicates cost 7.5 ms
+        here and 9.5 ms in the token, against 0.4 ms for the whole batch."""
         at = np.asarray(indexes, dtype=np.int64)
         message_of_row = np.repeat(np.arange(len(self.per_message)), self.per_message)[at]
+        starts = np.flatnonzero(np.diff(message_of_row, prepend=-1))
         return Generations({k: v.take(at) for k, v in self.columns.items()}, self.ts[at],
-                           [self.request_ids[i] for i in indexes], [self.sources[m] for m in message_of_row],
-                           [1] * len(indexes))
+                           [self.request_ids[i] for i in indexes],
+                           [self.sources[m] for m in message_of_row[starts].tolist()],
+                           np.diff(starts, append=len(at)).tolist())
 
     def columns_to_rows(self) -> list[dict]:
         names = list(self.columns)
@@ -149,7 +153,7 @@ def decode(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000, 
             inner = [p for p in parts if type(p) is not Rejection]
             refused += [((m, i), p) for i, p in enumerate(parts) if type(p) is Rejection]
             places[m] = [i for i, p in enumerate(parts) if type(p) is not Rejection]
-        elif set(map(type, inner)) != _GENERATIONS_ONLY:
+        elif set(map(type, inner)) != GENERATIONS_ONLY:
             return None
         enveloped.append(m in places or type(inner) is list)  # a list: an envelope's events
         gens += inner

@@ -142,6 +142,30 @@ def test_rows_of_each_message_stay_in_order_with_their_source():
         ("r1", "gen", 2, 5), ("r2", "gen", 2, 5), ("r3", "gen", 2, 5), ("r4", "gen", 0, 9),
         ("r5", "otlp", 2, 6), ("r6", "otlp", 2, 6), ("r7", "otlp", 2, 6)]
     assert gens.cells([3]) == {_cell(gens[3])}
+    # A subset (duplicates dropped): its rows, and the token of those rows as
+    # dicts; each run of one message's rows counted once, not row by row.
+    for keep in ([0, 2, 3, 6], [1, 2], [6, 0, 1], [], list(range(7))):
+        part = gens.take(keep)
+        assert list(part) == [gens[i] for i in keep]
+        assert _table("generations", part, ROW_COLUMNS)[1] == _table("generations", list(part), ROW_COLUMNS)[1]
+    assert gens.take([0, 2, 3, 6]).per_message == [2, 1, 1]
+
+
+def test_an_envelope_taken_event_by_event_gives_the_row_paths_answers_whatever_else_it_holds():
+    """A bad event beside events the C decoder takes but the full path must
+    name (a control character, a v1 event naming a v2-only field) or a phase:
+    each event's answer is the row path's, or the batch is the row path's."""
+    good = {"schema_version": 1, "kind": "generation", "request_id": "g", "model": "m", "t0": NOW - 5,
+            "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 1000, "output_tokens": 50}
+    bad = {**good, "request_id": "b", "ttft_s": -1}
+    for other in ({**good, "request_id": "c", "gateway": "g\x1b"}, {**good, "request_id": "s", "streamed": True},
+                  {**good, "request_id": "n", "prefill_replica": None}):
+        for events in ([good, bad, other, good], [other, bad], [bad, other, bad]):
+            d = same_as_row_path([record(0, encode(events, True))])
+            assert d is not None and len(d.refused) == sum(e is not good for e in events), (other, events)
+    phase = {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": NOW - 5, "input_tokens": 1}
+    assert decode([record(0, json.dumps({"schema_version": 2, "kind": "batch", "events": [good, bad, phase]}).encode())],
+                  BUCKET, LIMIT, NOW) is None
 
 
 def test_each_check_across_fields_at_its_bound():
