@@ -22,6 +22,7 @@ PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.formulas", "pha
         "phasemeter.integrations.sse", "phasemeter.integrations.openai_call", "phasemeter.stream_jobs.otlp_in",
         "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.alerts.transfer",
         "phasemeter.store.sql_guard", "phasemeter.store.sql_request", "phasemeter.store.sql_compress", "phasemeter.store.native_revision",
+        "phasemeter.store.read_tuning",
         "phasemeter.stream_jobs.refusals", "phasemeter.stream_jobs.dead_letter", "phasemeter.stream_jobs.phases_in")
 IO = ("faust", "aiokafka", "kafka", "clickhouse_connect", "chdb", "urllib", "socket", "subprocess",
       "phasemeter.store.client", "phasemeter.query.runner", "phasemeter.stream_jobs.sink", "phasemeter.stream_jobs.ledger")
