@@ -18,7 +18,7 @@ PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.formulas", "pha
         "phasemeter.analytics.paths", "phasemeter.integrations.otlp_map", "phasemeter.integrations.otlp_decode",
         "phasemeter.integrations.otlp_wire",
         "phasemeter.integrations.otlp_names", "phasemeter.integrations.otlp_pd",
-        "phasemeter.integrations.otlp_fields",
+        "phasemeter.integrations.otlp_fields", "phasemeter.integrations.otlp_limits",
         "phasemeter.integrations.sse", "phasemeter.integrations.openai_call", "phasemeter.stream_jobs.otlp_in",
         "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.alerts.transfer",
         "phasemeter.store.sql_guard", "phasemeter.store.sql_request", "phasemeter.store.sql_compress", "phasemeter.store.native_revision",
