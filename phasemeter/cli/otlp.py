@@ -18,7 +18,7 @@ GRPC_EXTRA = "pip install 'phasemeter[otlp-grpc]'"
 
 
 def register(sub, common, window_flags) -> None:  # noqa: ARG001 (the extension signature)
-    from phasemeter.integrations.otlp_map import DEFAULT_MAX_BODY, DEFAULT_MAX_SPANS  # pure and light
+    from phasemeter.integrations.otlp_limits import DEFAULT_MAX_BODY, DEFAULT_MAX_SPANS  # not the mapping
 
     p = sub.add_parser("otlp", help="receive OTLP traces, HTTP and gRPC (vLLM --otlp-traces-endpoint), "
                                     "into the raw topic")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .otlp_limits import DEFAULT_MAX_SPANS  # re-exported: spans one request may carry
 from .otlp_names import OTHER_SPAN_KEYS, REPLICA, ROLE
 from .otlp_wire import BadRequest, count_proto_spans
 
@@ -32,11 +33,6 @@ class TooManySpans(BadRequest):
     without RetryInfo): sending it again cannot help, a smaller batch can."""
 
 
-# Spans one request may carry. Counted before any Span is built (and, for
-# protobuf, before the message is parsed), so a body of millions of empty
-# spans costs a scan, not a Python object per span. OpenTelemetry SDKs
-# export batches of 512 by default (OTEL_BSP_MAX_EXPORT_BATCH_SIZE).
-DEFAULT_MAX_SPANS = 8192
 # The largest value of a protobuf uint64 (startTimeUnixNano, endTimeUnixNano).
 _UINT64_MAX = (1 << 64) - 1
 _INT64_MIN = -(1 << 63)

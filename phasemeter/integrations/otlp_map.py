@@ -37,16 +37,14 @@ from phasemeter.stream_jobs.contract import LABEL_FIELDS, Rejection, check_count
 from .otlp_decode import (DEFAULT_MAX_SPANS, BadRequest, Span, TooManySpans, UnsupportedMediaType, json_spans,
                           proto_spans)
 from .otlp_fields import finish_reason, kv_transfer, label_error, pick, replica, request_id, timing
+from .otlp_limits import DEFAULT_MAX_BODY
 from .otlp_names import CACHED, E2E, ERROR_TYPE, FINISH, INPUT, MODEL, OPERATION, OUTPUT, REPLICA, STREAM, TTFT
 from .otlp_pd import phases, role_of
 
 __all__ = ["Mapped", "Span", "BadRequest", "UnsupportedMediaType", "TooManySpans", "map_request", "map_export",
-           "map_span", "PROTOBUF", "JSON", "LLM_OPERATIONS", "NOT_LLM", "EMBEDDING", "DEFAULT_MAX_SPANS"]
+           "map_span", "PROTOBUF", "JSON", "LLM_OPERATIONS", "NOT_LLM", "EMBEDDING", "DEFAULT_MAX_SPANS",
+           "DEFAULT_MAX_BODY"]
 
-# The largest OTLP request body taken (the receiver's --max-body-bytes default);
-# here, not in the receiver, so `phasemeter --help` can show it without
-# loading http.server.
-DEFAULT_MAX_BODY = 4 * 1024 * 1024
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 

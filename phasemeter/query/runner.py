@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from phasemeter.query.rows import Rows, from_result
 from phasemeter.store.client import StoreError, load_sql
+from phasemeter.store.read_tuning import SPLIT_SMALL_READS
 
 if TYPE_CHECKING:  # imported where a frame is built: the worker's ingest path never needs pandas
     import pandas as pd
@@ -33,15 +34,8 @@ if TYPE_CHECKING:  # imported where a frame is built: the worker's ingest path n
     from phasemeter.settings import Settings
 
 
-# A day of minute cells is a read under the size from which ClickHouse splits a
-# read across threads (merge_tree_min_bytes_for_concurrent_read, 24 MiB), so it
-# ran on one core. Each cell costs tens of microseconds to merge and finalize
-# (its sketches), so even such a read is worth every core: in-process over 100M
-# rows, 1 day at 1-minute steps took 0.66-0.84x the time for the bands and 0.65x
-# for the latencies (BENCHMARKS.md, section 14). One reading policy for the
-# rollup's band and latency queries.
-SPLIT_SMALL_READS = {"merge_tree_min_rows_for_concurrent_read": 8192,
-                     "merge_tree_min_bytes_for_concurrent_read": 1048576}
+# One reading policy for the rollup's band and latency queries: split even a
+# small read across threads (phasemeter.store.read_tuning, where it is measured).
 QUERY_SETTINGS = {"bands_rollup": SPLIT_SMALL_READS, "latency_rollup": SPLIT_SMALL_READS}
 
 

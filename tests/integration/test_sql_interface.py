@@ -131,6 +131,24 @@ def test_host_check_and_ping(sqlw):
     assert (status, headers["X-ClickHouse-Exception-Code"]) == (403, "497"), body
 
 
+def test_the_interface_splits_reads_itself_and_a_reader_cannot_change_it(sqlw):
+    """The rollup's reading policy (phasemeter.store.read_tuning) is applied
+    server-side to every query: readers cannot send it, as every setting but
+    the output ones and lowered limits is refused in read-only mode."""
+    from phasemeter.store.read_tuning import SPLIT_SMALL_READS
+
+    names = sorted(SPLIT_SMALL_READS)
+    assert len(names) == 2
+    sql = "SELECT " + ", ".join(f"getSetting('{n}')" for n in names)
+    status, _, body = sql_worker.post(sqlw.sql_url, sql, default_format="TabSeparated")
+    assert (status, body.decode().split()) == (200, [str(SPLIT_SMALL_READS[n]) for n in names])
+    for name in names:
+        status, headers, body = sql_worker.post(sqlw.sql_url + f"?{name}=100000000", "SELECT 1")
+        assert headers["X-ClickHouse-Exception-Code"] == "164", (status, body)
+        status, headers, body = sql_worker.post(sqlw.sql_url, f"SELECT 1 SETTINGS {name} = 100000000")
+        assert headers["X-ClickHouse-Exception-Code"] == "164", (status, body)
+
+
 def test_worker_json_and_config_name_the_interface(sqlw):
     state = json.loads((sqlw.data_dir / "data" / "worker.json").read_text())
     assert state["sql_url"] == f"http://127.0.0.1:{sqlw.sql_port}"

@@ -18,10 +18,11 @@ PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.formulas", "pha
         "phasemeter.analytics.paths", "phasemeter.integrations.otlp_map", "phasemeter.integrations.otlp_decode",
         "phasemeter.integrations.otlp_wire",
         "phasemeter.integrations.otlp_names", "phasemeter.integrations.otlp_pd",
-        "phasemeter.integrations.otlp_fields",
+        "phasemeter.integrations.otlp_fields", "phasemeter.integrations.otlp_limits",
         "phasemeter.integrations.sse", "phasemeter.integrations.openai_call", "phasemeter.stream_jobs.otlp_in",
         "phasemeter.alerts.burn", "phasemeter.alerts.replay", "phasemeter.alerts.transfer",
         "phasemeter.store.sql_guard", "phasemeter.store.sql_request", "phasemeter.store.sql_compress", "phasemeter.store.native_revision",
+        "phasemeter.store.read_tuning",
         "phasemeter.stream_jobs.refusals", "phasemeter.stream_jobs.dead_letter", "phasemeter.stream_jobs.phases_in")
 IO = ("faust", "aiokafka", "kafka", "clickhouse_connect", "chdb", "urllib", "socket", "subprocess",
       "phasemeter.store.client", "phasemeter.query.runner", "phasemeter.stream_jobs.sink", "phasemeter.stream_jobs.ledger")

@@ -149,3 +149,17 @@ def test_registering_new_slos_imports_no_pandas(tmp_path):
             "assert slo_defs.register(client, sloset)[0] == ['chat']\n")
     result = probe(["exec", code], tmp_path)
     assert "chdb" in result["heavy"] and "pandas" not in result["heavy"], explain(result)
+
+
+def test_building_the_parser_loads_no_otlp_mapping(tmp_path):
+    """Every command builds the whole parser, `otlp --help`'s defaults included:
+    they are read from phasemeter.integrations.otlp_limits, not from the span
+    mapping, which would load the stream contract into every read command."""
+    code = ("import sys\n"
+            "from phasemeter.cli.main import build_parser\n"
+            "build_parser()\n"
+            "assert 'phasemeter.integrations.otlp_limits' in sys.modules\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith(('phasemeter.integrations.otlp_map',\n"
+            "                'phasemeter.integrations.otlp_decode', 'phasemeter.stream_jobs.contract')))\n"
+            "assert loaded == [], loaded\n")
+    assert probe(["exec", code], tmp_path)["heavy"] == []
