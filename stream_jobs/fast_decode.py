@@ -207,26 +207,22 @@ def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, 
     # C decoder took. Its checks are asked of the whole list at once, as
     # `decoded_events` asks them, and only the refused events are visited:
     # a check per event was a third of this function's time
-    # (docs/performance/worker.md).
+    # (docs/performance/worker.md). Otherwise each event is checked alone.
     if (set(map(type, taken)) <= GENERATIONS_ONLY and not (control and any(map(_holds_control, taken)))
             and not _v1_naming_v2_only(taken)):
-        out = structs
-        for i in [i for i, e in enumerate(structs) if e is None]:
-            out[i] = _refused(parts[i], i, bucket, now, internal, oldest)
-            if out[i] is None:
-                return None
-        return out
-    out = []
-    for i, (part, e) in enumerate(zip(parts, structs)):
-        if e is not None and not (control and _holds_control(e)) and not _v1_naming_v2_only((e,)):
-            if type(e) is not Generation:
-                return None
-            out.append(e)
-            continue
-        rejection = _refused(part, i, bucket, now, internal, oldest)
-        if rejection is None:
+        refused = [i for i, e in enumerate(structs) if e is None]
+    else:
+        refused = []
+        for i, e in enumerate(structs):
+            if e is None or (control and _holds_control(e)) or _v1_naming_v2_only((e,)):
+                refused.append(i)
+            elif type(e) is not Generation:
+                return None  # a phase: the message is the row path's
+    out = structs
+    for i in refused:
+        out[i] = _refused(parts[i], i, bucket, now, internal, oldest)
+        if out[i] is None:
             return None
-        out.append(rejection)
     return out
 
 
