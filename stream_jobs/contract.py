@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import reasons as R
 
@@ -146,6 +146,14 @@ def control_character(name: str, value) -> Rejection | None:
 class Rejection:
     reason: str   # one of reasons.ALL
     detail: str   # human text naming the field; never the whole payload
+    # The refused event's place in its envelope's `events`, None for a whole
+    # message: the dead letter keeps that event, not the envelope
+    # (stream_jobs/dead_letter.py). Not part of equality: the detail names it.
+    event: int | None = field(default=None, compare=False)
+
+    def in_envelope(self, i: int) -> "Rejection":
+        """This rejection of an envelope's event `i`."""
+        return Rejection(self.reason, f"events[{i}]: {self.detail}", i)
 
 
 def oldest_kept(now: float, raw_ttl_days: int) -> float:

@@ -10,6 +10,9 @@ only (docs/delivery.md, "What a dead letter keeps"):
   value of every field the contract does not define replaced by null; a
   known field's text longer than the contract allows, and an object or a
   list where the contract has a scalar, are replaced by null too;
+* an event refused inside an envelope keeps that event alone, redacted by
+  the same rule (its place is in the detail, `events[i]`): its neighbours
+  were stored or dead-lettered on their own;
 * a message that does not parse as a JSON object (malformed JSON, not
   UTF-8, too deep, a bare string or list, an OTLP message) keeps nothing of
   its bytes: only its size, the reason and the detail. A prefix of it could
@@ -71,30 +74,47 @@ def redact(value, key: str | None = None):
     return value  # a number, a bool, null
 
 
-def payload(raw: bytes | None, cap: int, parse: bool = True) -> str:
+def payload(raw: bytes | None, cap: int, parse: bool = True, event: int | None = None, part=None) -> str:
     """The stored payload of a rejected message: its redacted JSON, at most
     `cap` bytes of it, base64; "" when it does not parse as JSON (or
-    `parse` is False: a message of another encoding)."""
+    `parse` is False: a message of another encoding). `event`: the refused
+    event's place in the message's envelope (contract.Rejection.event),
+    whose payload is that event alone; `part`: its bytes (msgspec.Raw),
+    when the caller has them."""
     if not raw or not parse or cap <= 0:
         return ""
     try:
-        event = _top_level(raw)
-        if not isinstance(event, dict):
+        value = _top_level(raw) if event is None else _event_of(raw, event) if part is None else _load(part)
+        if not isinstance(value, dict):
             return ""  # a bare string or list has no field names: nothing of it is known
         # ASCII (\u escapes): cut at `cap` it stays decodable text. Only
-        # what the cut keeps is parsed, redacted and written: an envelope of
-        # 100 events with one bad event, parsed and redacted whole, cost more
-        # than its 99 others stored as columns.
+        # what the cut keeps of a message is parsed, redacted and written: an
+        # envelope of 100 events, parsed and redacted whole, cost more than
+        # its 99 good events stored as columns. One event, redacted, is small.
+        pieces = _redacted_json(value) if event is None else (_JSON.encode(redact(value)),)
         body, size = [], 0
-        for piece in _redacted_json(event):  # json.dumps(redact(event)), the part the cut keeps
+        for piece in pieces:  # json.dumps(redact(value)), the part the cut keeps
             body.append(piece)
             size += len(piece)
             if size >= cap:
                 break
         text = "".join(body).encode("ascii")
-    except (ValueError, RecursionError, UnicodeError):
+    except (ValueError, RecursionError, UnicodeError, LookupError, TypeError):
         return ""  # malformed, too deep, not UTF-8, a lone surrogate: nothing of it is kept
     return base64.b64encode(text[:cap]).decode()
+
+
+def _event_of(raw: bytes, i: int):
+    """An envelope's event `i`, parsed, the others skipped in C (or the
+    envelope parsed by json.loads where msgspec refuses it: NaN...): parsing
+    and redacting the envelope's first `cap` bytes cost ~5x as much, and
+    they rarely held the refused event."""
+    import msgspec
+
+    try:
+        return _load(_decoder("events")(raw).events[i])
+    except msgspec.MsgspecError:
+        return json.loads(raw)["events"][i]
 
 
 def _top_level(raw: bytes):
@@ -138,11 +158,15 @@ def _items(value) -> list | None:
 @functools.cache
 def _decoder(container):
     """msgspec's decoder of a JSON object or array whose values it leaves
-    as msgspec.Raw. Imported here: the store's CLI (`phasemeter dlq`)
+    as msgspec.Raw (None: of any JSON value, parsed; "events": of an
+    envelope's events only). Imported here: the store's CLI (`phasemeter dlq`)
     imports this module without decoding anything."""
     import msgspec
 
-    kind = {dict: dict[str, msgspec.Raw], list: list[msgspec.Raw], None: object}[container]
+    if container == "events":  # an envelope's events, its other fields skipped
+        kind = msgspec.defstruct("Events", [("events", list[msgspec.Raw])])
+    else:
+        kind = {dict: dict[str, msgspec.Raw], list: list[msgspec.Raw], None: object}[container]
     return msgspec.json.Decoder(kind).decode
 
 
@@ -168,12 +192,12 @@ _JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 
 def record(reason: str, detail: str, raw: bytes | None, source: dict, now: float, cap: int,
-           parse: bool = True, kept: str | None = None) -> dict:
-    """The dead letter of a rejected message (DLQ_COLUMNS of the sink).
-    `kept`: its `payload`, when the caller has it already (an envelope's
-    rejected events share their message's)."""
+           parse: bool = True, kept: str | None = None, event: int | None = None) -> dict:
+    """The dead letter of a rejected message (DLQ_COLUMNS of the sink), or
+    of its envelope's event `event`. `kept`: its `payload`, when the caller
+    has it already (built while the store wrote the batch before)."""
     return {"ts": now, "reason": reason, "detail": escape_control(detail[:_DETAIL_LIMIT]),
-            "payload": payload(raw, cap, parse) if kept is None else kept,
+            "payload": payload(raw, cap, parse, event) if kept is None else kept,
             "payload_size": len(raw or b""), **source}
 
 

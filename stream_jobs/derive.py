@@ -322,6 +322,5 @@ def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | N
     out: list[dict | Phase | Rejection] = []
     for i, item in enumerate(inner):
         result = process_event(item, bucket, now, internal, check, oldest)
-        out.append(Rejection(result.reason, f"events[{i}]: {result.detail}") if isinstance(result, Rejection)
-                   else result)
+        out.append(result.in_envelope(i) if isinstance(result, Rejection) else result)
     return out

@@ -32,12 +32,18 @@ import msgspec
 from .buckets import Bucketer
 from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS, SCHEMA_VERSIONS, STATUSES, STREAMED
 from .contract import V2_ONLY, V2_OPTIONAL, has_control, may_hold_control, may_hold_lone_surrogate
-from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, across, derive, normalised, process_event
-from .derive import process_message
+from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, across, derive, normalised, numbers
+from .derive import process_event, process_message
+from .formulas import out_of_range
 from .phase_events import PHASE_VERSION, SPEC, check_across
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
 _Duration = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_DURATION_S)]
+# A generation's counts and durations are typed only (an int the columns'
+# int64 holds, any finite float): their ranges are checked on columns
+# (formulas.out_of_range), so that one out of range does not make its whole
+# envelope decode again event by event (docs/performance/worker.md).
+_RANGED_ON_COLUMNS = {_Count: Annotated[int, msgspec.Meta(ge=-2 ** 63, le=2 ** 63 - 1)], _Duration: float}
 _Version = Literal[SCHEMA_VERSIONS]  # type: ignore[valid-type]
 
 
@@ -72,14 +78,20 @@ def _struct(title: str, tag: str, required: list, optional: list, gc: bool = Fal
                              forbid_unknown_fields=True, frozen=True, gc=gc)
 
 
-# A v1/v2 generation as derive's `_fast` accepts it, built from its lists,
+# A v1/v2 generation as derive's `_fast` accepts it (but the ranges of its
+# counts and durations: formulas.out_of_range), built from its lists,
 # and the P/D fields and `streamed` of a v2 one (V2_ONLY). Those are UNSET
 # when absent, None when null: a v1 generation naming one, even as null, is
 # the full path's to refuse (unknown_field; `_v1_naming_v2_only`).
-Generation = _struct("Generation", "generation", [(n, _type_of(n)) for n in REQUIRED if n != "kind"],
-                     [(n, _type_of(n), "ok") if n == "status" else (n, Optional[_type_of(n)], None)
+def _typed(name: str):
+    t = _type_of(name)
+    return _RANGED_ON_COLUMNS.get(t, t)
+
+
+Generation = _struct("Generation", "generation", [(n, _typed(n)) for n in REQUIRED if n != "kind"],
+                     [(n, _typed(n), "ok") if n == "status" else (n, Optional[_typed(n)], None)
                       for n in sorted(KNOWN - set(REQUIRED))]
-                     + [(n, Union[_type_of(n), None, msgspec.UnsetType], msgspec.UNSET) for n in V2_ONLY])
+                     + [(n, Union[_typed(n), None, msgspec.UnsetType], msgspec.UNSET) for n in V2_ONLY])
 # The v2 phase events as validate_phase accepts them, built from its SPEC;
 # an end with stall data (V2_OPTIONAL) or a phase with P/D fields takes the full path.
 PHASES = {kind: _struct(kind.title().replace("_", ""), kind,
@@ -132,7 +144,7 @@ def _generation(e, now: float, oldest: float) -> dict | None:
     fields = normalised(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status, e.input_tokens,
                         e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s, e.queue_s, e.schema_version,
                         given(e.prefill_replica), given(e.decode_replica), given(e.kv_transfer_s), given(e.streamed))
-    return None if across(fields, now, oldest) is not None else fields
+    return None if out_of_range(numbers(fields)) or across(fields, now, oldest) is not None else fields
 
 
 def attr(e, name: str):
@@ -190,16 +202,10 @@ def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, 
     path names it (`derive.process_message`), in the message's order. None
     when the full path makes a row or a phase of any of them (an event with
     chunk data, a phase...): that message is the row path's."""
-    envelope = None
-    if raw is not None and len(raw) <= max_bytes:
-        try:
-            envelope = _RAW_ENVELOPE.decode(raw)
-        except (msgspec.MsgspecError, RecursionError):
-            pass
-    if type(envelope) is not _RawEnvelope or len(envelope.events) > max_batch:
+    parts = raw_events(raw) if raw is not None and len(raw) <= max_bytes else None
+    if parts is None or len(parts) > max_batch:
         results = process_message(raw, bucket, max_bytes, now, max_batch, internal, oldest)
         return results if all(type(r) is Rejection for r in results) else None
-    parts = envelope.events
     structs = list(map(_event_or_none, parts))
     taken = [e for e in structs if e is not None]
     control = may_hold_control(raw)
@@ -220,13 +226,23 @@ def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, 
                 return None  # a phase: the message is the row path's
     out = structs
     for i in refused:
-        out[i] = _refused(parts[i], i, bucket, now, internal, oldest)
+        out[i] = refused_event(parts[i], i, bucket, now, internal, oldest)
         if out[i] is None:
             return None
     return out
 
 
-def _refused(part, i: int, bucket: Bucketer, now: float, internal: bool, oldest: float) -> Rejection | None:
+def raw_events(raw: bytes) -> list | None:
+    """An envelope's events, each left undecoded (msgspec.Raw); None when
+    `raw` is no envelope."""
+    try:
+        envelope = _RAW_ENVELOPE.decode(raw)
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    return envelope.events if type(envelope) is _RawEnvelope else None
+
+
+def refused_event(part, i: int, bucket: Bucketer, now: float, internal: bool, oldest: float) -> Rejection | None:
     """The Rejection of an envelope's event `i` as the full path names it;
     None when the full path takes it, or names it for the whole message."""
     try:
@@ -234,7 +250,7 @@ def _refused(part, i: int, bucket: Bucketer, now: float, internal: bool, oldest:
         result = process_event(json.loads(part), bucket, now, internal, may_hold_lone_surrogate(part), oldest)
     except (ValueError, RecursionError):
         return None
-    return Rejection(result.reason, f"events[{i}]: {result.detail}") if type(result) is Rejection else None
+    return result.in_envelope(i) if type(result) is Rejection else None
 
 
 def _event_or_none(part):

@@ -17,7 +17,7 @@ import math
 from typing import NamedTuple
 
 from . import reasons as R
-from .contract import MIN_T0, Rejection, outside_retention
+from .contract import MAX_DURATION_S, MAX_TOKENS, MIN_T0, Rejection, outside_retention
 
 NULL = math.nan
 
@@ -91,6 +91,21 @@ def check_transfer_within(kv_transfer_s: float | None, ttft_s: float | None, e2e
     that knows only these three (None: null): its Rejection or None."""
     kv, ttft, e2e = (NULL if v is None else v for v in (kv_transfer_s, ttft_s, e2e_s))
     return Rejection(R.INCONSISTENT, _transfer_detail(kv, ttft, e2e)) if _transfer_late(kv, ttft, e2e) else None
+
+
+def out_of_range(f: Fields):
+    """The rows (a bool, or a bool column) with a duration or a count outside
+    the contract's range (contract.check_duration, check_gap, check_count).
+    The C decoder's Generation takes any number of the right type, so that
+    an envelope with one such event still decodes whole in C; this finds
+    those rows, and the full path names their reason (its checks come
+    before the ones across fields). A null (NaN) is in range."""
+    bad = False
+    for seconds in (f.e2e, f.ttft, f.queue, f.kv):
+        bad = bad | (seconds < 0) | (seconds > MAX_DURATION_S)
+    for count in (f.n_in, f.n_out, f.cached):
+        bad = bad | (count < 0) | (count > MAX_TOKENS)
+    return bad
 
 
 def failing(f: Fields, latest: float, oldest: float) -> list:

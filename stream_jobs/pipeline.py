@@ -141,9 +141,9 @@ class Pipeline:
             return None
         gens, ids = decoded.gens, decoded.gens.request_ids
         stored = self._already_stored(events)
-        refused: dict[int, list[Rejection]] = {}
-        for m, rejection in decoded.refused:
-            refused.setdefault(m, []).append(rejection)
+        refused: dict[int, list[tuple[Rejection, str]]] = {}  # message -> its refused events and their payloads
+        for (m, rejection), kept in zip(decoded.refused, decoded.payloads):
+            refused.setdefault(m, []).append((rejection, kept))
         dead, suspects, inside, dropped, message_of = [], set(), [], set(), []
         cap, first = self.settings.dlq_payload_bytes, 0
         for m, (event, n) in enumerate(zip(events, gens.per_message)):
@@ -159,9 +159,8 @@ class Pipeline:
             first += n
             if m in refused:
                 source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
-                dead += [dead_letter.record(r.reason, r.detail, event.value, source, now, cap,
-                                            kept=decoded.payloads[m])
-                         for r in refused[m]]
+                dead += [dead_letter.record(r.reason, r.detail, event.value, source, now, cap, kept=kept)
+                         for r, kept in refused[m]]
         suspects |= gens.cells(inside) if inside else set()
         dropped |= self._duplicates_in_columns(events, gens, message_of, dropped, dead, now)
         kept_dead = [d for d in dead if d["src_offset"] not in
@@ -368,14 +367,11 @@ class Pipeline:
                 log.exception("derivation failed at %s/%s", msg.partition, msg.offset)
                 results = [Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")]
             held = stored.get((msg.topic, msg.partition))
-            kept = None  # the message's redacted payload, built once for all its dead letters
             for result in results:
                 if isinstance(result, Rejection):
                     # Redacted: no value of a field outside the contract (dead_letter.py).
-                    if kept is None:
-                        kept = dead_letter.payload(event.value, cap, parse=msg.topic != self.settings.otlp_topic)
                     dead.append(dead_letter.record(result.reason, result.detail, event.value, source, now, cap,
-                                                   kept=kept))
+                                                   parse=msg.topic != self.settings.otlp_topic, event=result.event))
                 elif isinstance(result, Phase):
                     # Partitioned by request_id, so all phases of a generation
                     # meet in one partition of the join, whatever the gateway

@@ -12,8 +12,11 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from phasemeter.stream_jobs import dead_letter
 from phasemeter.stream_jobs.columnar import Ahead, Decoded, Generations, decode, from_events, ts_bounds
-from phasemeter.stream_jobs.contract import MIN_T0
+from phasemeter.stream_jobs import reasons as R
+from phasemeter.stream_jobs.contract import MAX_DURATION_S, MAX_TOKENS, MIN_T0
+from phasemeter.stream_jobs.fast_decode import decoded_events
 from phasemeter.stream_jobs.derive import ROW_COLUMNS, Phase, Rejection, process_message
 from phasemeter.stream_jobs.pipeline import _cell
 from phasemeter.stream_jobs.sink import _arrow, _table
@@ -79,7 +82,9 @@ def same_as_row_path(records, oldest: float = MIN_T0) -> Decoded | None:
     assert len(d.gens) == len(rows) and len(d.refused) == len(refused)
     assert list(d.gens) == rows  # every value of every row, None stays None
     assert d.refused == refused
-    assert set(d.payloads) == {m for m, _ in refused}
+    # Each dead letter's payload: its event's alone, redacted, when it was refused inside an envelope.
+    assert d.payloads == [dead_letter.payload(records[m].value, 4096, event=x.event) for m, x in refused]
+    assert [x.event for _, x in d.refused] == [x.event for _, x in refused]
     assert d.gens.arrow().to_pylist() == _arrow(rows, ROW_COLUMNS).to_pylist()
     assert _table("generations", d.gens, ROW_COLUMNS)[1] == _table("generations", rows, ROW_COLUMNS)[1]
     assert ts_bounds(d.gens) == ts_bounds(rows)
@@ -191,6 +196,34 @@ def test_each_check_across_fields_at_its_bound():
         records = [record(0, encode([base, {**base, "request_id": "x", **outside}], True))]
         d = same_as_row_path(records)
         assert len(d.gens) == 1 and [m for m, _ in d.refused] == [0], outside
+
+
+def test_each_range_at_its_bound_is_found_on_columns_and_named_by_the_full_path():
+    """formulas.out_of_range: a count or a duration just inside its range is a
+    row; just outside, its envelope still decodes whole in C (the Struct
+    types it only), and the full path names the reason for that event."""
+    base = {"schema_version": 2, "kind": "generation", "request_id": "b", "model": "m", "t0": NOW - 60,
+            "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 1000, "output_tokens": 50}
+    day, most = MAX_DURATION_S, MAX_TOKENS
+    cases = [({"ttft_s": 0, "queue_s": 0}, {"ttft_s": -1}, R.IMPOSSIBLE_ORDER),
+             ({"queue_s": 0.0}, {"queue_s": -0.001}, R.IMPOSSIBLE_ORDER),
+             ({"ttft_s": None, "output_tokens": 0, "e2e_s": day}, {"e2e_s": day + 0.01}, R.ABSURD),
+             ({"input_tokens": most}, {"input_tokens": most + 1}, R.ABSURD),
+             ({"input_tokens": 0}, {"input_tokens": -1}, R.NEGATIVE),
+             ({"output_tokens": 0, "ttft_s": 0.5}, {"output_tokens": -3}, R.NEGATIVE),
+             ({"cached_input_tokens": 0}, {"cached_input_tokens": -1}, R.NEGATIVE),
+             ({"kv_transfer_s": 0}, {"kv_transfer_s": -0.5}, R.NEGATIVE),
+             ({"input_tokens": 5}, {"input_tokens": 2 ** 63 - 1}, R.ABSURD)]           # the widest int64
+    assert len(cases) == 9
+    for inside, outside, reason in cases:
+        records = [record(0, encode([base, {**base, "request_id": "x", **inside}], True))]
+        assert len(same_as_rows(records)) == 2, inside
+        raw = encode([base, {**base, "request_id": "x", **outside}, base], True)
+        assert decoded_events(raw, 10_000) is not None, outside  # not event by event
+        d = same_as_row_path([record(0, raw)])
+        assert len(d.gens) == 2 and [(r.reason, r.event) for _, r in d.refused] == [(reason, 1)], outside
+        lone = same_as_row_path([record(0, encode([{**base, **outside}], False))])
+        assert len(lone.gens) == 0 and [r.reason for _, r in lone.refused] == [reason], outside
 
 
 def test_pd_fields_ride_on_the_columns():

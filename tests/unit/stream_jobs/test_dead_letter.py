@@ -105,3 +105,36 @@ def test_the_payload_is_the_cut_of_the_whole_message_redacted_whatever_parses_it
         whole = json.dumps(dead_letter.redact(json.loads(raw)), ensure_ascii=True, separators=(",", ":")).encode()
         for cap in (1, 7, 300, 4096, 100_000):
             assert base64.b64decode(dead_letter.payload(raw, cap)) == whole[:cap], (raw[:40], cap)
+
+
+def test_an_event_refused_in_an_envelope_keeps_that_event_alone_redacted():
+    """The dead letter of an envelope's event keeps that event, not the
+    envelope's first bytes, which rarely reach it (events[37] starts ~10 kB in)."""
+    events = [{"schema_version": 1, "kind": "generation", "request_id": f"r{i}", "model": "m", "t0": 1.5,
+               "prompt": SECRET, "input_tokens": 3} for i in range(60)]
+    raw = json.dumps({"schema_version": 1, "kind": "batch", "events": events, "note": SECRET}).encode()
+    assert raw.index(b'"r37"') > 4096
+    got = json.loads(base64.b64decode(dead_letter.payload(raw, 4096, event=37)))
+    assert got == {**{k: v for k, v in events[37].items() if k != "prompt"}, "prompt": None}
+    record = dead_letter.record(R.IMPOSSIBLE_ORDER, "events[37]: x", raw, SOURCE, 1.0, 4096, event=37)
+    assert record["payload"] == dead_letter.payload(raw, 4096, event=37) and record["payload_size"] == len(raw)
+    assert len(base64.b64decode(dead_letter.payload(raw, 10, event=37))) == 10  # the cap still holds
+
+
+@pytest.mark.parametrize("raw, i, kept_any", [
+    # what msgspec refuses (NaN, 1E400, a lone surrogate) is parsed as json.loads parses it
+    (b'{"kind":"batch","events":[{"t0":NaN,"model":"\\ud800","x y":1},{"t0":1E400}]}', 0, True),
+    (b'{"kind":"batch","events":[{"t0":1},{"t0":1E400,"prompt":"' + SECRET.encode() + b'"}]}', 1, True),
+    (b'{"kind":"batch","events":["' + SECRET.encode() + b'"]}', 0, False),   # not an object: nothing kept
+    (b'{"kind":"batch","events":[{"t0":1}]}', 3, False),                     # no such event
+    (b'{"kind":"batch","events":{"0":{"t0":1}}}', 0, False),                # events not a list
+    (b'{"kind":"batch","events":[{"t0":1}', 0, False),                       # malformed
+])
+def test_an_envelopes_event_is_kept_as_json_loads_reads_it_or_not_at_all(raw, i, kept_any):
+    text = base64.b64decode(dead_letter.payload(raw, 4096, event=i)).decode()
+    assert SECRET not in text
+    if kept_any:
+        event = json.loads(raw)["events"][i]
+        assert text == json.dumps(dead_letter.redact(event), ensure_ascii=True, separators=(",", ":"))
+    else:
+        assert text == ""

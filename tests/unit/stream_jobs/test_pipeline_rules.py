@@ -4,6 +4,7 @@ over for a check. These rules are the worker's exactly-once logic."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from datetime import datetime, timezone
@@ -486,3 +487,19 @@ def test_the_columns_keep_the_row_paths_exactly_once_rules(case):
             assert isinstance(rows, Generations) or len(rows) == 0
     columns, row_path = out
     assert columns == row_path
+
+
+@pytest.mark.parametrize("path", ["columns", "rows"])
+def test_the_dead_letter_of_an_envelopes_event_keeps_that_event_on_both_paths(path):
+    """dead_letter.payload: the refused event, redacted; not the envelope's
+    first bytes. A phase beside it sends the batch down the row path."""
+    bad = dict(gen("b"), prompt="SECRET")
+    batch = [rec(0, env(*[gen(f"a{i}") for i in range(60)], bad, version=2))]
+    if path == "rows":
+        batch.append(rec(1, {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": T0,
+                             "input_tokens": 5}))
+    rows, dead = pipeline(FakeSink()).split(batch)[:2]
+    assert isinstance(rows, Generations) == (path == "columns") and len(rows) == 60
+    assert [(d["reason"], d["detail"][:11]) for d in dead] == [(R.UNKNOWN_FIELD, "events[60]:")]
+    assert json.loads(base64.b64decode(dead[0]["payload"])) == {**bad, "prompt": None}
+    assert dead[0]["payload_size"] == len(batch[0].value)
