@@ -6,7 +6,7 @@ the store client directly (tuples, no DataFrames: it runs every batch).
 * `stored_max` / `stored_in_range`: what a re-read batch already left in
   the store, so each row and dead letter is written once.
 * `existing_request_ids`: duplicate deliveries from a gateway.
-* `rollup_mismatches` / `repair_rollup`: cells where a rollup tier's view
+* `all_tier_mismatches` / `repair_rollup`: cells where a rollup tier's view
   missed (or doubled) a crashed insert's block, rebuilt from raw; the same
   for the declared SLOs' per-minute counts (`slo_mismatches` / `repair_slo`).
 
@@ -140,13 +140,6 @@ def _naive(t: datetime) -> datetime:
 
 def _utc(t: datetime) -> datetime:
     return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
-
-
-def rollup_mismatches(client, start: datetime, end: datetime, cells: set[Cell] = frozenset(),
-                      tier: rollup.Tier = rollup.MINUTE) -> list[tuple]:
-    """[(model, bucket, cell start, raw_n, rollup_n)] where a tier of the
-    rollup != raw (the minute tier unless told; `cells` at the tier's grain)."""
-    return rollup.mismatches(client, start, end, cells, tier)
 
 
 def all_tier_mismatches(client, start: datetime, end: datetime) -> list[tuple]:

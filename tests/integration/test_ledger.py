@@ -152,7 +152,7 @@ def test_the_stored_ids_of_a_range_are_read_only_when_few(client, monkeypatch):
 def test_repair_fills_cells_whose_view_block_was_lost(client, limit):
     _, lost = write_with_a_lost_block(client)
     window = (datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc))
-    bad = ledger.rollup_mismatches(client, *window)
+    bad = rollup.mismatches(client, *window)
     assert bad and all(raw > roll == 0 for _, _, _, raw, roll in bad)
     cells = _cells_of(lost)
     assert limit == MAX_BOUND_CHARS or len(list(slices(sorted(cells), cell_chars, limit))) >= len(cells) // 2 > 1
@@ -161,7 +161,7 @@ def test_repair_fills_cells_whose_view_block_was_lost(client, limit):
     # find its cells already mended: each one is reported at most once.
     assert {r[1:] for r in repaired} <= set(bad) and len(repaired) == len({r[1:] for r in repaired})
     assert len(repaired) == len(bad) or limit < MAX_BOUND_CHARS
-    assert ledger.rollup_mismatches(client, *window) == [] and _rollup_total(client) == 70
+    assert rollup.mismatches(client, *window) == [] and _rollup_total(client) == 70
     # Idempotent: checking again changes nothing.
     assert ledger.repair_rollup(client, cells, limit=limit) == [] and _rollup_total(client) == 70
 
