@@ -132,7 +132,7 @@ class Sink:
         self.client = None
         self._runner: DirectRunner | None = None
         self.paused_reason: str | None = None
-        self.rows_written = self.dead_written = self.retries = self.store_refused = 0
+        self.retries = self.store_refused = 0
         # The error a store call is facing, and of which kind (refusals.classify):
         # {"kind", "code", "during"}; None once a call succeeded. The last
         # deterministic refusal stays visible after its rows were isolated.
@@ -213,8 +213,6 @@ class Sink:
         refused = self._write_rows(rows)
         self._write_dead(dead + refused)
         self.store_refused += len(refused)
-        self.rows_written += len(rows) - len(refused)
-        self.dead_written += len(dead) + len(refused)
         return refused
 
     def _write_rows(self, rows, salt: str = "") -> list[dict]:
