@@ -180,7 +180,7 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
 
     ingest_agent.install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets, _crash_guard)
 
-    register_views(app, settings, pipeline, sink, joiner)
+    register_views(app, settings, pipeline, sink, joiner, sloset)
     web_guard.limit_idle(app)
     if settings.is_embedded and sql_socket is not None:  # a server store is its own SQL interface
         _serve_sql(app, settings, sql_socket)
