@@ -24,6 +24,7 @@ from operator import itemgetter
 
 from phasemeter.query.runner import DirectRunner
 from phasemeter.settings import redact
+from phasemeter.store import rollup
 
 from . import dead_letter, ledger, refusals
 from .columnar import Generations, day_numbers, ts_array
@@ -313,6 +314,9 @@ class Sink:
                              topics, ids, lo, hi, self.crc_slice)
 
     def repair_rollup(self, cells: set) -> list[tuple]:
-        """Both per-minute views of the cells: the bands rollup and the SLO counts."""
-        found = self.retrying("repairing the rollup", self._locked, ledger.repair_rollup, cells)
+        """Both per-minute views of the cells made equal to raw: every tier of
+        the bands rollup (phasemeter.store.rollup.repair_cells) and the SLO
+        counts. A crash during the repair leaves the batch unrecorded: it is
+        re-read and the repair runs again, so it converges."""
+        found = self.retrying("repairing the rollup", self._locked, rollup.repair_cells, cells)
         return found + self.retrying("repairing the SLO counts", self._locked, ledger.repair_slo, cells)
