@@ -18,7 +18,7 @@ import ssl
 import faust
 
 from phasemeter.settings import Settings
-from phasemeter.store.client import connect
+from phasemeter.store.client import open_migrated_store
 
 from . import (faust_adapter, handoff, ingest_agent, join_agent, log_offsets, publish, recovery_task, resume,
                sql_http, web_guard)
@@ -42,18 +42,6 @@ def _broker_credentials(settings: Settings):
                                      mechanism=settings.kafka_sasl_mechanism or "PLAIN",
                                      ssl_context=ssl_context)
     return faust.SSLCredentials(ssl_context)
-
-
-def open_store_for_worker(settings: Settings):
-    """Connect and refuse to write into an un-migrated store."""
-    from phasemeter.store.migrate import pending
-
-    client = connect(settings)
-    todo = pending(client)
-    if todo:
-        client.close()
-        raise RuntimeError(f"{len(todo)} pending migration(s): run `phasemeter migrate`")
-    return client
 
 
 def declared_slos(settings: Settings):
@@ -130,7 +118,7 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
     faust_adapter.install(app, settings.stop_grace_s)
     sloset = declared_slos(settings)
     sink = (Sink.over(_with_slos(client, sloset), settings.store_dsn) if client is not None
-            else Sink(lambda: _with_slos(open_store_for_worker(settings), sloset), settings.store_dsn))
+            else Sink(lambda: _with_slos(open_migrated_store(settings), sloset), settings.store_dsn))
     pipeline = Pipeline(settings, sink)
     # acks=False: the group's offsets are committed from durable positions
     # (handoff.Handoff), never from what Faust's batching acked.
@@ -180,7 +168,7 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
 
     ingest_agent.install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets, _crash_guard)
 
-    register_views(app, settings, pipeline, sink, joiner)
+    register_views(app, settings, pipeline, sink, joiner, sloset)
     web_guard.limit_idle(app)
     if settings.is_embedded and sql_socket is not None:  # a server store is its own SQL interface
         _serve_sql(app, settings, sql_socket)

@@ -57,7 +57,7 @@ REQUIRED = (
     (mode.worker.Worker, "_sentinel_task"),       # overridden: faust_patches.Worker
     # Not private, but in no documented API: read by the rest of the worker,
     # listed so that an upgrade renaming one fails the check as well.
-    (App, "rebalancing"), (App, "in_recovery"), (App, "unassigned"),  # ready.py
+    (App, "rebalancing"), (App, "in_recovery"), (App, "unassigned"), (TableManager, "recovery"),  # ready.py
     (Recovery, "completed"), (Recovery, "in_recovery"), (Recovery, "active_remaining"),  # ready, recovery_task
     (Recovery, "active_offsets"), (Recovery, "active_highwaters"),  # recovery_task.py
     (PartitionAssignor, "assigned_actives"), (Collection, "data"),  # join_agent.py

@@ -40,20 +40,16 @@ def chunks(items: list, size: int = ENVELOPE_MAX):
         yield items[i:i + size]
 
 
-def _field(phase: dict, name: str):
-    """A phase's field, None when it has none (its fields hold no nulls)."""
-    return phase.get(name)
-
-
 def _phases(ph: dict) -> tuple:
     return ph.get("start"), ph.get("first_token"), ph.get("end")
 
 
-# The rules below read a phase through `get`: a dict here and in the join
-# agent's table, the C decoder's Struct in ingest's columnar batch join
+# The rules below read a phase through `get`: `dict.get` here and in the
+# join agent's table (a field a phase lacks is None: its fields hold no
+# nulls), the C decoder's Struct in ingest's columnar batch join
 # (columnar_join.py), so both join by these same functions.
 
-def _pick(phases: tuple, name: str, get=_field):
+def _pick(phases: tuple, name: str, get=dict.get):
     """Optional fields ride on whichever phase knew them; the earliest wins."""
     for phase in phases:
         if phase is not None:
@@ -63,7 +59,7 @@ def _pick(phases: tuple, name: str, get=_field):
     return None
 
 
-def _ttft(first, end, t0: float, get=_field) -> float | None:
+def _ttft(first, end, t0: float, get=dict.get) -> float | None:
     """From first_token, else as repeated by the end (the emitter does, so
     a reordered end need not wait for its first_token)."""
     for phase in (first, end):
@@ -77,7 +73,7 @@ def _ttft(first, end, t0: float, get=_field) -> float | None:
     return None
 
 
-def _generation(rid: str, start, first, end, get=_field, **outcome) -> dict:
+def _generation(rid: str, start, first, end, get=dict.get, **outcome) -> dict:
     phases = (start, first, end)
     # The P/D fields from whichever phase carried them (start or end); left
     # out when none did, so the generation is what it was without them.
@@ -88,7 +84,7 @@ def _generation(rid: str, start, first, end, get=_field, **outcome) -> dict:
             "gateway": get(start, "gateway"), "replica": get(start, "replica"), **outcome}
 
 
-def joined(rid: str, start, first, end, get=_field) -> dict:
+def joined(rid: str, start, first, end, get=dict.get) -> dict:
     """The fields of the generation its phases make (of a complete one:
     `completes`), each from the phase that knows it."""
     e2e = get(end, "e2e_s")
@@ -160,7 +156,7 @@ def apply(entry: dict | None, rid: str, fields: dict, partition: int, ts: float
     return {**entry, "last": max(entry["last"], ts), "seen": min(entry["seen"], ts), "ph": ph}, [], "partial"
 
 
-def completes(start, first, end, get=_field) -> bool:
+def completes(start, first, end, get=dict.get) -> bool:
     """start and end, and the first-token time unless the end says none can
     exist: shuffled phases may bring the end before the first_token. An end
     with 0 output tokens and no repeated ttft completes at once (an error

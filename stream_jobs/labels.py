@@ -27,9 +27,8 @@ BOUNDED = ("replica", "gateway", "prefill_replica", "decode_replica")
 
 
 class LabelBound:
-    def __init__(self, k: int, labels: tuple[str, ...] = BOUNDED):
+    def __init__(self, k: int):
         self.k = k  # 0: unbounded
-        self.labels = labels
         self.kept: dict[tuple[str, str], set[str]] = {}   # (label, model) -> values kept
         self.folded: Counter = Counter()                   # label -> rows stored as `other`
 
@@ -56,7 +55,7 @@ class LabelBound:
         if self.k <= 0:
             return
         for row in rows:
-            for label in self.labels:
+            for label in BOUNDED:
                 row[label] = self.value(label, row["model"], row[label])
 
     def columns(self, gens) -> None:
@@ -64,7 +63,7 @@ class LabelBound:
         if self.k <= 0:
             return
         models = gens.columns["model"].to_pylist()
-        for label in self.labels:
+        for label in BOUNDED:
             column = gens.columns[label]
             values = column.to_pylist()
             bounded = [self.value(label, m, v) for m, v in zip(models, values)]

@@ -6,9 +6,10 @@ the store client directly (tuples, no DataFrames: it runs every batch).
 * `stored_max` / `stored_in_range`: what a re-read batch already left in
   the store, so each row and dead letter is written once.
 * `existing_request_ids`: duplicate deliveries from a gateway.
-* `rollup_mismatches` / `repair_rollup`: cells where a rollup tier's view
-  missed (or doubled) a crashed insert's block, rebuilt from raw; the same
-  for the declared SLOs' per-minute counts (`slo_mismatches` / `repair_slo`).
+* `all_tier_mismatches`: cells where a rollup tier's view missed (or
+  doubled) a crashed insert's block (the worker rebuilds them from raw with
+  phasemeter.store.rollup.repair_cells); the same for the declared SLOs'
+  per-minute counts (`slo_mismatches` / `repair_slo`).
 
 SQL lives in sql/*.sql with every value bound server-side.
 """
@@ -142,36 +143,12 @@ def _utc(t: datetime) -> datetime:
     return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
-def rollup_mismatches(client, start: datetime, end: datetime, cells: set[Cell] = frozenset(),
-                      tier: rollup.Tier = rollup.MINUTE) -> list[tuple]:
-    """[(model, bucket, cell start, raw_n, rollup_n)] where a tier of the
-    rollup != raw (the minute tier unless told; `cells` at the tier's grain)."""
-    return rollup.mismatches(client, start, end, cells, tier)
-
-
 def all_tier_mismatches(client, start: datetime, end: datetime) -> list[tuple]:
     """[(tier, model, bucket, cell start, raw_n, rollup_n)] over every tier:
     what the chaos and soak checks hold to empty. Coarse cells that start
     before `start` or end after `end` are not checked (they hold raw rows
     outside the window), so pass a window of whole days."""
     return [(t.name, *bad) for t in rollup.TIERS for bad in rollup.mismatches(client, start, end, tier=t)]
-
-
-def repair_rollup(client, cells: set[Cell], attempts: int = 3, limit: int = MAX_BOUND_CHARS) -> list[tuple]:
-    """Make every tier of the rollup equal raw on the cells that minute cells
-    `cells` fall in; returns [(tier, model, bucket, cell start, raw_n,
-    rollup_n)] found (empty when the crashed insert's view blocks had landed
-    after all).
-
-    Each tier has its own view off `generations`, so a crash can cut any of
-    them; each is checked at its own grain and its unequal cells are deleted
-    and rebuilt from raw (phasemeter.store.rollup.repair). A crash during the
-    repair leaves the batch unrecorded: it is re-read and the repair runs
-    again, so it converges.
-    """
-    if not cells:
-        return []
-    return rollup.repair_cells(client, cells, attempts, limit)
 
 
 def slo_mismatches(client, start: datetime, end: datetime, cells: set[Cell] = frozenset()) -> list[tuple]:

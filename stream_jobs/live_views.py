@@ -43,16 +43,13 @@ async def _answer(view, sink, fn, *args):
     return view.json(doc, status=status)
 
 
-def register_live_views(app, settings, sink) -> None:
+def register_live_views(app, settings, sink, sloset) -> None:
+    """`sloset`: the SLOs as the worker read them at start (app.declared_slos),
+    the ones slo_minute counts (a file edited since is not what the store
+    counts until a restart)."""
     # The page never changes while a worker runs; a short cache still lets a
     # reinstall show up on the next reload.
     cache = {"Cache-Control": "max-age=60"}
-    # The SLOs as the worker read them at start: the ones slo_minute counts
-    # (a file edited since is not what the store counts until a restart).
-    from phasemeter.alerts.slo_rules import load_slos
-    from phasemeter.stream_jobs.buckets import labels, parse_edges
-
-    sloset = load_slos(settings.slos or None, labels(parse_edges(settings.bucket_edges)))
 
     @app.page("/")
     class Index(View):

@@ -107,11 +107,7 @@ def validate_phase(event: dict, now: float) -> dict | Rejection:
     return out
 
 
-def _field(phase: dict, name: str):
-    return phase.get(name)
-
-
-def check_across(kind: str, phase, get=_field) -> Rejection | None:
+def check_across(kind: str, phase, get=dict.get) -> Rejection | None:
     """The checks across one phase's fields, on its normalised fields (stall
     data apart; a field is there when it is not null). `get` reads a field:
     of a dict here, of the C decoder's Struct in the worker's decoders

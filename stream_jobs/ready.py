@@ -22,10 +22,8 @@ def is_ready(app) -> bool:
     # reads as current: a batch yielded in that window would process
     # partitions already handed over, after their new owner read the
     # changelog (suspected cause of 5 requests joined twice in one run).
-    recovery = getattr(app.tables, "recovery", None)
-    return (not app.unassigned and not getattr(app, "in_recovery", False)
-            and not getattr(app, "rebalancing", False)
-            and recovery is not None and recovery.completed.is_set())
+    return (not app.unassigned and not app.in_recovery and not app.rebalancing
+            and app.tables.recovery.completed.is_set())
 
 
 async def until_ready(app) -> None:

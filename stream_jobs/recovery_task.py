@@ -28,9 +28,7 @@ def install(app, stall_s: float) -> None:
     async def watch_recovery():
         while not app.should_stop:
             await asyncio.sleep(min(5.0, stall_s / 2))
-            recovery = getattr(app.tables, "recovery", None)
-            if recovery is None:
-                continue
+            recovery = app.tables.recovery
             left = {tp: n for tp, n in recovery.active_remaining().items() if n > 0}
             expected, now = sum(left.values()), time.monotonic()
             verdict = watch.verdict(now, bool(recovery.in_recovery), expected)
@@ -56,7 +54,7 @@ def install(app, stall_s: float) -> None:
 
     @app.on_before_shutdown.connect
     async def _stop_watching(app, **kwargs):  # noqa: ARG001
-        # Not left for the worker's stop to wait a second for (lifecycle.py).
+        # Not left for the worker's stop to wait a second for (faust_patches.Worker).
         for task in watching:
             task.cancel()
 

@@ -24,6 +24,7 @@ from operator import itemgetter
 
 from phasemeter.query.runner import DirectRunner
 from phasemeter.settings import redact
+from phasemeter.store import rollup
 
 from . import dead_letter, ledger, refusals
 from .columnar import Generations, day_numbers, ts_array
@@ -132,7 +133,7 @@ class Sink:
         self.client = None
         self._runner: DirectRunner | None = None
         self.paused_reason: str | None = None
-        self.rows_written = self.dead_written = self.retries = self.store_refused = 0
+        self.retries = self.store_refused = 0
         # The error a store call is facing, and of which kind (refusals.classify):
         # {"kind", "code", "during"}; None once a call succeeded. The last
         # deterministic refusal stays visible after its rows were isolated.
@@ -213,8 +214,6 @@ class Sink:
         refused = self._write_rows(rows)
         self._write_dead(dead + refused)
         self.store_refused += len(refused)
-        self.rows_written += len(rows) - len(refused)
-        self.dead_written += len(dead) + len(refused)
         return refused
 
     def _write_rows(self, rows, salt: str = "") -> list[dict]:
@@ -315,6 +314,9 @@ class Sink:
                              topics, ids, lo, hi, self.crc_slice)
 
     def repair_rollup(self, cells: set) -> list[tuple]:
-        """Both per-minute views of the cells: the bands rollup and the SLO counts."""
-        found = self.retrying("repairing the rollup", self._locked, ledger.repair_rollup, cells)
+        """Both per-minute views of the cells made equal to raw: every tier of
+        the bands rollup (phasemeter.store.rollup.repair_cells) and the SLO
+        counts. A crash during the repair leaves the batch unrecorded: it is
+        re-read and the repair runs again, so it converges."""
+        found = self.retrying("repairing the rollup", self._locked, rollup.repair_cells, cells)
         return found + self.retrying("repairing the SLO counts", self._locked, ledger.repair_slo, cells)

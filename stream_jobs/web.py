@@ -29,8 +29,8 @@ def consumer_lag(app, pipeline) -> dict:
     return {"lag": sum(per.values()) if per else None, "lag_by_partition": per}
 
 
-def register_views(app, settings, pipeline, sink, joiner) -> None:
-    register_live_views(app, settings, sink)  # GET /: the live page (docs/live.md)
+def register_views(app, settings, pipeline, sink, joiner, sloset) -> None:
+    register_live_views(app, settings, sink, sloset)  # GET /: the live page (docs/live.md)
 
     @app.page("/health")
     class Health(View):

@@ -9,9 +9,9 @@ without code of its own:
   PHASEMETER_ALLOWED_HOSTS), so a DNS-rebound page cannot read any route.
 - **No simple requests that change anything**: a request other than GET/HEAD
   that a browser may send cross-site without a preflight (a POST of
-  text/plain, a form, no content type) gets 415; only JSON posts run. A
-  route that only reads may take them (the plain POSTs real database clients
-  send) by being listed in READ_ONLY_POSTS, here, where a reviewer sees it.
+  text/plain, a form, no content type) gets 415; only JSON posts run. (The
+  SQL interface, whose clients send plain POSTs, is a listener of its own:
+  sql_http.py.)
 - **Bounded concurrency**: at most MAX_IN_FLIGHT requests at once; the next
   gets 503 with Retry-After at once, not a queue (each request may hold a
   thread of the executor and the store's lock). MONITORING routes answer from
@@ -34,9 +34,6 @@ from phasemeter.callers import allowed_names, host_allowed, is_simple_request
 
 from . import faust_adapter
 
-# Route patterns (aiohttp's canonical form, e.g. "/query/named/{name}") whose
-# POSTs only read, so a simple request there runs nothing a page could abuse.
-READ_ONLY_POSTS: frozenset[str] = frozenset()
 # Answered from the worker's memory, on the event loop, in one step.
 MONITORING: frozenset[str] = frozenset({"/health", "/metrics"})
 MAX_IN_FLIGHT = 16
@@ -56,8 +53,7 @@ def _route(request: web.Request) -> str | None:
     return resource.canonical if resource is not None else None
 
 
-def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read_s: float = BODY_READ_S,
-          read_only_posts: frozenset[str] = READ_ONLY_POSTS):
+def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read_s: float = BODY_READ_S):
     """The middleware for a port answering the `allowed` Host names."""
     in_flight = 0  # one event loop: a plain counter, no lock
 
@@ -67,7 +63,7 @@ def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read
         if not host_allowed(request.headers.get("Host"), allowed):
             return _refuse(403, f"Host {request.headers.get('Host')!r} is not a name this worker serves "
                                 "(loopback, its bind address, PHASEMETER_ALLOWED_HOSTS)")
-        if (request.method not in ("GET", "HEAD") and _route(request) not in read_only_posts
+        if (request.method not in ("GET", "HEAD")
                 and is_simple_request(request.method, request.headers.get("Content-Type"))):
             return _refuse(415, f"{request.method} needs Content-Type: application/json "
                                 "(a form or text/plain is what any web page may send)")

@@ -152,18 +152,18 @@ def test_the_stored_ids_of_a_range_are_read_only_when_few(client, monkeypatch):
 def test_repair_fills_cells_whose_view_block_was_lost(client, limit):
     _, lost = write_with_a_lost_block(client)
     window = (datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc))
-    bad = ledger.rollup_mismatches(client, *window)
+    bad = rollup.mismatches(client, *window)
     assert bad and all(raw > roll == 0 for _, _, _, raw, roll in bad)
     cells = _cells_of(lost)
     assert limit == MAX_BOUND_CHARS or len(list(slices(sorted(cells), cell_chars, limit))) >= len(cells) // 2 > 1
-    repaired = ledger.repair_rollup(client, cells, limit=limit)
+    repaired = rollup.repair_cells(client, cells, limit=limit)
     # A rebuild fills every cell its time range lacks, so a later slice may
     # find its cells already mended: each one is reported at most once.
     assert {r[1:] for r in repaired} <= set(bad) and len(repaired) == len({r[1:] for r in repaired})
     assert len(repaired) == len(bad) or limit < MAX_BOUND_CHARS
-    assert ledger.rollup_mismatches(client, *window) == [] and _rollup_total(client) == 70
+    assert rollup.mismatches(client, *window) == [] and _rollup_total(client) == 70
     # Idempotent: checking again changes nothing.
-    assert ledger.repair_rollup(client, cells, limit=limit) == [] and _rollup_total(client) == 70
+    assert rollup.repair_cells(client, cells, limit=limit) == [] and _rollup_total(client) == 70
 
 
 def test_repair_also_fixes_a_doubled_cell_and_keeps_the_exact_tails(client):
@@ -178,7 +178,7 @@ def test_repair_also_fixes_a_doubled_cell_and_keeps_the_exact_tails(client):
     client.command("INSERT INTO generations_minute SELECT * FROM generations_minute",
                    settings={"insert_deduplicate": 0})
     cells = {(m, b, t) for m, b, t, _ in before}
-    assert len(ledger.repair_rollup(client, cells)) == len(cells)
+    assert len(rollup.repair_cells(client, cells)) == len(cells)
     after = client.query("SELECT model, input_bucket, minute, finalizeAggregation(prefill_lo) "
                          "FROM (SELECT model, input_bucket, minute, groupArraySortedMergeState(16)(prefill_lo) "
                          "AS prefill_lo FROM generations_minute GROUP BY model, input_bucket, minute) "
@@ -205,17 +205,17 @@ def test_repair_finds_and_rebuilds_a_coarse_tier_cut_by_a_crash(client, tier):
     assert _tier_totals(client) == {"minute": 70, "hour": 70, "hour3": 70, "day": 70} | {tier: 40}
     bad = ledger.all_tier_mismatches(client, *WINDOW)
     assert bad and {b[0] for b in bad} == {tier} and all(raw > roll == 0 for *_, raw, roll in bad)
-    repaired = ledger.repair_rollup(client, _cells_of(lost))
+    repaired = rollup.repair_cells(client, _cells_of(lost))
     assert sorted(repaired) == sorted(bad)
     assert ledger.all_tier_mismatches(client, *WINDOW) == [] and _tier_totals(client) == dict.fromkeys(_tier_totals(client), 70)
-    assert ledger.repair_rollup(client, _cells_of(lost)) == []  # idempotent
+    assert rollup.repair_cells(client, _cells_of(lost)) == []  # idempotent
 
 
 def test_rebuilding_a_minute_cell_does_not_count_again_in_the_coarser_tiers(client):
     # The reason no tier is fed from another: a minute cell deleted and rebuilt
     # from raw must leave the coarser tiers as they were (equal to raw).
     _, lost = write_with_a_lost_block(client)
-    repaired = ledger.repair_rollup(client, _cells_of(lost))
+    repaired = rollup.repair_cells(client, _cells_of(lost))
     assert repaired and {r[0] for r in repaired} == {"minute"}
     assert _tier_totals(client) == {"minute": 70, "hour": 70, "hour3": 70, "day": 70}
     assert ledger.all_tier_mismatches(client, *WINDOW) == []
@@ -229,7 +229,7 @@ def test_repair_fixes_a_doubled_day_cell_and_keeps_its_states(client):
     before = client.query(q).result_rows
     client.command("INSERT INTO generations_day SELECT * FROM generations_day", settings={"insert_deduplicate": 0})
     assert _tier_totals(client)["day"] == 50
-    found = ledger.repair_rollup(client, _cells_of(rows(25)))
+    found = rollup.repair_cells(client, _cells_of(rows(25)))
     assert found and {f[0] for f in found} == {"day"} and all(roll == 2 * raw for *_, raw, roll in found)
     assert client.query(q).result_rows == before and _tier_totals(client)["day"] == 25
 
@@ -287,7 +287,7 @@ def test_the_all_tier_check_finds_what_each_tier_s_own_check_finds(client):
                  {(model, bucket, MIDNIGHT + timedelta(days=3))}):  # a minute without rows
         assert rollup.tier_mismatches(client, some) == _tier_by_tier(client, some)
     assert {t < MIDNIGHT for *_, t, _, _ in rollup.tier_mismatches(client, set(at_midnight))} == {True, False}
-    assert {r[0] for r in ledger.repair_rollup(client, cells)} == {"minute", "hour", "hour3", "day"}
+    assert {r[0] for r in rollup.repair_cells(client, cells)} == {"minute", "hour", "hour3", "day"}
     assert rollup.tier_mismatches(client, cells) == []
     assert _tier_by_tier(client, cells) == [] and ledger.all_tier_mismatches(client, *WINDOW) == []
 
@@ -302,8 +302,8 @@ def test_the_all_tier_check_sees_damage_in_any_one_tier(client, tier):
     _delete_cells(client, tier, [(model, bucket, cell)])
     [found] = rollup.tier_mismatches(client, cells)
     assert found[:4] == (tier, model, bucket, cell) and found[4] > found[5] == 0
-    assert [r[:4] for r in ledger.repair_rollup(client, cells)] == [found[:4]]
-    assert rollup.tier_mismatches(client, cells) == [] and ledger.repair_rollup(client, cells) == []
+    assert [r[:4] for r in rollup.repair_cells(client, cells)] == [found[:4]]
+    assert rollup.tier_mismatches(client, cells) == [] and rollup.repair_cells(client, cells) == []
 
 
 def test_batch_token_depends_on_every_offset_not_only_the_span():

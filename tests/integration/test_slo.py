@@ -21,7 +21,7 @@ from phasemeter.alerts.slo_rules import SLO_COUNTS, parse_slos
 from phasemeter.analytics.slo import attainment
 from phasemeter.query.runner import DirectRunner
 from phasemeter.store import migrate as mig
-from phasemeter.store import slo_defs
+from phasemeter.store import rollup, slo_defs
 from phasemeter.store.slices import cell_chars, slices
 from phasemeter.stream_jobs import ledger
 from phasemeter.stream_jobs.buckets import labels, parse_edges
@@ -240,7 +240,7 @@ def test_repair_rebuilds_lost_and_doubled_slo_counts(store, how):
     else:
         limit = sum(map(cell_chars, cells)) // 3 + 1
         assert len(list(slices(sorted(cells), cell_chars, limit))) >= 3
-        assert len(ledger.repair_rollup(store, cells, limit=limit) + ledger.repair_slo(store, cells, limit=limit)) \
+        assert len(rollup.repair_cells(store, cells, limit=limit) + ledger.repair_slo(store, cells, limit=limit)) \
             >= len(bad)
     assert ledger.slo_mismatches(store, *far) == []
     runner = DirectRunner(store)

@@ -29,4 +29,3 @@ def test_not_ready_between_revoke_and_the_new_assignment():
 def test_not_ready_unassigned_or_recovering():
     assert not is_ready(_app(unassigned=True))
     assert not is_ready(_app(in_recovery=True))
-    assert not is_ready(_app(tables=SimpleNamespace(recovery=None)))

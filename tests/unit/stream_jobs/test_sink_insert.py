@@ -106,7 +106,6 @@ def test_tables_are_built_outside_the_lock_and_inserted_inside_it(monkeypatch):
              "src_topic": "t", "src_partition": 0, "src_offset": 9}]
     sink.write([row(0)], dead)
     assert [c[0] for c in client.calls] == ["generations", "dead_letters"]
-    assert sink.rows_written == 1 and sink.dead_written == 1
 
 
 def test_a_stop_ends_a_write_retrying_on_a_store_that_is_down():
@@ -135,7 +134,6 @@ def test_a_stop_ends_a_write_retrying_on_a_store_that_is_down():
     writer.join(5)
     assert not writer.is_alive() and len(outcome) == 1
     assert outcome[0].startswith("store write failed: store away") and "stopped retrying" in outcome[0]
-    assert sink.rows_written == 0  # not counted as written: the batch is re-read
 
 
 def test_after_a_stop_a_write_the_store_accepts_still_lands():
@@ -143,7 +141,7 @@ def test_after_a_stop_a_write_the_store_accepts_still_lands():
     sink = Sink.over(rec, "chdb:///x")
     sink.stop_retrying()
     sink.write([row(0)], [])
-    assert len(rec.calls) == 1 and sink.rows_written == 1
+    assert len(rec.calls) == 1
 
 
 def test_the_duplicate_check_is_sliced_for_a_server_only():
@@ -233,7 +231,7 @@ def test_a_row_the_store_refuses_for_good_is_isolated_and_dead_lettered_and_the_
     assert sorted(landed) == sorted(f"r{i}" for i in range(40) if i not in (5, 33))
     [dead_insert] = [t for table, t, _ in client.landed if table == "dead_letters"]
     assert dead_insert.column("src_offset").to_pylist() == [99, 5, 33]
-    assert sink.store_refused == 2 and sink.rows_written == 38 and sink.dead_written == 3
+    assert sink.store_refused == 2
     assert sink.retries == 0  # a deterministic refusal is never retried as such
     assert sink.store_error is None  # facing nothing now; the refusal stays visible
     assert (sink.last_refusal["kind"], sink.last_refusal["code"]) == ("deterministic", 53)
