@@ -44,6 +44,8 @@ REQUIRED = (
     (faust_aiokafka.Producer, "_ensure_producer"),  # aiokafka_producer
     (aiokafka.AIOKafkaProducer, "create_batch"),  # publish.send_batched, on aiokafka_producer
     (aiokafka.AIOKafkaProducer, "send_batch"),    # publish.send_batched, on aiokafka_producer
+    (aiokafka.AIOKafkaProducer, "partitions_for"),  # partition_for_key
+    (aiokafka.AIOKafkaProducer, "_partition"),    # partition_for_key
     (ThreadDelegateConsumer, "_thread"),          # install
     (faust_aiokafka.AIOKafkaConsumerThread, "on_thread_stop"),  # replaced: faust_patches.close_consumer_safely
     (faust_aiokafka.Producer, "flush"),           # replaced: faust_patches.bound_producer_stop
@@ -148,6 +150,17 @@ def aiokafka_producer(app):
     """The aiokafka producer under Faust's: Faust has no batch API, and
     aiokafka's create_batch/send_batch write a changelog in a few batches."""
     return app.producer._ensure_producer()
+
+
+async def partition_for_key(app, topic: str, key: bytes | None) -> int:
+    """The partition aiokafka's send would give a record of `key` on `topic`
+    (the producer's partitioner over the topic's partitions, once its
+    metadata is in), for a record sent in a batch (publish.send_batched),
+    which needs its partition named. aiokafka applies the partitioner only
+    inside `send`; `_partition` is that step alone."""
+    producer = aiokafka_producer(app)
+    await producer.partitions_for(topic)
+    return producer._partition(topic, None, key, None, key, None)
 
 
 def passive(stream, processor):

@@ -136,9 +136,9 @@ class Join:
             else:
                 data[key] = entry
                 records.append((key, _dumps(entry), partition))
-        futures = await publish.send_batched(self.app, self.table.changelog_topic.get_topic_name(), records)
-        if futures:
-            await asyncio.gather(*futures)
+        sent = await publish.send_batched(self.app, self.table.changelog_topic.get_topic_name(), records)
+        if sent:
+            await asyncio.gather(*(future for future, _ in sent))
 
     def phase_messages(self, phases: list[tuple[int, float, dict]]) -> list:
         """Ingest's batch's phases -> the messages for the phases topic, which

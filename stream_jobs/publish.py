@@ -41,21 +41,25 @@ async def send_batched(app, topic: str, records: list[tuple[bytes, "bytes | None
     The join writes a changelog record per generation; sent one by one, each
     cost 32 µs of the event loop in a join run, appended ~1-3 µs (docs/performance/
     worker.md). They are the same Kafka records, so Faust replays them as before.
-    -> futures that resolve once Kafka acknowledged each batch."""
+    -> (future, the indexes of the records it holds) per batch: the future
+    resolves once Kafka acknowledged the batch, or fails for all of them (a
+    partition's batch is written whole or not at all)."""
     producer = faust_adapter.aiokafka_producer(app)
-    open_: dict[int, object] = {}
-    futures = []
-    for key, value, partition in records:
-        batch = open_.get(partition)
-        if batch is not None and batch.append(key=key, value=value, timestamp=None) is not None:
+    open_: dict[int, tuple[object, list[int]]] = {}
+    sent = []
+    for i, (key, value, partition) in enumerate(records):
+        entry = open_.get(partition)
+        if entry is not None and entry[0].append(key=key, value=value, timestamp=None) is not None:
+            entry[1].append(i)
             continue
-        if batch is not None:  # full: on its way, and a new one takes the record
-            futures.append(await producer.send_batch(batch, topic, partition=partition))
-        batch = open_[partition] = producer.create_batch()
+        if entry is not None:  # full: on its way, and a new one takes the record
+            sent.append((await producer.send_batch(entry[0], topic, partition=partition), entry[1]))
+        batch = producer.create_batch()
         batch.append(key=key, value=value, timestamp=None)  # an empty batch takes any one record
-    for partition, batch in open_.items():
-        futures.append(await producer.send_batch(batch, topic, partition=partition))
-    return futures
+        open_[partition] = (batch, [i])
+    for partition, (batch, held) in open_.items():
+        sent.append((await producer.send_batch(batch, topic, partition=partition), held))
+    return sent
 
 
 class Publisher:
@@ -69,15 +73,28 @@ class Publisher:
         self.retries = 0
 
     async def _attempt(self, messages: list[Message]) -> list[tuple[Message, BaseException]]:
-        """Send all, wait for every acknowledgement; -> the refused ones."""
-        sent, refused = [], []
+        """Send all in batches (`send_batched`: a batch's dead letters cost
+        ~25 µs each of the event loop sent one by one), wait for every
+        acknowledgement; -> the refused ones. A record without a partition
+        goes where the producer's partitioner puts its key, as a send would."""
+        by_topic: dict[str, list[Message]] = {}
         for message in messages:
+            by_topic.setdefault(message[0], []).append(message)
+        refused, sent = [], []
+        for topic, group in by_topic.items():
             try:
-                sent.append((message, await send(self.app, *message)))
-            except Exception as exc:  # refused before it was queued (e.g. too large)
-                refused.append((message, exc))
-        results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
-        refused += [(m, r) for (m, _), r in zip(sent, results) if isinstance(r, BaseException)]
+                where: dict = {}
+                for _, key, _, partition in group:
+                    if partition is None and key not in where:
+                        where[key] = await faust_adapter.partition_for_key(self.app, topic, key)
+                records = [(key, value, where[key] if partition is None else partition)
+                           for _, key, value, partition in group]
+                sent += [(group, future, held) for future, held in await send_batched(self.app, topic, records)]
+            except Exception as exc:  # refused before it was queued (e.g. an unknown partition)
+                refused += [(m, exc) for m in group]
+        results = await asyncio.gather(*(f for _, f, _ in sent), return_exceptions=True)
+        refused += [(group[i], r) for (group, _, held), r in zip(sent, results) if isinstance(r, BaseException)
+                    for i in held]
         return refused
 
     async def deliver(self, messages: list[Message]) -> None:
