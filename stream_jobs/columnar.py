@@ -264,7 +264,7 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
                nullable["kv_transfer_s"].to_numpy(zero_copy_only=False),
                nullable[STREAMED].cast(pa.float64()).to_numpy(zero_copy_only=False))
     with np.errstate(invalid="ignore"):
-        # The ranges come first, as on the full path, which names those rows (-1).
+        # The ranges first, as on the full path, which names those rows (`check` -1 below).
         failing_rows = [out_of_range(f), *failing(f, now + MAX_DURATION_S, oldest)]
     bad_rows: list[tuple[int, Rejection | None]] = []
     if any(m.any() for m in failing_rows):

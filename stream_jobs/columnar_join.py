@@ -52,14 +52,10 @@ class Joined:
 
 
 def _generation(rid: str, ph: list):
-    """join.joined as a Generation Struct, or None where a computed
-    duration is out of the contract's range (the row path's full validation
-    names that)."""
-    fields = join.joined(rid, *ph, get=attr)
-    e2e, ttft = fields["e2e_s"], fields["ttft_s"]
-    if not 0.0 <= e2e <= MAX_DURATION_S or (ttft is not None and not 0.0 <= ttft <= MAX_DURATION_S):
-        return None
-    return Generation(schema_version=2, **fields)
+    """join.joined as a Generation Struct. A computed duration out of the
+    contract's range is found on the columns (formulas.out_of_range), like
+    any refused row, and sends the batch to the row path, which names it."""
+    return Generation(schema_version=2, **join.joined(rid, *ph, get=attr))
 
 
 def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch: int = 10_000,
@@ -105,10 +101,7 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
         return None
     gens, counts = [], [0] * len(events)
     for rid, i in completed.items():  # in the order of completion, so grouped by message
-        g = _generation(rid, seen[rid])
-        if g is None:
-            return None
-        gens.append(g)
+        gens.append(_generation(rid, seen[rid]))
         counts[enveloped[i][0]] += 1
     columns, refused = _derive(gens, counts, events, bucket, now, oldest)
     if refused:

@@ -127,9 +127,11 @@ def test_what_the_columns_do_not_take_whole_goes_to_the_row_path():
                                                        "output_tokens": 0, "t_end": start["t0"] - 1}]
     late_first = [{**start, "request_id": "y"}, {"schema_version": 2, "kind": "end", "request_id": "y",
                                                   "output_tokens": 3, "e2e_s": 1.0, "ttft_s": 2.0}]
+    longer_than_a_day = [{**start, "request_id": "z"}, {"schema_version": 2, "kind": "end", "request_id": "z",
+                                                        "output_tokens": 0, "t_end": start["t0"] + 90_000}]
     for extra in ([gen, start], [{**start, "t0": "soon"}, start],  # a generation; a phase the row path refuses
                   [{**good[1][0], "chunks": 3, "max_gap_s": 0.1}, start],  # stall data: the full path's
-                  end_before_start, late_first):  # a joined generation the derivation rejects
+                  end_before_start, late_first, longer_than_a_day):  # joined generations the derivation rejects
         assert not same_split(records(good + [extra]))
     assert not same_split(records([m[:1] for m in good]))  # nothing completes: no columns to write
     # A generation the store holds already: the row path drops it as a re-join.
