@@ -15,10 +15,11 @@ Pre-fills four backlogs of `--n` generations in envelopes of
 * mixed: half the generations on the raw topic, half on the joined topic
   (as the join agent writes them: v2 generations), read together.
 
-Each round drains every backlog with a fresh worker into its own chDB store,
-in turn (in another order each round, the clean one never first), so the
-load of the shared host falls on all of them alike; the rate is generations stored per second of
-the drain, from the first rows stored to the last (/health polled every
+Each round drains every backlog twice, each time with a fresh worker into
+its own chDB store, in mirrored order (another order each round, after one drain
+not counted: the first of a run meets a cold broker), so the load of the
+shared host falls on all of them alike; the rate is generations stored per
+second of the drain, from the first rows stored to the last (/health polled every
 20 ms), over the rows stored after the first batch, per wall second and per
 CPU second of the worker (the steadier figure on a shared host). Each figure
 is recorded beside the clean one of its own round. Without --bootstrap a
@@ -94,8 +95,8 @@ def measure(bootstrap: str, topic: str, stored: int, timeout_s: float, poll_s: f
                 if first[2] >= stored:
                     raise RuntimeError(f"{topic}: all {stored} rows stored in the first batch seen; "
                                        "pass a larger --n")
-                out.update(complete=True, gens_per_s=(stored - first[2]) / max(now - first[0], poll_s),
-                           gens_per_cpu_s=(stored - first[2]) / max(cpu - first[1], 0.01))
+                out.update(complete=True, rows=stored - first[2], wall_s=max(now - first[0], poll_s),
+                           cpu_s=max(cpu - first[1], 0.01))
                 break
             time.sleep(poll_s)
         out.update(dead=h.get("rejected"), duplicates=h.get("duplicates"),
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap", default="", help="use this broker instead of starting one")
     ap.add_argument("--n", type=int, default=500_000, help="generations per backlog (~6 batches, of which "
-                                                               "the first is outside the window; ~6 minutes)")
+                                                               "the first is outside the window; ~8 minutes)")
     ap.add_argument("--envelope-size", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=120.0, help="per drain")
@@ -131,12 +132,21 @@ def main(argv: list[str] | None = None) -> dict:
         for kind, parts in backlogs(args.n, args.envelope_size).items():
             for suffix, msgs in parts.items():
                 U.prefill(bootstrap, topics[kind] + suffix, msgs)
+        # One drain before the rounds, not counted: the first drain of a run
+        # meets a cold broker and page cache, whichever backlog it is.
+        measure(bootstrap, topics["clean"], want["clean"], args.timeout, pythonpath=args.pythonpath)
         for i in range(args.rounds):
-            # Each round in another order, the clean backlog never first: the
-            # first drain of a run meets a cold broker and page cache.
+            # Each round in another order, the clean backlog never first.
+            # Each backlog is drained twice, in mirrored order (A B C D D C B A),
+            # and its rate is both drains' rows over both drains' seconds: the
+            # host's drift within a round (one drain of the same backlog took
+            # 10-20 % more CPU than another minutes later) falls on all alike.
             order = KINDS[1 + i % 3:] + KINDS[:1 + i % 3]
-            runs = {kind: measure(bootstrap, topics[kind], want[kind], args.timeout, pythonpath=args.pythonpath)
-                    for kind in order}
+            drains: dict[str, list[dict]] = {kind: [] for kind in order}
+            for kind in order + order[::-1]:
+                drains[kind].append(measure(bootstrap, topics[kind], want[kind], args.timeout,
+                                            pythonpath=args.pythonpath))
+            runs = {kind: combined(d) for kind, d in drains.items()}
             result["rounds"].append(runs)
             print({k: (round(v["gens_per_s"]), round(v["gens_per_cpu_s"])) for k, v in runs.items()}, flush=True)
     print(render(result))
@@ -144,6 +154,14 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.pythonpath:
         print(f"result: {R.record('worker-backlogs', figures(result))}")
     return result
+
+
+def combined(drains: list[dict]) -> dict:
+    """One backlog's drains of a round as one rate: rows over seconds, summed."""
+    rows = sum(d["rows"] for d in drains)
+    return {"gens_per_s": rows / sum(d["wall_s"] for d in drains),
+            "gens_per_cpu_s": rows / sum(d["cpu_s"] for d in drains), "drains": drains,
+            **{k: drains[-1][k] for k in ("dead", "duplicates", "peak_rss_mib")}}
 
 
 def figures(result: dict) -> list[dict]:
