@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from itertools import groupby
 from operator import attrgetter
 
 import numpy as np
@@ -127,7 +128,7 @@ class Decoded:
     each refused event's message and Rejection, in the batch's order."""
     gens: Generations
     refused: list[tuple[int, Rejection]]
-    payloads: list[str]  # each refused event's dead-letter payload (dead_letter.payload)
+    payloads: list[str]  # each refused event's dead-letter payload (dead_letter.payloads)
 
 
 def decode(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000, oldest: float = MIN_T0,
@@ -170,11 +171,10 @@ def decode(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000, 
                 return None
             refused.append(((m, place), r))
     refused.sort(key=lambda x: x[0])
-    # An event's payload from its own bytes where the naming decoded them.
-    parts = named.parts if bad else {}
-    payloads = [dead_letter.payload(events[m].value, payload_cap, event=r.event,
-                                    part=parts[m][r.event] if m in parts and r.event is not None else None)
-                for (m, _), r in refused]
+    parts = named.parts if bad else {}  # the envelopes the naming located: not located again
+    payloads = []
+    for m, group in groupby(refused, key=lambda x: x[0][0]):
+        payloads += dead_letter.payloads(events[m].value, payload_cap, [r.event for _, r in group], parts=parts.get(m))
     return Decoded(columns, [(m, r) for (m, _), r in refused], payloads)
 
 

@@ -74,47 +74,80 @@ def redact(value, key: str | None = None):
     return value  # a number, a bool, null
 
 
-def payload(raw: bytes | None, cap: int, parse: bool = True, event: int | None = None, part=None) -> str:
+def payload(raw: bytes | None, cap: int, parse: bool = True) -> str:
     """The stored payload of a rejected message: its redacted JSON, at most
     `cap` bytes of it, base64; "" when it does not parse as JSON (or
-    `parse` is False: a message of another encoding). `event`: the refused
-    event's place in the message's envelope (contract.Rejection.event),
-    whose payload is that event alone; `part`: its bytes (msgspec.Raw),
-    when the caller has them."""
+    `parse` is False: a message of another encoding)."""
     if not raw or not parse or cap <= 0:
         return ""
     try:
-        value = _top_level(raw) if event is None else _event_of(raw, event) if part is None else _load(part)
-        if not isinstance(value, dict):
+        event = _top_level(raw)
+        if not isinstance(event, dict):
             return ""  # a bare string or list has no field names: nothing of it is known
         # ASCII (\u escapes): cut at `cap` it stays decodable text. Only
-        # what the cut keeps of a message is parsed, redacted and written: an
-        # envelope of 100 events, parsed and redacted whole, cost more than
-        # its 99 good events stored as columns. One event, redacted, is small.
-        pieces = _redacted_json(value) if event is None else (_JSON.encode(redact(value)),)
+        # what the cut keeps is parsed, redacted and written: an envelope of
+        # 100 events with one bad event, parsed and redacted whole, cost more
+        # than its 99 others stored as columns.
         body, size = [], 0
-        for piece in pieces:  # json.dumps(redact(value)), the part the cut keeps
+        for piece in _redacted_json(event):  # json.dumps(redact(event)), the part the cut keeps
             body.append(piece)
             size += len(piece)
             if size >= cap:
                 break
         text = "".join(body).encode("ascii")
-    except (ValueError, RecursionError, UnicodeError, LookupError, TypeError):
+    except (ValueError, RecursionError, UnicodeError):
         return ""  # malformed, too deep, not UTF-8, a lone surrogate: nothing of it is kept
     return base64.b64encode(text[:cap]).decode()
 
 
-def _event_of(raw: bytes, i: int):
-    """An envelope's event `i`, parsed, the others skipped in C (or the
-    envelope parsed by json.loads where msgspec refuses it: NaN...): parsing
-    and redacting the envelope's first `cap` bytes cost ~5x as much, and
-    they rarely held the refused event."""
+def payloads(raw: bytes | None, cap: int, places: list, parse: bool = True, parts: list | None = None) -> list[str]:
+    """The payload of each dead letter of one message, by its place
+    (contract.Rejection.event): the whole message's (`payload`) for None,
+    else that event of its envelope alone, redacted by the same rule. The
+    envelope's events are located once for them all (`parts`: the caller's,
+    when it has them), so a message of many refused events costs one pass:
+    located per dead letter, an envelope of 10,000 refused events would be
+    walked 10,000 times."""
+    out, whole = [], None
+    for place in places:
+        if place is None:
+            whole = payload(raw, cap, parse) if whole is None else whole
+            out.append(whole)
+            continue
+        if parts is None:
+            parts = _events_of(raw) if raw and parse and cap > 0 else []
+        out.append(_event_payload(parts[place] if 0 <= place < len(parts) else None, cap))
+    return out
+
+
+def _events_of(raw: bytes) -> list:
+    """An envelope's events, each left as msgspec.Raw (parsed by json.loads
+    where msgspec refuses the envelope: NaN...); [] when there are none: the
+    envelope's first `cap` bytes, parsed and redacted, cost ~5x as much as
+    one event, and they rarely held the refused one."""
     import msgspec
 
     try:
-        return _load(_decoder("events")(raw).events[i])
+        return _decoder("events")(raw).events
     except msgspec.MsgspecError:
-        return json.loads(raw)["events"][i]
+        pass
+    try:
+        events = json.loads(raw).get("events")
+    except (ValueError, RecursionError, UnicodeError, AttributeError):
+        return []
+    return events if isinstance(events, list) else []
+
+
+def _event_payload(part, cap: int) -> str:
+    """`payload` of one event of an envelope (msgspec.Raw or parsed)."""
+    try:
+        event = _load(part)
+        if not isinstance(event, dict):
+            return ""  # not an object (or no such event): nothing of it is known
+        text = _JSON.encode(redact(event)).encode("ascii")  # one event, redacted, is small
+    except (ValueError, RecursionError, UnicodeError):
+        return ""
+    return base64.b64encode(text[:cap]).decode() if cap > 0 else ""
 
 
 def _top_level(raw: bytes):
@@ -159,7 +192,7 @@ def _items(value) -> list | None:
 def _decoder(container):
     """msgspec's decoder of a JSON object or array whose values it leaves
     as msgspec.Raw (None: of any JSON value, parsed; "events": of an
-    envelope's events only). Imported here: the store's CLI (`phasemeter dlq`)
+    envelope's events only, its other fields skipped). Imported here: the store's CLI (`phasemeter dlq`)
     imports this module without decoding anything."""
     import msgspec
 
@@ -192,12 +225,12 @@ _JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 
 def record(reason: str, detail: str, raw: bytes | None, source: dict, now: float, cap: int,
-           parse: bool = True, kept: str | None = None, event: int | None = None) -> dict:
-    """The dead letter of a rejected message (DLQ_COLUMNS of the sink), or
-    of its envelope's event `event`. `kept`: its `payload`, when the caller
-    has it already (built while the store wrote the batch before)."""
+           parse: bool = True, kept: str | None = None) -> dict:
+    """The dead letter of a rejected message (DLQ_COLUMNS of the sink).
+    `kept`: its payload, when the caller has it already (`payloads`: an
+    envelope's refused events keep each their own)."""
     return {"ts": now, "reason": reason, "detail": escape_control(detail[:_DETAIL_LIMIT]),
-            "payload": payload(raw, cap, parse, event) if kept is None else kept,
+            "payload": payload(raw, cap, parse) if kept is None else kept,
             "payload_size": len(raw or b""), **source}
 
 

@@ -78,16 +78,16 @@ def _struct(title: str, tag: str, required: list, optional: list, gc: bool = Fal
                              forbid_unknown_fields=True, frozen=True, gc=gc)
 
 
-# A v1/v2 generation as derive's `_fast` accepts it (but the ranges of its
-# counts and durations: formulas.out_of_range), built from its lists,
-# and the P/D fields and `streamed` of a v2 one (V2_ONLY). Those are UNSET
-# when absent, None when null: a v1 generation naming one, even as null, is
-# the full path's to refuse (unknown_field; `_v1_naming_v2_only`).
 def _typed(name: str):
     t = _type_of(name)
     return _RANGED_ON_COLUMNS.get(t, t)
 
 
+# A v1/v2 generation as derive's `_fast` accepts it (but the ranges of its
+# counts and durations: formulas.out_of_range), built from its lists,
+# and the P/D fields and `streamed` of a v2 one (V2_ONLY). Those are UNSET
+# when absent, None when null: a v1 generation naming one, even as null, is
+# the full path's to refuse (unknown_field; `_v1_naming_v2_only`).
 Generation = _struct("Generation", "generation", [(n, _typed(n)) for n in REQUIRED if n != "kind"],
                      [(n, _typed(n), "ok") if n == "status" else (n, Optional[_typed(n)], None)
                       for n in sorted(KNOWN - set(REQUIRED))]

@@ -367,12 +367,16 @@ class Pipeline:
                 log.exception("derivation failed at %s/%s", msg.partition, msg.offset)
                 results = [Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")]
             held = stored.get((msg.topic, msg.partition))
+            refused = [r for r in results if isinstance(r, Rejection)]
+            if refused:  # redacted: no value of a field outside the contract (dead_letter.py)
+                kept = dead_letter.payloads(event.value, cap, [r.event for r in refused],
+                                            parse=msg.topic != self.settings.otlp_topic)
+                dead += [dead_letter.record(r.reason, r.detail, event.value, source, now, cap, kept=k)
+                         for r, k in zip(refused, kept)]
             for result in results:
                 if isinstance(result, Rejection):
-                    # Redacted: no value of a field outside the contract (dead_letter.py).
-                    dead.append(dead_letter.record(result.reason, result.detail, event.value, source, now, cap,
-                                                   parse=msg.topic != self.settings.otlp_topic, event=result.event))
-                elif isinstance(result, Phase):
+                    continue
+                if isinstance(result, Phase):
                     # Partitioned by request_id, so all phases of a generation
                     # meet in one partition of the join, whatever the gateway
                     # keyed. The gateway's timestamp travels along: the join's clock.

@@ -83,7 +83,7 @@ def same_as_row_path(records, oldest: float = MIN_T0) -> Decoded | None:
     assert list(d.gens) == rows  # every value of every row, None stays None
     assert d.refused == refused
     # Each dead letter's payload: its event's alone, redacted, when it was refused inside an envelope.
-    assert d.payloads == [dead_letter.payload(records[m].value, 4096, event=x.event) for m, x in refused]
+    assert d.payloads == [dead_letter.payloads(records[m].value, 4096, [x.event])[0] for m, x in refused]
     assert [x.event for _, x in d.refused] == [x.event for _, x in refused]
     assert d.gens.arrow().to_pylist() == _arrow(rows, ROW_COLUMNS).to_pylist()
     assert _table("generations", d.gens, ROW_COLUMNS)[1] == _table("generations", rows, ROW_COLUMNS)[1]

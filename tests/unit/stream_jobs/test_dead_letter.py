@@ -114,11 +114,29 @@ def test_an_event_refused_in_an_envelope_keeps_that_event_alone_redacted():
                "prompt": SECRET, "input_tokens": 3} for i in range(60)]
     raw = json.dumps({"schema_version": 1, "kind": "batch", "events": events, "note": SECRET}).encode()
     assert raw.index(b'"r37"') > 4096
-    got = json.loads(base64.b64decode(dead_letter.payload(raw, 4096, event=37)))
+    kept = dead_letter.payloads(raw, 4096, [37, None, 59])
+    assert len(kept) == 3 and kept[1] == dead_letter.payload(raw, 4096)  # None: the whole message's
+    got = json.loads(base64.b64decode(kept[0]))
     assert got == {**{k: v for k, v in events[37].items() if k != "prompt"}, "prompt": None}
-    record = dead_letter.record(R.IMPOSSIBLE_ORDER, "events[37]: x", raw, SOURCE, 1.0, 4096, event=37)
-    assert record["payload"] == dead_letter.payload(raw, 4096, event=37) and record["payload_size"] == len(raw)
-    assert len(base64.b64decode(dead_letter.payload(raw, 10, event=37))) == 10  # the cap still holds
+    assert json.loads(base64.b64decode(kept[2]))["request_id"] == "r59"
+    record = dead_letter.record(R.IMPOSSIBLE_ORDER, "events[37]: x", raw, SOURCE, 1.0, 4096, kept=kept[0])
+    assert record["payload"] == kept[0] and record["payload_size"] == len(raw)
+    assert len(base64.b64decode(dead_letter.payloads(raw, 10, [37])[0])) == 10  # the cap still holds
+    assert dead_letter.payloads(raw, 4096, [37], parse=False) == [""]
+
+
+def test_a_messages_refused_events_locate_its_envelope_once(monkeypatch):
+    """10,000 refused events of one envelope, each located in it alone,
+    would walk the whole envelope 10,000 times."""
+    events = [{"request_id": f"r{i}", "t0": 1.5, "prompt": SECRET} for i in range(300)]
+    raw = json.dumps({"schema_version": 1, "kind": "batch", "events": events}).encode()
+    walks = []
+    located = dead_letter._events_of
+    monkeypatch.setattr(dead_letter, "_events_of", lambda r: walks.append(1) or located(r))
+    kept = dead_letter.payloads(raw, 4096, list(range(300)))
+    assert len(kept) == 300 and len(walks) == 1
+    assert [json.loads(base64.b64decode(k))["request_id"] for k in kept] == [f"r{i}" for i in range(300)]
+    assert SECRET not in "".join(base64.b64decode(k).decode() for k in kept)
 
 
 @pytest.mark.parametrize("raw, i, kept_any", [
@@ -131,7 +149,7 @@ def test_an_event_refused_in_an_envelope_keeps_that_event_alone_redacted():
     (b'{"kind":"batch","events":[{"t0":1}', 0, False),                       # malformed
 ])
 def test_an_envelopes_event_is_kept_as_json_loads_reads_it_or_not_at_all(raw, i, kept_any):
-    text = base64.b64decode(dead_letter.payload(raw, 4096, event=i)).decode()
+    text = base64.b64decode(dead_letter.payloads(raw, 4096, [i])[0]).decode()
     assert SECRET not in text
     if kept_any:
         event = json.loads(raw)["events"][i]
