@@ -33,8 +33,8 @@ import pyarrow as pa
 from . import dead_letter
 from . import reasons as R
 from .contract import MAX_DURATION_S, MIN_T0, PD_LABELS, STREAMED, V2_ONLY, Rejection
-from .derive import ROW_COLUMNS, NO_EXTRAS, process_message
-from .fast_decode import _UNSET, GENERATIONS_ONLY, decoded_events, given, one_by_one, raw_events, refused_event
+from .derive import ROW_COLUMNS, NO_EXTRAS, ranged
+from .fast_decode import _UNSET, GENERATIONS_ONLY, decoded_events, given, one_by_one
 from .formulas import Fields, failing, metrics, out_of_range, rejection_of
 
 # Fields of the C decoder's Generation, and the row's columns they fill as they are.
@@ -162,41 +162,15 @@ def decode(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000, 
     columns, bad = _derive(gens, counts, events, bucket, now, oldest)
     if bad:
         starts = np.cumsum([0] + counts)
-        named = _Naming(events, bucket, max_bytes, now, max_batch, internal_topic, oldest)
         for i, r in bad:
             m = int(np.searchsorted(starts, i, side="right")) - 1
             place = places[m][i - starts[m]] if m in places else int(i - starts[m])
-            r = named(m, place, enveloped[m]) if r is None else r.in_envelope(place) if enveloped[m] else r
-            if r is None:
-                return None
-            refused.append(((m, place), r))
+            refused.append(((m, place), r.in_envelope(place) if enveloped[m] else r))
     refused.sort(key=lambda x: x[0])
-    parts = named.parts if bad else {}  # the envelopes the naming located: not located again
     payloads = []
     for m, group in groupby(refused, key=lambda x: x[0][0]):
-        payloads += dead_letter.payloads(events[m].value, payload_cap, [r.event for _, r in group], parts=parts.get(m))
+        payloads += dead_letter.payloads(events[m].value, payload_cap, [r.event for _, r in group])
     return Decoded(columns, [(m, r) for (m, _), r in refused], payloads)
-
-
-class _Naming:
-    """The full path's Rejection of an event whose count or duration is out
-    of range (formulas.out_of_range): it alone names reasons. None where it
-    takes the event, or names it for the whole message: the batch is then
-    the row path's."""
-
-    def __init__(self, events, bucket, max_bytes: int, now: float, max_batch: int, internal_topic, oldest: float):
-        self.events, self.bucket, self.max_bytes, self.now = events, bucket, max_bytes, now
-        self.max_batch, self.internal_topic, self.oldest = max_batch, internal_topic, oldest
-        self.parts: dict[int, list] = {}  # message -> its envelope's events, undecoded
-
-    def __call__(self, m: int, place: int, enveloped: bool) -> Rejection | None:
-        raw, internal = self.events[m].value, self.events[m].message.topic == self.internal_topic
-        if not enveloped:
-            results = process_message(raw, self.bucket, self.max_bytes, self.now, self.max_batch, internal, self.oldest)
-            return results[0] if len(results) == 1 and type(results[0]) is Rejection else None
-        if m not in self.parts:
-            self.parts[m] = raw_events(raw)
-        return refused_event(self.parts[m][place], place, self.bucket, self.now, internal, self.oldest)
 
 
 def from_events(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000,
@@ -244,8 +218,8 @@ class Ahead:
 def _derive(gens: list, counts: list[int], events, bucket, now: float,
             oldest: float = MIN_T0) -> tuple[Generations, list[tuple[int, Rejection]]]:
     """The rows of these Structs that pass formulas.out_of_range and CHECKS,
-    as columns, and (index in `gens`, Rejection) of the others: None for one
-    out of range, which the full path names (`_Naming`)."""
+    as columns, and (index in `gens`, Rejection) of the others, named as
+    the full path names them (`_named`, formulas.rejection_of)."""
     n = len(gens)
 
     # One field of every Struct: map over an attrgetter runs the loop in C,
@@ -264,9 +238,9 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
                nullable["kv_transfer_s"].to_numpy(zero_copy_only=False),
                nullable[STREAMED].cast(pa.float64()).to_numpy(zero_copy_only=False))
     with np.errstate(invalid="ignore"):
-        # The ranges first, as on the full path, which names those rows (`check` -1 below).
+        # The ranges first, as on the full path (`check` -1 below).
         failing_rows = [out_of_range(f), *failing(f, now + MAX_DURATION_S, oldest)]
-    bad_rows: list[tuple[int, Rejection | None]] = []
+    bad_rows: list[tuple[int, Rejection]] = []
     if any(m.any() for m in failing_rows):
         reason = np.zeros(n, dtype=np.int8)  # 0 passes, else 1 + the first check that refuses it
         for k in range(len(failing_rows) - 1, -1, -1):
@@ -274,7 +248,8 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
         good = reason == 0
         for i in np.flatnonzero(~good).tolist():
             check = int(reason[i]) - 2
-            bad_rows.append((i, None if check < 0 else rejection_of(check, Fields(*(v[i].item() for v in f)), oldest)))
+            bad_rows.append((i, _named(gens[i]) if check < 0 else rejection_of(check, Fields(*(v[i].item() for v in f)),
+                                                                                oldest)))
         gens = [g for g, ok in zip(gens, good.tolist()) if ok]
         message_of = np.repeat(np.arange(len(counts)), counts)
         counts = np.bincount(message_of[good], minlength=len(counts)).tolist()
@@ -282,6 +257,12 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
         nullable = {k: v.filter(pa.array(good)) for k, v in nullable.items()}
         n = len(gens)
     return _columns(gens, f, nullable, counts, events, bucket), bad_rows
+
+
+def _named(e) -> Rejection:
+    """The full path's Rejection of a Generation out of range: its checks of
+    counts and durations, on the Struct's numbers (derive.ranged)."""
+    return ranged(lambda name: given(getattr(e, name)), {})
 
 
 def _v2_only_column(gens: list, name: str) -> list:

@@ -100,15 +100,14 @@ def payload(raw: bytes | None, cap: int, parse: bool = True) -> str:
     return base64.b64encode(text[:cap]).decode()
 
 
-def payloads(raw: bytes | None, cap: int, places: list, parse: bool = True, parts: list | None = None) -> list[str]:
+def payloads(raw: bytes | None, cap: int, places: list, parse: bool = True) -> list[str]:
     """The payload of each dead letter of one message, by its place
     (contract.Rejection.event): the whole message's (`payload`) for None,
     else that event of its envelope alone, redacted by the same rule. The
-    envelope's events are located once for them all (`parts`: the caller's,
-    when it has them), so a message of many refused events costs one pass:
-    located per dead letter, an envelope of 10,000 refused events would be
-    walked 10,000 times."""
-    out, whole = [], None
+    envelope's events are located once for them all, so a message of many
+    refused events costs one pass: located per dead letter, an envelope of
+    10,000 refused events would be walked 10,000 times."""
+    out, whole, parts = [], None, None
     for place in places:
         if place is None:
             whole = payload(raw, cap, parse) if whole is None else whole

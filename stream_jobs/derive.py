@@ -98,8 +98,7 @@ def _fast(event, now: float, oldest: float = MIN_T0) -> dict | None:
             and e2e is not None and _duration(e2e) and _duration(g("ttft_s")) and _duration(g("queue_s"))):
         return None
     fields = normalised(g("model"), g("request_id"), g("finish_reason"), g("gateway"), g("replica"), g("status", "ok"),
-                        n_in, n_out, g("cached_input_tokens"), float(t0), _float(g("ttft_s")), float(e2e),
-                        _float(g("queue_s")), event["schema_version"])
+                        n_in, n_out, g("cached_input_tokens"), t0, g("ttft_s"), e2e, g("queue_s"), event["schema_version"])
     return None if across(fields, now, oldest) is not None else fields
 
 
@@ -107,16 +106,18 @@ def _float(value) -> float | None:
     return None if value is None else float(value)
 
 
-def normalised(model, rid, reason, gw, replica, status, n_in, n_out, cached, t0: float, ttft, e2e: float, queue,
+def normalised(model, rid, reason, gw, replica, status, n_in, n_out, cached, t0, ttft, e2e, queue,
                version: int, prefill_replica=None, decode_replica=None, kv_transfer_s=None, streamed=None) -> dict:
     """The fields of a generation whose every field has its type and range,
     as the row path gives them (a null label is ""). Shared by `_fast` and
     the worker's C decoder (stream_jobs/fast_decode.py), which alone passes
     the P/D fields and `streamed` (`_fast` leaves an event with them to the
-    full path). Times are floats."""
+    full path). Times become floats (a JSON int stays one in the C decoder's
+    Struct)."""
     return {"model": model, "request_id": rid, "finish_reason": reason or "", "gateway": gw or "",
             "replica": replica or "", "status": status, "input_tokens": n_in, "output_tokens": n_out,
-            "cached_input_tokens": cached, "t0": t0, "ttft_s": ttft, "e2e_s": e2e, "queue_s": queue,
+            "cached_input_tokens": cached, "t0": float(t0), "ttft_s": _float(ttft), "e2e_s": float(e2e),
+            "queue_s": _float(queue),
             "schema_version": version, **NO_EXTRAS, "prefill_replica": prefill_replica or "",
             "decode_replica": decode_replica or "", "kv_transfer_s": _float(kv_transfer_s), STREAMED: streamed}
 
@@ -181,33 +182,9 @@ def _validate_full(event: dict, now: float, oldest: float = MIN_T0) -> dict | Re
     if status not in STATUSES:
         return Rejection(R.BAD_VALUE, f"status={str(status)[:40]!r}; expected one of {STATUSES}")
     out["status"] = status
-    for name in COUNTS:
-        value = event.get(name)
-        if value is None:
-            if name in REQUIRED:
-                return Rejection(R.MISSING_FIELD, f"{name} is required")
-            out[name] = None
-            continue
-        bad = check_count(name, value)
-        if bad is not None:
-            return bad
-        out[name] = value
-    for name in ("t0",) + DURATIONS:
-        value = event.get(name)
-        if value is None:
-            if name in REQUIRED:
-                return Rejection(R.MISSING_FIELD, f"{name} is required")
-            out[name] = None
-            continue
-        bad = check_duration(name, value, None if name == "t0" else MAX_DURATION_S)
-        if bad is not None:
-            return bad
-        out[name] = float(value)
-    kv = event.get("kv_transfer_s")  # a gap (contract.PD_FIELDS); formulas.CHECKS holds it inside ttft_s
-    bad = None if kv is None else check_gap("kv_transfer_s", kv)
+    bad = ranged(event.get, out)
     if bad is not None:
         return bad
-    out["kv_transfer_s"] = None if kv is None else float(kv)
     bad = check_streamed(event.get(STREAMED))  # before `across`, whose first-token check reads it
     if bad is not None:
         return bad
@@ -217,6 +194,36 @@ def _validate_full(event: dict, now: float, oldest: float = MIN_T0) -> dict | Re
         return bad
     bad = check_v2_optional(event, out) or check_gap_within(out["max_gap_s"], out["e2e_s"])
     return bad if bad is not None else out
+
+
+def ranged(get, out: dict) -> Rejection | None:
+    """The first count, t0, duration or gap (`get(name)`: its value, None
+    when absent or null) outside the contract's range or type, in the order
+    the full path checks them; the checked values go to `out`, times as
+    floats. Also names a C-decoded Generation that formulas.out_of_range
+    refused (stream_jobs/columnar.py), whose numbers keep their JSON type,
+    so that its detail is the full path's, word for word."""
+    for name in COUNTS:
+        value = get(name)
+        bad = _missing(name) if value is None else check_count(name, value)
+        if bad is not None:
+            return bad
+        out[name] = value
+    for name in ("t0",) + DURATIONS:
+        value = get(name)
+        bad = _missing(name) if value is None else check_duration(name, value, None if name == "t0" else MAX_DURATION_S)
+        if bad is not None:
+            return bad
+        out[name] = _float(value)
+    kv = get("kv_transfer_s")  # a gap (contract.PD_FIELDS); formulas.CHECKS holds it inside ttft_s
+    bad = None if kv is None else check_gap("kv_transfer_s", kv)
+    if bad is None:
+        out["kv_transfer_s"] = _float(kv)
+    return bad
+
+
+def _missing(name: str) -> Rejection | None:
+    return Rejection(R.MISSING_FIELD, f"{name} is required") if name in REQUIRED else None
 
 
 def _null(value):

@@ -40,10 +40,13 @@ from .phase_events import PHASE_VERSION, SPEC, check_across
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
 _Duration = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_DURATION_S)]
 # A generation's counts and durations are typed only (an int the columns'
-# int64 holds, any finite float): their ranges are checked on columns
+# int64 holds, any finite number): their ranges are checked on columns
 # (formulas.out_of_range), so that one out of range does not make its whole
-# envelope decode again event by event (docs/performance/worker.md).
-_RANGED_ON_COLUMNS = {_Count: Annotated[int, msgspec.Meta(ge=-2 ** 63, le=2 ** 63 - 1)], _Duration: float}
+# envelope decode again event by event (docs/performance/worker.md). A
+# duration keeps its JSON type (an int stays an int, at no cost to the
+# decoder) so that the full path's checks name such a row from its Struct,
+# with the detail they give its event (derive.ranged).
+_RANGED_ON_COLUMNS = {_Count: Annotated[int, msgspec.Meta(ge=-2 ** 63, le=2 ** 63 - 1)], _Duration: Union[int, float]}
 _Version = Literal[SCHEMA_VERSIONS]  # type: ignore[valid-type]
 
 
