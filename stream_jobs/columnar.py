@@ -88,10 +88,22 @@ class Generations(Sequence):
         a batch of 50,000 rows with 1 % dropped as duplicates cost 7.5 ms
         here and 9.5 ms in the token, against 0.4 ms for the whole batch."""
         at = np.asarray(indexes, dtype=np.int64)
+        return self._of(at, {k: v.take(at) for k, v in self.columns.items()})
+
+    def without(self, rows: set[int]) -> "Generations":
+        """All rows but these, in order (duplicates and re-reads dropped): an
+        Arrow filter of each column by a mask, about half the time of a take
+        of the kept rows (3.3 against 6.5 ms for a batch of 90,000)."""
+        keep = np.ones(len(self), dtype=bool)
+        keep[np.fromiter(rows, dtype=np.int64, count=len(rows))] = False
+        mask = pa.array(keep)
+        return self._of(np.flatnonzero(keep), {k: v.filter(mask) for k, v in self.columns.items()})
+
+    def _of(self, at: np.ndarray, columns: dict[str, pa.Array]) -> "Generations":
+        """The rows at `at` (increasing or not), their columns already picked."""
         message_of_row = np.repeat(np.arange(len(self.per_message)), self.per_message)[at]
         starts = np.flatnonzero(np.diff(message_of_row, prepend=-1))
-        return Generations({k: v.take(at) for k, v in self.columns.items()}, self.ts[at],
-                           [self.request_ids[i] for i in indexes],
+        return Generations(columns, self.ts[at], list(map(self.request_ids.__getitem__, at.tolist())),
                            [self.sources[m] for m in message_of_row[starts].tolist()],
                            np.diff(starts, append=len(at)).tolist())
 

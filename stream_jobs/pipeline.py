@@ -167,7 +167,7 @@ class Pipeline:
                      getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
         self.skipped += len(dead) - len(kept_dead)
         if dropped:
-            gens = gens.take([i for i in range(len(gens)) if i not in dropped]) if len(dropped) < len(gens) else []
+            gens = gens.without(dropped) if len(dropped) < len(gens) else []
         return gens if len(gens) else [], kept_dead, [], suspects
 
     def _duplicates_in_columns(self, events, gens, message_of: list[int], dropped: set, dead: list[dict],
