@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from itertools import groupby
+from itertools import compress, groupby
 from operator import attrgetter
 
 import numpy as np
@@ -262,7 +262,7 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
             check = int(reason[i]) - 2
             bad_rows.append((i, _named(gens[i]) if check < 0 else rejection_of(check, Fields(*(v[i].item() for v in f)),
                                                                                 oldest)))
-        gens = [g for g, ok in zip(gens, good.tolist()) if ok]
+        gens = list(compress(gens, good.tolist()))
         message_of = np.repeat(np.arange(len(counts)), counts)
         counts = np.bincount(message_of[good], minlength=len(counts)).tolist()
         f = Fields(*(v[good] for v in f))
