@@ -264,3 +264,24 @@ def test_the_retention_bound_gives_the_row_paths_reason():
     d = same_as_row_path(outside, oldest)
     assert len(d.gens) == 1 and [r.reason for _, r in d.refused] == ["outside_retention"]
     assert Ahead(inside, BUCKET, LIMIT, NOW, oldest).rows_for(inside, oldest + 1) is None  # re-checked in its turn
+
+
+def test_rows_dropped_by_without_leave_the_rest_as_take_gives_them():
+    """Generations.without (duplicates and re-reads dropped by a mask) gives
+    what a take of the other rows gives: the same rows, sources and counts
+    per message, whichever rows go."""
+    events = [{"schema_version": 1, "kind": "generation", "request_id": f"r{i}", "model": "m", "t0": NOW - i,
+               "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 100 * i, "output_tokens": i} for i in range(1, 8)]
+    records = [record(5, encode(events[:3], True)), record(9, encode(events[3:4], False)),
+               record(6, encode(events[4:], True))]
+    gens = same_as_rows(records)
+    assert len(gens) == 7
+    cases = [{0}, {3}, {0, 1, 2}, {6, 4}, set(range(6)), set()]
+    assert len(cases) == 6
+    for drop in cases:
+        keep = [i for i in range(7) if i not in drop]
+        part, taken = gens.without(drop), gens.take(keep)
+        assert list(part) == list(taken) == [gens[i] for i in keep], drop
+        assert (part.sources, part.per_message, part.request_ids) == (taken.sources, taken.per_message,
+                                                                     taken.request_ids), drop
+        assert part.ts.tolist() == taken.ts.tolist() and part.arrow().equals(taken.arrow()), drop
