@@ -271,8 +271,9 @@ class Pipeline:
         batch's order, their ts within `lo`..`hi`) of the rows already
         stored or earlier in the batch: each dead-lettered (`source(i)`: its
         record) as the gateway's duplicate, or, `rejoin`, counted."""
-        seen = self._stored_ids(topics, list(dict.fromkeys(ids)), lo, hi)
-        if not seen and len(set(ids)) == len(ids):
+        unique = list(dict.fromkeys(ids))
+        seen = self._stored_ids(topics, unique, lo, hi)
+        if not seen and len(unique) == len(ids):
             return set()
         out = set()
         for i, rid in enumerate(ids):
