@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from .batch_join import Forwarded, message_time
 from .columnar import Generations, _derive
-from .contract import MAX_DURATION_S, MIN_T0
+from .contract import MAX_BATCH, MAX_DURATION_S, MIN_T0
 from .fast_decode import _PHASE_KIND, PHASES, Generation, _phase, accepted, attr, decoded_events
 from . import join
 from .join import JOINED_IN_INGEST, phase_partition
@@ -58,7 +58,7 @@ def _generation(rid: str, ph: list):
     return Generation(schema_version=2, **join.joined(rid, *ph, get=attr))
 
 
-def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch: int = 10_000,
+def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch: int = MAX_BATCH,
          oldest: float = MIN_T0) -> Joined | None:
     """A batch of phase messages -> what the row path makes of it (its rows
     as columns), or None for the row path. As there, only phases that came

@@ -30,11 +30,11 @@ from typing import Annotated, Literal, Optional, Union
 import msgspec
 
 from .buckets import Bucketer
-from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS, SCHEMA_VERSIONS, STATUSES, STREAMED
-from .contract import V2_ONLY, V2_OPTIONAL, has_control, may_hold_control, may_hold_lone_surrogate
-from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, across, derive, normalised, numbers
-from .derive import process_event, process_message
-from .formulas import out_of_range
+from .contract import COUNTS, DURATIONS, LABEL_FIELDS, MAX_BATCH, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS
+from .contract import SCHEMA_VERSIONS, STATUSES, STREAMED, V2_ONLY, V2_OPTIONAL, has_control, may_hold_control
+from .contract import may_hold_lone_surrogate
+from .derive import KNOWN, REQUIRED, Phase, Rejection, derive, normalised, numbers, process_event, process_message
+from .formulas import check_one, out_of_range
 from .phase_events import PHASE_VERSION, SPEC, check_across
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
@@ -83,8 +83,8 @@ def _typed(name: str):
     return _RANGED_ON_COLUMNS.get(t, t)
 
 
-# A v1/v2 generation as derive's `_fast` accepts it (but the ranges of its
-# counts and durations: formulas.out_of_range), built from its lists,
+# A v1/v2 generation as `derive.validate` accepts it without stall data
+# (but the ranges of its counts and durations: formulas.out_of_range), built from derive's lists,
 # and the P/D fields and `streamed` of a v2 one (V2_ONLY). Those are UNSET
 # when absent, None when null: a v1 generation naming one, even as null, is
 # the full path's to refuse (unknown_field; `_v1_naming_v2_only`).
@@ -144,7 +144,8 @@ def _generation(e, now: float, oldest: float) -> dict | None:
     fields = normalised(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status, e.input_tokens,
                         e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s, e.queue_s, e.schema_version,
                         given(e.prefill_replica), given(e.decode_replica), given(e.kv_transfer_s), given(e.streamed))
-    return None if out_of_range(numbers(fields)) or across(fields, now, oldest) is not None else fields
+    row = numbers(fields)
+    return None if out_of_range(row) or check_one(row, now + MAX_DURATION_S, oldest) is not None else fields
 
 
 def attr(e, name: str):
@@ -195,7 +196,7 @@ def decoded_events(raw: bytes, max_batch: int):
     return events
 
 
-def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, max_batch: int = 10_000,
+def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, max_batch: int = MAX_BATCH,
                internal: bool = False, oldest: float = MIN_T0) -> list | None:
     """A message `decoded_events` refused, event by event: the Struct of each
     event the C decoder takes, and the Rejection of each other as the full
@@ -283,7 +284,7 @@ def common_fields(raw: bytes, now: float, max_batch: int, oldest: float = MIN_T0
 
 
 def process_message_fast(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,
-                         max_batch: int = 10_000, internal: bool = False,
+                         max_batch: int = MAX_BATCH, internal: bool = False,
                          oldest: float = MIN_T0) -> list[dict | Phase | Rejection]:
     """`derive.process_message`, the same results, with the common message in C."""
     now = time.time() if now is None else now
