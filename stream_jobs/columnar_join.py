@@ -12,7 +12,8 @@ completed generation becomes one `Generation` Struct for columnar.py's
 derivation on whole columns. Dicts are built only for what is forwarded.
 
 This is an accelerator, not a second definition: the join's rules are
-join.py's (`join.completes`, `join.joined`) and the checks of a phase
+join.py's (`join.completes`, `join.joined`), the batch's fold
+`batch_join.gather`, and the checks of a phase
 `phase_events.check_across` (`fast_decode.accepted`), called on the Structs;
 a test holds `Pipeline.split` on this path to the row path on generated
 batches. Whatever this module does not take whole (a
@@ -26,7 +27,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from .batch_join import Forwarded, message_time
+from .batch_join import Forwarded, gather, message_time
 from .columnar import Generations, _derive
 from .contract import MAX_BATCH, MAX_DURATION_S, MIN_T0
 from .fast_decode import _PHASE_KIND, PHASES, Generation, _phase, accepted, attr, decoded_events
@@ -80,23 +81,8 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
                 return None
         (enveloped if len(inner) > 1 else lone).extend((m, e) for e in inner)
 
-    # batch_join.fold's rules: the first copy of a kind wins, and a
-    # generation is complete at the phase after which join.completes holds.
-    # Phases by kind, in PHASE_KINDS' order.
-    seen: dict[str, list] = {}
-    completed: dict[str, int] = {}  # request_id -> index in `enveloped` of the completing phase
-    for i, (_, e) in enumerate(enveloped):
-        rid = e.request_id
-        if rid in completed:
-            continue
-        ph = seen.get(rid)
-        if ph is None:
-            ph = seen[rid] = [None, None, None]
-        kind = _INDEX[type(e)]
-        if ph[kind] is None:
-            ph[kind] = e
-            if join.completes(*ph, get=attr):
-                completed[rid] = i
+    # batch_join.fold's rules, on the Structs.
+    seen, completed = gather([e for _, e in enveloped], [(e.request_id, _INDEX[type(e)]) for _, e in enveloped], attr)
     if not completed:
         return None
     gens, counts = [], [0] * len(events)
