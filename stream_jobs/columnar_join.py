@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from .batch_join import Forwarded, gather, message_time
 from .columnar import Generations, _derive
 from .contract import MAX_BATCH, MAX_DURATION_S, MIN_T0
-from .fast_decode import _PHASE_KIND, PHASES, Generation, _phase, accepted, attr, decoded_events
+from .fast_decode import _PHASE_KIND, PHASES, Generation, accepted, attr, decoded_events, phase_fields
 from . import join
 from .join import JOINED_IN_INGEST, phase_partition
 from .phase_events import PHASE_KINDS
@@ -96,7 +96,7 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
     clocks = [message_time(event.message, now) for event in events]
 
     def forwarded(m: int, e) -> Forwarded:
-        return (phase_partition(e.request_id, partitions), clocks[m], _phase(e, _PHASE_KIND[type(e)], latest).fields)
+        return (phase_partition(e.request_id, partitions), clocks[m], phase_fields(e, _PHASE_KIND[type(e)]))
     forward = [forwarded(m, e) for m, e in lone]
     duplicates = 0
     for m, e in enveloped:

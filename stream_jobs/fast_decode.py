@@ -165,15 +165,14 @@ def accepted(e, kind: str, latest: float) -> bool:
     return check_across(kind, e, attr) is None
 
 
-def _phase(e, kind: str, latest: float) -> Phase | None:
-    if not accepted(e, kind, latest):
-        return None
+def phase_fields(e, kind: str) -> dict:
+    """A phase Struct `accepted` took, as validate_phase gives its fields."""
     out = {"kind": kind}
     for name in e.__struct_fields__:
         value = getattr(e, name)
         if value is not None and name != "schema_version":  # nulls dropped, as validate_phase does
             out[name] = value
-    return Phase(e.request_id, out)
+    return out
 
 
 def decoded_events(raw: bytes, max_batch: int):
@@ -276,7 +275,10 @@ def common_fields(raw: bytes, now: float, max_batch: int, oldest: float = MIN_T0
     out = []
     for e in events:
         kind = _PHASE_KIND.get(type(e))
-        result = _generation(e, now, oldest) if kind is None else _phase(e, kind, latest)
+        if kind is None:
+            result = _generation(e, now, oldest)
+        else:
+            result = Phase(e.request_id, phase_fields(e, kind)) if accepted(e, kind, latest) else None
         if result is None:
             return None
         out.append(result)
