@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import join
+from .phase_events import PHASE_KINDS
 
 # (join partition, gateway timestamp, validated phase fields): what ingest forwards.
 Forwarded = tuple[int, float, dict]
+_KIND = {kind: i for i, kind in enumerate(PHASE_KINDS)}
 
 
 def message_time(msg, now: float) -> float:
@@ -53,43 +55,52 @@ def fold(phases: list[Forwarded], derive: Callable[[dict], dict | None]) -> Fold
 
     The rules are `join.apply`'s from no entry (a batch knows nothing of
     earlier ones, which the agent's table remembers): the first copy of a
-    kind wins, the generation completes when `join.is_complete` says so, and
-    it is built by `join.joined_event`. apply itself copies its entry at
+    kind wins, the generation completes when `join.completes` says so
+    (`gather`), and it is built by `join.joined_event`. apply itself copies its entry at
     every phase so that the table's old value stays intact until the
     changelog has the new one; a batch needs no such copy, and applying
     60,000 phases that way took a third of a batch's split (§20). A unit
     test holds the rows of both to be equal.
     """
-    seen: dict[str, dict] = {}  # request_id -> {kind: phase fields}, first copy wins
-    completed: dict[str, int] = {}  # request_id -> index of the phase that completed it
-    for i, (_, _, fields) in enumerate(phases):
-        rid = fields["request_id"]
-        if rid in completed:
-            continue
-        ph = seen.get(rid)
-        if ph is None:
-            ph = seen[rid] = {}
-        if fields["kind"] not in ph:
-            ph[fields["kind"]] = fields
-            if join.is_complete(ph):
-                completed[rid] = i
+    seen, completed = gather([fields for _, _, fields in phases],
+                             [(fields["request_id"], _KIND[fields["kind"]]) for _, _, fields in phases])
     out = Folded()
-    kept: dict[str, int] = {}  # request_id -> kinds used
+    kept: dict[str, list[str]] = {}  # request_id -> the kinds its row was joined of
     for rid, i in completed.items():
-        ph = seen[rid]
+        ph = {kind: p for kind, p in zip(PHASE_KINDS, seen[rid]) if p is not None}
         row = derive(join.joined_event(rid, ph))
         if row is not None:
             out.rows.append((row, i))
-            kept[rid] = len(ph)
+            kept[rid] = sorted(ph)
     for phase in phases:
         if phase[2]["request_id"] in kept:
             out.duplicates += 1
         else:
             out.forward.append(phase)
-    out.duplicates -= sum(kept.values())
+    out.duplicates -= sum(map(len, kept.values()))
     for row, i in out.rows:
         partition, ts, _ = phases[i]
         rid = row["request_id"]
-        out.forward.append((partition, ts, {"kind": join.JOINED_IN_INGEST, "request_id": rid,
-                                            "kinds": sorted(seen[rid])}))
+        out.forward.append((partition, ts, {"kind": join.JOINED_IN_INGEST, "request_id": rid, "kinds": kept[rid]}))
     return out
+
+
+def gather(phases: list, keys: list[tuple[str, int]], get=dict.get) -> tuple[dict[str, list], dict[str, int]]:
+    """The join's rules over a batch's phases, in offset order (`keys`: each
+    one's request_id and place in PHASE_KINDS): per request_id the first
+    copy of each kind, [start, first_token, end], and the place in `phases`
+    of the phase after which `join.completes` holds. `get` reads a phase's
+    field: of a dict here, of the C decoder's Struct in columnar_join.py."""
+    seen: dict[str, list] = {}
+    completed: dict[str, int] = {}
+    for i, (phase, (rid, kind)) in enumerate(zip(phases, keys)):
+        if rid in completed:
+            continue
+        ph = seen.get(rid)
+        if ph is None:
+            ph = seen[rid] = [None, None, None]
+        if ph[kind] is None:
+            ph[kind] = phase
+            if join.completes(*ph, get=get):
+                completed[rid] = i
+    return seen, completed

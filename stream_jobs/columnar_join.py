@@ -12,7 +12,8 @@ completed generation becomes one `Generation` Struct for columnar.py's
 derivation on whole columns. Dicts are built only for what is forwarded.
 
 This is an accelerator, not a second definition: the join's rules are
-join.py's (`join.completes`, `join.joined`) and the checks of a phase
+join.py's (`join.completes`, `join.joined`), the batch's fold
+`batch_join.gather`, and the checks of a phase
 `phase_events.check_across` (`fast_decode.accepted`), called on the Structs;
 a test holds `Pipeline.split` on this path to the row path on generated
 batches. Whatever this module does not take whole (a
@@ -26,10 +27,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from .batch_join import Forwarded, message_time
+from .batch_join import Forwarded, gather, message_time
 from .columnar import Generations, _derive
-from .contract import MAX_DURATION_S, MIN_T0
-from .fast_decode import _PHASE_KIND, PHASES, Generation, _phase, accepted, attr, decoded_events
+from .contract import MAX_BATCH, MAX_DURATION_S, MIN_T0
+from .fast_decode import _PHASE_KIND, PHASES, Generation, accepted, attr, decoded_events, phase_fields
 from . import join
 from .join import JOINED_IN_INGEST, phase_partition
 from .phase_events import PHASE_KINDS
@@ -58,7 +59,7 @@ def _generation(rid: str, ph: list):
     return Generation(schema_version=2, **join.joined(rid, *ph, get=attr))
 
 
-def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch: int = 10_000,
+def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch: int = MAX_BATCH,
          oldest: float = MIN_T0) -> Joined | None:
     """A batch of phase messages -> what the row path makes of it (its rows
     as columns), or None for the row path. As there, only phases that came
@@ -80,23 +81,8 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
                 return None
         (enveloped if len(inner) > 1 else lone).extend((m, e) for e in inner)
 
-    # batch_join.fold's rules: the first copy of a kind wins, and a
-    # generation is complete at the phase after which join.completes holds.
-    # Phases by kind, in PHASE_KINDS' order.
-    seen: dict[str, list] = {}
-    completed: dict[str, int] = {}  # request_id -> index in `enveloped` of the completing phase
-    for i, (_, e) in enumerate(enveloped):
-        rid = e.request_id
-        if rid in completed:
-            continue
-        ph = seen.get(rid)
-        if ph is None:
-            ph = seen[rid] = [None, None, None]
-        kind = _INDEX[type(e)]
-        if ph[kind] is None:
-            ph[kind] = e
-            if join.completes(*ph, get=attr):
-                completed[rid] = i
+    # batch_join.fold's rules, on the Structs.
+    seen, completed = gather([e for _, e in enveloped], [(e.request_id, _INDEX[type(e)]) for _, e in enveloped], attr)
     if not completed:
         return None
     gens, counts = [], [0] * len(events)
@@ -110,7 +96,7 @@ def fold(events, bucket, max_bytes: int, now: float, partitions: int, max_batch:
     clocks = [message_time(event.message, now) for event in events]
 
     def forwarded(m: int, e) -> Forwarded:
-        return (phase_partition(e.request_id, partitions), clocks[m], _phase(e, _PHASE_KIND[type(e)], latest).fields)
+        return (phase_partition(e.request_id, partitions), clocks[m], phase_fields(e, _PHASE_KIND[type(e)]))
     forward = [forwarded(m, e) for m, e in lone]
     duplicates = 0
     for m, e in enveloped:

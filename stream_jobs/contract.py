@@ -21,6 +21,10 @@ MIN_T0 = 946_684_800.0  # 2000-01-01: anything earlier is a unit bug (ms? 0?)
 # 2100-01-01. The worker's own bound is tighter: now + 1 day.
 MAX_EPOCH_S = 4_102_444_800.0
 STATUSES = ("ok", "error", "cancelled")
+COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")  # check_count
+DURATIONS = ("ttft_s", "e2e_s", "queue_s")  # seconds since t0: check_duration
+# The most events one envelope may hold (the worker's decoders).
+MAX_BATCH = 10_000
 LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway": 200, "replica": 200,
                 "prefill_replica": 200, "decode_replica": 200}
 
@@ -139,6 +143,22 @@ def control_character(name: str, value) -> Rejection | None:
     if isinstance(value, str) and has_control(value):
         return Rejection(R.CONTROL_CHARACTER, f"{name} holds a control character (U+"
                                               f"{ord(_CONTROL.search(value).group()):04X}); labels are printable text")
+    return None
+
+
+def check_label(name: str, value) -> Rejection | None:
+    """A label of LABEL_FIELDS: a string of 1 to its limit printable characters."""
+    if not isinstance(value, str):
+        return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
+    if not value or len(value) > LABEL_FIELDS[name]:
+        return Rejection(R.BAD_VALUE, f"{name} must be 1..{LABEL_FIELDS[name]} characters")
+    return control_character(name, value)
+
+
+def check_status(value) -> Rejection | None:
+    """`status`: one of STATUSES."""
+    if value not in STATUSES:
+        return Rejection(R.BAD_VALUE, f"status={str(value)[:40]!r}; expected one of {STATUSES}")
     return None
 
 

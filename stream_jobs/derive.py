@@ -12,13 +12,12 @@ import time
 from . import reasons as R
 from .buckets import Bucketer
 from .formulas import NULL, Fields, check_one, metrics
-from .contract import LABEL_FIELDS, check_count, check_duration, MAX_DURATION_S, MAX_TOKENS, MIN_T0, SCHEMA_VERSIONS, STATUSES, Rejection
+from .contract import COUNTS, DURATIONS, LABEL_FIELDS, MAX_BATCH, MAX_DURATION_S, MIN_T0, SCHEMA_VERSIONS, Rejection
 from .contract import V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate, may_hold_lone_surrogate
-from .contract import PD_ABSENT, STREAMED, V2_ONLY, check_gap, check_streamed, control_character, has_control
+from .contract import PD_ABSENT, STREAMED, V2_ONLY, check_count, check_duration, check_gap, check_label, check_status
+from .contract import check_streamed
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
-__all__ = ["ROW_COLUMNS", "Rejection", "Phase", "validate", "derive", "process", "process_event", "process_message",
-           "MAX_TOKENS", "MAX_DURATION_S", "MIN_T0", "SCHEMA_VERSIONS", "STATUSES", "LABEL_FIELDS"]
 REQUIRED = ("schema_version", "kind", "request_id", "model", "t0", "e2e_s", "input_tokens", "output_tokens")
 OPTIONAL = ("ttft_s", "queue_s", "cached_input_tokens", "status", "finish_reason", "gateway", "replica")
 KNOWN = frozenset(REQUIRED + OPTIONAL)  # a v1 generation: exactly as strict as before v2's extras
@@ -27,8 +26,6 @@ KNOWN_V2 = KNOWN | frozenset(V2_OPTIONAL) | frozenset(V2_ONLY)
 # output count from the server, no prefill/decode split).
 NO_EXTRAS = {"chunks": None, "max_gap_s": None, "gaps_over": None, "gap_threshold_s": None,
              "output_tokens_estimated": False, **PD_ABSENT, STREAMED: None}
-COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")
-DURATIONS = ("ttft_s", "e2e_s", "queue_s")
 
 # The one list of stored columns: the sink inserts exactly these, in this
 # order; schema/0001 defines them and a test checks the two agree.
@@ -64,44 +61,6 @@ def parse(raw: bytes, max_bytes: int) -> dict | Rejection:
     return event
 
 
-_LABEL_LIMITS = tuple(LABEL_FIELDS.items())
-
-
-def _duration(value) -> bool:
-    # NaN and +/-inf fail the range test, so they fall through to the full path.
-    return value is None or (type(value) in (float, int) and 0.0 <= value <= MAX_DURATION_S)
-
-
-def _count(value) -> bool:
-    return value is None or (type(value) is int and 0 <= value <= MAX_TOKENS)
-
-
-def _fast(event, now: float, oldest: float = MIN_T0) -> dict | None:
-    """The common, well-formed event in one pass, or None to take the full
-    path. Only accepts what `validate` accepts and returns the same fields
-    (a test checks both on the whole poison corpus and on random events);
-    the full path alone builds rejections. The profile showed validation as
-    the top cost of the worker's per-generation time. An event carrying any
-    v2 extra (chunks, ...) takes the full path: only emitters that time
-    chunks send them, and the common event stays one pass."""
-    if (type(event) is not dict or not KNOWN.issuperset(event) or type(event.get("schema_version")) is not int
-            or event["schema_version"] not in SCHEMA_VERSIONS or event.get("kind") != "generation"):
-        return None
-    g = event.get
-    n_in, n_out, t0, e2e = g("input_tokens"), g("output_tokens"), g("t0"), g("e2e_s")
-    for name, limit in _LABEL_LIMITS:  # a label: a non-empty printable string within its limit, or null
-        v = g(name)
-        if v is not None and not (type(v) is str and 0 < len(v) <= limit and not has_control(v)):
-            return None
-    if not (g("model") is not None and g("request_id") is not None and g("status", "ok") in STATUSES and n_in is not None and n_out is not None and _count(n_in)
-            and _count(n_out) and _count(g("cached_input_tokens")) and type(t0) in (float, int)
-            and e2e is not None and _duration(e2e) and _duration(g("ttft_s")) and _duration(g("queue_s"))):
-        return None
-    fields = normalised(g("model"), g("request_id"), g("finish_reason"), g("gateway"), g("replica"), g("status", "ok"),
-                        n_in, n_out, g("cached_input_tokens"), t0, g("ttft_s"), e2e, g("queue_s"), event["schema_version"])
-    return None if across(fields, now, oldest) is not None else fields
-
-
 def _float(value) -> float | None:
     return None if value is None else float(value)
 
@@ -109,11 +68,9 @@ def _float(value) -> float | None:
 def normalised(model, rid, reason, gw, replica, status, n_in, n_out, cached, t0, ttft, e2e, queue,
                version: int, prefill_replica=None, decode_replica=None, kv_transfer_s=None, streamed=None) -> dict:
     """The fields of a generation whose every field has its type and range,
-    as the row path gives them (a null label is ""). Shared by `_fast` and
-    the worker's C decoder (stream_jobs/fast_decode.py), which alone passes
-    the P/D fields and `streamed` (`_fast` leaves an event with them to the
-    full path). Times become floats (a JSON int stays one in the C decoder's
-    Struct)."""
+    as `validate` gives them (a null label is ""), from the worker's C
+    decoder (stream_jobs/fast_decode.py). Times become floats (a JSON int
+    stays one in the decoder's Struct)."""
     return {"model": model, "request_id": rid, "finish_reason": reason or "", "gateway": gw or "",
             "replica": replica or "", "status": status, "input_tokens": n_in, "output_tokens": n_out,
             "cached_input_tokens": cached, "t0": float(t0), "ttft_s": _float(ttft), "e2e_s": float(e2e),
@@ -133,22 +90,12 @@ def numbers(fields: dict) -> Fields:
                   _nan(fields["kv_transfer_s"]), NULL if fields[STREAMED] is None else int(fields[STREAMED]))
 
 
-def across(fields: dict, now: float, oldest: float = MIN_T0) -> Rejection | None:
-    """The checks across fields (formulas.CHECKS) on a batch of one row."""
-    return check_one(numbers(fields), now + MAX_DURATION_S, oldest)
-
-
 def validate(event: dict, now: float | None = None, oldest: float = MIN_T0) -> dict | Rejection:
     """Check types, ranges and orderings; return normalised fields.
-    `oldest`: the earliest t0 the store keeps (contract.oldest_kept)."""
+    `oldest`: the earliest t0 the store keeps (contract.oldest_kept). The
+    worker's common message never comes here: the C decoder takes it
+    (fast_decode.py)."""
     now = time.time() if now is None else now
-    fields = _fast(event, now, oldest)
-    if fields is not None:
-        return fields
-    return _validate_full(event, now, oldest)
-
-
-def _validate_full(event: dict, now: float, oldest: float = MIN_T0) -> dict | Rejection:
     if not isinstance(event, dict):
         return Rejection(R.NOT_OBJECT, f"event is {type(event).__name__}, not an object")
     version = event.get("schema_version")
@@ -163,33 +110,25 @@ def _validate_full(event: dict, now: float, oldest: float = MIN_T0) -> dict | Re
         return Rejection(R.UNKNOWN_FIELD, f"fields not in the v{version} contract{extra}: "
                                           f"{', '.join(unknown)[:200]}")
     out: dict = {"schema_version": version}
-    for name, limit in LABEL_FIELDS.items():
+    for name in LABEL_FIELDS:
         value = event.get(name)
-        if value is None:
-            if name in REQUIRED:
-                return Rejection(R.MISSING_FIELD, f"{name} is required")
-            out[name] = ""
-            continue
-        if not isinstance(value, str):
-            return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
-        if not value or len(value) > limit:
-            return Rejection(R.BAD_VALUE, f"{name} must be 1..{limit} characters")
-        bad = control_character(name, value)
+        bad = _missing(name) if value is None else check_label(name, value)
         if bad is not None:
             return bad
-        out[name] = value
+        out[name] = "" if value is None else value
     status = event.get("status", "ok")
-    if status not in STATUSES:
-        return Rejection(R.BAD_VALUE, f"status={str(status)[:40]!r}; expected one of {STATUSES}")
+    bad = check_status(status)
+    if bad is not None:
+        return bad
     out["status"] = status
     bad = ranged(event.get, out)
     if bad is not None:
         return bad
-    bad = check_streamed(event.get(STREAMED))  # before `across`, whose first-token check reads it
+    bad = check_streamed(event.get(STREAMED))  # before the checks across fields: the first-token one reads it
     if bad is not None:
         return bad
     out[STREAMED] = event.get(STREAMED)
-    bad = across(out, now, oldest)
+    bad = check_one(numbers(out), now + MAX_DURATION_S, oldest)  # formulas.CHECKS on a batch of one row
     if bad is not None:
         return bad
     bad = check_v2_optional(event, out) or check_gap_within(out["max_gap_s"], out["e2e_s"])
@@ -298,7 +237,7 @@ def process_event(event, bucket: Bucketer, now: float, internal: bool = False,
 
 
 def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,
-                    max_batch: int = 10_000, internal: bool = False,
+                    max_batch: int = MAX_BATCH, internal: bool = False,
                     oldest: float = MIN_T0) -> list[dict | Phase | Rejection]:
     """One Kafka message -> one result per event it carries: a row (a whole
     generation), a Phase (to be joined) or a Rejection.

@@ -30,11 +30,11 @@ from typing import Annotated, Literal, Optional, Union
 import msgspec
 
 from .buckets import Bucketer
-from .contract import LABEL_FIELDS, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS, SCHEMA_VERSIONS, STATUSES, STREAMED
-from .contract import V2_ONLY, V2_OPTIONAL, has_control, may_hold_control, may_hold_lone_surrogate
-from .derive import COUNTS, DURATIONS, KNOWN, REQUIRED, Phase, Rejection, across, derive, normalised, numbers
-from .derive import process_event, process_message
-from .formulas import out_of_range
+from .contract import COUNTS, DURATIONS, LABEL_FIELDS, MAX_BATCH, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS
+from .contract import SCHEMA_VERSIONS, STATUSES, STREAMED, V2_ONLY, V2_OPTIONAL, has_control, may_hold_control
+from .contract import may_hold_lone_surrogate
+from .derive import KNOWN, REQUIRED, Phase, Rejection, derive, normalised, numbers, process_event, process_message
+from .formulas import check_one, out_of_range
 from .phase_events import PHASE_VERSION, SPEC, check_across
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
@@ -86,8 +86,8 @@ def _typed(name: str):
     return _RANGED_ON_COLUMNS.get(t, t)
 
 
-# A v1/v2 generation as derive's `_fast` accepts it (but the ranges of its
-# counts and durations: formulas.out_of_range), built from its lists,
+# A v1/v2 generation as `derive.validate` accepts it without stall data
+# (but the ranges of its counts and durations: formulas.out_of_range), built from derive's lists,
 # and the P/D fields and `streamed` of a v2 one (V2_ONLY). Those are UNSET
 # when absent, None when null: a v1 generation naming one, even as null, is
 # the full path's to refuse (unknown_field; `_v1_naming_v2_only`).
@@ -147,7 +147,8 @@ def _generation(e, now: float, oldest: float) -> dict | None:
     fields = normalised(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status, e.input_tokens,
                         e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s, e.queue_s, e.schema_version,
                         given(e.prefill_replica), given(e.decode_replica), given(e.kv_transfer_s), given(e.streamed))
-    return None if out_of_range(numbers(fields)) or across(fields, now, oldest) is not None else fields
+    row = numbers(fields)
+    return None if out_of_range(row) or check_one(row, now + MAX_DURATION_S, oldest) is not None else fields
 
 
 def attr(e, name: str):
@@ -167,15 +168,14 @@ def accepted(e, kind: str, latest: float) -> bool:
     return check_across(kind, e, attr) is None
 
 
-def _phase(e, kind: str, latest: float) -> Phase | None:
-    if not accepted(e, kind, latest):
-        return None
+def phase_fields(e, kind: str) -> dict:
+    """A phase Struct `accepted` took, as validate_phase gives its fields."""
     out = {"kind": kind}
     for name in e.__struct_fields__:
         value = getattr(e, name)
         if value is not None and name != "schema_version":  # nulls dropped, as validate_phase does
             out[name] = value
-    return Phase(e.request_id, out)
+    return out
 
 
 def decoded_events(raw: bytes, max_batch: int):
@@ -198,7 +198,7 @@ def decoded_events(raw: bytes, max_batch: int):
     return events
 
 
-def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, max_batch: int = 10_000,
+def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, max_batch: int = MAX_BATCH,
                internal: bool = False, oldest: float = MIN_T0) -> list | None:
     """A message `decoded_events` refused, event by event: the Struct of each
     event the C decoder takes, and the Rejection of each other as the full
@@ -278,7 +278,10 @@ def common_fields(raw: bytes, now: float, max_batch: int, oldest: float = MIN_T0
     out = []
     for e in events:
         kind = _PHASE_KIND.get(type(e))
-        result = _generation(e, now, oldest) if kind is None else _phase(e, kind, latest)
+        if kind is None:
+            result = _generation(e, now, oldest)
+        else:
+            result = Phase(e.request_id, phase_fields(e, kind)) if accepted(e, kind, latest) else None
         if result is None:
             return None
         out.append(result)
@@ -286,7 +289,7 @@ def common_fields(raw: bytes, now: float, max_batch: int, oldest: float = MIN_T0
 
 
 def process_message_fast(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,
-                         max_batch: int = 10_000, internal: bool = False,
+                         max_batch: int = MAX_BATCH, internal: bool = False,
                          oldest: float = MIN_T0) -> list[dict | Phase | Rejection]:
     """`derive.process_message`, the same results, with the common message in C."""
     now = time.time() if now is None else now

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import reasons as R
-from .contract import (LABEL_FIELDS, MAX_DURATION_S, MIN_T0, PD_FIELDS, STATUSES, V2_OPTIONAL, Rejection, check_count,
-                       check_duration, check_gap, check_gap_within, check_number, check_v2_optional,
-                       control_character)
+from .contract import (COUNTS, DURATIONS, LABEL_FIELDS, MAX_DURATION_S, MIN_T0, PD_FIELDS, V2_OPTIONAL, Rejection,
+                       check_count, check_duration, check_gap, check_gap_within, check_label, check_number,
+                       check_status, check_v2_optional)
 
 PHASE_KINDS = ("start", "first_token", "end")
 PHASE_VERSION = 2
@@ -38,14 +38,10 @@ class Phase:
     fields: dict  # normalised: "kind" plus the fields it carried, nulls dropped
 
 
-_COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")
-_DURATIONS = ("ttft_s", "e2e_s", "queue_s")
-
-
 def _check_number(name: str, value, now: float) -> Rejection | None:
-    if name in _COUNTS:
+    if name in COUNTS:
         return check_count(name, value)
-    if name in _DURATIONS:
+    if name in DURATIONS:
         return check_duration(name, value)
     if name == "kv_transfer_s":
         return check_gap(name, value)
@@ -74,25 +70,18 @@ def validate_phase(event: dict, now: float) -> dict | Rejection:
             if name == "request_id" or name in required:
                 return Rejection(R.MISSING_FIELD, f"{name} is required in {kind}")
             continue
-        if name in LABEL_FIELDS:
-            if not isinstance(value, str):
-                return Rejection(R.WRONG_TYPE, f"{name} must be a string, got {type(value).__name__}")
-            if not value or len(value) > LABEL_FIELDS[name]:
-                return Rejection(R.BAD_VALUE, f"{name} must be 1..{LABEL_FIELDS[name]} characters")
-            bad = control_character(name, value)
-            if bad is not None:
-                return bad
-        elif name == "status":
-            if value not in STATUSES:
-                return Rejection(R.BAD_VALUE, f"status={str(value)[:40]!r}; expected one of {STATUSES}")
-        elif name in V2_OPTIONAL:
+        if name in V2_OPTIONAL:
             continue  # checked together below (they constrain each other)
+        if name in LABEL_FIELDS:
+            bad = check_label(name, value)
+        elif name == "status":
+            bad = check_status(value)
         else:
             bad = _check_number(name, value, now)
-            if bad is not None:
-                return bad
-            if name not in _COUNTS:
+            if bad is None and name not in COUNTS:
                 value = float(value)
+        if bad is not None:
+            return bad
         out[name] = value
     bad = check_across(kind, out)
     if bad is not None:

@@ -1,5 +1,5 @@
 """Ingest's batch join in columns (stream_jobs/columnar_join.py) against the
-row path (fast_decode._phase, batch_join.fold, derive): `Pipeline.split`
+row path (fast_decode.common_fields, batch_join.fold, derive): `Pipeline.split`
 gives the same rows, the same Arrow table and batch token, the same phases
 and notes to forward, the same cells to check and the same counts, whether
 or not the batch took the columns; and a batch of well-formed phase

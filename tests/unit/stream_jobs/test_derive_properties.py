@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
-from phasemeter.stream_jobs.derive import MAX_DURATION_S, MAX_TOKENS, ROW_COLUMNS, Rejection, process
+from phasemeter.stream_jobs.contract import MAX_DURATION_S, MAX_TOKENS
+from phasemeter.stream_jobs.derive import ROW_COLUMNS, Rejection, process
 from phasemeter.stream_jobs.sink import DLQ_COLUMNS, _arrow
 
 NOW = 1_800_000_000.0
