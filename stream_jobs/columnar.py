@@ -246,7 +246,8 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
     f = Fields(numbers("t0", np.float64), numbers("e2e_s", np.float64),
                *(nullable[k].to_numpy(zero_copy_only=False) for k in ("ttft_s", "queue_s")),
                numbers("input_tokens", np.int64), numbers("output_tokens", np.int64),
-               nullable["cached_input_tokens"].cast(pa.float64()).to_numpy(zero_copy_only=False),
+               # Unsafe: a count past 2**53 has no exact float, and is out of range either way.
+               nullable["cached_input_tokens"].cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False),
                nullable["kv_transfer_s"].to_numpy(zero_copy_only=False),
                nullable[STREAMED].cast(pa.float64()).to_numpy(zero_copy_only=False))
     with np.errstate(invalid="ignore"):

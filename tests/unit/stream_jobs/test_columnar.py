@@ -285,3 +285,14 @@ def test_rows_dropped_by_without_leave_the_rest_as_take_gives_them():
         assert (part.sources, part.per_message, part.request_ids) == (taken.sources, taken.per_message,
                                                                      taken.request_ids), drop
         assert part.ts.tolist() == taken.ts.tolist() and part.arrow().equals(taken.arrow()), drop
+
+
+def test_a_count_no_float_holds_exactly_is_refused_like_any_count_out_of_range():
+    """cached_input_tokens is nullable, so its column is checked as floats:
+    2**53 + 1 has no exact float, and a safe cast raised for the whole batch
+    instead of refusing that event."""
+    base = {"schema_version": 1, "kind": "generation", "request_id": "b", "model": "m", "t0": NOW - 60,
+            "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 1000, "output_tokens": 50}
+    raw = encode([base, {**base, "request_id": "x", "cached_input_tokens": 2 ** 53 + 1}, base], True)
+    d = same_as_row_path([record(0, raw)])
+    assert len(d.gens) == 2 and [(r.reason, r.event) for _, r in d.refused] == [(R.ABSURD, 1)]
