@@ -56,11 +56,11 @@ def fold(phases: list[Forwarded], derive: Callable[[dict], dict | None]) -> Fold
     The rules are `join.apply`'s from no entry (a batch knows nothing of
     earlier ones, which the agent's table remembers): the first copy of a
     kind wins, the generation completes when `join.completes` says so
-    (`gather`), and it is built by `join.joined_event`. apply itself copies its entry at
-    every phase so that the table's old value stays intact until the
-    changelog has the new one; a batch needs no such copy, and applying
-    60,000 phases that way took a third of a batch's split (§20). A unit
-    test holds the rows of both to be equal.
+    (`gather`), and it is built by `join.joined_event`. apply itself copies
+    its entry at every phase so that the table's old value stays intact
+    until the changelog has the new one; a batch needs no such copy, and
+    applying 60,000 phases that way took a third of a batch's split
+    (docs/performance/worker.md). A unit test holds the rows of both to be equal.
     """
     seen, completed = gather([fields for _, _, fields in phases],
                              [(fields["request_id"], _KIND[fields["kind"]]) for _, _, fields in phases])

@@ -1,4 +1,4 @@
-"""Pure evaluation: exact states, no cross-firing, §5 evidence, backtest episodes."""
+"""Pure evaluation: exact states, no cross-firing, the evidence of docs/alerts.md, backtest episodes."""
 
 from __future__ import annotations
 

@@ -320,7 +320,7 @@ def test_a_generation_whose_phases_are_all_in_the_batch_is_written_from_the_raw_
 
 def test_phases_one_per_message_all_go_to_the_join_agent():
     """With one message per phase ingest's loop is the bottleneck: the inserts
-    a batch join would add to it cost more than the hops it saves (§20)."""
+    a batch join would add to it cost more than the hops it saves (docs/performance/worker.md)."""
     a = phases_of("a")
     p = pipeline(FakeSink())
     # An envelope of one event is one message per phase too.
