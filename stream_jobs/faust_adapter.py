@@ -123,10 +123,9 @@ def install(app, stop_grace_s: float) -> None:
     faust_patches.bound_producer_stop(app, stop_grace_s)
     consumer = app.consumer
     consumer._read_offset = _NoReadOffset()  # see _NoReadOffset
-    # Faust's fetch loop looks `wait_first` up on each record and binds
-    # `callback` once as it starts, and its conductor binds
-    # `on_buffer_full`/`on_buffer_drop` once per partition assigned: an
-    # attribute of the instance takes the class's place. No hook for either.
+    # No hook for either; instance attributes take the class's place: the
+    # fetch loop looks `wait_first` up per record and binds `callback` as it
+    # starts, the conductor `on_buffer_full`/`_drop` per partition assigned.
     consumer.wait_first = faust_patches.inline_first(consumer, consumer.suspend_flow)
     consumer.callback = faust_patches.after_drop(consumer, consumer.callback)
     # The consumer thread is Faust's `ThreadDelegateConsumer._thread`
