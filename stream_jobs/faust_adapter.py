@@ -85,12 +85,12 @@ def _has(owner, name: str) -> bool:
     return False
 
 
-def missing(required=REQUIRED) -> list[str]:
-    return [f"{owner.__module__}.{owner.__qualname__}.{name}" for owner, name in required if not _has(owner, name)]
+def missing() -> list[str]:
+    return [f"{owner.__module__}.{owner.__qualname__}.{name}" for owner, name in REQUIRED if not _has(owner, name)]
 
 
-def check(required=REQUIRED) -> None:
-    gone = missing(required)
+def check() -> None:
+    gone = missing()
     if gone:
         raise RuntimeError("the installed Faust/mode/aiokafka no longer has what the worker relies on "
                            f"(stream_jobs/faust_adapter.py): {', '.join(gone)}")
@@ -103,7 +103,9 @@ class _NoReadOffset(dict):
     prefetched before the seek push that offset past the re-fetched ones,
     which were then dropped (measured: a partition stalled, its re-read
     silently discarded). The sequencer (sequence.py) does this job instead,
-    so Faust delivers everything it fetches. Faust has no setting for it."""
+    so Faust delivers everything it fetches. Faust has no setting for it.
+    Every write is dropped, so it stays empty: Faust's `pop(tp, None)` and
+    its `del` (only `if tp in keys()`) are dict's own."""
 
     def __getitem__(self, key):
         return None
@@ -111,14 +113,8 @@ class _NoReadOffset(dict):
     def __setitem__(self, key, value):
         pass
 
-    def __delitem__(self, key):
-        pass
-
     def update(self, *args, **kwargs):
         pass
-
-    def pop(self, key, default=None):
-        return default
 
 
 def install(app, stop_grace_s: float) -> None:
@@ -127,7 +123,11 @@ def install(app, stop_grace_s: float) -> None:
     faust_patches.bound_producer_stop(app, stop_grace_s)
     consumer = app.consumer
     consumer._read_offset = _NoReadOffset()  # see _NoReadOffset
-    faust_patches.install_inline_delivery(consumer)
+    # No hook for either; instance attributes take the class's place: the
+    # fetch loop looks `wait_first` up per record and binds `callback` as it
+    # starts, the conductor `on_buffer_full`/`_drop` per partition assigned.
+    consumer.wait_first = faust_patches.inline_first(consumer, consumer.suspend_flow)
+    consumer.callback = faust_patches.after_drop(consumer, consumer.callback)
     # The consumer thread is Faust's `ThreadDelegateConsumer._thread`
     # (faust/transport/consumer.py): no public handle on it.
     faust_patches.close_consumer_safely(consumer._thread)

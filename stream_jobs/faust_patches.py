@@ -1,8 +1,6 @@
 """The adapter's overrides of Faust's, mode's and aiokafka's behaviour
-(faust_adapter.py holds the plain private reads and writes, and REQUIRED,
-the list of every internal both rely on). Pinned: faust-streaming 0.15.3,
-mode-streaming 0.7.1, aiokafka 0.14.0. An upgrade that removes what these rely
-on fails tests/unit/stream_jobs/test_faust_adapter.py; one that changes the
+(faust_adapter.py holds REQUIRED, every internal both rely on, checked
+against the versions constraints.txt pins). An upgrade that changes the
 code an override replaces fails test_faust_patches.py. Why each exists, and
 what the public API lacks, is said where it is.
 """
@@ -52,7 +50,13 @@ class _Continued:
 
 def inline_first(service, *flags):
     """-> a `wait_first` for `service` that runs its first coroutine inline
-    while none of `flags`, `stopped` or `crashed` is set."""
+    while none of `flags`, `stopped` or `crashed` is set.
+
+    Faust's fetch loop hands each record to its stream with
+    `await consumer.wait_first(callback(message), suspend_flow.wait())`
+    (faust/transport/consumer.py), and mode's `wait_first` makes four tasks a
+    record: measured 63 µs against 0.2 µs for the delivery, a third of bare
+    Faust's cost per record (docs/performance/worker.md)."""
     general = service.wait_first  # the bound method of the class
     # mode's Service keeps both events private (mode/services.py) and offers
     # only `should_stop`, which is not the same test: `crashed` is separate.
@@ -119,20 +123,6 @@ def after_drop(consumer, deliver, poll_s: float = 0.05, max_wait_s: float = 2.0)
     consumer.on_buffer_full = on_buffer_full
     consumer.on_buffer_drop = on_buffer_drop
     return deliver_after_drop
-
-
-def install_inline_delivery(consumer) -> None:
-    """Faust's fetch loop hands each record to its stream with
-    `await consumer.wait_first(callback(message), suspend_flow.wait())`
-    (faust/transport/consumer.py), and mode's `wait_first` makes four tasks a
-    record: measured 63 µs against 0.2 µs for the delivery, a third of bare
-    Faust's cost per record (docs/performance/worker.md). Before the consumer
-    starts. Faust offers no hook into its fetch loop,
-    which looks `wait_first` up on each record and its `callback` once as it
-    starts, and the conductor `on_buffer_full`/`on_buffer_drop` once per
-    partition assigned: attributes of the instance take the class's place."""
-    consumer.wait_first = inline_first(consumer, consumer.suspend_flow)
-    consumer.callback = after_drop(consumer, consumer.callback)
 
 
 def close_consumer_safely(thread) -> None:

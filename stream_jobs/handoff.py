@@ -1,15 +1,6 @@
 """Handing partitions over cleanly: what a stopping or rebalancing worker
-leaves behind for the member that takes its partitions.
-
-Two things, per agent (ingest, join):
-
-* the group's committed offset moves only to positions the agent has made
-  durable (`Handoff.commit`), so a member that starts from it (it has no
-  position of its own) neither skips nor re-reads a record;
-* a batch in hand when the worker is told to stop (SIGTERM, a rolling
-  deploy) or loses partitions in a rebalance is finished first
-  (`Handoff.run`, `Handoff.settle`), instead of being cut at whatever await
-  the cancellation hit.
+leaves behind for the member that takes its partitions (`Handoff`, one per
+agent: ingest, join).
 """
 
 from __future__ import annotations
@@ -28,17 +19,18 @@ log = logging.getLogger("phasemeter.worker")
 class Handoff:
     """One agent's side of a hand-off: its batch in hand and its commits.
 
-    The group's committed offset follows durable positions only. Faust
-    commits what its streams acked, and `take_events` acks a batch in a
-    `finally`, whether or not the body finished; a member that takes a
-    partition over with no position of its own starts at that offset.
-    Measured: a chaos cell with members joining and leaving lost two ranges
-    of 23 and 11 records. So the agents' topics are consumed with acks off
-    and the offset is committed here, from positions just made durable.
+    The group's committed offset moves only to positions the agent has made
+    durable (`commit`), so a member that starts from it (it has no position
+    of its own) neither skips nor re-reads a record. Faust commits what its
+    streams acked, and `take_events` acks a batch in a `finally`, whether or
+    not the body finished. Measured: a chaos cell with members joining and
+    leaving lost two ranges of 23 and 11 records. So the agents' topics are
+    consumed with acks off and the offset is committed here.
 
     With acks off Faust no longer waits for a batch in hand when it stops or
     revokes partitions, so `run` and `settle` do: a stop (SIGTERM, a rolling
-    deploy) or a rebalance lets the batch finish, then hands over.
+    deploy) or a rebalance lets the batch finish, then hands over, instead
+    of cutting it at whatever await the cancellation hit.
 
     More than one piece of work can be in hand: the join's expiry timer
     publishes and writes the table like a batch does, and a stop or a revoke

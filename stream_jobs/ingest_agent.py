@@ -40,7 +40,12 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
     async def load(tps):
         # Called for partitions this owner has just been assigned, before any
         # of their records is processed: the previous owner has stopped.
-        ends = await log_ends(offsets, tps)
+        try:  # the end offsets bound the re-read window (Pipeline.bound_rereads)
+            ends = await offsets.ends(tps)
+        except Exception as exc:  # e.g. the broker away: the window keeps its batch bounds, safe, only wider
+            log.warning("end offsets of %d partition(s) not read (%s); checking the batch bounds after the resume",
+                        len(tps), exc)
+            ends = {}
         found = await loop_run(sink.positions, sorted({t for t, _ in tps}))
         # A partition with no position in this store was never written to it:
         # a start is recorded before a single record is processed
@@ -128,15 +133,3 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
             "oldest_age_s": round(t_start - span[0], 3) if span else None,
             "newest_age_s": round(t_start - span[1], 3) if span else None,
         }
-
-
-async def log_ends(offsets, tps) -> dict[tuple[str, int], int]:
-    """{(topic, partition): end offset} as Kafka has it now, for the re-read
-    window (Pipeline.bound_rereads). On failure, none: the window keeps its
-    batch bounds, which are safe, only wider."""
-    try:
-        return await offsets.ends(tps)
-    except Exception as exc:  # e.g. the broker away: the wider window costs only time
-        log.warning("end offsets of %d partition(s) not read (%s); checking the batch bounds after the resume",
-                    len(tps), exc)
-        return {}

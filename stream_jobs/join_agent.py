@@ -119,7 +119,9 @@ class Join:
         """Step 2: joined generations (and orphan records) as envelopes, which
         ingest reads like any other; on Kafka before the table says done."""
         name = self.joined.get_topic_name()
-        futures = [await publish.send(self.app, name, None, _envelope([rec for _, rec in part]), None)
+        # Straight to Faust's producer (aiokafka): Topic.send costs ~0.5 ms of
+        # bookkeeping a message. Each future resolves once Kafka has it.
+        futures = [await self.app.producer.send(name, None, _envelope([rec for _, rec in part]), None, None, None)
                    for part in join.chunks(outputs)]
         if futures:
             await asyncio.gather(*futures)

@@ -22,25 +22,35 @@ from faust.web import View
 from phasemeter.render.assets import ASSETS, asset
 
 
-def _runner_or_503(view, sink):
-    try:
-        return sink.runner, None  # shares the sink's lock: one statement at a time
-    except RuntimeError as exc:  # store down or locked: say so, don't hang
-        return None, view.json({"error": f"store unavailable: {exc}"}, status=503)
-
-
 async def _answer(view, sink, fn, *args):
     """JSON of fn(runner, *args) -> (status, doc), run off the event loop: the
     query endpoints' one shape (503 when the store is away, 500 when the query
     fails, never the worker down)."""
-    runner, refusal = _runner_or_503(view, sink)
-    if refusal:
-        return refusal
+    try:
+        runner = sink.runner  # shares the sink's lock: one statement at a time
+    except RuntimeError as exc:  # store down or locked: say so, don't hang
+        return view.json({"error": f"store unavailable: {exc}"}, status=503)
     try:
         status, doc = await asyncio.get_running_loop().run_in_executor(None, fn, runner, *args)
     except Exception as exc:  # a failed query must not take the worker down
         return view.json({"error": f"query failed: {str(exc)[:400]}"}, status=500)
     return view.json(doc, status=status)
+
+
+def _alerts(runner, bucket_edges: str) -> tuple[int, dict]:
+    """The shipped rules at now, as `alerts check` without --rules: firing
+    first, then the rules' own order (check's), so a glance finds them."""
+    from phasemeter.alerts import check
+    from phasemeter.alerts.evaluate import FIRING, as_dict
+    from phasemeter.alerts.rules import load_rules
+    from phasemeter.stream_jobs.buckets import labels, parse_edges
+
+    order = labels(parse_edges(bucket_edges))
+    ruleset = load_rules(None, order)
+    at = datetime.now(timezone.utc)
+    results = sorted(check(runner, ruleset, at, (), (), order), key=lambda r: r.state != FIRING)
+    return 200, {"at": at.isoformat(), "firing": sum(r.state == FIRING for r in results),
+                 "results": [as_dict(r) | {"runbook_url": ruleset.runbook_url(r.rule)} for r in results]}
 
 
 def register_live_views(app, settings, sink, sloset) -> None:
@@ -88,24 +98,4 @@ def register_live_views(app, settings, sink, sloset) -> None:
     @app.page("/api/alerts")
     class Alerts(View):
         async def get(self, request):
-            from phasemeter.alerts import check
-            from phasemeter.alerts.evaluate import FIRING, as_dict
-            from phasemeter.alerts.rules import load_rules
-            from phasemeter.stream_jobs.buckets import labels, parse_edges
-
-            runner, refusal = _runner_or_503(self, sink)
-            if refusal:
-                return refusal
-            order = labels(parse_edges(settings.bucket_edges))
-            ruleset = load_rules(None, order)  # the shipped rules, as `alerts check` without --rules
-            at = datetime.now(timezone.utc)
-            loop = asyncio.get_running_loop()
-            try:
-                results = await loop.run_in_executor(None, check, runner, ruleset, at, (), (), order)
-            except Exception as exc:
-                return self.json({"error": f"alerts failed: {str(exc)[:400]}"}, status=500)
-            # Firing first, then the rules' own order (check's), so a glance finds them.
-            results.sort(key=lambda r: r.state != FIRING)
-            return self.json({"at": at.isoformat(), "firing": sum(r.state == FIRING for r in results),
-                              "results": [as_dict(r) | {"runbook_url": ruleset.runbook_url(r.rule)}
-                                          for r in results]})
+            return await _answer(self, sink, _alerts, settings.bucket_edges)

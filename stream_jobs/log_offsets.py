@@ -2,7 +2,7 @@
 the worker's own.
 
 The worker asks both before a partition's first batch: its end when the
-partition is assigned (the re-read window, ingest_agent.log_ends), its start
+partition is assigned (the re-read window, ingest_agent's `load`), its start
 when it has no position yet (resume.group_start). Faust's consumer answers
 them through its consumer thread, and in a starting worker each answer took
 1.1-1.5 s (docs/performance/worker.md). Those waits came before the first row of every
@@ -25,9 +25,10 @@ from faust.types import TP as FaustTP
 
 from phasemeter.settings import Settings
 
+from .sequence import TP
+
 log = logging.getLogger("phasemeter.worker")
 
-TP = tuple[str, int]
 # A call that takes longer falls back on Faust's consumer, which answered in
 # 1.1-1.5 s: a worker whose own connection fails waits at most this more.
 TIMEOUT_MS = 3000

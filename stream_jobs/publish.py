@@ -28,13 +28,6 @@ log = logging.getLogger("phasemeter.worker")
 Message = tuple[str, "bytes | None", bytes, "int | None"]  # topic, key, value, partition
 
 
-async def send(app, topic: str, key, value: bytes | None, partition):
-    """One record straight to Faust's producer (aiokafka): Topic.send costs
-    ~0.5 ms of bookkeeping per message, which the join pays several times per
-    generation. -> a future that resolves once Kafka acknowledged it."""
-    return await app.producer.send(topic, key, value, partition, None, None)
-
-
 async def send_batched(app, topic: str, records: list[tuple[bytes, "bytes | None", int]]) -> list:
     """Many small records, (key, value, partition), in aiokafka batches: one
     batch per partition (a new one when it is full) instead of a send each.

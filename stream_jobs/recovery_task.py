@@ -1,8 +1,6 @@
 """The Faust side of the recovery watch (recovery_watch.py holds its rule):
-a task that reads how many changelog records the join table's recovery
-still expects; once that number has stopped changing it seeks the stuck
-partitions back, and if that does not help within
-`PHASEMETER_RECOVERY_STALL_S` it exits the worker with 75 for its supervisor.
+a task that feeds it how many changelog records the join table's recovery
+still expects, and seeks the stuck partitions back or exits as it says.
 
 A plain task, not a Faust timer: Faust starts its timers only once the
 first recovery has completed, and that one can hang too. It starts at the

@@ -6,8 +6,8 @@ a seek back it dropped re-fetched records and committed the jump as an acked
 gap, so a restarted worker started past records nobody stored (two
 partitions lost their first ~3,200 records; docs/delivery.md has the
 mechanism and the evidence). So the worker keeps its own position,
-`next[tp]`, loaded from durable state (the store's progress ledger for
-ingest, the join table for the join), and checks every record against it:
+`next[tp]`, loaded from durable state (resume.py), and checks every record
+against it:
 
 * offset < next  -> already processed (a re-delivery after a seek or a
   rebalance): skipped;

@@ -172,3 +172,15 @@ def test_the_scan_finds_a_planted_internal(planted):
     source = sources["resume.py"] + "\n\ndef planted(app, stream, service, consumer, add, offsets, fast):\n    " + planted + "\n"
     assert internals_named(sources["resume.py"], own) == []
     assert len(internals_named(source, own)) == 1
+
+
+def test_the_read_offset_stand_in_drops_every_write_and_stays_empty():
+    # Faust's calls on it (faust/transport/consumer.py, drivers/aiokafka.py):
+    # each write is dropped, so its pop and its guarded `del` find nothing.
+    offsets = faust_adapter._NoReadOffset()
+    tp = faust.types.TP("t", 0)
+    offsets[tp] = 5
+    offsets.update({tp: 7})
+    assert offsets[tp] is None and len(offsets) == 0
+    assert offsets.pop(tp, None) is None
+    assert tp not in offsets.keys()
