@@ -77,7 +77,7 @@ def stored_in_range(client, topic: str, partition: int, lo: int, hi: int) -> Sto
     for kind, offset, rid, model, bucket, minute in _rows(
             client, "stored_in_range", {"topic": topic, "partition": partition, "lo": lo, "hi": hi}):
         if kind == "row":
-            into.rows[int(offset), rid] = (model, bucket, _utc(minute))
+            into.rows[int(offset), rid] = (model, bucket, rollup.utc(minute))
         else:
             into.dead.add(int(offset))
     return into
@@ -135,14 +135,6 @@ def existing_request_ids(client, topics: tuple[str, ...], ids: list[str], lo: fl
     return found & wanted  # a stored id whose CRC matched one of ours is not ours
 
 
-def _naive(t: datetime) -> datetime:
-    return _utc(t).replace(tzinfo=None)
-
-
-def _utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
-
-
 def all_tier_mismatches(client, start: datetime, end: datetime) -> list[tuple]:
     """[(tier, model, bucket, cell start, raw_n, rollup_n)] over every tier:
     what the chaos and soak checks hold to empty. Coarse cells that start
@@ -153,9 +145,10 @@ def all_tier_mismatches(client, start: datetime, end: datetime) -> list[tuple]:
 
 def slo_mismatches(client, start: datetime, end: datetime, cells: set[Cell] = frozenset()) -> list[tuple]:
     """[(slo_id, model, bucket, minute, raw_n, counted_n)] where the SLO counts != raw."""
-    params = {"start": _naive(start), "end": _naive(end), "cells": [(m, b, _naive(t)) for m, b, t in sorted(cells)]}
+    params = {"start": rollup.naive(start), "end": rollup.naive(end),
+              "cells": [(m, b, rollup.naive(t)) for m, b, t in sorted(cells)]}
     sql = rollup.wrapped(client, "slo_mismatches", SLO_VIEW)
-    return [(int(i), m, b, _utc(t), int(r), int(n))
+    return [(int(i), m, b, rollup.utc(t), int(r), int(n))
             for i, m, b, t, r, n in client.query(sql, parameters=params).result_rows]
 
 
@@ -182,10 +175,10 @@ def _repair_slo(client, cells: set[Cell], attempts: int, limit: int) -> list[tup
 
     def fix(bad):
         # One row per declared SLO and cell: more than the cells themselves.
-        for held in slices([(i, m, b, _naive(t)) for i, m, b, t, _, _ in bad], cell_chars, limit):
+        for held in slices([(i, m, b, rollup.naive(t)) for i, m, b, t, _, _ in bad], cell_chars, limit):
             client.command(load_sql("slo_delete_cells"), parameters={"cells": held},
                            settings={"lightweight_deletes_sync": 2})
-        rebuild = sorted({(m, b, _naive(t)) for _, m, b, t, _, _ in bad})
+        rebuild = sorted({(m, b, rollup.naive(t)) for _, m, b, t, _, _ in bad})
         client.command(rollup.wrapped(client, "slo_backfill", SLO_VIEW),
                        parameters={"start": min(t for _, _, t in rebuild),
                                    "end": max(t for _, _, t in rebuild) + timedelta(minutes=1), "cells": rebuild},

@@ -54,12 +54,12 @@ class Tier:
 
     def floor(self, t: datetime) -> datetime:
         """The start of t's cell (t naive or aware UTC; returns naive UTC)."""
-        s = int(_utc(t).timestamp()) // self.grain_s * self.grain_s
+        s = int(utc(t).timestamp()) // self.grain_s * self.grain_s
         return datetime.fromtimestamp(s, timezone.utc).replace(tzinfo=None)
 
     def ceil(self, t: datetime) -> datetime:
         lo = self.floor(t)
-        return lo if lo == _naive(t) else lo + timedelta(seconds=self.grain_s)
+        return lo if lo == naive(t) else lo + timedelta(seconds=self.grain_s)
 
 
 MINUTE = Tier("minute", 60)
@@ -70,12 +70,14 @@ _BY_GRAIN = {tier.grain_s: tier for tier in TIERS}
 Cell = tuple[str, str, datetime]  # model, input_bucket, the cell's first minute
 
 
-def _utc(t: datetime) -> datetime:
+def utc(t: datetime) -> datetime:
+    """A datetime in UTC; a naive one is taken as UTC (the store's DateTime columns are)."""
     return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
-def _naive(t: datetime) -> datetime:
-    return _utc(t).replace(tzinfo=None)
+def naive(t: datetime) -> datetime:
+    """`utc`, without its zone: as a DateTime parameter is bound."""
+    return utc(t).replace(tzinfo=None)
 
 
 def view_select(client, tier: Tier = MINUTE) -> str:
@@ -120,10 +122,10 @@ def backfill(client, start: datetime, end: datetime, settings: dict | None = Non
 def mismatches(client, start: datetime, end: datetime, cells=frozenset(), tier: Tier = MINUTE) -> list[tuple]:
     """[(model, bucket, cell start UTC, raw_n, tier_n)] where the tier != raw,
     in [start, end); `cells` (at the tier's grain) limits the check."""
-    params = {"table": tier.table, "grain_s": tier.grain_s, "start": _naive(start), "end": _naive(end),
-              "cells": [(m, b, _naive(t)) for m, b, t in sorted(cells)]}
+    params = {"table": tier.table, "grain_s": tier.grain_s, "start": naive(start), "end": naive(end),
+              "cells": [(m, b, naive(t)) for m, b, t in sorted(cells)]}
     rows = client.query(load_sql("rollup_mismatches"), parameters=params).result_rows
-    return [(m, b, _utc(t), int(r), int(n)) for m, b, t, r, n in rows]
+    return [(m, b, utc(t), int(r), int(n)) for m, b, t, r, n in rows]
 
 
 def repair(client, tier: Tier, start: datetime, end: datetime, cells=frozenset(), attempts: int = 3) -> list[tuple]:
@@ -136,12 +138,12 @@ def repair(client, tier: Tier, start: datetime, end: datetime, cells=frozenset()
     and the re-read batch finds it again: the repair converges.
     """
     def fix(bad):
-        held = [(m, b, _naive(t)) for m, b, t, _, n in bad if n]
+        held = [(m, b, naive(t)) for m, b, t, _, n in bad if n]
         if held:
             client.command(load_sql("rollup_delete_cells"), parameters={"table": tier.table, "cells": held},
                            settings={"lightweight_deletes_sync": 2})
-        lo = min(_naive(t) for _, _, t, _, _ in bad)
-        hi = max(_naive(t) for _, _, t, _, _ in bad) + timedelta(seconds=tier.grain_s)
+        lo = min(naive(t) for _, _, t, _, _ in bad)
+        hi = max(naive(t) for _, _, t, _, _ in bad) + timedelta(seconds=tier.grain_s)
         # No block dedup here: an identical rebuild of this cell may already be
         # in the dedup window from an earlier repair whose states were deleted.
         backfill(client, lo, hi, settings={"insert_deduplicate": 0}, tier=tier)
@@ -208,4 +210,4 @@ def tier_mismatches(client, cells: set[Cell]) -> list[tuple]:
     end = days.floor(max(t for _, _, t in listed)) + timedelta(seconds=days.grain_s)
     params = {"cells": listed, "pairs": sorted({(m, b) for m, b, _ in listed}), "start": start, "end": end}
     rows = client.query(load_sql("rollup_tier_mismatches"), parameters=params).result_rows
-    return [(_BY_GRAIN[g].name, m, b, _utc(t), int(r), int(n)) for g, m, b, t, r, n in rows]
+    return [(_BY_GRAIN[g].name, m, b, utc(t), int(r), int(n)) for g, m, b, t, r, n in rows]
