@@ -12,8 +12,8 @@ and stores every later one as `other`, counted in /health
 (`seed`), so a restart or a rebalance does not admit K more. An empty label
 is no value and is left as it is. docs/labels.md says how to choose K.
 
-Applied once, in the ingest pipeline, to the rows of every source, as dicts
-or as columns (columnar.Generations), with the same answer.
+Applied once, in the ingest pipeline, to the rows of every source, as
+columns (columnar.Generations).
 """
 
 from __future__ import annotations
@@ -49,14 +49,6 @@ class LabelBound:
             return value
         self.folded[label] += 1
         return OTHER
-
-    def rows(self, rows: list[dict]) -> None:
-        """Bound the labels of row dicts, in place."""
-        if self.k <= 0:
-            return
-        for row in rows:
-            for label in BOUNDED:
-                row[label] = self.value(label, row["model"], row[label])
 
     def columns(self, gens) -> None:
         """Bound the label columns of a columnar batch, in place."""

@@ -258,8 +258,11 @@ def test_a_batch_of_generations_goes_as_columns_bad_duplicate_re_read_or_mixed()
     }
     assert len(row_path) == 3
     for why, (sink, batch) in row_path.items():
-        rows = Pipeline(s, sink).split(batch)[0]
-        assert isinstance(rows, list) and len(rows) == 1 + (why == "the OTLP topic") * -1, why
+        p = Pipeline(s, sink)
+        assert p._as_columns(batch) is None, why  # the row path's; its rows end as columns too
+        rows = p.split(batch)[0]
+        assert len(rows) == 1 + (why == "the OTLP topic") * -1, why
+        assert isinstance(rows, Generations) or why == "the OTLP topic", why
     orphan = {"schema_version": 2, "kind": "orphan", "request_id": "o", "reason": R.ORPHAN_PHASE, "detail": "x"}
     rows, dead = Pipeline(s, FakeSink()).split([rec(0, orphan, topic=s.joined_topic_name)])[:2]
     assert (list(rows), [d["reason"] for d in dead]) == ([], [R.ORPHAN_PHASE])  # the join's own reason code
@@ -409,8 +412,9 @@ def test_a_replica_flood_keeps_k_values_per_model_the_rest_other_on_both_paths(s
     p = Pipeline(Settings(topic=TOPIC, label_top_k=4), FakeSink())
     events = [{**gen(f"r{i}"), "replica": f"vllm-{i}"} for i in range(200)]
     batch = [rec(0, env(*events, version=1))] if shape == "envelope" else [rec(i, e) for i, e in enumerate(events)] + [rec(200, phases_of("p")[0])]
+    assert (Pipeline(p.settings, FakeSink())._as_columns(batch) is not None) == (shape == "envelope")
     rows = p.split(batch)[0]
-    assert len(rows) == 200 and isinstance(rows, Generations) == (shape == "envelope")
+    assert len(rows) == 200 and isinstance(rows, Generations)
     kept = {r["replica"] for r in rows}
     assert kept == {"vllm-0", "vllm-1", "vllm-2", "other"}  # the stored "seeded-0" is one of the 4
     assert p.counts["labels_other_replica"] == 197          # /health shows the counts
@@ -498,8 +502,9 @@ def test_the_dead_letter_of_an_envelopes_event_keeps_that_event_on_both_paths(pa
     if path == "rows":
         batch.append(rec(1, {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": T0,
                              "input_tokens": 5}))
+    assert (pipeline(FakeSink())._as_columns(batch) is not None) == (path == "columns")
     rows, dead = pipeline(FakeSink()).split(batch)[:2]
-    assert isinstance(rows, Generations) == (path == "columns") and len(rows) == 60
+    assert isinstance(rows, Generations) and len(rows) == 60
     assert [(d["reason"], d["detail"][:11]) for d in dead] == [(R.UNKNOWN_FIELD, "events[60]:")]
     assert json.loads(base64.b64decode(dead[0]["payload"])) == {**bad, "prompt": None}
     assert dead[0]["payload_size"] == len(batch[0].value)
