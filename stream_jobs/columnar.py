@@ -54,19 +54,15 @@ def ts_array(seconds) -> pa.Array:
 
 
 def _by_column(rows: list[dict], columns: tuple[str, ...]) -> list[tuple]:
-    """The values of each column, in one pass in C (itemgetter picks a row's
-    values in column order, zip transposes), not by one Python loop over the
-    rows per column: 6-13 % less time at the median on a loaded machine,
-    about 30 % on its quietest runs (docs/performance/sink.md)."""
+    """Each column's values, transposed in C (itemgetter, zip): 6-13 % less
+    time than a Python loop per column (docs/performance/sink.md)."""
     pick = itemgetter(*columns) if len(columns) > 1 else (lambda r: (r[columns[0]],))
     return list(zip(*map(pick, rows))) if rows else [()] * len(columns)
 
 
 def arrow_of(rows: list[dict], columns: tuple[str, ...]) -> pa.Table:
-    """Dicts -> an Arrow table, each column's type as Arrow infers it. Arrow
-    goes to ClickHouse's native reader; insert_df converts value by value in
-    Python (the profile showed it as the sink's bottleneck). None stays
-    null, never 0 or NaN; ts (epoch seconds) is the exact millisecond."""
+    """Dicts -> an Arrow table (ClickHouse's native reader; insert_df, value by
+    value, was the sink's bottleneck). None stays null, never 0 or NaN."""
     arrays = [ts_array(values) if col == "ts" else pa.array(values)
               for col, values in zip(columns, _by_column(rows, columns), strict=True)]
     return pa.Table.from_arrays(arrays, names=list(columns))
@@ -94,13 +90,10 @@ class Generations(Sequence):
 
     @classmethod
     def from_rows(cls, rows: list[dict]) -> "Generations":
-        """The row path's dicts (a message the C decoder leaves to the full
-        path, OTLP spans, the batch join's rows) as columns, built once, each
-        column's type as Arrow infers it (`arrow_of`). Consecutive rows of
-        one record, which share its source, are one message for the token:
-        sink.counted_token hashes the bytes batch_token hashed row by row. A
-        key beyond ROW_COLUMNS (a derived row's gaps_over) is kept for the
-        dict view."""
+        """The row path's dicts as columns, typed as `arrow_of` types them.
+        Consecutive rows of one record are one message: sink.counted_token
+        hashes the bytes batch_token hashed row by row. A key beyond
+        ROW_COLUMNS (gaps_over) is kept for the dict view."""
         values = dict(zip(ROW_COLUMNS, _by_column(rows, ROW_COLUMNS)))
         columns = {name: pa.array(v) for name, v in values.items() if name != "ts"}
         for extra in [k for k in (rows[0] if rows else ()) if k not in values and k != "t0"]:

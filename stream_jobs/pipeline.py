@@ -15,6 +15,8 @@ import logging
 import time
 from collections import Counter
 
+import numpy as np
+
 from phasemeter.settings import Settings
 
 from . import batch_join, columnar, columnar_join, dead_letter
@@ -157,12 +159,17 @@ class Pipeline:
                          for r, kept in refused[m]]
         suspects |= gens.cells(inside) if inside else set()
         dropped |= self._duplicates_in_columns(gens, self._scopes(events, len(gens), message_of, dropped), dead, now)
-        kept_dead = [d for d in dead if d["src_offset"] not in
-                     getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
-        self.skipped += len(dead) - len(kept_dead)
+        return *self._kept(gens, dropped, dead, stored), [], suspects
+
+    def _kept(self, gens: columnar.Generations, dropped: set, dead: list[dict], stored) -> tuple:
+        """(the rows but `dropped`, or [] for none; the dead letters but those
+        the store holds, skipped as a re-read)."""
+        kept = [d for d in dead if d["src_offset"] not in
+                getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
+        self.skipped += len(dead) - len(kept)
         if dropped:
             gens = gens.take([i for i in range(len(gens)) if i not in dropped]) if len(dropped) < len(gens) else []
-        return gens if len(gens) else [], kept_dead, [], suspects
+        return gens if len(gens) else [], kept
 
     def _scopes(self, events, n: int, message_of: list[int], dropped: set) -> list[tuple[str, range | list[int]]]:
         """The rows (indexes) of a columnar batch left after `dropped`, by the
@@ -174,15 +181,11 @@ class Pipeline:
                 for topic in (self.settings.joined_topic_name, self.settings.topic) if topic in topics]
 
     def _duplicates_in_columns(self, gens: columnar.Generations, scopes, dead: list[dict], now: float) -> set[int]:
-        """The rows (indexes) to drop as duplicates (`_duplicates_of`):
-        `scopes` gives, in the order they are checked, each topic's rows. A
-        generation whose request_id is already stored (or earlier in this
-        batch) is a duplicate delivery from the gateway: dead-lettered. One
-        of the joined topic's (or joined in this batch) is the join
-        re-publishing after a crash (at-least-once by design,
-        docs/phases.md), or a re-read batch joining what the agent had
-        joined: dropped and counted. The OTLP topic is a source like the raw
-        one: a span exported twice is a duplicate."""
+        """The rows (indexes) to drop as duplicates (`_duplicates_of`), each
+        topic's `scopes` in turn: a generation already stored (or earlier in
+        the batch) is the gateway's duplicate delivery, dead-lettered (a span
+        exported twice too). A joined one (or joined in this batch) is the
+        join re-publishing after a crash (docs/phases.md): dropped, counted."""
         out = set()
         for topic, rows in scopes:
             if not len(rows):
@@ -318,7 +321,11 @@ class Pipeline:
         fast = self._as_columns(events, ahead) or self._phases_as_columns(events)
         if fast is not None:
             return fast
-        rows, again, dead, phases = [], [], [], []  # again: the row's record may be in the previous owner's batch
+        dead, phases = [], []
+        # The rows, and whether their record may be in the previous owner's
+        # batch, by the scope their duplicates are checked in, in its order
+        # (`_duplicates_in_columns`): the joined topic's, then each other's.
+        scoped = {t: ([], []) for t in (self.settings.joined_topic_name, *self.topics)}
         enveloped = []  # (phase, source, recheck) of phases that came in envelopes: _join_in_batch
         suspects: set = set()
         now = time.time()
@@ -368,46 +375,36 @@ class Pipeline:
                         phases.append(phase)
                 elif not self._stored_before(held, msg.offset, result["request_id"], suspects):
                     result.update(source)
+                    rows, again = scoped.get(msg.topic, ([], []))
                     rows.append(result)
                     again.append(recheck)
         joined, joined_again, forward = self._join_in_batch(enveloped, stored, suspects, now)
+        scoped[self.settings.joined_topic_name][0].extend(joined)
+        scoped[self.settings.joined_topic_name][1].extend(joined_again)
         phases += forward
         self.forwarded += len(phases)
-        gens, scopes, inside, refused = self._rows_as_columns(rows + joined, again + joined_again, len(rows), now)
+        gens, scopes, inside, refused = self._rows_as_columns(scoped, now)
         suspects |= gens.cells(inside) if inside else set()
         dropped = self._duplicates_in_columns(gens, scopes, dead, now)
-        if dropped:
-            gens = gens.take([i for i in range(len(gens)) if i not in dropped])
-        dead += refused
-        kept = [d for d in dead if d["src_offset"] not in
-                getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
-        self.skipped += len(dead) - len(kept)
-        return gens if len(gens) else [], kept, phases, suspects
+        return *self._kept(gens, dropped, dead + refused, stored), phases, suspects
 
-    def _rows_as_columns(self, rows: list[dict], again: list[bool], joined_from: int, now: float):
-        """The row path's rows as columns, built once, in the order the
-        duplicate check takes them (`_duplicates_in_columns`): the joined
-        topic's rows and those joined in this batch (`rows[joined_from:]`),
-        then each other topic's. -> (columns, their scopes, the indexes of
-        the rows whose cells are checked, `again`, and the dead letters of
-        rows Arrow cannot take, sink.columns_of)."""
-        name = self.settings.joined_topic_name
-        by_topic: dict[str, list[int]] = {t: [] for t in (name, *self.topics)}
-        for i, row in enumerate(rows[:joined_from]):
-            by_topic.get(row["src_topic"], []).append(i)
-        by_topic[name] += range(joined_from, len(rows))
-        order = [i for idx in by_topic.values() for i in idx]
-        gens, refused = columns_of([rows[i] for i in order], now)
+    def _rows_as_columns(self, scoped: dict[str, tuple[list[dict], list[bool]]], now: float):
+        """The row path's rows as columns, built once, in their scopes' order.
+        -> (columns, each scope's rows in them, the indexes of the rows whose
+        cells are checked, the dead letters of rows Arrow cannot take
+        (sink.columns_of))."""
+        gens, refused = columns_of([r for rows, _ in scoped.values() for r in rows], now)
+        again = [a for _, flags in scoped.values() for a in flags]
+        sizes = [len(rows) for rows, _ in scoped.values()]
         if refused:
-            gone = {order[k] for k, _ in refused}
-            by_topic = {t: [i for i in idx if i not in gone] for t, idx in by_topic.items()}
-            order = [i for idx in by_topic.values() for i in idx]
-        scopes, start = [], 0
-        for topic, idx in by_topic.items():
-            scopes.append((topic, range(start, start + len(idx))))
-            start += len(idx)
-        inside = [k for k, i in enumerate(order) if again[i]] if any(again) else []
-        return gens, scopes, inside, [d for _, d in refused]
+            ends = np.cumsum(sizes)
+            for k, _ in refused:
+                sizes[int(np.searchsorted(ends, k, side="right"))] -= 1
+            gone = {k for k, _ in refused}
+            again = [a for k, a in enumerate(again) if k not in gone]
+        starts = np.cumsum([0] + sizes).tolist()
+        scopes = [(topic, range(starts[j], starts[j + 1])) for j, topic in enumerate(scoped)]
+        return gens, scopes, [k for k, a in enumerate(again) if a] if any(again) else [], [d for _, d in refused]
 
     def _join_in_batch(self, enveloped, stored, suspects: set, now: float):
         """The rows of the generations that the phases of this batch's

@@ -57,13 +57,20 @@ def columns_of(rows: list[dict], now: float) -> tuple[Generations, list[tuple[in
     int64...) is refused as the store refuses one for good
     (refusals.classify), found by the same bisection: -> the others' columns,
     and (index, dead letter) of each refused row."""
+    def built(indexes: list[int] | None, path: str = "") -> Generations:
+        try:
+            return Generations.from_rows(rows if indexes is None else [rows[i] for i in indexes])
+        except Exception as exc:
+            kind = refusals.classify(exc)
+            if kind.kind != refusals.DETERMINISTIC:
+                raise
+            raise refusals.Refused(kind, f"{type(exc).__name__}: {redact(str(exc))[:300]}") from None
     try:
-        return _built(rows), []
+        return built(None), []
     except refusals.Refused:
-        pass
-    refused = refusals.isolate(list(range(len(rows))), lambda indexes, _: _built([rows[i] for i in indexes]))
-    out = {i for i, _ in refused}
-    return (Generations.from_rows([r for i, r in enumerate(rows) if i not in out]),
+        refused = refusals.isolate(list(range(len(rows))), built)
+    gone = {i for i, _ in refused}
+    return (built([i for i in range(len(rows)) if i not in gone]),
             [(i, dead_letter.refused_row(rows[i], why.kind.code, str(why), now)) for i, why in refused])
 
 
@@ -74,25 +81,6 @@ def _given(rows) -> tuple[Generations, list[dict]]:
         return rows, []
     gens, refused = columns_of(list(rows), time.time())
     return gens, [d for _, d in refused]
-
-
-def _built(rows: list[dict]) -> Generations:
-    try:
-        return Generations.from_rows(rows)
-    except Exception as exc:
-        kind = refusals.classify(exc)
-        if kind.kind != refusals.DETERMINISTIC:
-            raise
-        raise refusals.Refused(kind, f"{type(exc).__name__}: {redact(str(exc))[:300]}") from None
-
-
-def _sources(rows: Generations) -> list[tuple[str, int, int, str]]:
-    """(topic, partition, offset, request_id) of each row."""
-    if not len(rows):
-        return []
-    c = rows.columns
-    return list(zip(c["src_topic"].to_pylist(), c["src_partition"].to_pylist(), c["src_offset"].to_pylist(),
-                    rows.request_ids))
 
 
 class StoreUnavailable(RuntimeError):
@@ -259,7 +247,8 @@ class Sink:
         previous owner may have written are at risk, so the caller asks after
         those batches."""
         rows, _ = _given(rows)  # a row Arrow cannot take: refused by `write`, its dead letter in `dead`
-        keys = _sources(rows)
+        keys = list(zip(*(rows.columns[k].to_pylist() for k in ("src_topic", "src_partition", "src_offset")),
+                        rows.request_ids)) if len(rows) else []  # (topic, partition, offset, request_id) of each
         spans = ledger.offset_spans([k[:3] for k in keys] + [(d["src_topic"], d["src_partition"], d["src_offset"])
                                                              for d in dead])
         held = {key: self.stored_in_range(*key, lo, hi) for key, (lo, hi) in spans.items()}

@@ -508,3 +508,33 @@ def test_the_dead_letter_of_an_envelopes_event_keeps_that_event_on_both_paths(pa
     assert [(d["reason"], d["detail"][:11]) for d in dead] == [(R.UNKNOWN_FIELD, "events[60]:")]
     assert json.loads(base64.b64decode(dead[0]["payload"])) == {**bad, "prompt": None}
     assert dead[0]["payload_size"] == len(batch[0].value)
+
+
+def test_a_row_path_row_arrow_cannot_take_is_dead_lettered_and_its_neighbours_keep_their_rules(monkeypatch):
+    """The row path's rows become columns once (sink.columns_of): a value
+    Arrow cannot take (past int64) is refused as the store would refuse it,
+    and the rows beside it keep their duplicate scopes and re-read cells."""
+    from phasemeter.stream_jobs import pipeline as pipeline_module
+
+    real = pipeline_module.process_message_fast
+
+    def with_a_huge_count(*args, **kw):
+        out = real(*args, **kw)
+        for r in out:
+            if isinstance(r, dict) and r["request_id"] == "b":
+                r["input_tokens"] = 10**30
+        return out
+    monkeypatch.setattr(pipeline_module, "process_message_fast", with_a_huge_count)
+    s = Settings(topic=TOPIC, batch_rows=2)
+    p = Pipeline(s, FakeSink())
+    p.bound_rereads({(TOPIC, 0): 10**9, (s.joined_topic_name, 0): 10**9})  # the first 2 records of each: checked
+    batch = [rec(0, gen("a")), rec(1, gen("b")), rec(2, gen("a")), rec(0, gen("j"), topic=s.joined_topic_name),
+             rec(3, phases_of("p")[0])]  # a phase: the row path
+    assert p._as_columns(batch) is None
+    rows, dead, phases, suspects = p.split(batch)
+    assert isinstance(rows, Generations) and len(rows) == 2
+    assert [(r["request_id"], r["src_topic"], r["src_offset"]) for r in rows] == [
+        ("j", s.joined_topic_name, 0), ("a", TOPIC, 0)]  # the joined topic's scope first, as always
+    assert [(d["reason"], d["src_offset"]) for d in dead] == [(R.DUPLICATE, 2), (R.STORE_REFUSED, 1)]
+    assert "OverflowError" in dead[1]["detail"] or "ArrowInvalid" in dead[1]["detail"]
+    assert (p.duplicates, len(phases), suspects) == (1, 1, {CELL})
