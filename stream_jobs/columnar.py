@@ -43,6 +43,8 @@ _LABELS = ("finish_reason", "gateway", "replica")  # null -> "" (derive.normalis
 # Checks whose answer moves with the clock: a batch decoded ahead with any
 # row they refused is decoded again in its turn.
 _CLOCKED = (R.ABSURD, R.OUTSIDE_RETENTION)
+# A derived row's fields beyond ROW_COLUMNS (not stored; in the dict view).
+_EXTRAS = tuple(k for k in NO_EXTRAS if k not in ROW_COLUMNS)
 # The v2 extras the C decoder leaves to the full path: null on its rows.
 _NULL_COLUMNS = tuple(k for k, v in NO_EXTRAS.items() if v is None and k not in V2_ONLY) + ("stalled",)
 
@@ -92,11 +94,10 @@ class Generations(Sequence):
     def from_rows(cls, rows: list[dict]) -> "Generations":
         """The row path's dicts as columns, typed as `arrow_of` types them.
         Consecutive rows of one record are one message: sink.counted_token
-        hashes the bytes batch_token hashed row by row. A key beyond
-        ROW_COLUMNS (gaps_over) is kept for the dict view."""
+        hashes the bytes batch_token hashed row by row."""
         values = dict(zip(ROW_COLUMNS, _by_column(rows, ROW_COLUMNS)))
         columns = {name: pa.array(v) for name, v in values.items() if name != "ts"}
-        for extra in [k for k in (rows[0] if rows else ()) if k not in values and k != "t0"]:
+        for extra in [k for k in _EXTRAS if rows and k in rows[0]]:
             columns[extra] = pa.array([r.get(extra) for r in rows])
         src = [np.array(values[k], dtype=object) for k in ("src_topic", "src_partition", "src_offset")]
         first = np.ones(len(rows), dtype=bool)  # a row whose record is not the row before's
