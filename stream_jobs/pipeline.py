@@ -2,8 +2,8 @@
 
 `Pipeline.split(events)` turns a batch of Kafka records (from the raw topic
 and from the worker's own joined topic), already admitted in offset order by
-its `sequencer`, into rows, dead letters and phase events to forward to the
-join: it runs the pure derivation on each, skips each row and dead letter
+its `sequencer`, into rows (columns), dead letters and phase events to
+forward to the join: it runs the pure derivation on each, skips each row and dead letter
 the store already holds (a re-read after a crash or a rebalance) and
 returns those rows' rollup cells for a check, and dead-letters duplicate
 deliveries. No Faust import here: the agent in app.py is a thin loop over it.
