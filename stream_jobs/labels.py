@@ -58,7 +58,14 @@ class LabelBound:
         for label in BOUNDED:
             column = gens.columns[label]
             values = column.to_pylist()
-            bounded = [self.value(label, m, v) for m, v in zip(models, values)]
-            if bounded != values:
-                gens.columns[label] = pa.array(bounded, type=column.type)
+            # Each distinct (model, value) once, in the order the rows first
+            # show it: its answer is the same for each of its rows (a kept
+            # value stays kept; one refused while K were kept stays refused).
+            pairs = Counter(zip(models, values))
+            answer = {(m, v): self.value(label, m, v) for m, v in pairs}
+            more = sum(n - 1 for pair, n in pairs.items() if answer[pair] == OTHER and pair[1])
+            if more:  # value() counted one row of each pair it folded
+                self.folded[label] += more
+            if any(got != pair[1] for pair, got in answer.items()):
+                gens.columns[label] = pa.array([answer[pair] for pair in zip(models, values)], type=column.type)
                 gens._rows = None  # the dict view is rebuilt from the new columns

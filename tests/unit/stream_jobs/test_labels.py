@@ -5,6 +5,8 @@ the batch's columns."""
 from __future__ import annotations
 
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phasemeter.stream_jobs.labels import BOUNDED, OTHER, LabelBound
 
@@ -79,3 +81,30 @@ def test_every_bounded_label_is_bounded_per_model():
     assert cols.columns["prefill_replica"].to_pylist() == replicas
     assert cols.columns["decode_replica"].to_pylist() == gateways
     assert cols.columns["prefill_replica"].to_pylist().count("other") == 4
+
+
+def test_each_row_folded_is_counted_also_a_repeated_value_and_one_sent_as_other():
+    bound = LabelBound(1)
+    batch = rows("a", ["r0", "r1", "r1", OTHER, "r2", "r1", OTHER, "r0", ""])
+    bound_rows(bound, batch)
+    assert len(batch) == 9
+    assert [r["replica"] for r in batch] == ["r0", OTHER, OTHER, OTHER, OTHER, OTHER, OTHER, "r0", ""]
+    assert bound.folded == {"replica": 6}  # every row stored as `other`, r1's three and the two sent as it
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 3), st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from(["", "x", "y", "z", OTHER, "w"])),
+                                    max_size=30),
+       st.lists(st.sampled_from(["x", "y", OTHER]), max_size=2))
+def test_a_batch_is_bounded_as_its_rows_one_by_one_in_order(k, pairs, seeded):
+    """Each distinct (model, value) is decided once: the same answers and
+    counts as `value` asked for every row in the batch's order."""
+    one_by_one, batched = LabelBound(k), LabelBound(k)
+    for b in (one_by_one, batched):
+        b.seed([("replica", "a", v) for v in seeded])
+    expect = [one_by_one.value("replica", m, v) for m, v in pairs]
+    batch = [{"model": m, "replica": v, "gateway": "", "prefill_replica": "", "decode_replica": ""} for m, v in pairs]
+    bound_rows(batched, batch)
+    assert len(batch) == len(expect)
+    assert [r["replica"] for r in batch] == expect
+    assert +batched.folded == +one_by_one.folded
