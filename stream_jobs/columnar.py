@@ -147,9 +147,8 @@ class Generations(Sequence):
         return list(zip(self.sources, self.per_message))
 
     def cells(self, rows) -> set:
-        """The minute cells of the rows at these indexes, as the ledger gives
-        a stored row's (ledger.Stored); each distinct minute turned into a
-        datetime once."""
+        """The minute cells of the rows at these indexes, as ledger.Stored gives
+        a stored row's; each distinct minute turned into a datetime once."""
         model, bucket = self.columns["model"].to_pylist(), self.columns["input_bucket"].to_pylist()
         ts = self.ts.tolist()
         keys = {(model[i], bucket[i], ts[i] // 60 * 60) for i in rows}

@@ -58,9 +58,8 @@ class LabelBound:
         for label in BOUNDED:
             column = gens.columns[label]
             values = column.to_pylist()
-            # Each distinct (model, value) once, in the order the rows first
-            # show it: its answer is the same for each of its rows (a kept
-            # value stays kept; one refused while K were kept stays refused).
+            # Each distinct (model, value) once, in first-seen order: a kept value
+            # stays kept, one refused while K were kept stays refused.
             pairs = Counter(zip(models, values))
             answer = {(m, v): self.value(label, m, v) for m, v in pairs}
             more = sum(n - 1 for pair, n in pairs.items() if answer[pair] == OTHER and pair[1])

@@ -172,8 +172,7 @@ class Pipeline:
         return gens if len(gens) else [], kept
 
     def _scopes(self, events, n: int, message_of: list[int], dropped: set) -> list[tuple[str, range | list[int]]]:
-        """The rows (indexes) of a columnar batch left after `dropped`, by the
-        topic of their record, for `_duplicates_in_columns`."""
+        """A columnar batch's rows left after `dropped`, by their record's topic."""
         topics = {e.message.topic for e in events}
         if len(topics) == 1 and not dropped:  # the common batch, of one topic
             return [(topics.pop(), range(n))]
@@ -389,10 +388,9 @@ class Pipeline:
         return *self._kept(gens, dropped, dead + refused, stored), phases, suspects
 
     def _rows_as_columns(self, scoped: dict[str, tuple[list[dict], list[bool]]], now: float):
-        """The row path's rows as columns, built once, in their scopes' order.
-        -> (columns, each scope's rows in them, the indexes of the rows whose
-        cells are checked, the dead letters of rows Arrow cannot take
-        (sink.columns_of))."""
+        """The row path's rows as columns, built once, in their scopes' order:
+        -> (columns, each scope's rows, the indexes of the rows whose cells are
+        checked, the dead letters of rows Arrow cannot take, sink.columns_of)."""
         gens, refused = columns_of([r for rows, _ in scoped.values() for r in rows], now)
         again = [a for _, flags in scoped.values() for a in flags]
         sizes = [len(rows) for rows, _ in scoped.values()]

@@ -51,12 +51,13 @@ def counted_token(kind: str, counted) -> str:
     return f"{kind}:" + h.hexdigest()[:32]
 
 
-def columns_of(rows: list[dict], now: float) -> tuple[Generations, list[tuple[int, dict]]]:
-    """Row dicts (the row path's, tests', benchmarks') as columns, built once
-    (Generations.from_rows). A row holding a value Arrow cannot take (past
-    int64...) is refused as the store refuses one for good
-    (refusals.classify), found by the same bisection: -> the others' columns,
-    and (index, dead letter) of each refused row."""
+def columns_of(rows, now: float) -> tuple[Generations, list[tuple[int, dict]]]:
+    """Row dicts (the row path's, tests', benchmarks') as columns, built once;
+    a row with a value Arrow cannot take (past int64...) refused as the store
+    refuses one for good, by the same bisection: (index, its dead letter)."""
+    if isinstance(rows, Generations) or not len(rows):
+        return rows, []
+
     def built(indexes: list[int] | None, path: str = "") -> Generations:
         try:
             return Generations.from_rows(rows if indexes is None else [rows[i] for i in indexes])
@@ -72,15 +73,6 @@ def columns_of(rows: list[dict], now: float) -> tuple[Generations, list[tuple[in
     gone = {i for i, _ in refused}
     return (built([i for i in range(len(rows)) if i not in gone]),
             [(i, dead_letter.refused_row(rows[i], why.kind.code, str(why), now)) for i, why in refused])
-
-
-def _given(rows) -> tuple[Generations, list[dict]]:
-    """The rows `Sink.write` was given, as columns, and the dead letters of
-    those refused on the way (`columns_of`)."""
-    if isinstance(rows, Generations) or not len(rows):
-        return rows, []
-    gens, refused = columns_of(list(rows), time.time())
-    return gens, [d for _, d in refused]
 
 
 class StoreUnavailable(RuntimeError):
@@ -192,11 +184,10 @@ class Sink:
         retry re-sends the same rows with the same tokens, so a half-landed
         attempt is not stored twice. Rows the store refuses for good are
         isolated and returned as dead letters (already stored with `dead`),
-        for the caller to publish and count. `rows`: columns
-        (columnar.Generations), or dicts (tests, benchmarks), turned into
-        columns here once (`columns_of`)."""
-        rows, refused = _given(rows)
-        refused += self._write_rows(rows)
+        for the caller to publish and count. `rows`: columns, or dicts
+        (tests, benchmarks) turned into columns once (`columns_of`)."""
+        rows, built = columns_of(rows, time.time())
+        refused = [d for _, d in built] + self._write_rows(rows)
         self._write_dead(dead + refused)
         self.store_refused += len(refused)
         return refused
@@ -246,7 +237,7 @@ class Sink:
         them as a retry of an insert that never landed. Only records a
         previous owner may have written are at risk, so the caller asks after
         those batches."""
-        rows, _ = _given(rows)  # a row Arrow cannot take: refused by `write`, its dead letter in `dead`
+        rows, _ = columns_of(rows, time.time())  # a row Arrow cannot take: its dead letter in `dead`
         keys = list(zip(*(rows.columns[k].to_pylist() for k in ("src_topic", "src_partition", "src_offset")),
                         rows.request_ids)) if len(rows) else []  # (topic, partition, offset, request_id) of each
         spans = ledger.offset_spans([k[:3] for k in keys] + [(d["src_topic"], d["src_partition"], d["src_offset"])
