@@ -46,9 +46,7 @@ def replicas(n_rows: int, distinct: int, seed: int) -> np.ndarray:
 
 def bounded(df, k: int) -> np.ndarray:
     bound = LabelBound(k)
-    rows = [{"model": m, "replica": r, "gateway": ""} for m, r in zip(df["model"], df["replica"])]
-    bound.rows(rows)
-    return np.array([r["replica"] for r in rows])
+    return np.array([bound.value("replica", m, r) for m, r in zip(df["model"], df["replica"])])
 
 
 def measure(df, repeat: int) -> tuple[int, float, int]:

@@ -83,17 +83,16 @@ def make_pipeline(with_store: bool, tmp: Path):
 
 
 def per_batch(pipeline, batches, with_store: bool) -> int:
-    from phasemeter.stream_jobs.derive import ROW_COLUMNS
-    from phasemeter.stream_jobs.sink import _arrow, batch_token
+    from phasemeter.stream_jobs.sink import counted_token
 
     n_rows = 0
     for batch in batches:
         rows, dead, _phases, _suspects = pipeline.split(batch)
         if with_store:
             pipeline.sink.write(rows, dead)
-        else:  # what Sink._insert does before handing the table to the client
-            batch_token("generations", [(r["src_topic"], r["src_partition"], r["src_offset"]) for r in rows])
-            _arrow(rows, ROW_COLUMNS)
+        elif len(rows):  # what Sink._write_rows does before handing the table to the client
+            counted_token("generations", rows.counted_offsets())
+            rows.arrow()
         n_rows += len(rows)
     return n_rows
 

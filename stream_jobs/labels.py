@@ -12,8 +12,8 @@ and stores every later one as `other`, counted in /health
 (`seed`), so a restart or a rebalance does not admit K more. An empty label
 is no value and is left as it is. docs/labels.md says how to choose K.
 
-Applied once, in the ingest pipeline, to the rows of every source, as dicts
-or as columns (columnar.Generations), with the same answer.
+Applied once, in the ingest pipeline, to the rows of every source, as
+columns (columnar.Generations).
 """
 
 from __future__ import annotations
@@ -50,14 +50,6 @@ class LabelBound:
         self.folded[label] += 1
         return OTHER
 
-    def rows(self, rows: list[dict]) -> None:
-        """Bound the labels of row dicts, in place."""
-        if self.k <= 0:
-            return
-        for row in rows:
-            for label in BOUNDED:
-                row[label] = self.value(label, row["model"], row[label])
-
     def columns(self, gens) -> None:
         """Bound the label columns of a columnar batch, in place."""
         if self.k <= 0:
@@ -66,7 +58,13 @@ class LabelBound:
         for label in BOUNDED:
             column = gens.columns[label]
             values = column.to_pylist()
-            bounded = [self.value(label, m, v) for m, v in zip(models, values)]
-            if bounded != values:
-                gens.columns[label] = pa.array(bounded, type=column.type)
+            # Each distinct (model, value) once, in first-seen order: a kept value
+            # stays kept, one refused while K were kept stays refused.
+            pairs = Counter(zip(models, values))
+            answer = {(m, v): self.value(label, m, v) for m, v in pairs}
+            more = sum(n - 1 for pair, n in pairs.items() if answer[pair] == OTHER and pair[1])
+            if more:  # value() counted one row of each pair it folded
+                self.folded[label] += more
+            if any(got != pair[1] for pair, got in answer.items()):
+                gens.columns[label] = pa.array([answer[pair] for pair in zip(models, values)], type=column.type)
                 gens._rows = None  # the dict view is rebuilt from the new columns

@@ -2,8 +2,8 @@
 
 `Pipeline.split(events)` turns a batch of Kafka records (from the raw topic
 and from the worker's own joined topic), already admitted in offset order by
-its `sequencer`, into rows, dead letters and phase events to forward to the
-join: it runs the pure derivation on each, skips each row and dead letter
+its `sequencer`, into rows (columns), dead letters and phase events to
+forward to the join: it runs the pure derivation on each, skips each row and dead letter
 the store already holds (a re-read after a crash or a rebalance) and
 returns those rows' rollup cells for a check, and dead-letters duplicate
 deliveries. No Faust import here: the agent in app.py is a thin loop over it.
@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from datetime import datetime, timezone
+
+import numpy as np
 
 from phasemeter.settings import Settings
 
@@ -29,14 +30,9 @@ from .fast_decode import process_message_fast
 from .join import phase_partition
 from .labels import LabelBound
 from .otlp_in import process_otlp
-from .sink import Sink
+from .sink import Sink, columns_of
 
 log = logging.getLogger("phasemeter.worker")
-
-
-def _cell(row: dict) -> tuple:
-    """A row's minute cell, as the ledger gives a stored row's (ledger.Stored)."""
-    return row["model"], row["input_bucket"], datetime.fromtimestamp(row["ts"] // 60 * 60, timezone.utc)
 
 
 class Pipeline:
@@ -123,7 +119,7 @@ class Pipeline:
         generations it joined) and all its events generations, good or bad:
         the bad ones are dead-lettered with their reasons, and the re-read,
         duplicate and re-joined rows are handled by the row path's rules
-        (`_split`, `_drop_duplicates`), row for row. Decided before any
+        (`_split`, `_duplicates_in_columns`), row for row. Decided before any
         bookkeeping, so the row path can still take the batch whole. The
         OTLP topic has its own decoder."""
         names = (self.settings.topic, self.settings.joined_topic_name)
@@ -162,34 +158,42 @@ class Pipeline:
                 dead += [dead_letter.record(r.reason, r.detail, event.value, source, now, cap, kept=kept)
                          for r, kept in refused[m]]
         suspects |= gens.cells(inside) if inside else set()
-        dropped |= self._duplicates_in_columns(events, gens, message_of, dropped, dead, now)
-        kept_dead = [d for d in dead if d["src_offset"] not in
-                     getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
-        self.skipped += len(dead) - len(kept_dead)
+        dropped |= self._duplicates_in_columns(gens, self._scopes(events, len(gens), message_of, dropped), dead, now)
+        return *self._kept(gens, dropped, dead, stored), [], suspects
+
+    def _kept(self, gens: columnar.Generations, dropped: set, dead: list[dict], stored) -> tuple:
+        """(the rows but `dropped`, or [] for none; the dead letters but those
+        the store holds, skipped as a re-read)."""
+        kept = [d for d in dead if d["src_offset"] not in
+                getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
+        self.skipped += len(dead) - len(kept)
         if dropped:
             gens = gens.without(dropped) if len(dropped) < len(gens) else []
-        return gens if len(gens) else [], kept_dead, [], suspects
+        return gens if len(gens) else [], kept
 
-    def _duplicates_in_columns(self, events, gens, message_of: list[int], dropped: set, dead: list[dict],
-                               now: float) -> set[int]:
-        """`_drop_duplicates` on columns: the rows (indexes) it drops."""
-        out = set()
+    def _scopes(self, events, n: int, message_of: list[int], dropped: set) -> list[tuple[str, range | list[int]]]:
+        """A columnar batch's rows left after `dropped`, by their record's topic."""
         topics = {e.message.topic for e in events}
-        for topic in (self.settings.joined_topic_name, self.settings.topic):
-            if topic not in topics:
-                continue
-            if len(topics) == 1 and not dropped:  # the common batch, of one topic
-                rows = range(len(gens))
-            else:
-                rows = [i for i, m in enumerate(message_of) if events[m].message.topic == topic and i not in dropped]
-            if not rows:
+        if len(topics) == 1 and not dropped:  # the common batch, of one topic
+            return [(topics.pop(), range(n))]
+        return [(topic, [i for i, m in enumerate(message_of) if events[m].message.topic == topic and i not in dropped])
+                for topic in (self.settings.joined_topic_name, self.settings.topic) if topic in topics]
+
+    def _duplicates_in_columns(self, gens: columnar.Generations, scopes, dead: list[dict], now: float) -> set[int]:
+        """The rows (indexes) to drop as duplicates (`_duplicates_of`), each
+        topic's `scopes` in turn: a generation already stored (or earlier in
+        the batch) is the gateway's duplicate delivery, dead-lettered (a span
+        exported twice too). A joined one (or joined in this batch) is the
+        join re-publishing after a crash (docs/phases.md): dropped, counted."""
+        out = set()
+        for topic, rows in scopes:
+            if not len(rows):
                 continue
             ts = gens.ts[rows]
 
             def source(j, rows=rows):
-                msg = events[message_of[rows[j]]].message
-                return {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
-            ids = gens.request_ids if type(rows) is range else [gens.request_ids[i] for i in rows]
+                return {k: gens.columns[k][rows[j]].as_py() for k in ("src_topic", "src_partition", "src_offset")}
+            ids = gens.request_ids[rows.start:rows.stop] if type(rows) is range else [gens.request_ids[i] for i in rows]
             out |= {rows[j] for j in self._duplicates_of(self._dup_scope(topic), ids, float(ts.min()), float(ts.max()),
                                                          source, dead, now, topic == self.settings.joined_topic_name)}
         return out
@@ -238,32 +242,6 @@ class Pipeline:
         their rows (`lo`..`hi`), widened by 2 ms for the store's ts, which is
         the row's rounded to the millisecond."""
         return self.sink.existing_request_ids(topics, ids, lo - 0.002, hi + 0.002)
-
-    def _drop_duplicates(self, rows: list[dict], joined: list[dict], dead: list[dict], now: float) -> list[dict]:
-        """A generation whose request_id is already stored (or earlier in this
-        batch) is a duplicate delivery from the gateway: dead-letter it. A
-        joined one (`joined`: those ingest joined in this batch, and the
-        joined topic's) is the join re-publishing after a crash (at-least-once
-        by design, docs/phases.md), or a re-read batch joining what the agent
-        had joined: drop it and count it. The OTLP topic is a source like the
-        raw one: a span exported twice is a duplicate."""
-        name = self.settings.joined_topic_name
-        kept = self._drop_duplicates_of(self._dup_scope(name), [r for r in rows if r["src_topic"] == name] + joined,
-                                        dead, now, rejoin=True)
-        for topic in self.topics:
-            if topic != name:
-                kept += self._drop_duplicates_of((topic,), [r for r in rows if r["src_topic"] == topic], dead, now)
-        return kept
-
-    def _drop_duplicates_of(self, topics: tuple[str, ...], rows: list[dict], dead: list[dict], now: float,
-                            rejoin: bool = False) -> list[dict]:
-        if not rows:
-            return rows
-        ts = [r["ts"] for r in rows]
-        drop = self._duplicates_of(topics, [r["request_id"] for r in rows], min(ts), max(ts),
-                                   lambda i: {k: rows[i][k] for k in ("src_topic", "src_partition", "src_offset")},
-                                   dead, now, rejoin)
-        return [r for i, r in enumerate(rows) if i not in drop] if drop else rows
 
     def _duplicates_of(self, topics: tuple[str, ...], ids: list[str], lo: float, hi: float, source, dead: list[dict],
                        now: float, rejoin: bool) -> set[int]:
@@ -326,8 +304,8 @@ class Pipeline:
         if not self.labels_seeded:
             self.labels.seed(self.sink.label_values())
             self.labels_seeded = True
-        rows = out[0]
-        (self.labels.columns if isinstance(rows, columnar.Generations) else self.labels.rows)(rows)
+        if len(out[0]):
+            self.labels.columns(out[0])
         for label, n in self.labels.folded.items():
             self.counts[f"labels_other_{label}"] = n
         return out
@@ -335,15 +313,19 @@ class Pipeline:
     def _split(self, events, ahead: columnar.Ahead | None = None):
         """Admitted events -> (rows, dead letters, phases to forward as
         (partition, timestamp, fields), suspect rollup cells). The rows are
-        dicts, or columns (columnar.Generations) for a batch of nothing but
-        new, well-formed generations. `reread_records` then says how many of
+        columns (columnar.Generations), or [] when there are none.
+        `reread_records` then says how many of
         its records the previous owner's last batch may have held. `ahead`:
         the batch decoded before its turn (`decode_ahead`), if it was."""
         self.reread_records = 0
         fast = self._as_columns(events, ahead) or self._phases_as_columns(events)
         if fast is not None:
             return fast
-        rows, dead, phases = [], [], []
+        dead, phases = [], []
+        # The rows, and whether their record may be in the previous owner's
+        # batch, by the scope their duplicates are checked in, in its order
+        # (`_duplicates_in_columns`): the joined topic's, then each other's.
+        scoped = {t: ([], []) for t in (self.settings.joined_topic_name, *self.topics)}
         enveloped = []  # (phase, source, recheck) of phases that came in envelopes: _join_in_batch
         suspects: set = set()
         now = time.time()
@@ -393,25 +375,44 @@ class Pipeline:
                         phases.append(phase)
                 elif not self._stored_before(held, msg.offset, result["request_id"], suspects):
                     result.update(source)
+                    rows, again = scoped.get(msg.topic) or ([], [])
                     rows.append(result)
-                    if recheck:
-                        suspects.add(_cell(result))
-        joined, forward = self._join_in_batch(enveloped, stored, suspects, now)
+                    again.append(recheck)
+        joined, joined_again, forward = self._join_in_batch(enveloped, stored, suspects, now)
+        scoped[self.settings.joined_topic_name][0].extend(joined)
+        scoped[self.settings.joined_topic_name][1].extend(joined_again)
         phases += forward
         self.forwarded += len(phases)
-        rows = self._drop_duplicates(rows, joined, dead, now)
-        kept = [d for d in dead if d["src_offset"] not in
-                getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
-        self.skipped += len(dead) - len(kept)
-        return rows, kept, phases, suspects
+        gens, scopes, inside, refused = self._rows_as_columns(scoped, now)
+        suspects |= gens.cells(inside) if inside else set()
+        dropped = self._duplicates_in_columns(gens, scopes, dead, now)
+        return *self._kept(gens, dropped, dead + refused, stored), phases, suspects
+
+    def _rows_as_columns(self, scoped: dict[str, tuple[list[dict], list[bool]]], now: float):
+        """The row path's rows as columns, built once, in their scopes' order:
+        -> (columns, each scope's rows, the indexes of the rows whose cells are
+        checked, the dead letters of rows Arrow cannot take, sink.columns_of)."""
+        gens, refused = columns_of([r for rows, _ in scoped.values() for r in rows], now)
+        again = [a for _, flags in scoped.values() for a in flags]
+        sizes = [len(rows) for rows, _ in scoped.values()]
+        if refused:
+            ends = np.cumsum(sizes)
+            for k, _ in refused:
+                sizes[int(np.searchsorted(ends, k, side="right"))] -= 1
+            gone = {k for k, _ in refused}
+            again = [a for k, a in enumerate(again) if k not in gone]
+        starts = np.cumsum([0] + sizes).tolist()
+        scopes = [(topic, range(starts[j], starts[j + 1])) for j, topic in enumerate(scoped)]
+        return gens, scopes, [k for k, a in enumerate(again) if a] if any(again) else [], [d for _, d in refused]
 
     def _join_in_batch(self, enveloped, stored, suspects: set, now: float):
         """The rows of the generations that the phases of this batch's
         envelopes complete (batch_join.py), each from the record of the phase
-        that completed it, with the re-read rule every row follows; and the
+        that completed it, with the re-read rule every row follows, and
+        whether that record may be in the previous owner's batch; and the
         phases and notes still to forward to the join agent."""
         if not enveloped:
-            return [], []
+            return [], [], []
 
         oldest = self.oldest(now)
 
@@ -419,7 +420,7 @@ class Pipeline:
             row = process_event(event, self.bucket, now, internal=True, oldest=oldest)
             return None if isinstance(row, Rejection) else row
         folded = batch_join.fold([phase for phase, _, _ in enveloped], derive)
-        joined = []
+        joined, again = [], []
         for row, i in folded.rows:
             _, source, recheck = enveloped[i]
             held = stored.get((source["src_topic"], source["src_partition"]))
@@ -427,11 +428,10 @@ class Pipeline:
                 continue
             row.update(source)
             joined.append(row)
-            if recheck:
-                suspects.add(_cell(row))
+            again.append(recheck)
         self.joined_in_batch += len(folded.rows)
         self.counts["phases_duplicate_in_batch"] += folded.duplicates
-        return joined, folded.forward
+        return joined, again, folded.forward
 
     def health(self) -> dict:
         # The store, or Kafka refusing what a batch publishes: either way the

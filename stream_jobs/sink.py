@@ -20,15 +20,14 @@ import threading
 import time
 import uuid
 from collections import Counter
-from operator import itemgetter
 
 from phasemeter.query.runner import DirectRunner
 from phasemeter.settings import redact
 from phasemeter.store import rollup
 
 from . import dead_letter, ledger, refusals
-from .columnar import Generations, day_numbers, ts_array
-from .derive import ROW_COLUMNS
+from .columnar import Generations, day_numbers
+from .columnar import arrow_of as _arrow  # the dead letters' table
 
 log = logging.getLogger("phasemeter.sink")
 DLQ_COLUMNS = ("ts", "reason", "detail", "payload", "payload_size", "src_topic", "src_partition", "src_offset")
@@ -52,53 +51,28 @@ def counted_token(kind: str, counted) -> str:
     return f"{kind}:" + h.hexdigest()[:32]
 
 
-def _arrow(rows: list[dict], columns: tuple[str, ...]):
-    """Rows -> an Arrow table, column by column. Arrow goes to ClickHouse's
-    native reader; insert_df converts value by value in Python (the profile
-    showed it as the sink's bottleneck). None stays null, never 0 or NaN.
+def columns_of(rows, now: float) -> tuple[Generations, list[tuple[int, dict]]]:
+    """Row dicts (the row path's, tests', benchmarks') as columns, built once;
+    a row with a value Arrow cannot take (past int64...) refused as the store
+    refuses one for good, by the same bisection: (index, its dead letter)."""
+    if isinstance(rows, Generations) or not len(rows):
+        return rows, []
 
-    The rows are turned into columns in one pass in C (itemgetter picks a
-    row's values in column order, zip transposes), not by one Python loop
-    over the rows per column: 6-13 % less time at the median on a loaded
-    machine, about 30 % on its quietest runs (docs/performance/sink.md)."""
-    import pyarrow as pa
-
-    pick = itemgetter(*columns) if len(columns) > 1 else (lambda r: (r[columns[0]],))
-    by_column = zip(*map(pick, rows)) if rows else ((),) * len(columns)
-    arrays = []
-    for col, values in zip(columns, by_column, strict=True):
-        if col == "ts":  # epoch seconds -> exact milliseconds
-            arrays.append(ts_array(values))
-        else:
-            arrays.append(pa.array(values))
-    return pa.Table.from_arrays(arrays, names=list(columns))
-
-
-def _table(table: str, items, columns: tuple[str, ...]):
-    """(Arrow table, batch token) of `table`'s rows, given as dicts or as columns."""
-    if isinstance(items, Generations):
-        return items.arrow(), counted_token(table, items.counted_offsets())
-    return _arrow(items, columns), batch_token(table, [(r["src_topic"], r["src_partition"], r["src_offset"])
-                                                       for r in items])
-
-
-def _sources(rows) -> list[tuple[str, int, int, str]]:
-    """(topic, partition, offset, request_id) of each row, dicts or columns."""
-    if isinstance(rows, Generations):
-        c = rows.columns
-        return list(zip(c["src_topic"].to_pylist(), c["src_partition"].to_pylist(), c["src_offset"].to_pylist(),
-                        rows.request_ids))
-    return [(r["src_topic"], r["src_partition"], r["src_offset"], r["request_id"]) for r in rows]
-
-
-def _days(rows) -> list[int]:
-    """The partition (UTC day of ts, schema/0001) of each row, dicts or columns."""
-    ts = rows.ts if isinstance(rows, Generations) else [r["ts"] for r in rows]
-    return day_numbers(ts).tolist()
-
-
-def _subset(rows, indexes: list[int]):
-    return rows.take(indexes) if isinstance(rows, Generations) else [rows[i] for i in indexes]
+    def built(indexes: list[int] | None, path: str = "") -> Generations:
+        try:
+            return Generations.from_rows(rows if indexes is None else [rows[i] for i in indexes])
+        except Exception as exc:
+            kind = refusals.classify(exc)
+            if kind.kind != refusals.DETERMINISTIC:
+                raise
+            raise refusals.Refused(kind, f"{type(exc).__name__}: {redact(str(exc))[:300]}") from None
+    try:
+        return built(None), []
+    except refusals.Refused:
+        refused = refusals.isolate(list(range(len(rows))), built)
+    gone = {i for i, _ in refused}
+    return (built([i for i in range(len(rows)) if i not in gone]),
+            [(i, dead_letter.refused_row(rows[i], why.kind.code, str(why), now)) for i, why in refused])
 
 
 class StoreUnavailable(RuntimeError):
@@ -210,53 +184,40 @@ class Sink:
         retry re-sends the same rows with the same tokens, so a half-landed
         attempt is not stored twice. Rows the store refuses for good are
         isolated and returned as dead letters (already stored with `dead`),
-        for the caller to publish and count."""
-        refused = self._write_rows(rows)
+        for the caller to publish and count. `rows`: columns, or dicts
+        (tests, benchmarks) turned into columns once (`columns_of`)."""
+        rows, built = columns_of(rows, time.time())
+        refused = [d for _, d in built] + self._write_rows(rows)
         self._write_dead(dead + refused)
         self.store_refused += len(refused)
         return refused
 
-    def _write_rows(self, rows, salt: str = "") -> list[dict]:
+    def _write_rows(self, rows: Generations, salt: str = "") -> list[dict]:
         """generations, in inserts of at most the store's partitions per block
         (refusals.partition_groups), each isolating what the store refuses."""
         if not len(rows):
             return []
-        groups = refusals.partition_groups(_days(rows))
-        base = _table("generations", rows, ROW_COLUMNS)[1] if len(groups) > 1 else None
+        groups = refusals.partition_groups(day_numbers(rows.ts).tolist())
+        base = counted_token("generations", rows.counted_offsets()) if len(groups) > 1 else None
         refused = []
         for g, group in enumerate(groups):
-            part = rows if len(groups) == 1 else _subset(rows, group)
+            part = rows if len(groups) == 1 else rows.take(group)
 
             def insert(indexes: list[int], path: str, part=part, g=g):
-                items = part if len(indexes) == len(part) else _subset(part, indexes)
-                arrow_table, token = self._built(items)
-                if base is not None:  # one batch's groups: its token, numbered (an envelope's rows share offsets)
-                    token = f"{base}/days{g}"
-                self.retrying("store write", self._insert, "generations", arrow_table,
+                items = part if len(indexes) == len(part) else part.take(indexes)
+                token = counted_token("generations", items.counted_offsets()) if base is None else f"{base}/days{g}"
+                # one batch's groups: its token, numbered (an envelope's rows share offsets)
+                self.retrying("store write", self._insert, "generations", items.arrow(),
                               token + (f"/{path}" if path else "") + salt, refusable=True)
             for i, why in refusals.isolate(list(range(len(part))), insert):
                 refused.append(dead_letter.refused_row(part[i], why.kind.code, str(why), time.time()))
         return refused
 
-    def _built(self, items):
-        """`_table` of generations; a value Arrow cannot take is a refusal of
-        these rows like the store's own (refusals.classify)."""
-        try:
-            return _table("generations", items, ROW_COLUMNS)
-        except Exception as exc:
-            kind = refusals.classify(exc)
-            if kind.kind != refusals.DETERMINISTIC:
-                raise
-            message = f"{type(exc).__name__}: {redact(str(exc))[:300]}"
-            self.last_refusal = {"kind": kind.kind, "code": kind.code, "during": "building the insert",
-                                 "message": message, "at": time.time()}
-            raise refusals.Refused(kind, message) from None
-
     def _write_dead(self, dead: list[dict], salt: str = "") -> None:
         if not dead:
             return
-        arrow_table, token = _table("dead_letters", dead, DLQ_COLUMNS)
-        self.retrying("store write", self._insert, "dead_letters", arrow_table, token + salt)
+        token = batch_token("dead_letters", [(d["src_topic"], d["src_partition"], d["src_offset"]) for d in dead])
+        self.retrying("store write", self._insert, "dead_letters", _arrow(dead, DLQ_COLUMNS), token + salt)
 
     def _insert(self, client, table: str, arrow_table, token: str) -> None:
         # Tables are built before taking the lock: the web API's reads share
@@ -276,16 +237,19 @@ class Sink:
         them as a retry of an insert that never landed. Only records a
         previous owner may have written are at risk, so the caller asks after
         those batches."""
-        keys = _sources(rows)
+        rows, _ = columns_of(rows, time.time())  # a row Arrow cannot take: its dead letter in `dead`
+        keys = list(zip(*(rows.columns[k].to_pylist() for k in ("src_topic", "src_partition", "src_offset")),
+                        rows.request_ids)) if len(rows) else []  # (topic, partition, offset, request_id) of each
         spans = ledger.offset_spans([k[:3] for k in keys] + [(d["src_topic"], d["src_partition"], d["src_offset"])
                                                              for d in dead])
         held = {key: self.stored_in_range(*key, lo, hi) for key, (lo, hi) in spans.items()}
-        lost = [rows[i] for i, (t, p, o, rid) in enumerate(keys) if (o, rid) not in held[t, p].rows]
+        lost = [i for i, (t, p, o, rid) in enumerate(keys) if (o, rid) not in held[t, p].rows]
         lost_dead = [d for d in dead if d["src_offset"] not in held[d["src_topic"], d["src_partition"]].dead]
         salt = f"/{uuid.uuid4().hex}"
         # A row the store refuses here was refused by `write` just before:
         # its dead letter is in `dead` (the caller passes those `write` returned).
-        self._write_rows(lost, salt)
+        if lost:
+            self._write_rows(rows.take(lost), salt)
         self._write_dead(lost_dead, salt)
         return len(lost) + len(lost_dead)
 

@@ -6,6 +6,7 @@ phase or stall data, which the row path takes."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import msgspec
@@ -18,11 +19,20 @@ from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.contract import MAX_DURATION_S, MAX_TOKENS, MIN_T0
 from phasemeter.stream_jobs.fast_decode import decoded_events
 from phasemeter.stream_jobs.derive import ROW_COLUMNS, Phase, Rejection, process_message
-from phasemeter.stream_jobs.pipeline import _cell
-from phasemeter.stream_jobs.sink import _arrow, _table
+from phasemeter.stream_jobs.sink import _arrow, batch_token, counted_token
 from tests.unit.stream_jobs.test_derive_properties import BUCKET, NOW, mutated, valid_events
 
 LIMIT = 1_000_000
+
+
+def _cell(row: dict) -> tuple:
+    """A row's minute cell, as the ledger gives a stored row's (ledger.Stored)."""
+    return row["model"], row["input_bucket"], datetime.fromtimestamp(row["ts"] // 60 * 60, timezone.utc)
+
+
+def token(rows) -> str:
+    """The sink's batch token of these rows: of their records, row by row."""
+    return batch_token("generations", [(r["src_topic"], r["src_partition"], r["src_offset"]) for r in rows])
 
 
 def record(offset: int, value: bytes, partition: int = 0, topic: str = "gen"):
@@ -86,8 +96,12 @@ def same_as_row_path(records, oldest: float = MIN_T0) -> Decoded | None:
     assert d.payloads == [dead_letter.payloads(records[m].value, 4096, [x.event])[0] for m, x in refused]
     assert [x.event for _, x in d.refused] == [x.event for _, x in refused]
     assert d.gens.arrow().to_pylist() == _arrow(rows, ROW_COLUMNS).to_pylist()
-    assert _table("generations", d.gens, ROW_COLUMNS)[1] == _table("generations", rows, ROW_COLUMNS)[1]
-    assert ts_bounds(d.gens) == ts_bounds(rows)
+    assert counted_token("generations", d.gens.counted_offsets()) == token(rows)
+    as_rows = Generations.from_rows(rows)  # the row path's rows, turned into columns
+    assert as_rows.arrow().to_pylist() == d.gens.arrow().to_pylist() and list(as_rows) == rows
+    assert counted_token("generations", as_rows.counted_offsets()) == token(rows)
+    assert ts_bounds(d.gens) == ((min(r["ts"] for r in rows), max(r["ts"] for r in rows)) if rows else None)
+    assert ts_bounds(as_rows) == ts_bounds(d.gens)
     assert d.gens.cells(range(len(d.gens))) == {_cell(r) for r in rows}
     return d
 
@@ -152,7 +166,7 @@ def test_rows_of_each_message_stay_in_order_with_their_source():
     for keep in ([0, 2, 3, 6], [1, 2], [6, 0, 1], [], list(range(7))):
         part = gens.take(keep)
         assert list(part) == [gens[i] for i in keep]
-        assert _table("generations", part, ROW_COLUMNS)[1] == _table("generations", list(part), ROW_COLUMNS)[1]
+        assert counted_token("generations", part.counted_offsets()) == token(list(part))
     assert gens.take([0, 2, 3, 6]).per_message == [2, 1, 1]
 
 

@@ -258,8 +258,11 @@ def test_a_batch_of_generations_goes_as_columns_bad_duplicate_re_read_or_mixed()
     }
     assert len(row_path) == 3
     for why, (sink, batch) in row_path.items():
-        rows = Pipeline(s, sink).split(batch)[0]
-        assert isinstance(rows, list) and len(rows) == 1 + (why == "the OTLP topic") * -1, why
+        p = Pipeline(s, sink)
+        assert p._as_columns(batch) is None, why  # the row path's; its rows end as columns too
+        rows = p.split(batch)[0]
+        assert len(rows) == 1 + (why == "the OTLP topic") * -1, why
+        assert isinstance(rows, Generations) or why == "the OTLP topic", why
     orphan = {"schema_version": 2, "kind": "orphan", "request_id": "o", "reason": R.ORPHAN_PHASE, "detail": "x"}
     rows, dead = Pipeline(s, FakeSink()).split([rec(0, orphan, topic=s.joined_topic_name)])[:2]
     assert (list(rows), [d["reason"] for d in dead]) == ([], [R.ORPHAN_PHASE])  # the join's own reason code
@@ -409,8 +412,9 @@ def test_a_replica_flood_keeps_k_values_per_model_the_rest_other_on_both_paths(s
     p = Pipeline(Settings(topic=TOPIC, label_top_k=4), FakeSink())
     events = [{**gen(f"r{i}"), "replica": f"vllm-{i}"} for i in range(200)]
     batch = [rec(0, env(*events, version=1))] if shape == "envelope" else [rec(i, e) for i, e in enumerate(events)] + [rec(200, phases_of("p")[0])]
+    assert (Pipeline(p.settings, FakeSink())._as_columns(batch) is not None) == (shape == "envelope")
     rows = p.split(batch)[0]
-    assert len(rows) == 200 and isinstance(rows, Generations) == (shape == "envelope")
+    assert len(rows) == 200 and isinstance(rows, Generations)
     kept = {r["replica"] for r in rows}
     assert kept == {"vllm-0", "vllm-1", "vllm-2", "other"}  # the stored "seeded-0" is one of the 4
     assert p.counts["labels_other_replica"] == 197          # /health shows the counts
@@ -498,8 +502,39 @@ def test_the_dead_letter_of_an_envelopes_event_keeps_that_event_on_both_paths(pa
     if path == "rows":
         batch.append(rec(1, {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": T0,
                              "input_tokens": 5}))
+    assert (pipeline(FakeSink())._as_columns(batch) is not None) == (path == "columns")
     rows, dead = pipeline(FakeSink()).split(batch)[:2]
-    assert isinstance(rows, Generations) == (path == "columns") and len(rows) == 60
+    assert isinstance(rows, Generations) and len(rows) == 60
     assert [(d["reason"], d["detail"][:11]) for d in dead] == [(R.UNKNOWN_FIELD, "events[60]:")]
     assert json.loads(base64.b64decode(dead[0]["payload"])) == {**bad, "prompt": None}
     assert dead[0]["payload_size"] == len(batch[0].value)
+
+
+def test_a_row_path_row_arrow_cannot_take_is_dead_lettered_and_its_neighbours_keep_their_rules(monkeypatch):
+    """The row path's rows become columns once (sink.columns_of): a value
+    Arrow cannot take (past int64) is refused as the store would refuse it,
+    and the rows beside it keep their duplicate scopes and re-read cells."""
+    from phasemeter.stream_jobs import pipeline as pipeline_module
+
+    real = pipeline_module.process_message_fast
+
+    def with_a_huge_count(*args, **kw):
+        out = real(*args, **kw)
+        for r in out:
+            if isinstance(r, dict) and r["request_id"] == "b":
+                r["input_tokens"] = 10**30
+        return out
+    monkeypatch.setattr(pipeline_module, "process_message_fast", with_a_huge_count)
+    s = Settings(topic=TOPIC, batch_rows=2)
+    p = Pipeline(s, FakeSink())
+    p.bound_rereads({(TOPIC, 0): 10**9, (s.joined_topic_name, 0): 10**9})  # the first 2 records of each: checked
+    batch = [rec(0, gen("a")), rec(1, gen("b")), rec(2, gen("a")), rec(0, gen("j"), topic=s.joined_topic_name),
+             rec(3, phases_of("p")[0])]  # a phase: the row path
+    assert p._as_columns(batch) is None
+    rows, dead, phases, suspects = p.split(batch)
+    assert isinstance(rows, Generations) and len(rows) == 2
+    assert [(r["request_id"], r["src_topic"], r["src_offset"]) for r in rows] == [
+        ("j", s.joined_topic_name, 0), ("a", TOPIC, 0)]  # the joined topic's scope first, as always
+    assert [(d["reason"], d["src_offset"]) for d in dead] == [(R.DUPLICATE, 2), (R.STORE_REFUSED, 1)]
+    assert "OverflowError" in dead[1]["detail"] or "ArrowInvalid" in dead[1]["detail"]
+    assert (p.duplicates, len(phases), suspects) == (1, 1, {CELL})
