@@ -130,9 +130,10 @@ class Pipeline:
         if decoded is not None:
             self.counts["batches_decoded_ahead"] += 1
         else:
-            decoded = columnar.decode(events, self.bucket, self.settings.max_message_bytes, now,
-                                      oldest=self.oldest(now), internal_topic=self.settings.joined_topic_name,
-                                      payload_cap=self.settings.dlq_payload_bytes)
+            decoded = self._columns_or_none(columnar.decode, events, self.bucket, self.settings.max_message_bytes,
+                                            now, oldest=self.oldest(now),
+                                            internal_topic=self.settings.joined_topic_name,
+                                            payload_cap=self.settings.dlq_payload_bytes)
         if decoded is None:
             return None
         gens, ids = decoded.gens, decoded.gens.request_ids
@@ -207,8 +208,8 @@ class Pipeline:
         if any(e.message.topic != self.settings.topic for e in events) or self._rereads(events):
             return None
         now = time.time()
-        joined = columnar_join.fold(events, self.bucket, self.settings.max_message_bytes, now,
-                                    self.settings.topic_partitions, oldest=self.oldest(now))
+        joined = self._columns_or_none(columnar_join.fold, events, self.bucket, self.settings.max_message_bytes, now,
+                                       self.settings.topic_partitions, oldest=self.oldest(now))
         if joined is None or self._stored_ids(self._dup_scope(self.settings.joined_topic_name),
                                               joined.gens.request_ids, *columnar.ts_bounds(joined.gens)):
             return None  # a re-join after a crash: the row path drops it and counts it
@@ -292,11 +293,26 @@ class Pipeline:
         self.reread_records += inside
         return inside
 
-    def decode_ahead(self, events) -> columnar.Ahead:
+    def decode_ahead(self, events) -> columnar.Ahead | None:
         """The next batch's columns, decoded while this one is written."""
         now = time.time()
-        return columnar.Ahead(events, self.bucket, self.settings.max_message_bytes, now, self.oldest(now),
-                              self.settings.joined_topic_name, self.settings.dlq_payload_bytes)
+        return self._columns_or_none(columnar.Ahead, events, self.bucket, self.settings.max_message_bytes, now,
+                                     self.oldest(now), self.settings.joined_topic_name,
+                                     self.settings.dlq_payload_bytes)
+
+    def _columns_or_none(self, decoder, *args, **kwargs):
+        """A pure decoder of the columns' path (it runs before any bookkeeping),
+        or None when it fails: the batch then takes the row path, which
+        answers message by message and dead-letters one that fails there as
+        `internal`. A bug on the columns must not stop every batch that
+        meets the same records, as one did: a count past 2**53 raised out of
+        the split of its whole batch."""
+        try:
+            return decoder(*args, **kwargs)
+        except Exception:
+            log.exception("the columns' decoder failed: the batch takes the row path")
+            self.counts["batches_columns_failed"] += 1
+            return None
 
     def split(self, events, ahead: columnar.Ahead | None = None):
         """`_split`, with the labels from outside bounded per model (labels.py)."""

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from phasemeter.settings import Settings
 from phasemeter.stream_jobs import reasons as R
-from phasemeter.stream_jobs import columnar
+from phasemeter.stream_jobs import columnar, columnar_join
 from phasemeter.stream_jobs.columnar import Generations
 from phasemeter.stream_jobs.contract import MAX_DURATION_S
 from phasemeter.stream_jobs.ledger import Stored
@@ -538,3 +538,23 @@ def test_a_row_path_row_arrow_cannot_take_is_dead_lettered_and_its_neighbours_ke
     assert [(d["reason"], d["src_offset"]) for d in dead] == [(R.DUPLICATE, 2), (R.STORE_REFUSED, 1)]
     assert "OverflowError" in dead[1]["detail"] or "ArrowInvalid" in dead[1]["detail"]
     assert (p.duplicates, len(phases), suspects) == (1, 1, {CELL})
+
+
+def test_a_failure_of_the_columns_code_sends_the_batch_to_the_row_path(monkeypatch):
+    """A bug in the columns' decoders (pure, before any bookkeeping) must not
+    stop every batch that meets the same records: the batch takes the row
+    path, which answers event by event, and the failure is logged and counted.
+    Decoding ahead fails the same way: the batch is decoded in its turn."""
+    good = [rec(0, env(gen("a"), gen("b"), version=1)), rec(1, gen("c"))]
+    phases = [rec(2, env(*phases_of("p")))]
+    expected = [pipeline(FakeSink()).split(good)[0].request_ids, pipeline(FakeSink()).split(phases)[0].request_ids]
+    assert expected == [["a", "b", "c"], ["p"]]
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug")
+    for module, name in ((columnar, "decode"), (columnar_join, "fold")):
+        monkeypatch.setattr(module, name, broken)
+    p = pipeline(FakeSink())
+    assert p.decode_ahead(good) is None
+    assert [p.split(good)[0].request_ids, p.split(phases)[0].request_ids] == expected
+    assert p.counts["batches_columns_failed"] == 5  # ahead, then both decoders of each batch
