@@ -391,7 +391,7 @@ class Pipeline:
                         phases.append(phase)
                 elif not self._stored_before(held, msg.offset, result["request_id"], suspects):
                     result.update(source)
-                    rows, again = scoped.get(msg.topic) or ([], [])
+                    rows, again = scoped[msg.topic]  # every ingest topic has its scope
                     rows.append(result)
                     again.append(recheck)
         joined, joined_again, forward = self._join_in_batch(enveloped, stored, suspects, now)
