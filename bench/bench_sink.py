@@ -194,12 +194,12 @@ def run(n: int, batches: list[int], path: Path, rounds: int = 1, tries: list[str
         paths += [plain_path(b) for b in batches]
 
         # The same rows as the worker's envelope path hands them to the sink:
-        # columns (stream_jobs/columnar.py) decoded from envelopes of 100 of the
+        # columns (stream_jobs/batch_decode.py) decoded from envelopes of 100 of the
         # events they were derived from, built before the clock, as the rows are.
         from types import SimpleNamespace
 
         from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
-        from phasemeter.stream_jobs.columnar import from_events
+        from phasemeter.stream_jobs.batch_decode import decode
 
         by_rid = {e["request_id"]: e for e in events}
         bucket = Bucketer(parse_edges("default"))
@@ -213,7 +213,7 @@ def run(n: int, batches: list[int], path: Path, rounds: int = 1, tries: list[str
                     evs = [by_rid[r["request_id"]] for r in rs[i:i + batch]]
                     records = [SimpleNamespace(message=SimpleNamespace(topic=topic, partition=0, offset=next(offsets)),
                                                value=U.envelope(evs[j:j + 100])) for j in range(0, len(evs), 100)]
-                    gens = from_events(records, bucket, 1 << 30, time.time())
+                    gens = decode(records, bucket, 1 << 30, time.time()).gens
                     assert gens is not None and len(gens) == len(evs), "the events must decode to columns"
                     prepared.append(gens)
                 t = clock()

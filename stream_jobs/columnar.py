@@ -1,48 +1,36 @@
-"""A batch of well-formed generations decoded straight into columns.
+"""A batch's generations as columns, from the C decoder's Structs.
 
-With envelopes, nearly every batch of the raw topic is generations and
-nothing else, all well-formed, none stored before. For such a batch the
-worker's row path built two dicts per generation (the checked fields, then
-the derived row), gathered the rows' values back into columns for Arrow, and
-looped over the rows to stamp their source: in the profile of a batch of
-22,600 generations, about 240 of its 530 ms, all of it Python holding the GIL
-(docs/performance/worker.md). Here the C decoder's Structs go to columns once, and the
-derivation runs on whole columns.
+The worker's row path built two dicts per generation (the checked fields,
+then the derived row), gathered the rows' values back into columns for
+Arrow, and looped over the rows to stamp their source: in the profile of a
+batch of 22,600 generations, about 240 of its 530 ms, all of it Python
+holding the GIL (docs/performance/worker.md). Here the Structs go to
+columns once, and the derivation runs on whole columns.
 
 The checks across fields and the metrics are formulas.py's, the one
 definition, evaluated here on whole columns: each row gets a reason code,
-and a refused event is dead-lettered beside its neighbours. A message the C
-decoder refuses is taken event by event (`fast_decode.one_by_one`), so
-one bad event in an envelope costs that event only. A message holding a
-phase, or an event the full path makes a row of (chunk data, a generation
-the join gave up on), sends the batch to the row path (`decode` returns
-None); stream_jobs/pipeline.py applies the re-read and duplicate rules.
+and a refused event is named as the full path names it
+(stream_jobs/batch_decode.py dead-letters it beside its neighbours).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from itertools import compress, groupby
+from itertools import compress
 from operator import attrgetter, itemgetter
 
 import numpy as np
 import pyarrow as pa
 
-from . import dead_letter
-from . import reasons as R
 from .contract import MAX_DURATION_S, MIN_T0, PD_LABELS, STREAMED, V2_ONLY, Rejection
 from .derive import ROW_COLUMNS, NO_EXTRAS, ranged
-from .fast_decode import _UNSET, GENERATIONS_ONLY, decoded_events, given, one_by_one
+from .fast_decode import _UNSET, given
 from .formulas import Fields, failing, metrics, out_of_range, rejection_of
 
 # Fields of the C decoder's Generation, and the row's columns they fill as they are.
 _TEXT = ("request_id", "model", "status")
-_LABELS = ("finish_reason", "gateway", "replica")  # null -> "" (derive.normalised)
-# Checks whose answer moves with the clock: a batch decoded ahead with any
-# row they refused is decoded again in its turn.
-_CLOCKED = (R.ABSURD, R.OUTSIDE_RETENTION)
+_LABELS = ("finish_reason", "gateway", "replica")  # null -> "", as derive.validate gives them
 # A derived row's fields beyond ROW_COLUMNS (not stored; in the dict view).
 _EXTRAS = tuple(k for k in NO_EXTRAS if k not in ROW_COLUMNS)
 # The v2 extras the C decoder leaves to the full path: null on its rows.
@@ -106,6 +94,19 @@ class Generations(Sequence):
         return cls(columns, np.array(values["ts"], dtype=np.float64), list(values["request_id"]),
                    list(zip(*(v[starts].tolist() for v in src))), np.diff(starts, append=len(rows)).tolist())
 
+    def __add__(self, other: "Generations") -> "Generations":
+        """These rows, then `other`'s (a column one side lacks, or has all
+        null, takes the other's type; null where it is missing)."""
+        if not len(other) or not len(self):
+            return other if len(other) else self
+        columns = {}
+        for name in dict.fromkeys([*self.columns, *other.columns]):
+            a, b = (side.columns.get(name, pa.nulls(len(side))) for side in (self, other))
+            kind = b.type if pa.types.is_null(a.type) else a.type
+            columns[name] = pa.concat_arrays([a.cast(kind), b.cast(kind)])
+        return Generations(columns, np.concatenate([self.ts, other.ts]), self.request_ids + other.request_ids,
+                           self.sources + other.sources, self.per_message + other.per_message)
+
     def __len__(self) -> int:
         return len(self.request_ids)
 
@@ -165,99 +166,6 @@ class Generations(Sequence):
         ts = self.ts.tolist()
         keys = {(model[i], bucket[i], ts[i] // 60 * 60) for i in rows}
         return {(m, b, datetime.fromtimestamp(t, timezone.utc)) for m, b, t in keys}
-
-
-@dataclass
-class Decoded:
-    """A batch decoded into columns: the rows that passed every check, and
-    each refused event's message and Rejection, in the batch's order."""
-    gens: Generations
-    refused: list[tuple[int, Rejection]]
-    payloads: list[str]  # each refused event's dead-letter payload (dead_letter.payloads)
-
-
-def decode(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000, oldest: float = MIN_T0,
-           internal_topic: str | None = None, payload_cap: int = 0) -> Decoded | None:
-    """The batch's generations as columns, and its refused events; None
-    when a message holds a phase, or an event the full path makes a row of
-    (chunk data...): the row path's. `internal_topic`: the join's, whose
-    orphan records are refused with their own reason code. The payload of
-    the dead letters is built here too (`payload_cap`: its bytes), so that a
-    batch decoded ahead builds it while the store writes the one before."""
-    gens: list = []
-    counts: list[int] = []
-    places: dict[int, list[int]] = {}  # message -> each row's event in it, where events were refused
-    enveloped: list[bool] = []
-    refused: list[tuple[tuple[int, int], Rejection]] = []
-    for m, event in enumerate(events):
-        raw = event.value
-        inner = decoded_events(raw, max_batch) if raw is not None and len(raw) <= max_bytes else None
-        if inner is None:  # a bad event in it: its neighbours still go on as columns
-            parts = one_by_one(raw, bucket, max_bytes, now, max_batch, event.message.topic == internal_topic, oldest)
-            if parts is None:
-                return None
-            inner = [p for p in parts if type(p) is not Rejection]
-            refused += [((m, i), p) for i, p in enumerate(parts) if type(p) is Rejection]
-            places[m] = [i for i, p in enumerate(parts) if type(p) is not Rejection]
-        elif set(map(type, inner)) != GENERATIONS_ONLY:
-            return None
-        enveloped.append(m in places or type(inner) is list)  # a list: an envelope's events
-        gens += inner
-        counts.append(len(inner))
-    columns, bad = _derive(gens, counts, events, bucket, now, oldest)
-    if bad:
-        starts = np.cumsum([0] + counts)
-        for i, r in bad:
-            m = int(np.searchsorted(starts, i, side="right")) - 1
-            place = places[m][i - starts[m]] if m in places else int(i - starts[m])
-            refused.append(((m, place), r.in_envelope(place) if enveloped[m] else r))
-    refused.sort(key=lambda x: x[0])
-    payloads = []
-    for m, group in groupby(refused, key=lambda x: x[0][0]):
-        payloads += dead_letter.payloads(events[m].value, payload_cap, [r.event for _, r in group])
-    return Decoded(columns, [(m, r) for (m, _), r in refused], payloads)
-
-
-def from_events(events, bucket, max_bytes: int, now: float, max_batch: int = 10_000,
-                oldest: float = MIN_T0) -> Generations | None:
-    """The batch's rows as columns when every message is a well-formed
-    generation or an envelope of them (what the row path would give, with
-    no rejection and no phase); else None."""
-    out = decode(events, bucket, max_bytes, now, max_batch, oldest)
-    return None if out is None or out.refused or not len(out.gens) else out.gens
-
-
-class Ahead:
-    """`decode` of a batch before its turn: the ingest agent decodes the
-    next batch while the store writes this one (the insert runs without the
-    GIL), which took ~10-20 % off a batch of envelopes
-    (docs/performance/worker.md). Only the pure decode runs early; every
-    decision that reads the store or the worker's positions is made in its turn.
-
-    Its rows are the batch's only if admission left the batch as it was
-    (the same events, in order). An earlier clock is stricter about a t0
-    too far ahead of it, and the retention bound moves with the clock, so
-    `rows_for` checks them again at the batch's turn: it gives what `decode`
-    would give then, or None to decode again."""
-
-    def __init__(self, events, bucket, max_bytes: int, now: float, oldest: float = MIN_T0,
-                 internal_topic: str | None = None, payload_cap: int = 0):
-        self.events = list(events)
-        self.decoded = decode(self.events, bucket, max_bytes, now, oldest=oldest, internal_topic=internal_topic,
-                              payload_cap=payload_cap)
-
-    @property
-    def gens(self) -> Generations | None:
-        """Its rows, when it found no event to refuse."""
-        d = self.decoded
-        return d.gens if d is not None and not d.refused and len(d.gens) else None
-
-    def rows_for(self, events, oldest: float = MIN_T0) -> Decoded | None:
-        d = self.decoded
-        if (d is None or len(events) != len(self.events) or (len(d.gens) and d.gens.ts.min() < oldest)
-                or any(r.reason in _CLOCKED for _, r in d.refused)):
-            return None
-        return d if all(a is b for a, b in zip(events, self.events)) else None
 
 
 def _derive(gens: list, counts: list[int], events, bucket, now: float,

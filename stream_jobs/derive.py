@@ -65,20 +65,6 @@ def _float(value) -> float | None:
     return None if value is None else float(value)
 
 
-def normalised(model, rid, reason, gw, replica, status, n_in, n_out, cached, t0, ttft, e2e, queue,
-               version: int, prefill_replica=None, decode_replica=None, kv_transfer_s=None, streamed=None) -> dict:
-    """The fields of a generation whose every field has its type and range,
-    as `validate` gives them (a null label is ""), from the worker's C
-    decoder (stream_jobs/fast_decode.py). Times become floats (a JSON int
-    stays one in the decoder's Struct)."""
-    return {"model": model, "request_id": rid, "finish_reason": reason or "", "gateway": gw or "",
-            "replica": replica or "", "status": status, "input_tokens": n_in, "output_tokens": n_out,
-            "cached_input_tokens": cached, "t0": float(t0), "ttft_s": _float(ttft), "e2e_s": float(e2e),
-            "queue_s": _float(queue),
-            "schema_version": version, **NO_EXTRAS, "prefill_replica": prefill_replica or "",
-            "decode_replica": decode_replica or "", "kv_transfer_s": _float(kv_transfer_s), STREAMED: streamed}
-
-
 def _nan(value):
     return NULL if value is None else value
 

@@ -13,16 +13,15 @@ the limits in contract.py and the field lists in derive.py and
 phase_events.py, and the checks across fields are formulas.py's and
 `phase_events.check_across`. An event it does not accept (a bad one, an
 end with stall data, chunk data, a lone surrogate) goes to the full path
-(`derive.process_message`, or `process_event` for one event of an envelope
-the batch decoder takes event by event: `one_by_one`), which alone names
-reasons. A test holds the two paths to the same result on the poison corpus
-and on generated messages.
+(`derive.process_event` for that event, `process_message` for a message
+that is not an envelope: `message_events`), which alone names reasons. A
+test holds the two paths to the same result on the poison corpus and on
+generated messages.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from itertools import repeat
 from operator import attrgetter
 from typing import Annotated, Literal, Optional, Union
@@ -33,8 +32,7 @@ from .buckets import Bucketer
 from .contract import COUNTS, DURATIONS, LABEL_FIELDS, MAX_BATCH, MAX_DURATION_S, MAX_TOKENS, MIN_T0, PD_FIELDS
 from .contract import SCHEMA_VERSIONS, STATUSES, STREAMED, V2_ONLY, V2_OPTIONAL, has_control, may_hold_control
 from .contract import may_hold_lone_surrogate
-from .derive import KNOWN, REQUIRED, Phase, Rejection, derive, normalised, numbers, process_event, process_message
-from .formulas import check_one, out_of_range
+from .derive import KNOWN, REQUIRED, Rejection, process_event, process_message
 from .phase_events import PHASE_VERSION, SPEC, check_across
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
@@ -143,14 +141,6 @@ def given(value):
     return None if value is _UNSET else value
 
 
-def _generation(e, now: float, oldest: float) -> dict | None:
-    fields = normalised(e.model, e.request_id, e.finish_reason, e.gateway, e.replica, e.status, e.input_tokens,
-                        e.output_tokens, e.cached_input_tokens, e.t0, e.ttft_s, e.e2e_s, e.queue_s, e.schema_version,
-                        given(e.prefill_replica), given(e.decode_replica), given(e.kv_transfer_s), given(e.streamed))
-    row = numbers(fields)
-    return None if out_of_range(row) or check_one(row, now + MAX_DURATION_S, oldest) is not None else fields
-
-
 def attr(e, name: str):
     """A Struct's field (None where its kind has none), for the rules written
     on dicts that read a phase through an accessor (phase_events.check_across,
@@ -198,20 +188,41 @@ def decoded_events(raw: bytes, max_batch: int):
     return events
 
 
-def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, max_batch: int = MAX_BATCH,
-               internal: bool = False, oldest: float = MIN_T0) -> list | None:
-    """A message `decoded_events` refused, event by event: the Struct of each
-    event the C decoder takes, and the Rejection of each other as the full
-    path names it (`derive.process_message`), in the message's order. None
-    when the full path makes a row or a phase of any of them (an event with
-    chunk data, a phase...): that message is the row path's."""
-    parts = raw_events(raw) if raw is not None and len(raw) <= max_bytes else None
-    if parts is None or len(parts) > max_batch:
-        results = process_message(raw, bucket, max_bytes, now, max_batch, internal, oldest)
-        return results if all(type(r) is Rejection for r in results) else None
+def message_events(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, max_batch: int = MAX_BATCH,
+                   internal: bool = False, oldest: float = MIN_T0) -> tuple[list, bool]:
+    """A message's events in order, and whether its Structs are an
+    envelope's: each event the C decoder takes as its Struct (a generation,
+    or a phase `accepted` takes), each other as the full path's result for
+    it (`derive.process_event`: a Rejection, a row or a Phase). A message
+    the full path answers whole (not an envelope, not JSON...) is
+    `derive.process_message`'s results."""
+    latest = now + MAX_DURATION_S
+    if raw is not None and len(raw) <= max_bytes:
+        events = decoded_events(raw, max_batch)
+        if events is not None and (set(map(type, events)) <= GENERATIONS_ONLY
+                                   or all(_taken(e, latest) for e in events)):
+            return events, type(events) is list
+        parts = raw_events(raw)
+        out = _one_by_one(parts, raw, bucket, now, internal, oldest) if parts and len(parts) <= max_batch else None
+        if out is not None:
+            return out, True
+    return process_message(raw, bucket, max_bytes, now, max_batch, internal, oldest), False
+
+
+def _taken(e, latest: float) -> bool:
+    """Whether a Struct the C decoder gave stands as it is: a generation (its
+    ranges and checks across fields are asked on columns), or a phase `accepted` takes."""
+    kind = _PHASE_KIND.get(type(e))
+    return kind is None or accepted(e, kind, latest)
+
+
+def _one_by_one(parts: list, raw: bytes, bucket: Bucketer, now: float, internal: bool, oldest: float) -> list | None:
+    """An envelope `decoded_events` refused, event by event (`message_events`);
+    None when an event needs its whole message (a number too long...)."""
     structs = list(map(_event_or_none, parts))
     taken = [e for e in structs if e is not None]
     control = may_hold_control(raw)
+    latest = now + MAX_DURATION_S
     # The common refused envelope: a few bad events among generations the
     # C decoder took. Its checks are asked of the whole list at once, as
     # `decoded_events` asks them, and only the refused events are visited:
@@ -221,18 +232,13 @@ def one_by_one(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, 
             and not _v1_naming_v2_only(taken)):
         refused = [i for i, e in enumerate(structs) if e is None]
     else:
-        refused = []
-        for i, e in enumerate(structs):
-            if e is None or (control and _holds_control(e)) or _v1_naming_v2_only((e,)):
-                refused.append(i)
-            elif type(e) is not Generation:
-                return None  # a phase: the message is the row path's
-    out = structs
+        refused = [i for i, e in enumerate(structs) if e is None or (control and _holds_control(e))
+                   or _v1_naming_v2_only((e,)) or not _taken(e, latest)]
     for i in refused:
-        out[i] = refused_event(parts[i], i, bucket, now, internal, oldest)
-        if out[i] is None:
+        structs[i] = full_event(parts[i], i, bucket, now, internal, oldest)
+        if structs[i] is None:
             return None
-    return out
+    return structs
 
 
 def raw_events(raw: bytes) -> list | None:
@@ -245,15 +251,15 @@ def raw_events(raw: bytes) -> list | None:
     return envelope.events if type(envelope) is _RawEnvelope else None
 
 
-def refused_event(part, i: int, bucket: Bucketer, now: float, internal: bool, oldest: float) -> Rejection | None:
-    """The Rejection of an envelope's event `i` as the full path names it;
-    None when the full path takes it, or names it for the whole message."""
+def full_event(part, i: int, bucket: Bucketer, now: float, internal: bool, oldest: float):
+    """An envelope's event `i` as the full path answers it (a Rejection, a
+    row or a Phase); None when the full path answers for the whole message."""
     try:
         part = bytes(part)
         result = process_event(json.loads(part), bucket, now, internal, may_hold_lone_surrogate(part), oldest)
     except (ValueError, RecursionError):
         return None
-    return result.in_envelope(i) if type(result) is Rejection else None
+    return result.in_envelope(i) if type(result) is Rejection else result
 
 
 def _event_or_none(part):
@@ -266,35 +272,3 @@ def _event_or_none(part):
 
 def _holds_control(e) -> bool:
     return any(has_control(v) for v in map(getattr, repeat(e), _LABELS[type(e)]) if type(v) is str)
-
-
-def common_fields(raw: bytes, now: float, max_batch: int, oldest: float = MIN_T0) -> list[dict | Phase] | None:
-    """Validated fields of each generation in `raw`, and each phase, when all
-    its events are well-formed; None sends the message to the full path."""
-    events = decoded_events(raw, max_batch)
-    if events is None:
-        return None
-    latest = now + MAX_DURATION_S
-    out = []
-    for e in events:
-        kind = _PHASE_KIND.get(type(e))
-        if kind is None:
-            result = _generation(e, now, oldest)
-        else:
-            result = Phase(e.request_id, phase_fields(e, kind)) if accepted(e, kind, latest) else None
-        if result is None:
-            return None
-        out.append(result)
-    return out
-
-
-def process_message_fast(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,
-                         max_batch: int = MAX_BATCH, internal: bool = False,
-                         oldest: float = MIN_T0) -> list[dict | Phase | Rejection]:
-    """`derive.process_message`, the same results, with the common message in C."""
-    now = time.time() if now is None else now
-    if raw is not None and len(raw) <= max_bytes:
-        common = common_fields(raw, now, max_batch, oldest)
-        if common is not None:
-            return [derive(x, bucket) if type(x) is dict else x for x in common]
-    return process_message(raw, bucket, max_bytes, now, max_batch, internal, oldest)

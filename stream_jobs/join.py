@@ -46,8 +46,8 @@ def _phases(ph: dict) -> tuple:
 
 # The rules below read a phase through `get`: `dict.get` here and in the
 # join agent's table (a field a phase lacks is None: its fields hold no
-# nulls), the C decoder's Struct in ingest's columnar batch join
-# (columnar_join.py), so both join by these same functions.
+# nulls), the C decoder's Struct or the full path's Phase in ingest's
+# batch join (batch_decode.py), so both join by these same functions.
 
 def _pick(phases: tuple, name: str, get=dict.get):
     """Optional fields ride on whichever phase knew them; the earliest wins."""

@@ -100,7 +100,7 @@ def check_across(kind: str, phase, get=dict.get) -> Rejection | None:
     """The checks across one phase's fields, on its normalised fields (stall
     data apart; a field is there when it is not null). `get` reads a field:
     of a dict here, of the C decoder's Struct in the worker's decoders
-    (fast_decode.py, columnar_join.py), which call this same function."""
+    (fast_decode.py, batch_decode.py), which call this same function."""
     either = SPEC[kind][2]
     have = sum(get(phase, name) is not None for name in either)
     if either and have != 1:

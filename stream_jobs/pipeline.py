@@ -19,17 +19,14 @@ import numpy as np
 
 from phasemeter.settings import Settings
 
-from . import batch_join, columnar, columnar_join, dead_letter
+from . import columnar, dead_letter
 from . import reasons as R
+from .batch_decode import Ahead, Decoded, decode
 from .buckets import Bucketer, parse_edges
-from .contract import oldest_kept
+from .contract import Rejection, oldest_kept
 from .ledger import Stored, offset_spans
 from .sequence import Sequencer
-from .derive import Phase, Rejection, process_event
-from .fast_decode import process_message_fast
-from .join import phase_partition
 from .labels import LabelBound
-from .otlp_in import process_otlp
 from .sink import Sink, columns_of
 
 log = logging.getLogger("phasemeter.worker")
@@ -113,55 +110,6 @@ class Pipeline:
         partition (only re-read records cost a query)."""
         return {(t, p): self.sink.stored_in_range(t, p, lo, hi) for (t, p), (lo, hi) in self._rereads(events).items()}
 
-    def _as_columns(self, events, ahead: columnar.Ahead | None = None):
-        """The batch as columns (stream_jobs/columnar.py) when all its records
-        are from the raw topic or the join's (whose records are the
-        generations it joined) and all its events generations, good or bad:
-        the bad ones are dead-lettered with their reasons, and the re-read,
-        duplicate and re-joined rows are handled by the row path's rules
-        (`_split`, `_duplicates_in_columns`), row for row. Decided before any
-        bookkeeping, so the row path can still take the batch whole. The
-        OTLP topic has its own decoder."""
-        names = (self.settings.topic, self.settings.joined_topic_name)
-        if not events or any(e.message.topic not in names for e in events):
-            return None
-        now = time.time()
-        decoded = ahead.rows_for(events, self.oldest(now)) if ahead is not None else None
-        if decoded is not None:
-            self.counts["batches_decoded_ahead"] += 1
-        else:
-            decoded = self._columns_or_none(columnar.decode, events, self.bucket, self.settings.max_message_bytes,
-                                            now, oldest=self.oldest(now),
-                                            internal_topic=self.settings.joined_topic_name,
-                                            payload_cap=self.settings.dlq_payload_bytes)
-        if decoded is None:
-            return None
-        gens, ids = decoded.gens, decoded.gens.request_ids
-        stored = self._already_stored(events)
-        refused: dict[int, list[tuple[Rejection, str]]] = {}  # message -> its refused events and their payloads
-        for (m, rejection), kept in zip(decoded.refused, decoded.payloads):
-            refused.setdefault(m, []).append((rejection, kept))
-        dead, suspects, inside, dropped, message_of = [], set(), [], set(), []
-        cap, first = self.settings.dlq_payload_bytes, 0
-        for m, (event, n) in enumerate(zip(events, gens.per_message)):
-            msg = event.message
-            recheck = self._maybe_in_the_previous_batch(msg, len(event.value or b""))
-            held = stored.get((msg.topic, msg.partition))
-            for i in range(first, first + n) if held is not None or recheck else ():
-                if self._stored_before(held, msg.offset, ids[i], suspects):
-                    dropped.add(i)
-                elif recheck:
-                    inside.append(i)
-            message_of += [m] * n
-            first += n
-            if m in refused:
-                source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
-                dead += [dead_letter.record(r.reason, r.detail, event.value, source, now, cap, kept=kept)
-                         for r, kept in refused[m]]
-        suspects |= gens.cells(inside) if inside else set()
-        dropped |= self._duplicates_in_columns(gens, self._scopes(events, len(gens), message_of, dropped), dead, now)
-        return *self._kept(gens, dropped, dead, stored), [], suspects
-
     def _kept(self, gens: columnar.Generations, dropped: set, dead: list[dict], stored) -> tuple:
         """(the rows but `dropped`, or [] for none; the dead letters but those
         the store holds, skipped as a re-read)."""
@@ -172,13 +120,21 @@ class Pipeline:
             gens = gens.without(dropped) if len(dropped) < len(gens) else []
         return gens if len(gens) else [], kept
 
-    def _scopes(self, events, n: int, message_of: list[int], dropped: set) -> list[tuple[str, range | list[int]]]:
-        """A columnar batch's rows left after `dropped`, by their record's topic."""
-        topics = {e.message.topic for e in events}
-        if len(topics) == 1 and not dropped:  # the common batch, of one topic
-            return [(topics.pop(), range(n))]
-        return [(topic, [i for i, m in enumerate(message_of) if events[m].message.topic == topic and i not in dropped])
-                for topic in (self.settings.joined_topic_name, self.settings.topic) if topic in topics]
+    def _scopes(self, events, d: Decoded, dropped: set) -> list[tuple[str, range | list[int]]]:
+        """A batch's rows left after `dropped`, by the scope their duplicates
+        are checked in (`_dup_scope`): the joined topic's (its records and the
+        rows joined in the batch), then each other topic's."""
+        topics = [e.message.topic for e in events]
+        joined = self.settings.joined_topic_name
+        if len(set(topics)) == 1 and not dropped and not d.joined.any():  # the common batch, of one topic
+            return [(topics[0], range(len(d.message)))]
+        of_row = np.array(topics, dtype=object)[d.message] if len(d.message) else np.array([], dtype=object)
+        of_row[d.joined] = joined
+        keep = np.ones(len(of_row), dtype=bool)
+        keep[list(dropped)] = False
+        present = set(of_row)
+        return [(topic, np.flatnonzero((of_row == topic) & keep).tolist())
+                for topic in dict.fromkeys((joined, *self.topics)) if topic in present]
 
     def _duplicates_in_columns(self, gens: columnar.Generations, scopes, dead: list[dict], now: float) -> set[int]:
         """The rows (indexes) to drop as duplicates (`_duplicates_of`), each
@@ -198,36 +154,6 @@ class Pipeline:
             out |= {rows[j] for j in self._duplicates_of(self._dup_scope(topic), ids, float(ts.min()), float(ts.max()),
                                                          source, dead, now, topic == self.settings.joined_topic_name)}
         return out
-
-    def _phases_as_columns(self, events):
-        """The batch through ingest's join in columns (columnar_join.py) when
-        nothing in it needs the row path: all records phases from the raw
-        topic, none re-read, every one well-formed, the generations they
-        complete new and joined whole. As `_as_columns`, decided before any
-        bookkeeping."""
-        if any(e.message.topic != self.settings.topic for e in events) or self._rereads(events):
-            return None
-        now = time.time()
-        joined = self._columns_or_none(columnar_join.fold, events, self.bucket, self.settings.max_message_bytes, now,
-                                       self.settings.topic_partitions, oldest=self.oldest(now))
-        if joined is None or self._stored_ids(self._dup_scope(self.settings.joined_topic_name),
-                                              joined.gens.request_ids, *columnar.ts_bounds(joined.gens)):
-            return None  # a re-join after a crash: the row path drops it and counts it
-        self.forwarded += len(joined.forward)
-        self.joined_in_batch += len(joined.gens)
-        self.counts["phases_duplicate_in_batch"] += joined.duplicates
-        return joined.gens, [], joined.forward, self._recheck(events, joined.gens)
-
-    def _recheck(self, events, gens: columnar.Generations) -> set:
-        """The minute cells of the rows from records the previous owner's
-        last batch may have held (`_maybe_in_the_previous_batch`, asked once
-        of every record, in order)."""
-        inside, first = [], 0
-        for event, n in zip(events, gens.per_message):
-            if self._maybe_in_the_previous_batch(event.message, len(event.value or b"")):
-                inside += range(first, first + n)
-            first += n
-        return gens.cells(inside) if inside else set()
 
     def _dup_scope(self, topic: str) -> tuple[str, ...]:
         """Where a copy of a row from `topic` may be stored. A joined
@@ -293,28 +219,44 @@ class Pipeline:
         self.reread_records += inside
         return inside
 
-    def decode_ahead(self, events) -> columnar.Ahead | None:
-        """The next batch's columns, decoded while this one is written."""
-        now = time.time()
-        return self._columns_or_none(columnar.Ahead, events, self.bucket, self.settings.max_message_bytes, now,
-                                     self.oldest(now), self.settings.joined_topic_name,
-                                     self.settings.dlq_payload_bytes)
+    def _decoding(self, now: float) -> dict:
+        """batch_decode.decode's settings, at this clock."""
+        return dict(bucket=self.bucket, max_bytes=self.settings.max_message_bytes, now=now,
+                    partitions=self.settings.topic_partitions, oldest=self.oldest(now),
+                    internal_topic=self.settings.joined_topic_name, otlp_topic=self.settings.otlp_topic,
+                    otlp_model=self.settings.otlp_model, payload_cap=self.settings.dlq_payload_bytes)
 
-    def _columns_or_none(self, decoder, *args, **kwargs):
-        """A pure decoder of the columns' path (it runs before any bookkeeping),
-        or None when it fails: the batch then takes the row path, which
-        answers message by message and dead-letters one that fails there as
-        `internal`. A bug on the columns must not stop every batch that
-        meets the same records, as one did: a count past 2**53 raised out of
-        the split of its whole batch."""
+    def decode_ahead(self, events) -> Ahead | None:
+        """The next batch decoded while this one is written; None when its
+        decode fails (it is decoded again in its turn, `_decode`)."""
         try:
-            return decoder(*args, **kwargs)
+            return Ahead(events, **self._decoding(time.time()))
         except Exception:
-            log.exception("the columns' decoder failed: the batch takes the row path")
-            self.counts["batches_columns_failed"] += 1
+            log.exception("the decode ahead failed: the batch is decoded in its turn")
             return None
 
-    def split(self, events, ahead: columnar.Ahead | None = None):
+    def _decode(self, events, now: float) -> Decoded:
+        """batch_decode.decode, and when it fails, each message decoded alone:
+        one whose decode raises is dead-lettered as `internal`, and the others
+        go on. A bug on one record must not stop every batch that meets it,
+        as one did: a count past 2**53 raised out of the decode of its whole
+        batch."""
+        decoding = self._decoding(now)
+        try:
+            return decode(events, **decoding)
+        except Exception:
+            log.exception("the batch's decode failed: each message is decoded alone")
+            self.counts["batches_decode_failed"] += 1
+        broken = {}
+        for m, event in enumerate(events):
+            try:
+                decode([event], **decoding)
+            except Exception as exc:
+                log.exception("decode failed at %s/%s", event.message.partition, event.message.offset)
+                broken[m] = Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")
+        return decode(events, broken=broken, **decoding)
+
+    def split(self, events, ahead: Ahead | None = None):
         """`_split`, with the labels from outside bounded per model (labels.py)."""
         out = self._split(events, ahead)
         if not self.labels_seeded:
@@ -326,128 +268,51 @@ class Pipeline:
             self.counts[f"labels_other_{label}"] = n
         return out
 
-    def _split(self, events, ahead: columnar.Ahead | None = None):
+    def _split(self, events, ahead: Ahead | None = None):
         """Admitted events -> (rows, dead letters, phases to forward as
         (partition, timestamp, fields), suspect rollup cells). The rows are
         columns (columnar.Generations), or [] when there are none.
-        `reread_records` then says how many of
-        its records the previous owner's last batch may have held. `ahead`:
-        the batch decoded before its turn (`decode_ahead`), if it was."""
+        `reread_records` then says how many of its records the previous
+        owner's last batch may have held. `ahead`: the batch decoded before
+        its turn (`decode_ahead`), if it was."""
         self.reread_records = 0
-        fast = self._as_columns(events, ahead) or self._phases_as_columns(events)
-        if fast is not None:
-            return fast
-        dead, phases = [], []
-        # The rows, and whether their record may be in the previous owner's
-        # batch, by the scope their duplicates are checked in, in its order
-        # (`_duplicates_in_columns`): the joined topic's, then each other's.
-        scoped = {t: ([], []) for t in (self.settings.joined_topic_name, *self.topics)}
-        enveloped = []  # (phase, source, recheck) of phases that came in envelopes: _join_in_batch
-        suspects: set = set()
         now = time.time()
-        oldest = self.oldest(now)
+        d = ahead.decoded_for(events, self.oldest(now)) if ahead is not None else None
+        if d is not None:
+            self.counts["batches_decoded_ahead"] += 1
+        else:
+            d = self._decode(events, now)
+        self.otlp_ignored += d.otlp_ignored
+        self.counts.update(d.notes)
+        self.forwarded += len(d.forward)
+        self.joined_in_batch += d.joined_in_batch
+        self.counts["phases_duplicate_in_batch"] += d.duplicates
+        extra, dead = columns_of(d.rows, now)  # the full path's rows; one Arrow cannot take, refused
+        gens = d.gens + extra if extra else d.gens
+        if dead:
+            gone = np.ones(len(d.rows), dtype=bool)
+            gone[[k for k, _ in dead]] = False
+            keep = np.concatenate([np.ones(len(d.gens), dtype=bool), gone])
+            d.message, d.joined = d.message[keep], d.joined[keep]
+            dead = [letter for _, letter in dead]
         cap = self.settings.dlq_payload_bytes
-        stored = self._already_stored(events)
-        for event in events:
-            msg = event.message
-            recheck = self._maybe_in_the_previous_batch(msg, len(event.value or b""))
+        for (m, r), kept in zip(d.refused, d.payloads):
+            msg = events[m].message
             source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
-            try:
-                if msg.topic == self.settings.otlp_topic:
-                    results, ignored, notes = process_otlp(event.value, self.bucket,
-                                                           self.settings.max_message_bytes, now,
-                                                           self.settings.otlp_model, oldest)
-                    self.otlp_ignored += ignored
-                    self.counts.update(notes)
-                else:
-                    results = process_message_fast(event.value, self.bucket, self.settings.max_message_bytes, now,
-                                                   internal=msg.topic != self.settings.topic, oldest=oldest)
-            except Exception as exc:  # a bug must not turn one event into a stuck partition
-                log.exception("derivation failed at %s/%s", msg.partition, msg.offset)
-                results = [Rejection(R.INTERNAL, f"{type(exc).__name__}: {str(exc)[:200]}")]
-            held = stored.get((msg.topic, msg.partition))
-            refused = [r for r in results if isinstance(r, Rejection)]
-            if refused:  # redacted: no value of a field outside the contract (dead_letter.py)
-                kept = dead_letter.payloads(event.value, cap, [r.event for r in refused],
-                                            parse=msg.topic != self.settings.otlp_topic)
-                dead += [dead_letter.record(r.reason, r.detail, event.value, source, now, cap, kept=k)
-                         for r, k in zip(refused, kept)]
-            for result in results:
-                if isinstance(result, Rejection):
-                    continue
-                if isinstance(result, Phase):
-                    # Partitioned by request_id, so all phases of a generation
-                    # meet in one partition of the join, whatever the gateway
-                    # keyed. The gateway's timestamp travels along: the join's clock.
-                    phase = (phase_partition(result.request_id, self.settings.topic_partitions),
-                             batch_join.message_time(msg, now), result.fields)
-                    # Only phases that came in envelopes are joined in the batch:
-                    # with one message per phase, ingest's own loop is the bottleneck,
-                    # and the inserts the batch join adds to it cost more than the
-                    # hops it saves (docs/performance/worker.md).
-                    if len(results) > 1:
-                        enveloped.append((phase, source, recheck))
-                    else:
-                        phases.append(phase)
-                elif not self._stored_before(held, msg.offset, result["request_id"], suspects):
-                    result.update(source)
-                    rows, again = scoped[msg.topic]  # every ingest topic has its scope
-                    rows.append(result)
-                    again.append(recheck)
-        joined, joined_again, forward = self._join_in_batch(enveloped, stored, suspects, now)
-        scoped[self.settings.joined_topic_name][0].extend(joined)
-        scoped[self.settings.joined_topic_name][1].extend(joined_again)
-        phases += forward
-        self.forwarded += len(phases)
-        gens, scopes, inside, refused = self._rows_as_columns(scoped, now)
+            dead.append(dead_letter.record(r.reason, r.detail, events[m].value, source, now, cap, kept=kept))
+        stored = self._already_stored(events)
+        again = [self._maybe_in_the_previous_batch(e.message, len(e.value or b"")) for e in events]
+        looked = [m for m, e in enumerate(events) if again[m] or (e.message.topic, e.message.partition) in stored]
+        suspects, dropped, inside = set(), set(), []
+        for i in np.flatnonzero(np.isin(d.message, looked)).tolist() if looked else ():
+            msg = events[d.message[i]].message
+            if self._stored_before(stored.get((msg.topic, msg.partition)), msg.offset, gens.request_ids[i], suspects):
+                dropped.add(i)
+            elif again[d.message[i]]:
+                inside.append(i)
         suspects |= gens.cells(inside) if inside else set()
-        dropped = self._duplicates_in_columns(gens, scopes, dead, now)
-        return *self._kept(gens, dropped, dead + refused, stored), phases, suspects
-
-    def _rows_as_columns(self, scoped: dict[str, tuple[list[dict], list[bool]]], now: float):
-        """The row path's rows as columns, built once, in their scopes' order:
-        -> (columns, each scope's rows, the indexes of the rows whose cells are
-        checked, the dead letters of rows Arrow cannot take, sink.columns_of)."""
-        gens, refused = columns_of([r for rows, _ in scoped.values() for r in rows], now)
-        again = [a for _, flags in scoped.values() for a in flags]
-        sizes = [len(rows) for rows, _ in scoped.values()]
-        if refused:
-            ends = np.cumsum(sizes)
-            for k, _ in refused:
-                sizes[int(np.searchsorted(ends, k, side="right"))] -= 1
-            gone = {k for k, _ in refused}
-            again = [a for k, a in enumerate(again) if k not in gone]
-        starts = np.cumsum([0] + sizes).tolist()
-        scopes = [(topic, range(starts[j], starts[j + 1])) for j, topic in enumerate(scoped)]
-        return gens, scopes, [k for k, a in enumerate(again) if a] if any(again) else [], [d for _, d in refused]
-
-    def _join_in_batch(self, enveloped, stored, suspects: set, now: float):
-        """The rows of the generations that the phases of this batch's
-        envelopes complete (batch_join.py), each from the record of the phase
-        that completed it, with the re-read rule every row follows, and
-        whether that record may be in the previous owner's batch; and the
-        phases and notes still to forward to the join agent."""
-        if not enveloped:
-            return [], [], []
-
-        oldest = self.oldest(now)
-
-        def derive(event: dict) -> dict | None:
-            row = process_event(event, self.bucket, now, internal=True, oldest=oldest)
-            return None if isinstance(row, Rejection) else row
-        folded = batch_join.fold([phase for phase, _, _ in enveloped], derive)
-        joined, again = [], []
-        for row, i in folded.rows:
-            _, source, recheck = enveloped[i]
-            held = stored.get((source["src_topic"], source["src_partition"]))
-            if self._stored_before(held, source["src_offset"], row["request_id"], suspects):
-                continue
-            row.update(source)
-            joined.append(row)
-            again.append(recheck)
-        self.joined_in_batch += len(folded.rows)
-        self.counts["phases_duplicate_in_batch"] += folded.duplicates
-        return joined, again, folded.forward
+        dropped |= self._duplicates_in_columns(gens, self._scopes(events, d, dropped), dead, now)
+        return *self._kept(gens, dropped, dead, stored), d.forward, suspects
 
     def health(self) -> dict:
         # The store, or Kafka refusing what a batch publishes: either way the

@@ -69,7 +69,7 @@ KILL_SINGLE = ("kill", "single", 12_000, 8)
     ("kill", "phases", 3_000, 8),
     ("kill_insert", "single", 10_000, 5),
     # The Meter sends phases in envelopes: most generations are joined in
-    # ingest's batch, in columns (stream_jobs/columnar_join.py), and killed
+    # ingest's batch, in columns (stream_jobs/batch_decode.py), and killed
     # in that batch's insert.
     ("kill_insert", "phases", 6_000, 4),
 ])

@@ -67,14 +67,14 @@ def test_a_resent_batch_is_stored_once_everywhere(client):
 
 
 def test_a_batch_as_columns_is_stored_as_its_rows_and_once_when_re_sent(client):
-    """stream_jobs/columnar.py's batch against the same rows as dicts: every
+    """A batch as columns (stream_jobs/batch_decode.py) against the same rows as dicts: every
     stored value equal (ts to the millisecond, nulls null), and a retry of the
     columns (same table, same token) stored once everywhere."""
     import json
     from types import SimpleNamespace
 
     from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
-    from phasemeter.stream_jobs.columnar import from_events
+    from phasemeter.stream_jobs.batch_decode import decode
 
     def gen(i: int) -> dict:
         return {"schema_version": 1, "kind": "generation", "request_id": f"g{i}", "model": f"m{i % 2}",
@@ -87,8 +87,8 @@ def test_a_batch_as_columns_is_stored_as_its_rows_and_once_when_re_sent(client):
         {"schema_version": 1, "kind": "batch", "events": [gen(10 * o + k) for k in range(10)]}).encode())
         for topic in ("cols", "rows") for p, o in ((0, 0), (1, 1), (0, 2))]
     bucket = Bucketer(parse_edges("default"))
-    columns = from_events(records[:3], bucket, 1_000_000, time.time())
-    as_rows = list(from_events(records[3:], bucket, 1_000_000, time.time()))
+    columns = decode(records[:3], bucket, 1_000_000, time.time()).gens
+    as_rows = list(decode(records[3:], bucket, 1_000_000, time.time()).gens)
     assert len(columns) == len(as_rows) == 30 and isinstance(as_rows[0], dict)
     sink = Sink.over(client, "chdb")
     sink.write(columns, [])
@@ -123,7 +123,7 @@ def test_records_dropped_as_a_retry_of_an_insert_that_never_landed_are_written_a
     from types import SimpleNamespace
 
     from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
-    from phasemeter.stream_jobs.columnar import from_events
+    from phasemeter.stream_jobs.batch_decode import decode
 
     sink = Sink.over(client, "chdb")
     if as_columns:
@@ -132,7 +132,7 @@ def test_records_dropped_as_a_retry_of_an_insert_that_never_landed_are_written_a
                 {"schema_version": 1, "kind": "generation", "request_id": f"g{o}-{k}", "model": "m", "t0": T0 + o,
                  "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 100, "output_tokens": 10} for k in range(4)]}).encode())
             for o in range(5)]
-        batch = from_events(records, Bucketer(parse_edges("default")), 1_000_000, time.time())
+        batch = decode(records, Bucketer(parse_edges("default")), 1_000_000, time.time()).gens
     else:
         batch = [row(i) for i in range(20)]
     dead = [dead_letter(i) for i in range(3)]

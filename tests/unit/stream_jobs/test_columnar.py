@@ -1,7 +1,7 @@
-"""A batch decoded into columns (stream_jobs/columnar.py) against the row
-path (derive.process_message): the same rows, Arrow table and batch token,
-and the same rejections, whatever its events; None only for a batch with a
-phase or stall data, which the row path takes."""
+"""A batch decoded (stream_jobs/batch_decode.py, its generations as
+columns: stream_jobs/columnar.py) against the row path
+(derive.process_message, message by message): the same rows, Arrow table
+and batch token, and the same rejections, whatever its events."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from phasemeter.stream_jobs import dead_letter
-from phasemeter.stream_jobs.columnar import Ahead, Decoded, Generations, decode, from_events, ts_bounds
+from phasemeter.stream_jobs.batch_decode import Ahead, Decoded, decode
+from phasemeter.stream_jobs.columnar import Generations, ts_bounds
 from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.contract import MAX_DURATION_S, MAX_TOKENS, MIN_T0
 from phasemeter.stream_jobs.fast_decode import decoded_events
@@ -75,42 +76,42 @@ def strict_json(r) -> bool:
     return True
 
 
-def same_as_row_path(records, oldest: float = MIN_T0) -> Decoded | None:
+def _key(row: dict) -> tuple:
+    return row["src_topic"], row["src_partition"], row["src_offset"], row["request_id"], repr(sorted(row.items()))
+
+
+def same_as_row_path(records, oldest: float = MIN_T0) -> Decoded:
     """`decode` of the batch against the row path, message by message: the
-    same rows (values, Arrow table, batch token, cells) and the same
-    rejections in the same order; None only where the row path makes a
-    phase or a row the C decoder leaves to it (stall data), or a message is
-    no strict JSON (NaN, a lone surrogate: json.loads takes those)."""
+    same rows (values, Arrow table, batch token, cells), the C decoder's
+    and the full path's, and the same rejections in the same order. The
+    phases are checked by the tests that send them."""
     d = decode(records, BUCKET, LIMIT, NOW, oldest=oldest, payload_cap=4096)
     expected = row_path(records, oldest)
-    if d is None:
-        assert any(isinstance(x, Phase) or (isinstance(x, dict) and x["chunks"] is not None) for x in expected) \
-            or not all(map(strict_json, records))
-        return None
-    rows = [x for x in expected if isinstance(x, dict)]
+    rows = sorted((x for x in expected if isinstance(x, dict)), key=_key)
     refused = [(m, x) for m, r in enumerate(records) for x in row_path([r], oldest) if isinstance(x, Rejection)]
-    assert len(d.gens) == len(rows) and len(d.refused) == len(refused)
-    assert list(d.gens) == rows  # every value of every row, None stays None
+    gens = d.gens + Generations.from_rows(d.rows) if d.rows else d.gens
+    assert len(gens) == len(rows) and len(d.refused) == len(refused)
+    assert sorted(gens, key=_key) == rows  # every value of every row, None stays None
     assert d.refused == refused
     # Each dead letter's payload: its event's alone, redacted, when it was refused inside an envelope.
     assert d.payloads == [dead_letter.payloads(records[m].value, 4096, [x.event])[0] for m, x in refused]
     assert [x.event for _, x in d.refused] == [x.event for _, x in refused]
-    assert d.gens.arrow().to_pylist() == _arrow(rows, ROW_COLUMNS).to_pylist()
-    assert counted_token("generations", d.gens.counted_offsets()) == token(rows)
+    assert sorted(gens.arrow().to_pylist(), key=_key) == sorted(_arrow(rows, ROW_COLUMNS).to_pylist(), key=_key)
+    assert counted_token("generations", gens.counted_offsets()) == token(rows)
     as_rows = Generations.from_rows(rows)  # the row path's rows, turned into columns
-    assert as_rows.arrow().to_pylist() == d.gens.arrow().to_pylist() and list(as_rows) == rows
+    assert sorted(as_rows.arrow().to_pylist(), key=_key) == sorted(gens.arrow().to_pylist(), key=_key)
+    assert list(as_rows) == rows
     assert counted_token("generations", as_rows.counted_offsets()) == token(rows)
-    assert ts_bounds(d.gens) == ((min(r["ts"] for r in rows), max(r["ts"] for r in rows)) if rows else None)
-    assert ts_bounds(as_rows) == ts_bounds(d.gens)
-    assert d.gens.cells(range(len(d.gens))) == {_cell(r) for r in rows}
+    assert ts_bounds(gens) == ((min(r["ts"] for r in rows), max(r["ts"] for r in rows)) if rows else None)
+    assert ts_bounds(as_rows) == ts_bounds(gens)
+    assert gens.cells(range(len(gens))) == {_cell(r) for r in rows}
     return d
 
 
 def same_as_rows(records, oldest: float = MIN_T0) -> Generations:
-    """A batch the row path takes whole as rows: the same rows, as columns."""
+    """A batch of well-formed generations the C decoder takes: the row path's rows, as columns."""
     d = same_as_row_path(records, oldest)
-    assert d is not None and d.refused == []
-    assert list(from_events(records, BUCKET, LIMIT, NOW, oldest=oldest)) == list(d.gens)
+    assert d.refused == [] and d.rows == [] and d.forward == []
     return d.gens
 
 
@@ -136,9 +137,14 @@ def test_phases_and_malformed_messages():
              "input_tokens": 10}
     good = {"schema_version": 1, "kind": "generation", "request_id": "g", "model": "m", "t0": NOW - 5,
             "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 1000, "output_tokens": 50}
-    for value in (encode([good, start], True), encode([start], False),  # a phase: the row path's
-                  json.dumps({**good, "schema_version": 2, "chunks": 3}).encode()):  # stall data: the full path's
-        assert decode([record(0, encode([good], False)), record(1, value)], BUCKET, LIMIT, NOW) is None, value
+    stall = {**good, "schema_version": 2, "chunks": 3}  # stall data: the full path's row
+    for value, rows, forwarded in ((encode([good, start], True), 2, 1), (encode([start], False), 1, 1),
+                                   (json.dumps(stall).encode(), 2, 0)):
+        d = same_as_row_path([record(0, encode([good], False)), record(1, value)])
+        assert (len(d.gens) + len(d.rows), len(d.forward)) == (rows, forwarded), value
+        assert [f[2] for f in d.forward] == [{"kind": "start", "request_id": "p", "model": "m", "t0": NOW - 5,
+                                              "input_tokens": 10}][:forwarded], value
+    assert d.rows[0]["chunks"] == 3
     for value in (b"{", b"", None, json.dumps({**good, "t0": NOW + 2 * 86400}).encode(),  # after now + 1 day
                   encode([good, {**good, "kind": "orphan"}], True)):
         d = same_as_row_path([record(0, encode([good], False)), record(1, value)])
@@ -173,7 +179,7 @@ def test_rows_of_each_message_stay_in_order_with_their_source():
 def test_an_envelope_taken_event_by_event_gives_the_row_paths_answers_whatever_else_it_holds():
     """A bad event beside events the C decoder takes but the full path must
     name (a control character, a v1 event naming a v2-only field) or a phase:
-    each event's answer is the row path's, or the batch is the row path's."""
+    each event's answer is the row path's."""
     good = {"schema_version": 1, "kind": "generation", "request_id": "g", "model": "m", "t0": NOW - 5,
             "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 1000, "output_tokens": 50}
     bad = {**good, "request_id": "b", "ttft_s": -1}
@@ -183,8 +189,10 @@ def test_an_envelope_taken_event_by_event_gives_the_row_paths_answers_whatever_e
             d = same_as_row_path([record(0, encode(events, True))])
             assert d is not None and len(d.refused) == sum(e is not good for e in events), (other, events)
     phase = {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": NOW - 5, "input_tokens": 1}
-    assert decode([record(0, json.dumps({"schema_version": 2, "kind": "batch", "events": [good, bad, phase]}).encode())],
-                  BUCKET, LIMIT, NOW) is None
+    d = same_as_row_path([record(0, json.dumps({"schema_version": 2, "kind": "batch",
+                                                "events": [good, bad, phase]}).encode())])
+    assert (d.gens.request_ids, [r.event for _, r in d.refused], [f[2]["request_id"] for f in d.forward]) == (
+        ["g"], [1], ["p"])
 
 
 def test_each_check_across_fields_at_its_bound():
@@ -249,8 +257,7 @@ def test_pd_fields_ride_on_the_columns():
     pd = {**base, "request_id": "b", "prefill_replica": "p-0", "decode_replica": "d-1", "kv_transfer_s": 0.2}
     records = [record(0, encode([base], False)), record(1, encode([pd], False)),
                record(2, encode([{**pd, "request_id": "c", "prefill_replica": None}, base], True))]
-    assert decode(records, BUCKET, LIMIT, NOW) is not None  # columns, not the row path
-    gens = same_as_rows(records)
+    gens = same_as_rows(records)  # from the C decoder's Structs
     assert [(r["prefill_replica"], r["decode_replica"], r["kv_transfer_s"]) for r in gens] == [
         ("", "", None), ("p-0", "d-1", 0.2), ("", "d-1", 0.2), ("", "", None)]
 
@@ -260,12 +267,12 @@ def test_a_batch_decoded_ahead_serves_only_the_same_records_in_the_same_order():
                "ttft_s": 0.5, "e2e_s": 2.0, "input_tokens": 100, "output_tokens": 3} for i in range(3)]
     records = [record(i, encode([e], False)) for i, e in enumerate(events)]
     ahead = Ahead(records, BUCKET, LIMIT, NOW)
-    assert list(ahead.gens) == list(same_as_rows(records))
-    assert ahead.rows_for(list(records)).gens is ahead.gens  # the same records, in a list of the caller's
-    assert ahead.rows_for(records[:2]) is None  # admission dropped one
-    assert ahead.rows_for(records[::-1]) is None
-    assert ahead.rows_for([record(0, records[0].value), *records[1:]]) is None  # equal, not the same record
-    assert Ahead([record(0, b"{")], BUCKET, LIMIT, NOW).rows_for([]) is None
+    assert list(ahead.decoded.gens) == list(same_as_rows(records))
+    assert ahead.decoded_for(list(records)) is ahead.decoded  # the same records, in a list of the caller's
+    assert ahead.decoded_for(records[:2]) is None  # admission dropped one
+    assert ahead.decoded_for(records[::-1]) is None
+    assert ahead.decoded_for([record(0, records[0].value), *records[1:]]) is None  # equal, not the same record
+    assert Ahead([record(0, b"{")], BUCKET, LIMIT, NOW).decoded_for([]) is None
 
 
 def test_the_retention_bound_gives_the_row_paths_reason():
@@ -277,7 +284,7 @@ def test_the_retention_bound_gives_the_row_paths_reason():
     outside = [record(0, encode([base, {**base, "request_id": "x", "t0": oldest - 0.01}], True))]
     d = same_as_row_path(outside, oldest)
     assert len(d.gens) == 1 and [r.reason for _, r in d.refused] == ["outside_retention"]
-    assert Ahead(inside, BUCKET, LIMIT, NOW, oldest).rows_for(inside, oldest + 1) is None  # re-checked in its turn
+    assert Ahead(inside, BUCKET, LIMIT, NOW, oldest=oldest).decoded_for(inside, oldest + 1) is None  # in its turn
 
 
 def test_rows_dropped_by_without_leave_the_rest_as_take_gives_them():

@@ -1,4 +1,5 @@
-"""The worker's C decoder (stream_jobs/fast_decode.py) against the full path
+"""The worker's C decoder (stream_jobs/fast_decode.py), on the batch path's
+code for one message (batch_decode.answer), against the full path
 (derive.process_message): the same results for every message, and the
 common message really decoded in C."""
 
@@ -13,7 +14,9 @@ from hypothesis import strategies as st
 
 from phasemeter.stream_jobs.contract import PD_FIELDS, V2_ONLY, V2_OPTIONAL
 from phasemeter.stream_jobs.derive import KNOWN, process_message
-from phasemeter.stream_jobs.fast_decode import PHASES, Generation, common_fields, process_message_fast
+from phasemeter.stream_jobs.batch_decode import answer, decode
+from phasemeter.stream_jobs.contract import MIN_T0, Rejection
+from phasemeter.stream_jobs.fast_decode import PHASES, Generation, message_events
 from phasemeter.stream_jobs.phase_events import SPEC
 from tests.corpus import NOW_REF, POISON, as_bytes
 from tests.unit.stream_jobs.test_derive_properties import (BAD_VALUES, BUCKET, NOW, any_text_events, labels,
@@ -24,9 +27,17 @@ LIMIT = 1_000_000
 
 def same(raw: bytes, now: float = NOW, max_batch: int = 10_000, internal: bool = False) -> list:
     full = process_message(raw, BUCKET, LIMIT, now, max_batch, internal)
-    fast = process_message_fast(raw, BUCKET, LIMIT, now, max_batch, internal)
+    fast = answer(raw, BUCKET, LIMIT, now, max_batch, internal)
     assert fast == full, (raw[:300], full, fast)
     return fast
+
+
+def in_c(raw: bytes, now: float = NOW, oldest: float = MIN_T0) -> bool:
+    """Whether the message is the common one: every event decoded whole in C
+    (`message_events` gives no full-path result) and none refused."""
+    items, _ = message_events(raw, BUCKET, LIMIT, now, oldest=oldest)
+    return all(type(x) in (Generation, *PHASES.values()) for x in items) and not any(
+        type(r) is Rejection for r in answer(raw, BUCKET, LIMIT, now, oldest=oldest))
 
 
 def envelope(events: list, version=1) -> bytes:
@@ -48,7 +59,7 @@ PD_GEN = {"schema_version": 2, "kind": "generation", "request_id": "pd", "model"
 def test_a_v2_generation_with_pd_fields_is_decoded_in_c_with_the_same_row(change):
     event = {**PD_GEN, **change}
     for raw in (json.dumps(event).encode(), envelope([event], 2)):
-        assert common_fields(raw, NOW, 10_000) is not None
+        assert in_c(raw)
         row = same(raw)[0]
         assert isinstance(row, dict) and row["prefill_replica"] == (event["prefill_replica"] or "")
         assert row["kv_transfer_s"] == event["kv_transfer_s"]
@@ -75,7 +86,7 @@ def test_a_v1_generation_naming_a_v2_only_field_is_the_full_paths_even_as_null(f
     event = {**{k: v for k, v in PD_GEN.items() if k not in V2_ONLY}, "schema_version": 1, field: value}
     for key in (field, "\\u00" + format(ord(field[0]), "x") + field[1:]):  # the name, and spelt with an escape
         raw = json.dumps(event).encode().replace(f'"{field}"'.encode(), f'"{key}"'.encode())
-        assert common_fields(raw, NOW, 10_000) is None
+        assert not in_c(raw)
         assert [r.reason for r in same(raw)] == ["unknown_field"]
         out = same(envelope([{**PD_GEN, "schema_version": 1, **{f: None for f in V2_ONLY}} | {"request_id": "a"},
                              event], 1).replace(f'"{field}"'.encode(), f'"{key}"'.encode()))
@@ -93,7 +104,7 @@ def test_kind_is_required_alone_and_in_an_envelope():
     event = {"schema_version": 1, "request_id": "r", "model": "m", "t0": NOW - 5, "ttft_s": 0.1, "e2e_s": 1.0,
              "input_tokens": 5, "output_tokens": 2}
     for raw in (json.dumps(event).encode(), envelope([event])):
-        assert common_fields(raw, NOW, 10_000) is None
+        assert not in_c(raw)
         assert same(raw)[0].reason == "bad_kind"
 
 
@@ -103,7 +114,7 @@ def test_common_messages_are_decoded_in_c_with_the_same_rows(events, version):
     for e in events:
         e["schema_version"] = version
     for raw in [json.dumps(e).encode() for e in events] + [envelope(events, version)]:
-        assert common_fields(raw, NOW, 10_000) is not None, raw
+        assert in_c(raw), raw
         same(raw)
 
 
@@ -111,7 +122,7 @@ def test_common_messages_are_decoded_in_c_with_the_same_rows(events, version):
 @pytest.mark.parametrize("name,payload,reason", POISON, ids=[p[0] for p in POISON])
 def test_poison_gets_the_full_paths_reason(name, payload, reason, internal):
     raw = as_bytes(payload)
-    assert common_fields(raw, NOW_REF, 10_000) is None
+    assert not in_c(raw, NOW_REF)
     out = same(raw, NOW_REF, internal=internal)
     if not internal:  # the joined topic's own records may say orphan or abandoned
         assert [r.reason for r in out] == [reason]
@@ -172,7 +183,7 @@ def test_phases_are_decoded_in_c_with_the_same_results(phases, event):
     stall = "chunks" in phases[2]
     messages = [(json.dumps(p).encode(), stall and p["kind"] == "end") for p in phases]
     for raw, full_path in messages + [(envelope(phases + [event], 2), stall)]:
-        assert (common_fields(raw, NOW, 10_000) is None) == full_path, raw
+        assert (not in_c(raw)) == full_path, raw
         same(raw)
         same(raw, internal=True)
 
@@ -256,12 +267,10 @@ DEEP = 50_000
 def test_json_nested_50000_deep_is_malformed_json_on_every_path(raw):
     from types import SimpleNamespace
 
-    from phasemeter.stream_jobs import columnar
-
     [result] = same(raw)
     assert result.reason == "malformed_json"
     message = SimpleNamespace(topic="t", partition=0, offset=0)
-    assert columnar.from_events([SimpleNamespace(value=raw, message=message)], BUCKET, LIMIT, NOW) is None
+    assert decode([SimpleNamespace(value=raw, message=message)], BUCKET, LIMIT, NOW).refused == [(0, result)]
 
 
 @pytest.mark.parametrize("wrap", [False, True])
@@ -278,10 +287,10 @@ def test_the_retention_bound_gives_the_full_paths_reason(wrap):
             continue
         raw = envelope(events) if wrap else json.dumps(events[0]).encode()
         full = process_message(raw, BUCKET, LIMIT, NOW, oldest=oldest)
-        fast = process_message_fast(raw, BUCKET, LIMIT, NOW, oldest=oldest)
+        fast = answer(raw, BUCKET, LIMIT, NOW, oldest=oldest)
         assert fast == full
         assert [getattr(r, "reason", None) for r in fast] == reasons
-        assert (common_fields(raw, NOW, 10_000, oldest) is not None) == (reasons == [None])
+        assert (in_c(raw, oldest=oldest)) == (reasons == [None])
 
 
 CONTROLS = ["\x00", "\x1b[2J", "\x1b]0;pwned\x07", "\r\n", "\t", "\x7f", "\x85", "\x9b31m"]
@@ -297,15 +306,13 @@ GOOD_START = {"schema_version": 2, "kind": "start", "request_id": "p", "model": 
 def test_a_label_with_a_control_character_is_refused_on_every_path(field, control):
     from types import SimpleNamespace
 
-    from phasemeter.stream_jobs import columnar
-
     bad = {**GOOD_GEN, "request_id": "b", field: "x" + control + "y"}
     for raw in (json.dumps(bad).encode(), json.dumps(bad, ensure_ascii=False).encode(),
                 envelope([GOOD_GEN, bad])):
         out = same(raw)
         assert out[-1].reason == "control_character" and field in out[-1].detail
         message = SimpleNamespace(topic="t", partition=0, offset=0)
-        assert columnar.from_events([SimpleNamespace(value=raw, message=message)], BUCKET, LIMIT, NOW) is None
+        assert decode([SimpleNamespace(value=raw, message=message)], BUCKET, LIMIT, NOW).refused[-1][1] == out[-1]
     if field != "finish_reason":
         phase = {**GOOD_START, field: "x" + control + "y"}
         for raw in (json.dumps(phase).encode(), envelope([GOOD_START, phase], version=2)):
@@ -316,4 +323,4 @@ def test_printable_text_in_every_script_is_a_label():
     for label in ("llama-3.1-8b", "modèle é", "模型", "emoji 🧪‍🔬", "a b", "\u00a0nbsp", "zero\u200dwidth"):
         raw = json.dumps({**GOOD_GEN, "model": label}).encode()
         assert isinstance(same(raw)[0], dict), label
-        assert common_fields(raw, NOW, 10_000) is not None  # and still decoded in C
+        assert in_c(raw)  # and still decoded in C

@@ -17,7 +17,7 @@ from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
 from phasemeter.stream_jobs.contract import PD_FIELDS, Rejection
 from phasemeter.stream_jobs.formulas import check_transfer_within
 from phasemeter.stream_jobs.derive import ROW_COLUMNS, process, process_message
-from phasemeter.stream_jobs.fast_decode import process_message_fast
+from phasemeter.stream_jobs.batch_decode import answer
 from phasemeter.stream_jobs.phase_events import validate_phase
 
 NOW = 1_800_000_000.0
@@ -86,7 +86,7 @@ def test_the_c_decoder_gives_the_same_answer():
             json.dumps(gen(kv_transfer_s=0.9)).encode()]
     assert len(raws) == 3
     for raw in raws:
-        assert process_message_fast(raw, BUCKET, 1_000_000, NOW) == process_message(raw, BUCKET, 1_000_000, NOW)
+        assert answer(raw, BUCKET, 1_000_000, NOW) == process_message(raw, BUCKET, 1_000_000, NOW)
 
 
 def start(**over):

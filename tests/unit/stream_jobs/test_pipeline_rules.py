@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 
 from phasemeter.settings import Settings
 from phasemeter.stream_jobs import reasons as R
-from phasemeter.stream_jobs import columnar, columnar_join
+from phasemeter.stream_jobs import batch_decode
+from phasemeter.stream_jobs.batch_decode import Ahead
 from phasemeter.stream_jobs.columnar import Generations
-from phasemeter.stream_jobs.contract import MAX_DURATION_S
+from phasemeter.stream_jobs.contract import MAX_DURATION_S, oldest_kept
+from phasemeter.stream_jobs.derive import process_message
 from phasemeter.stream_jobs.ledger import Stored
 from phasemeter.stream_jobs.pipeline import Pipeline
 
@@ -137,12 +139,12 @@ def test_each_split_counts_the_records_the_previous_owner_may_have_written():
     of this split only, dead letters' records included, whatever the path."""
     p = Pipeline(Settings(topic=TOPIC, batch_rows=1000), FakeSink())
     p.bound_rereads({(TOPIC, 0): 12})
-    assert p.split([rec(10, gen("r10", t0=T0)), rec(11, b"{")])[3] and p.reread_records == 2  # rows path
+    assert p.split([rec(10, gen("r10", t0=T0)), rec(11, b"{")])[3] and p.reread_records == 2  # with a dead letter
     assert p.split([rec(12, gen("r12", t0=T0))])[0] and p.reread_records == 0  # past the end read
     p.forget_offsets()
     p.bound_rereads({(TOPIC, 0): 30})
     assert isinstance(p.split([rec(o, env(gen(f"e{o}", t0=T0))) for o in (20, 21)])[0], Generations)
-    assert p.reread_records == 2  # columns path
+    assert p.reread_records == 2  # envelopes
 
 
 def test_the_previous_batch_is_bounded_by_bytes_too():
@@ -222,18 +224,17 @@ def test_stored_maximum_is_re_read_after_a_rebalance():
     assert rows == [] and suspects == {CELL}
 
 
-def test_a_batch_of_generations_goes_as_columns_bad_duplicate_re_read_or_mixed():
-    """stream_jobs/columnar.py takes every batch of generations from the raw
-    and the joined topic: a bad event is dead-lettered beside its good
-    neighbours, and duplicates, re-reads and re-joins follow the row path's
-    rules (the tests above hold them, on this path). A phase, a record the
-    join gave up on, and the OTLP topic still take the row path."""
+def test_every_batch_goes_as_columns_bad_duplicate_re_read_mixed_phases_or_otlp():
+    """stream_jobs/batch_decode.py takes every batch, from every topic: a bad
+    event is dead-lettered beside its good neighbours, duplicates, re-reads
+    and re-joins follow the rules the tests above hold, and a phase, a
+    record the join gave up on and an OTLP span ride in the same batch."""
     envelope = env(gen("b"), gen("c"), version=1)
     rows = pipeline(FakeSink()).split([rec(0, gen("a")), rec(1, envelope)])[0]
     assert isinstance(rows, Generations) and [r["request_id"] for r in rows] == ["a", "b", "c"]
     s = Settings(topic=TOPIC, otlp_topic="gen.otlp")
     phase = {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": T0, "input_tokens": 5}
-    columns = {  # why: (sink, batch, request_ids stored, reasons dead-lettered)
+    cases = {  # why: (sink, batch, request_ids stored, reasons dead-lettered)
         "a request twice": (FakeSink(), [rec(0, gen("a")), rec(1, gen("a"))], ["a"], [R.DUPLICATE]),
         "a request stored": (FakeSink(ids={"a"}), [rec(0, gen("a")), rec(1, gen("b"))], ["b"], [R.DUPLICATE]),
         "a re-read": (FakeSink(rows=[(TOPIC, 0, 0, "z", CELL)]), [rec(0, gen("a")), rec(1, gen("b"))],
@@ -244,30 +245,38 @@ def test_a_batch_of_generations_goes_as_columns_bad_duplicate_re_read_or_mixed()
         "two topics": (FakeSink(), [rec(0, gen("a")), rec(0, gen("b"), topic=s.joined_topic_name)], ["a", "b"], []),
         "a re-joined generation": (FakeSink(ids={"a"}), [rec(0, gen("a"), topic=s.joined_topic_name),
                                                          rec(1, gen("b"), topic=s.joined_topic_name)], ["b"], []),
-    }
-    assert len(columns) == 7
-    for why, (sink, batch, stored, reasons) in columns.items():
-        rows, dead = Pipeline(s, sink).split(batch)[:2]
-        assert isinstance(rows, Generations), why
-        assert ([r["request_id"] for r in rows], [d["reason"] for d in dead]) == (stored, reasons), why
-    row_path = {
-        "a phase": (FakeSink(), [rec(0, gen("a")), rec(1, phase)]),
+        "a phase": (FakeSink(), [rec(0, gen("a")), rec(1, phase)], ["a"], []),
         "a generation the join gave up on": (FakeSink(), [rec(0, dict(gen("a"), status="abandoned"),
-                                                              topic=s.joined_topic_name)]),
-        "the OTLP topic": (FakeSink(), [rec(0, b"{}", topic=s.otlp_topic)]),
+                                                              topic=s.joined_topic_name)], ["a"], []),
+        "the OTLP topic": (FakeSink(), [rec(0, gen("a")), rec(0, b"{}", topic=s.otlp_topic)], ["a"], []),
     }
-    assert len(row_path) == 3
-    for why, (sink, batch) in row_path.items():
+    assert len(cases) == 10
+    for why, (sink, batch, stored, reasons) in cases.items():
         p = Pipeline(s, sink)
-        assert p._as_columns(batch) is None, why  # the row path's; its rows end as columns too
-        rows = p.split(batch)[0]
-        assert len(rows) == 1 + (why == "the OTLP topic") * -1, why
-        assert isinstance(rows, Generations) or why == "the OTLP topic", why
+        rows, dead, phases = p.split(batch)[:3]
+        assert isinstance(rows, Generations) or stored == [], why
+        assert ([r["request_id"] for r in rows], [d["reason"] for d in dead]) == (stored, reasons), why
+        assert [f["request_id"] for _, _, f in phases] == ["p"] * (why == "a phase"), why
     orphan = {"schema_version": 2, "kind": "orphan", "request_id": "o", "reason": R.ORPHAN_PHASE, "detail": "x"}
     rows, dead = Pipeline(s, FakeSink()).split([rec(0, orphan, topic=s.joined_topic_name)])[:2]
     assert (list(rows), [d["reason"] for d in dead]) == ([], [R.ORPHAN_PHASE])  # the join's own reason code
     joined = Pipeline(s, FakeSink()).split([rec(0, gen("j"), topic=s.joined_topic_name)])[0]
     assert isinstance(joined, Generations) and joined[0]["src_topic"] == s.joined_topic_name
+
+
+def test_rows_the_full_path_reads_and_rows_of_structs_keep_their_scopes_in_one_batch():
+    """A generation with chunk data is a row of the full path (derive.py),
+    its neighbours rows of the C decoder's Structs: one batch, whose
+    duplicates are found across both, each topic in its scope."""
+    s = Settings(topic=TOPIC)
+    chunked = dict(gen("a"), schema_version=2, chunks=5, max_gap_s=0.2, gaps_over=1, gap_threshold_s=0.1)
+    batch = [rec(0, gen("a")), rec(1, chunked), rec(2, env(gen("b"), dict(chunked, request_id="c"))),
+             rec(0, dict(chunked, request_id="b"), topic=s.joined_topic_name)]
+    p = Pipeline(s, FakeSink())
+    rows, dead = p.split(batch)[:2]
+    assert sorted((r["request_id"], r["src_topic"], r["src_offset"], r["stalled"]) for r in rows) == [
+        ("a", TOPIC, 0, None), ("b", TOPIC, 2, None), ("b", s.joined_topic_name, 0, 1), ("c", TOPIC, 2, 1)]
+    assert [(d["reason"], d["src_offset"]) for d in dead] == [(R.DUPLICATE, 1)]  # a's second copy, with chunks
 
 
 def test_a_batch_decoded_ahead_is_used_as_admitted_and_decided_in_its_turn():
@@ -278,7 +287,7 @@ def test_a_batch_decoded_ahead_is_used_as_admitted_and_decided_in_its_turn():
     p = pipeline(sink)
     batch = [rec(0, env(gen("a"), gen("b"), version=1)), rec(1, gen("c"))]
     ahead = p.decode_ahead(batch)
-    assert p.split(list(batch), ahead)[0] is ahead.gens and p.counts["batches_decoded_ahead"] == 1
+    assert p.split(list(batch), ahead)[0] is ahead.decoded.gens and p.counts["batches_decoded_ahead"] == 1
     # Admission dropped a record (a revoked partition, a stale offset): decoded again.
     rows = p.split(batch[1:], ahead)[0]
     assert [r["request_id"] for r in rows] == ["c"] and p.counts["batches_decoded_ahead"] == 1
@@ -292,10 +301,10 @@ def test_a_batch_decoded_ahead_is_used_as_admitted_and_decided_in_its_turn():
     ahead = q.decode_ahead([rec(5, gen("f"))])
     q.bound_rereads({(TOPIC, 0): 6})
     assert q.split(ahead.events, ahead)[3] == {CELL} and q.reread_records == 1
-    # A decode that found nothing to take is not trusted: the batch is decoded in its turn.
-    early = columnar.Ahead(batch, p.bucket, p.settings.max_message_bytes, now=T0 - MAX_DURATION_S - 60)
-    assert early.gens is None
-    assert isinstance(p.split(batch, early)[0], Generations)
+    # A decode whose clock refused an event is not trusted: the batch is decoded in its turn.
+    early = Ahead(batch, p.bucket, p.settings.max_message_bytes, now=T0 - MAX_DURATION_S - 60)
+    assert len(early.decoded.gens) == 0 and early.decoded.clocked
+    assert len(p.split(batch, early)[0]) == 3 and p.counts["batches_decoded_ahead"] == 2
 
 
 def phases_of(rid: str, t0: float = T0) -> list[dict]:
@@ -399,20 +408,18 @@ def test_a_batch_decoded_ahead_is_checked_against_the_retention_of_its_turn():
     p = Pipeline(s, FakeSink())
     now = time.time()
     batch = [rec(0, env(gen("a", t0=now - 30 * 86_400 - 5), version=1))]
-    early = columnar.Ahead(batch, p.bucket, p.settings.max_message_bytes, now - 60, p.oldest(now - 60))
-    assert early.gens is not None  # inside the bound a minute earlier
+    early = Ahead(batch, p.bucket, p.settings.max_message_bytes, now - 60, oldest=p.oldest(now - 60))
+    assert len(early.decoded.gens) == 1  # inside the bound a minute earlier
     rows, dead, _, _ = p.split(batch, early)
     assert [d["reason"] for d in dead] == [R.OUTSIDE_RETENTION] and len(rows) == 0
     assert p.counts["batches_decoded_ahead"] == 0
 
 
 @pytest.mark.parametrize("shape", ["envelope", "messages"])
-def test_a_replica_flood_keeps_k_values_per_model_the_rest_other_on_both_paths(shape):
-    # an envelope of generations takes the columnar path; a phase sends its batch to the row path
+def test_a_replica_flood_keeps_k_values_per_model_the_rest_other_whatever_the_batch_holds(shape):
     p = Pipeline(Settings(topic=TOPIC, label_top_k=4), FakeSink())
     events = [{**gen(f"r{i}"), "replica": f"vllm-{i}"} for i in range(200)]
     batch = [rec(0, env(*events, version=1))] if shape == "envelope" else [rec(i, e) for i, e in enumerate(events)] + [rec(200, phases_of("p")[0])]
-    assert (Pipeline(p.settings, FakeSink())._as_columns(batch) is not None) == (shape == "envelope")
     rows = p.split(batch)[0]
     assert len(rows) == 200 and isinstance(rows, Generations)
     kept = {r["replica"] for r in rows}
@@ -442,10 +449,55 @@ def test_otlp_spans_ignored_and_replicas_dropped_are_counted_per_reason():
             p.counts["otlp_replicas_dropped"]) == (1, 1, 1)
 
 
-class RowPath(Pipeline):
-    """The row path alone: what the columns must give, row for row."""
-    def _as_columns(self, events, ahead=None):
-        return None
+def by_the_rules(s: Settings, batch, stored_rows, stored_dead, stored_ids) -> tuple:
+    """The exactly-once rules written out on the full path's answer for each
+    message (derive.process_message), record by record: what split must give.
+    -> (rows, dead letters as (reason, detail, source), cells to check,
+    skipped, duplicates, rejoined, re-read records)."""
+    held = {k[:4]: k[4] for k in stored_rows}
+    most = {}
+    for t, p, o in [k[:3] for k in stored_rows] + list(stored_dead):
+        most[t, p] = max(most.get((t, p), -1), o)
+    rows, dead, cells, skipped, window = [], [], set(), 0, {}
+    now, bucket = time.time(), Pipeline(s, FakeSink()).bucket
+    for r in batch:
+        m = r.message
+        source = (m.topic, m.partition, m.offset)
+        seen = window.setdefault((m.topic, m.partition), [0, 0])
+        inside = seen[0] < s.batch_rows and seen[1] < s.batch_bytes
+        seen[0] += 1
+        seen[1] += len(r.value)
+        window["records"] = window.get("records", 0) + inside
+        for x in process_message(r.value, bucket, s.max_message_bytes, now, internal=m.topic != s.topic,
+                                 oldest=oldest_kept(now, s.raw_ttl_days)):
+            if not isinstance(x, dict):
+                dead.append((x.reason, x.detail, source))
+                continue
+            x.update(src_topic=m.topic, src_partition=m.partition, src_offset=m.offset)
+            if m.offset <= most.get((m.topic, m.partition), -1) and (*source, x["request_id"]) in held:
+                cells.add(held[(*source, x["request_id"])])
+                skipped += 1
+                continue
+            if inside:
+                cells.add(cell(x["t0"]))
+            rows.append(x)
+    kept, duplicates, rejoined = [], 0, 0
+    for scope in (s.joined_topic_name, s.topic):  # the joined topic's scope first
+        topics = (s.topic, scope) if scope == s.joined_topic_name else (scope,)
+        seen = {i for i in stored_ids if isinstance(i, str)} | {i for t, i in (x for x in stored_ids
+                                                                              if isinstance(x, tuple)) if t in topics}
+        for x in [x for x in rows if x["src_topic"] == scope]:
+            if x["request_id"] not in seen:
+                seen.add(x["request_id"])
+                kept.append(x)
+            elif scope == s.joined_topic_name:
+                rejoined += 1
+            else:
+                duplicates += 1
+                dead.append((R.DUPLICATE, f"request_id {x['request_id']} already stored",
+                             (x["src_topic"], x["src_partition"], x["src_offset"])))
+    letters = [d for d in dead if d[2] not in stored_dead]  # a re-read record's, stored before
+    return kept, letters, cells, skipped + len(dead) - len(letters), duplicates, rejoined, window.get("records", 0)
 
 
 @st.composite
@@ -476,33 +528,33 @@ def real_batches(draw):
 
 @settings(max_examples=300, deadline=None)
 @given(real_batches())
-def test_the_columns_keep_the_row_paths_exactly_once_rules(case):
-    """Bad events, duplicates, re-reads and both topics in one batch: the
-    columns give the row path's rows, dead letters, cells to check and counts."""
+def test_a_batch_keeps_the_exactly_once_rules_record_by_record(case):
+    """Bad events, duplicates, re-reads and both topics in one batch: split
+    gives the rows, dead letters, cells to check and counts that the rules
+    give record by record on the full path's answers (`by_the_rules`)."""
     s, batch, stored_rows, stored_dead, stored_ids = case
-    out = []
-    for kind in (Pipeline, RowPath):
-        p = kind(s, FakeSink(rows=stored_rows, dead=stored_dead, ids=stored_ids))
-        rows, dead, phases, suspects = p.split(list(batch))
-        dead = [{k: v for k, v in d.items() if k != "ts"} for d in dead]  # ts: when it was refused
-        out.append((sorted(map(sorted, (r.items() for r in rows))), dead, phases, suspects, p.skipped, p.duplicates,
-                    p.rejoined, p.reread_records))
-        if kind is Pipeline:
-            assert isinstance(rows, Generations) or len(rows) == 0
-    columns, row_path = out
-    assert columns == row_path
+    p = Pipeline(s, FakeSink(rows=stored_rows, dead=stored_dead, ids=stored_ids))
+    rows, dead, phases, suspects = p.split(list(batch))
+    assert isinstance(rows, Generations) or len(rows) == 0
+    want_rows, want_dead, cells, skipped, duplicates, rejoined, rereads = by_the_rules(
+        s, batch, stored_rows, stored_dead, stored_ids)
+    assert len(rows) == len(want_rows) and len(dead) == len(want_dead)
+    assert sorted(map(sorted, (r.items() for r in rows))) == sorted(map(sorted, (r.items() for r in want_rows)))
+    assert [(d["reason"], d["detail"], (d["src_topic"], d["src_partition"], d["src_offset"])) for d in dead] == \
+        want_dead
+    assert (phases, suspects, p.skipped, p.duplicates, p.rejoined, p.reread_records) == (
+        [], cells, skipped, duplicates, rejoined, rereads)
 
 
-@pytest.mark.parametrize("path", ["columns", "rows"])
-def test_the_dead_letter_of_an_envelopes_event_keeps_that_event_on_both_paths(path):
+@pytest.mark.parametrize("beside", ["generations", "a phase"])
+def test_the_dead_letter_of_an_envelopes_event_keeps_that_event_whatever_the_batch_holds(beside):
     """dead_letter.payload: the refused event, redacted; not the envelope's
-    first bytes. A phase beside it sends the batch down the row path."""
+    first bytes, whether a phase rides in the batch or not."""
     bad = dict(gen("b"), prompt="SECRET")
     batch = [rec(0, env(*[gen(f"a{i}") for i in range(60)], bad, version=2))]
-    if path == "rows":
+    if beside == "a phase":
         batch.append(rec(1, {"schema_version": 2, "kind": "start", "request_id": "p", "model": "m", "t0": T0,
                              "input_tokens": 5}))
-    assert (pipeline(FakeSink())._as_columns(batch) is not None) == (path == "columns")
     rows, dead = pipeline(FakeSink()).split(batch)[:2]
     assert isinstance(rows, Generations) and len(rows) == 60
     assert [(d["reason"], d["detail"][:11]) for d in dead] == [(R.UNKNOWN_FIELD, "events[60]:")]
@@ -510,13 +562,13 @@ def test_the_dead_letter_of_an_envelopes_event_keeps_that_event_on_both_paths(pa
     assert dead[0]["payload_size"] == len(batch[0].value)
 
 
-def test_a_row_path_row_arrow_cannot_take_is_dead_lettered_and_its_neighbours_keep_their_rules(monkeypatch):
-    """The row path's rows become columns once (sink.columns_of): a value
+def test_a_full_path_row_arrow_cannot_take_is_dead_lettered_and_its_neighbours_keep_their_rules(monkeypatch):
+    """The full path's rows become columns once (sink.columns_of): a value
     Arrow cannot take (past int64) is refused as the store would refuse it,
     and the rows beside it keep their duplicate scopes and re-read cells."""
-    from phasemeter.stream_jobs import pipeline as pipeline_module
+    from phasemeter.stream_jobs import fast_decode
 
-    real = pipeline_module.process_message_fast
+    real = fast_decode.process_message
 
     def with_a_huge_count(*args, **kw):
         out = real(*args, **kw)
@@ -524,37 +576,40 @@ def test_a_row_path_row_arrow_cannot_take_is_dead_lettered_and_its_neighbours_ke
             if isinstance(r, dict) and r["request_id"] == "b":
                 r["input_tokens"] = 10**30
         return out
-    monkeypatch.setattr(pipeline_module, "process_message_fast", with_a_huge_count)
+    monkeypatch.setattr(fast_decode, "process_message", with_a_huge_count)
     s = Settings(topic=TOPIC, batch_rows=2)
     p = Pipeline(s, FakeSink())
     p.bound_rereads({(TOPIC, 0): 10**9, (s.joined_topic_name, 0): 10**9})  # the first 2 records of each: checked
-    batch = [rec(0, gen("a")), rec(1, gen("b")), rec(2, gen("a")), rec(0, gen("j"), topic=s.joined_topic_name),
-             rec(3, phases_of("p")[0])]  # a phase: the row path
-    assert p._as_columns(batch) is None
+    chunked = dict(schema_version=2, chunks=5, max_gap_s=0.2, gaps_over=1, gap_threshold_s=0.1)
+    batch = [rec(0, gen("a")), rec(1, dict(gen("b"), **chunked)), rec(2, dict(gen("a"), **chunked)),
+             rec(0, gen("j"), topic=s.joined_topic_name), rec(3, phases_of("p")[0])]
     rows, dead, phases, suspects = p.split(batch)
     assert isinstance(rows, Generations) and len(rows) == 2
     assert [(r["request_id"], r["src_topic"], r["src_offset"]) for r in rows] == [
-        ("j", s.joined_topic_name, 0), ("a", TOPIC, 0)]  # the joined topic's scope first, as always
-    assert [(d["reason"], d["src_offset"]) for d in dead] == [(R.DUPLICATE, 2), (R.STORE_REFUSED, 1)]
-    assert "OverflowError" in dead[1]["detail"] or "ArrowInvalid" in dead[1]["detail"]
+        ("a", TOPIC, 0), ("j", s.joined_topic_name, 0)]  # the C decoder's rows in the batch's order
+    assert [(d["reason"], d["src_offset"]) for d in dead] == [(R.STORE_REFUSED, 1), (R.DUPLICATE, 2)]
+    assert "OverflowError" in dead[0]["detail"] or "ArrowInvalid" in dead[0]["detail"]
     assert (p.duplicates, len(phases), suspects) == (1, 1, {CELL})
 
 
-def test_a_failure_of_the_columns_code_sends_the_batch_to_the_row_path(monkeypatch):
-    """A bug in the columns' decoders (pure, before any bookkeeping) must not
-    stop every batch that meets the same records: the batch takes the row
-    path, which answers event by event, and the failure is logged and counted.
-    Decoding ahead fails the same way: the batch is decoded in its turn."""
-    good = [rec(0, env(gen("a"), gen("b"), version=1)), rec(1, gen("c"))]
-    phases = [rec(2, env(*phases_of("p")))]
-    expected = [pipeline(FakeSink()).split(good)[0].request_ids, pipeline(FakeSink()).split(phases)[0].request_ids]
-    assert expected == [["a", "b", "c"], ["p"]]
+def test_a_failure_of_the_decode_costs_only_the_message_that_raises(monkeypatch):
+    """A bug in the decode (pure, before any bookkeeping) must not stop every
+    batch that meets the same records: each message is decoded alone, the
+    one that raises is dead-lettered as `internal`, the others go on, and
+    the failure is logged and counted. Decoding ahead fails the same way:
+    the batch is decoded in its turn."""
+    good = [rec(0, env(gen("a"), gen("b"), version=1)), rec(1, gen("c")), rec(2, env(*phases_of("p")))]
+    assert pipeline(FakeSink()).split(good)[0].request_ids == ["a", "b", "c", "p"]
+    real = batch_decode.message_events
 
-    def broken(*args, **kwargs):
-        raise ValueError("a bug")
-    for module, name in ((columnar, "decode"), (columnar_join, "fold")):
-        monkeypatch.setattr(module, name, broken)
+    def broken(raw, *args, **kwargs):
+        if b'"c"' in raw:
+            raise ValueError("a bug")
+        return real(raw, *args, **kwargs)
+    monkeypatch.setattr(batch_decode, "message_events", broken)
     p = pipeline(FakeSink())
     assert p.decode_ahead(good) is None
-    assert [p.split(good)[0].request_ids, p.split(phases)[0].request_ids] == expected
-    assert p.counts["batches_columns_failed"] == 5  # ahead, then both decoders of each batch
+    rows, dead, phases, _ = p.split(good)
+    assert rows.request_ids == ["a", "b", "p"] and [f["kind"] for _, _, f in phases] == ["joined_in_ingest"]
+    assert [(d["reason"], d["src_offset"], d["detail"]) for d in dead] == [(R.INTERNAL, 1, "ValueError: a bug")]
+    assert p.counts["batches_decode_failed"] == 1

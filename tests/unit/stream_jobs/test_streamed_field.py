@@ -3,7 +3,7 @@ not streamed (the client saw the whole answer at once), so there is no first
 token to time. Such a row is stored with null phases instead of being
 refused "output_tokens > 0 but no first token"; absent or true, that check
 still refuses it. One definition (formulas.CHECKS), on a batch of one row
-(derive.validate) and on columns (columnar.decode)."""
+(derive.validate) and on columns (batch_decode.decode)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ import json
 import pytest
 
 from phasemeter.stream_jobs import reasons as R
-from phasemeter.stream_jobs.columnar import decode
 from phasemeter.stream_jobs.contract import Rejection
 from phasemeter.stream_jobs.derive import ROW_COLUMNS, process, process_message, validate
-from phasemeter.stream_jobs.fast_decode import process_message_fast
+from phasemeter.stream_jobs.batch_decode import answer
 from tests.unit.stream_jobs.test_columnar import LIMIT, encode, record, same_as_row_path, same_as_rows
 from tests.unit.stream_jobs.test_derive_properties import BUCKET, NOW
 
@@ -74,15 +73,14 @@ def test_the_c_decoder_gives_the_same_answer():
             json.dumps(gen(schema_version=1, streamed=False)).encode()]
     assert len(raws) == 4
     for raw in raws:
-        assert process_message_fast(raw, BUCKET, 1_000_000, NOW) == process_message(raw, BUCKET, 1_000_000, NOW)
+        assert answer(raw, BUCKET, 1_000_000, NOW) == process_message(raw, BUCKET, 1_000_000, NOW)
 
 
 def test_the_columns_take_it_as_the_row_path_does():
     base = gen(ttft_s=0.5)
     records = [record(0, encode([base], False)), record(1, encode([gen(request_id="b", streamed=False)], False)),
                record(2, encode([{**base, "request_id": "c", "streamed": True}, base], True))]
-    assert decode(records, BUCKET, LIMIT, NOW) is not None  # columns, not the row path
-    gens = same_as_rows(records)
+    gens = same_as_rows(records)  # from the C decoder's Structs
     assert [(r["request_id"], r["streamed"], r["prefill_tps"]) for r in gens] == [
         ("r1", None, 2000.0), ("b", 0, None), ("c", 1, 2000.0), ("r1", None, 2000.0)]
     refused = [record(0, encode([base, gen(request_id="x", streamed=True)], True))]

@@ -17,8 +17,9 @@ from phasemeter.stream_jobs import reasons as R
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
 from phasemeter.stream_jobs.contract import V2_OPTIONAL
 from phasemeter.stream_jobs.derive import process, process_message
-from phasemeter.stream_jobs.fast_decode import common_fields, process_message_fast
+from phasemeter.stream_jobs.batch_decode import answer
 from phasemeter.stream_jobs.phase_events import validate_phase
+from tests.unit.stream_jobs.test_fast_decode import in_c
 
 NOW = 1_800_000_000.0
 BUCKET = Bucketer(parse_edges("default"))
@@ -82,10 +83,10 @@ def test_bad_values_have_reasons_on_generation_and_end(over, reason):
 
 def test_the_c_decoder_leaves_v2_fields_to_the_full_path():
     chunky, plain = json.dumps(gen(**CHUNKY)).encode(), json.dumps(gen()).encode()
-    assert common_fields(chunky, NOW, 10_000) is None and isinstance(process_message(chunky, BUCKET, 10**6, NOW)[0], dict)
-    assert common_fields(plain, NOW, 10_000) is not None
+    assert not in_c(chunky) and isinstance(process_message(chunky, BUCKET, 10**6, NOW)[0], dict)
+    assert in_c(plain)
     for raw in (chunky, plain):
-        assert process_message_fast(raw, BUCKET, 10**6, NOW) == process_message(raw, BUCKET, 10**6, NOW)
+        assert answer(raw, BUCKET, 10**6, NOW) == process_message(raw, BUCKET, 10**6, NOW)
 
 
 def test_end_phase_carries_fields_and_join_passes_them_on():

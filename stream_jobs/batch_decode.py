@@ -1,0 +1,247 @@
+"""A batch of Kafka records -> its rows as columns, its refused events and
+the phases to forward: the worker's one batch path, pure.
+
+Every record of a batch is decoded here, whatever it holds and whichever
+topic it comes from. Each event the C decoder takes stays its Struct
+(fast_decode.py); each other is the full path's result for that event
+(derive.py, otlp_in.py): a Rejection, or a row or a phase in the rare forms
+only the full path reads (chunk data, stall data, P/D phases, OTLP spans).
+The generations' Structs become columns in one pass (columnar.py), with the
+checks across fields and the formulas on whole columns; a bad event is
+refused beside its neighbours. The phases that came in envelopes are joined
+on the spot by the join's rules (batch_join.py): a generation they complete
+is a row of this batch, and the others go to the join agent.
+
+What reads the store or the worker's positions (re-reads, duplicates) is
+stream_jobs/pipeline.py's, so that a batch can be decoded ahead of its
+turn (`Ahead`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import groupby
+from types import SimpleNamespace
+
+import numpy as np
+
+from . import dead_letter, join
+from . import reasons as R
+from .batch_join import Forwarded, gather, message_time
+from .columnar import Generations, _derive
+from .contract import MAX_BATCH, MIN_T0, Rejection
+from .derive import process_event
+from .fast_decode import _PHASE_KIND, PHASES, Generation, attr, message_events, phase_fields
+from .join import JOINED_IN_INGEST, phase_partition
+from .otlp_in import process_otlp
+from .phase_events import PHASE_KINDS, Phase
+
+# Checks whose answer moves with the clock: a batch decoded ahead with an
+# event they refused is decoded again in its turn.
+_CLOCKED = (R.ABSURD, R.OUTSIDE_RETENTION)
+_KIND = {kind: i for i, kind in enumerate(PHASE_KINDS)}
+_INDEX = {PHASES[kind]: i for i, kind in enumerate(PHASE_KINDS)}  # a phase Struct's place in PHASE_KINDS
+_JOINED = -1  # the place of a row joined in this batch, in its message's rows
+
+
+@dataclass
+class Decoded:
+    gens: Generations | None  # the rows of the C decoder's Structs, grouped by message
+    rows: list[dict]  # the full path's rows, their source stamped, in the batch's order
+    message: np.ndarray  # each row's message (index in the batch): `gens`' rows, then `rows`
+    joined: np.ndarray  # each row's: joined in this batch (a row of the joined topic's scope)
+    refused: list[tuple[int, Rejection]]  # (message, rejection), in the batch's order
+    payloads: list[str]  # each refused event's dead-letter payload (dead_letter.payloads)
+    forward: list[Forwarded] = field(default_factory=list)  # lone phases, open generations' phases, then notes
+    joined_in_batch: int = 0
+    duplicates: int = 0  # copies of a phase of a generation joined here, dropped
+    notes: Counter = field(default_factory=Counter)  # the OTLP topic's counts for /health
+    otlp_ignored: int = 0
+    clocked: bool = False  # a decision here moved with the clock
+
+
+def _get(phase, name: str):
+    """A field of a phase, a Struct of the C decoder or the full path's Phase."""
+    return phase.fields.get(name) if type(phase) is Phase else getattr(phase, name, None)
+
+
+def _fields(phase) -> dict:
+    """A phase's fields as validate_phase gives them: what the join agent gets."""
+    return phase.fields if type(phase) is Phase else phase_fields(phase, _PHASE_KIND[type(phase)])
+
+
+def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_batch: int = MAX_BATCH,
+           oldest: float = MIN_T0, internal_topic: str | None = None, otlp_topic: str | None = None,
+           otlp_model: str | None = None, payload_cap: int = 0, broken: dict[int, Rejection] | None = None) -> Decoded:
+    """The batch decoded (`Decoded`). `internal_topic`: the join's, whose
+    records name their own reasons; `otlp_topic`'s records are OTLP exports.
+    `broken`: messages refused as they are, unread (their decode raised)."""
+    structs: list[list] = [[] for _ in events]  # per message: its generations' Structs
+    places: list[list] = [[] for _ in events]  # their event's place: in its envelope, None alone, _JOINED
+    rows, row_message, row_joined = [], [], []
+    refused: list[tuple[tuple[int, int], Rejection]] = []
+    lone, enveloped = [], []  # (message, phase)
+    out = Decoded(None, rows, None, None, [], [])
+    for m, event in enumerate(events):
+        msg = event.message
+        if broken and m in broken:
+            refused.append(((m, -1), broken[m]))
+            continue
+        envelope = False
+        if msg.topic == otlp_topic:
+            items, ignored, notes = process_otlp(event.value, bucket, max_bytes, now, otlp_model, oldest)
+            out.otlp_ignored += ignored
+            out.notes.update(notes)
+            out.clocked = True  # its mapping reads the clock too
+        else:
+            items, envelope = message_events(event.value, bucket, max_bytes, now, max_batch,
+                                             msg.topic == internal_topic, oldest)
+        phases = lone if len(items) == 1 else enveloped
+        for i, item in enumerate(items):
+            kind = type(item)
+            if kind is Generation:
+                structs[m].append(item)
+                places[m].append(i if envelope else None)
+            elif kind is Rejection:
+                refused.append(((m, i), item))
+            elif kind is dict:
+                rows.append(_sourced(item, msg))
+                row_message.append(m)
+                row_joined.append(False)
+            else:
+                phases.append((m, item))
+    kept = _join(out, enveloped, structs, places, events, bucket, now, oldest, row_message, row_joined)
+
+    flat = [e for s in structs for e in s]
+    place = [p for ps in places for p in ps]
+    counts = list(map(len, structs))
+    out.gens, bad = _derive(flat, counts, events, bucket, now, oldest)
+    message = np.repeat(np.arange(len(events)), counts)
+    good = np.ones(len(flat), dtype=bool)
+    for i, r in bad:
+        good[i] = False
+        m, p = int(message[i]), place[i]
+        out.clocked |= r.reason in _CLOCKED
+        if p == _JOINED:
+            kept.pop(flat[i].request_id)  # its phases go to the join agent, which names it
+        else:
+            refused.append(((m, -1 if p is None else p), r if p is None else r.in_envelope(p)))
+    out.message = np.concatenate([message[good], np.array(row_message, dtype=np.int64)])
+    out.joined = np.concatenate([np.array([p == _JOINED for p in place], dtype=bool)[good],
+                                 np.array(row_joined, dtype=bool)])
+    out.forward = _forwarded(lone, enveloped, kept, events, now, partitions, out)
+    out.clocked |= any(r.reason in _CLOCKED for _, r in refused)
+
+    refused.sort(key=lambda x: x[0])
+    for m, group in groupby(refused, key=lambda x: x[0][0]):
+        out.payloads += dead_letter.payloads(events[m].value, payload_cap, [r.event for _, r in group],
+                                             parse=events[m].message.topic != otlp_topic)
+    out.refused = [(m, r) for (m, _), r in refused]
+    return out
+
+
+def _sourced(row: dict, msg) -> dict:
+    row.update(src_topic=msg.topic, src_partition=msg.partition, src_offset=msg.offset)
+    return row
+
+
+def _join(out: Decoded, enveloped: list, structs: list, places: list, events, bucket, now: float, oldest: float,
+          row_message: list, row_joined: list) -> dict[str, tuple[int, list]]:
+    """The generations the envelopes' phases complete (batch_join.gather),
+    each a row of the message whose phase completed it: a Generation Struct
+    when its phases are all Structs, else the full path's row of the joined
+    event. -> request_id -> (that message, its phases), in the order of
+    completion; one the full path refuses is left out, its phases forwarded."""
+    phases = [p for _, p in enveloped]
+    seen, completed = gather(phases, [(p.request_id, _KIND[p.fields["kind"]] if type(p) is Phase
+                                       else _INDEX[type(p)]) for p in phases], _get)
+    kept = {}
+    for rid, i in completed.items():
+        m, ph = enveloped[i][0], seen[rid]
+        if all(p is None or type(p) is not Phase for p in ph):
+            structs[m].append(Generation(schema_version=2, **join.joined(rid, *ph, get=attr)))
+            places[m].append(_JOINED)
+        else:
+            row = process_event(join.joined_event(rid, {k: _fields(p) for k, p in zip(PHASE_KINDS, ph) if p}),
+                                bucket, now, internal=True, oldest=oldest)
+            if type(row) is not dict:
+                out.clocked |= row.reason in _CLOCKED
+                continue
+            out.rows.append(_sourced(row, events[m].message))
+            row_message.append(m)
+            row_joined.append(True)
+        kept[rid] = (m, ph)
+    return kept
+
+
+def _forwarded(lone: list, enveloped: list, kept: dict, events, now: float, partitions: int,
+               out: Decoded) -> list[Forwarded]:
+    """What goes to the join agent, as batch_join describes: lone phases,
+    the phases of generations not joined here, then one note per joined one."""
+    clocks = [message_time(event.message, now) for event in events]
+
+    def forwarded(m: int, phase) -> Forwarded:
+        return phase_partition(phase.request_id, partitions), clocks[m], _fields(phase)
+    forward = [forwarded(m, p) for m, p in lone]
+    for m, p in enveloped:
+        if p.request_id in kept:
+            out.duplicates += 1
+        else:
+            forward.append(forwarded(m, p))
+    for rid, (m, ph) in kept.items():
+        kinds = [k for k, p in zip(PHASE_KINDS, ph) if p is not None]
+        out.duplicates -= len(kinds)
+        forward.append((phase_partition(rid, partitions), clocks[m],
+                        {"kind": JOINED_IN_INGEST, "request_id": rid, "kinds": sorted(kinds)}))
+    out.joined_in_batch = len(kept)
+    return forward
+
+
+_NOWHERE = SimpleNamespace(message=SimpleNamespace(topic="", partition=0, offset=0))  # `answer`'s record
+
+
+def answer(raw: bytes | None, bucket, max_bytes: int, now: float, max_batch: int = MAX_BATCH,
+           internal: bool = False, oldest: float = MIN_T0) -> list:
+    """One message's results by the batch path's code, in its events' order:
+    a row (without its source), a Phase or a Rejection each. The tests hold
+    it equal to derive.process_message, the full path's answer, which
+    `phasemeter emit` and the OTLP receiver give."""
+    items, envelope = message_events(raw, bucket, max_bytes, now, max_batch, internal, oldest)
+    out = []
+    for i, item in enumerate(items):
+        if type(item) is Generation:
+            gens, bad = _derive([item], [1], [_NOWHERE], bucket, now, oldest)
+            if bad:
+                item = bad[0][1].in_envelope(i) if envelope else bad[0][1]
+            else:
+                item = {k: v for k, v in gens[0].items() if k not in ("src_topic", "src_partition", "src_offset")}
+        elif type(item) in _INDEX:
+            item = Phase(item.request_id, _fields(item))
+        out.append(item)
+    return out
+
+
+class Ahead:
+    """`decode` of a batch before its turn: the ingest agent decodes the
+    next batch while the store writes this one (the insert runs without the
+    GIL), which took ~10-20 % off a batch of envelopes
+    (docs/performance/worker.md). Only the pure decode runs early; every
+    decision that reads the store or the worker's positions is made in its turn.
+
+    Its result is the batch's only if admission left the batch as it was
+    (the same events, in order). An earlier clock is stricter about a t0
+    too far ahead of it, and the retention bound moves with the clock, so
+    `decoded_for` checks them again at the batch's turn: it gives what
+    `decode` would give then, or None to decode again."""
+
+    def __init__(self, events, *args, **kwargs):
+        self.events = list(events)
+        self.decoded = decode(self.events, *args, **kwargs)
+
+    def decoded_for(self, events, oldest: float = MIN_T0) -> Decoded | None:
+        d = self.decoded
+        if (d.clocked or len(events) != len(self.events) or (len(d.gens) and d.gens.ts.min() < oldest)
+                or min((r["t0"] for r in d.rows), default=oldest) < oldest):
+            return None
+        return d if all(a is b for a, b in zip(events, self.events)) else None
