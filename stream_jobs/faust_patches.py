@@ -35,17 +35,14 @@ class _Continued:
         coro, pending = self.coro, self.pending
         while True:
             try:
-                sent = yield pending
-            except BaseException as exc:  # thrown in by the task, e.g. its cancellation
                 try:
+                    sent = yield pending
+                except BaseException as exc:  # thrown in by the task, e.g. its cancellation
                     pending = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
+                else:
                     pending = coro.send(sent)
-                except StopIteration as done:
-                    return done.value
+            except StopIteration as done:  # raised by `coro` only: a StopIteration thrown in goes to it
+                return done.value
 
 
 def inline_first(service, *flags):
