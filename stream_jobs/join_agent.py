@@ -52,10 +52,6 @@ def progress_key(partition: int) -> bytes:
     return _PROGRESS + str(partition).encode()
 
 
-def _envelope(records: list[dict]) -> bytes:
-    return _dumps({"schema_version": 2, "kind": "batch", "events": records})
-
-
 def phase_envelopes(phases: list[tuple[int, float, dict]]) -> list[tuple[int, bytes]]:
     """Ingest's forwarded phases -> (partition, message) for the phases topic:
     one message per partition and chunk instead of one per phase (Kafka's
@@ -100,12 +96,7 @@ class Join:
 
     async def _positions(self, tps) -> dict:
         data = self.table.data
-        out = {}
-        for topic, partition in tps:
-            entry = data.get(progress_key(partition))
-            if entry is not None:
-                out[topic, partition] = entry["next"]
-        return out
+        return {(t, p): entry["next"] for t, p in tps if (entry := data.get(progress_key(p))) is not None}
 
     async def _save_positions(self, positions: dict) -> None:
         await self._write(self._progress_changes(positions))
@@ -121,8 +112,9 @@ class Join:
         name = self.joined.get_topic_name()
         # Straight to Faust's producer (aiokafka): Topic.send costs ~0.5 ms of
         # bookkeeping a message. Each future resolves once Kafka has it.
-        futures = [await self.app.producer.send(name, None, _envelope([rec for _, rec in part]), None, None, None)
-                   for part in join.chunks(outputs)]
+        envelopes = [_dumps({"schema_version": 2, "kind": "batch", "events": [rec for _, rec in part]})
+                     for part in join.chunks(outputs)]
+        futures = [await self.app.producer.send(name, None, value, None, None, None) for value in envelopes]
         if futures:
             await asyncio.gather(*futures)
 
