@@ -32,8 +32,6 @@ from aiohttp import web
 
 from phasemeter.callers import allowed_names, host_allowed, is_simple_request
 
-from . import faust_adapter
-
 # Answered from the worker's memory, on the event loop, in one step.
 MONITORING: frozenset[str] = frozenset({"/health", "/metrics"})
 MAX_IN_FLIGHT = 16
@@ -98,9 +96,3 @@ def application_options(settings) -> dict:
     """Faust's `web_application_options`: aiohttp Application's arguments."""
     allowed = allowed_names(settings.web_host, settings.allowed_hosts)
     return {"middlewares": [guard(allowed)], "client_max_size": MAX_BODY_BYTES}
-
-
-def limit_idle(app) -> None:
-    """Close idle connections after IDLE_S (aiohttp's default is 3630 s);
-    before the worker starts its web server."""
-    faust_adapter.set_keepalive(app, IDLE_S)
