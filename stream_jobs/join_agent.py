@@ -9,11 +9,10 @@ table and those functions, in an order that loses nothing on kill -9:
 3. only then write the new entries to the table (local dict + changelog),
    and wait for the changelog too, before the batch is acked.
 
-A crash before 3 re-delivers the phases onto the old entries and publishes
-the same generations again; ingest drops those by request_id. A crash after
-3 finds the entries marked done, so re-delivered phases are duplicates.
-Writing the changelog before step 2 could mark a generation done whose
-output never reached Kafka: lost. See docs/phases.md.
+A crash before 3 publishes the same generations again (ingest drops them by
+request_id); after 3, re-delivered phases are duplicates. The changelog
+written before step 2 could mark done a generation whose output never
+reached Kafka: lost (docs/phases.md, "Nothing lost on kill -9").
 
 The table is written through `table.data` and its changelog topic rather
 than `table[key] = ...`, because the partition is explicit here: a batch
