@@ -54,10 +54,10 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
         await asyncio.to_thread(sink.record_progress, positions)
 
     async def _ingest(stream):
-        # One batch at a time, as before; but while a batch is written, the
-        # next one (gathered meanwhile) is decoded (Pipeline.decode_ahead):
-        # the store's insert runs without the GIL. Nothing of the next batch
-        # is decided before this one is durable and its progress recorded.
+        # One batch at a time, but while a batch is written the next one
+        # (gathered meanwhile) is decoded (Pipeline.decode_ahead): the store's
+        # insert runs without the GIL. Nothing of the next batch is decided
+        # before this one is durable and its progress recorded.
         batch = None  # the task of the batch in hand
         try:
             async for events in batching.gather(stream, settings.batch_rows, settings.batch_bytes,
