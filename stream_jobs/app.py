@@ -169,7 +169,8 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
     ingest_agent.install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets, _crash_guard)
 
     register_views(app, settings, pipeline, sink, joiner, sloset)
-    web_guard.limit_idle(app)
+    # Idle connections closed after IDLE_S, not aiohttp's 3630 s; before the web server starts.
+    faust_adapter.set_keepalive(app, web_guard.IDLE_S)
     if settings.is_embedded and sql_socket is not None:  # a server store is its own SQL interface
         _serve_sql(app, settings, sql_socket)
     return app

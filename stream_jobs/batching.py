@@ -2,9 +2,8 @@
 
 Faust's `take_events(max_, within)` counts messages and, after a batch, waits
 `within` from the moment the body returns, while intake stands still during
-the body. Measured (docs/performance/worker.md): at 2k generations/s the oldest
-record of a batch was 2-3 s old when the batch began, against ~0.6 s of
-processing. `gather` differs in three ways:
+the body: batches began seconds old (docs/performance/worker.md, "Freshness
+and batching"). `gather` differs in three ways:
 
 * intake goes on while a batch is processed, into the next batch (up to the
   same bounds, then the stream waits: backpressure, nothing dropped), so the

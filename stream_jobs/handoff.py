@@ -23,9 +23,8 @@ class Handoff:
     durable (`commit`), so a member that starts from it (it has no position
     of its own) neither skips nor re-reads a record. Faust commits what its
     streams acked, and `take_events` acks a batch in a `finally`, whether or
-    not the body finished. Measured: a chaos cell with members joining and
-    leaving lost two ranges of 23 and 11 records. So the agents' topics are
-    consumed with acks off and the offset is committed here.
+    not the body finished (docs/delivery.md has the records that lost). So
+    the agents' topics are consumed with acks off and committed here.
 
     With acks off Faust no longer waits for a batch in hand when it stops or
     revokes partitions, so `run` and `settle` do: a stop (SIGTERM, a rolling
@@ -56,10 +55,10 @@ class Handoff:
 
         One background task commits the newest positions: a commit costs a
         round trip and a producer flush, which need not hold up the next
-        batch (docs/performance/worker.md; their scatter is larger
-        than the difference). `settle` waits for it, so a stop
-        or a revoke hands over with everything durable committed. A failure
-        is not fatal: the next batch commits again."""
+        batch (its gain in rate was within the runs' scatter). `settle`
+        waits for it, so a stop or a revoke hands over with everything
+        durable committed. A failure is not fatal: the next batch commits
+        again."""
         for tp, offset in positions.items():
             self._want[FaustTP(*tp)] = int(offset)
         if self._want and (self._committer is None or self._committer.done()):

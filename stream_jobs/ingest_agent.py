@@ -24,9 +24,6 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
     """Register the ingest agent over `raw` and the start-up preload; `offsets`
     is the worker's log_offsets.LogOffsets; `crash` wraps the agent's body so
     a bug exits the process (app._crash_guard)."""
-    async def loop_run(fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
-
     preload = Preload()
 
     @app.task
@@ -46,7 +43,7 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
             log.warning("end offsets of %d partition(s) not read (%s); checking the batch bounds after the resume",
                         len(tps), exc)
             ends = {}
-        found = await loop_run(sink.positions, sorted({t for t, _ in tps}))
+        found = await asyncio.to_thread(sink.positions, sorted({t for t, _ in tps}))
         # A partition with no position in this store was never written to it:
         # a start is recorded before a single record is processed
         # (resume.admit). No previous owner's batch to check there.
@@ -54,20 +51,20 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
         return found
 
     async def save(positions):
-        await loop_run(sink.record_progress, positions)
+        await asyncio.to_thread(sink.record_progress, positions)
 
     async def _ingest(stream):
-        # One batch at a time, as before; but while a batch is written, the
-        # next one (gathered meanwhile) is decoded (Pipeline.decode_ahead):
-        # the store's insert runs without the GIL. Nothing of the next batch
-        # is decided before this one is durable and its progress recorded.
+        # One batch at a time, but while a batch is written the next one
+        # (gathered meanwhile) is decoded (Pipeline.decode_ahead): the store's
+        # insert runs without the GIL. Nothing of the next batch is decided
+        # before this one is durable and its progress recorded.
         batch = None  # the task of the batch in hand
         try:
             async for events in batching.gather(stream, settings.batch_rows, settings.batch_bytes,
                                                 settings.batch_seconds):
                 ahead = None
                 if batch is not None and not batch.done():
-                    ahead = await loop_run(pipeline.decode_ahead, events)
+                    ahead = await asyncio.to_thread(pipeline.decode_ahead, events)
                 if batch is not None:
                     await asyncio.shield(batch)  # raises what the batch raised
                 await until_ready(app)
@@ -89,22 +86,22 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
         events = admitted.events
         if not events:
             return
-        rows, dead, phases, suspects = await loop_run(pipeline.split, events, ahead)
+        rows, dead, phases, suspects = await asyncio.to_thread(pipeline.split, events, ahead)
         t_split = time.time()
         # Blocks (retrying) while the store is down: the stream stops being
         # consumed (backpressure) and no progress is recorded.
         pipeline.writing_since = t_split
         # Rows the store refuses for good come back as dead letters, stored.
-        refused = await loop_run(sink.write, rows, dead)
+        refused = await asyncio.to_thread(sink.write, rows, dead)
         dead = dead + refused
         if pipeline.reread_records:  # records a previous owner may have written too
-            rewritten = await loop_run(sink.rewrite_dropped, rows, dead)
+            rewritten = await asyncio.to_thread(sink.rewrite_dropped, rows, dead)
             if rewritten:
                 pipeline.counts["dedup_dropped_rewritten"] += rewritten
                 log.warning("%d record(s) dropped by the store as a retry of an insert that never landed: "
                             "written again", rewritten)
         if suspects:  # re-read rows whose insert may not have reached the rollup
-            repaired = await loop_run(sink.repair_rollup, suspects)
+            repaired = await asyncio.to_thread(sink.repair_rollup, suspects)
             pipeline.counts["rollup_cells_checked"] += len(suspects)
             pipeline.counts["rollup_cells_repaired"] += len(repaired)
             if repaired:

@@ -9,11 +9,10 @@ table and those functions, in an order that loses nothing on kill -9:
 3. only then write the new entries to the table (local dict + changelog),
    and wait for the changelog too, before the batch is acked.
 
-A crash before 3 re-delivers the phases onto the old entries and publishes
-the same generations again; ingest drops those by request_id. A crash after
-3 finds the entries marked done, so re-delivered phases are duplicates.
-Writing the changelog before step 2 could mark a generation done whose
-output never reached Kafka: lost. See docs/phases.md.
+A crash before 3 publishes the same generations again (ingest drops them by
+request_id); after 3, re-delivered phases are duplicates. The changelog
+written before step 2 could mark done a generation whose output never
+reached Kafka: lost (docs/phases.md, "Nothing lost on kill -9").
 
 The table is written through `table.data` and its changelog topic rather
 than `table[key] = ...`, because the partition is explicit here: a batch
@@ -50,10 +49,6 @@ _PROGRESS = b"\x00phasemeter/next-offset/" + b"." * 128 + b"/"
 
 def progress_key(partition: int) -> bytes:
     return _PROGRESS + str(partition).encode()
-
-
-def _envelope(records: list[dict]) -> bytes:
-    return _dumps({"schema_version": 2, "kind": "batch", "events": records})
 
 
 def phase_envelopes(phases: list[tuple[int, float, dict]]) -> list[tuple[int, bytes]]:
@@ -100,12 +95,7 @@ class Join:
 
     async def _positions(self, tps) -> dict:
         data = self.table.data
-        out = {}
-        for topic, partition in tps:
-            entry = data.get(progress_key(partition))
-            if entry is not None:
-                out[topic, partition] = entry["next"]
-        return out
+        return {(t, p): entry["next"] for t, p in tps if (entry := data.get(progress_key(p))) is not None}
 
     async def _save_positions(self, positions: dict) -> None:
         await self._write(self._progress_changes(positions))
@@ -121,8 +111,9 @@ class Join:
         name = self.joined.get_topic_name()
         # Straight to Faust's producer (aiokafka): Topic.send costs ~0.5 ms of
         # bookkeeping a message. Each future resolves once Kafka has it.
-        futures = [await self.app.producer.send(name, None, _envelope([rec for _, rec in part]), None, None, None)
-                   for part in join.chunks(outputs)]
+        envelopes = [_dumps({"schema_version": 2, "kind": "batch", "events": [rec for _, rec in part]})
+                     for part in join.chunks(outputs)]
+        futures = [await self.app.producer.send(name, None, value, None, None, None) for value in envelopes]
         if futures:
             await asyncio.gather(*futures)
 

@@ -1,15 +1,8 @@
 """The live page on the worker's web port: `/`, its files, and its data
-endpoints. Read-only like the rest of the port (web.py).
-
-`/api/bands` runs phasemeter.analytics.live.bands, i.e. the CLI's own
-`query bands` code over the worker's store, so the page shows what
-`phasemeter query bands --format json` prints. `/api/slo` runs
-phasemeter.analytics.live.slo, i.e. `phasemeter slo`'s attainment code, for
-the SLOs this worker declared (PHASEMETER_SLOS). `/api/pools` runs
-phasemeter.analytics.live_pools.pools, i.e. `query bands --by` and `latency
---by` (prefill/decode pools, the KV transfer's percentiles). `/api/alerts` evaluates the
-rules at now with phasemeter.alerts.check, as `alerts check` does.
-In flight and health come from the existing /inflight and /health.
+endpoints, each running the CLI's own code over the worker's store, so the
+page shows what the command prints (docs/live.md, "The data endpoints").
+Read-only like the rest of the port (web.py); in flight and health come from
+the existing /inflight and /health.
 """
 
 from __future__ import annotations

@@ -4,11 +4,9 @@ the worker's own.
 The worker asks both before a partition's first batch: its end when the
 partition is assigned (the re-read window, ingest_agent's `load`), its start
 when it has no position yet (resume.group_start). Faust's consumer answers
-them through its consumer thread, and in a starting worker each answer took
-1.1-1.5 s (docs/performance/worker.md). Those waits came before the first row of every
-topic: on a fresh store 2.6 s of a 20,000-row first batch's 3.1 s, and three
-topics' worth for the phase join (raw, phases, joined). This client answers
-in a few milliseconds.
+them through its consumer thread, slowly in a starting worker: the first
+batch waited 2.6 s for them, against ~0.1 s on this client
+(docs/performance/worker.md).
 
 kafka-python, a core dependency, with the worker's own security settings. Its
 client is not thread-safe, so one thread of its own makes every call. If it

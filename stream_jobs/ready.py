@@ -1,13 +1,12 @@
 """When a worker may process what it fetched: partitions assigned and the
 join table recovered from its changelog.
 
-Measured (kill -9, restart, phases arriving while the new worker joined):
-records fetched before Faust's end-of-recovery seek to the committed
-offsets were processed and acked, the seek re-delivered some of them, and
-Faust's offset tracking then committed past records it never delivered --
-about 1 restart in 7 lost phases. Holding such a batch until recovery has
-ended (and the seek happened) removed it in every run since; the re-fetched
-copies are skipped as already stored (ingest) or as duplicates (join).
+Records processed before Faust's end-of-recovery seek to the committed
+offsets left its offset tracking committing past records it never
+delivered. Holding such a batch until recovery has ended (and the seek
+happened) removed the loss; the re-fetched copies are skipped as already
+stored (ingest) or as duplicates (join). docs/phases.md ("A Faust hazard
+found on the way") has the runs.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """A worker whose table recovery stops making progress exits, so that its
 supervisor restarts it.
 
-Measured (the two-worker rebalance test in tests/integration/test_phases.py,
-with an artificial 0-1.5 s pause inside each join batch, 10 runs): in one
-run the member that took over the leaving member's partitions started
-Faust's table recovery and never received a single changelog record for two
-of them. It stayed not ready for over two minutes, still waiting, and
-nothing more was joined (909 of 1,800 requests). Started again on the same
-broker and the same store, the same worker recovered in 0.6 s and joined
-all 1,800 requests once. The hang is inside Faust's recovery, where no
-setting reaches it; a restart leaves it behind, and the worker is
-crash-only by design (every position it resumes from is durable).
-
-Seen again with the exit's diagnosis (recovery_task.py): the stuck
-partitions had applied nothing (offset -1) while the consumer's fetch
-position stood at their end (530 of 530): Faust fetched the records and
-never handed them to the recovery. So a stuck recovery first has those
-partitions sought back to what it applied, which makes the consumer fetch
-them again, and exits only if that does not help either.
+After a rebalance Faust's table recovery has hung, never handed changelog
+records it had fetched, where no setting reaches it; a restart recovered at
+once, and the worker is crash-only by design (every position it resumes from
+is durable). So a stuck recovery first has its partitions sought back to what
+it applied, which makes the consumer fetch them again, and the worker exits
+only if that does not help either (docs/delivery.md, "A table recovery that
+stops", has the measurements and the diagnosis).
 
 Progress is the number of changelog records the recovery still expects
 (Faust's `active_remaining_total`). A large changelog may take minutes to
@@ -31,8 +21,6 @@ from __future__ import annotations
 
 # EX_TEMPFAIL: "try again"; a crashed agent exits with 70 (app._crash_guard).
 EXIT_RECOVERY_STALLED = 75
-
-
 OK, RESEEK, EXIT = "ok", "reseek", "exit"
 
 

@@ -21,9 +21,8 @@ A partition can also fall silent behind its end: Faust drops the rest of a
 fetch when a rebalance changes the group's generation or pauses the
 partition mid-fetch, and relies on a later seek to the committed offset,
 which our own positions make unreliable. With nothing else arriving, no gap
-is ever seen (measured: after a kill -9 and a restart, 988 of 1,000 records
-sat behind four partitions for two minutes). `behind` finds such partitions
-from the broker's high-water marks and has them sought back like a gap.
+is ever seen (docs/delivery.md). `behind` finds such partitions from the
+broker's high-water marks and has them sought back like a gap.
 
 A gap that does not close after `max_seeks` seeks is reported as `stuck`.
 The caller jumps over it only when the broker confirms the records are gone

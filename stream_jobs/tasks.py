@@ -33,8 +33,7 @@ def _chain(coro) -> list[str]:
         else:
             out.append(repr(coro)[:120])  # a Future, or a C-level awaitable
             break
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
-        coro = _unwrap(coro)
+        coro = _unwrap(getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None))
     return out
 
 

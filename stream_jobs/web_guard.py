@@ -2,26 +2,15 @@
 
 One aiohttp middleware runs before every route (Faust's `web_application_options`
 hand it to aiohttp's `Application`), so a route added later is covered
-without code of its own:
-
-- **Host**: a request naming a host this worker does not serve gets 403
-  (phasemeter.callers: loopback's names, the bind address, and
-  PHASEMETER_ALLOWED_HOSTS), so a DNS-rebound page cannot read any route.
-- **No simple requests that change anything**: a request other than GET/HEAD
-  that a browser may send cross-site without a preflight (a POST of
-  text/plain, a form, no content type) gets 415; only JSON posts run. (The
-  SQL interface, whose clients send plain POSTs, is a listener of its own:
-  sql_http.py.)
-- **Bounded concurrency**: at most MAX_IN_FLIGHT requests at once; the next
-  gets 503 with Retry-After at once, not a queue (each request may hold a
-  thread of the executor and the store's lock). MONITORING routes answer from
-  memory on the event loop and are not counted: a probe must not read a busy
-  worker as a dead one.
-- **Bounded reads**: a body must arrive whole within BODY_READ_S (408 and the
-  connection closed otherwise) and be at most MAX_BODY_BYTES (413, aiohttp's
-  own check); an idle connection, or one whose head never ends, is closed
-  after IDLE_S.
-- **A body too deeply nested to decode** is a 400 with the reason, never a 500.
+without code of its own. docs/live.md ("Security") tables its checks and
+what a caller gets from each: the Host named (so a DNS-rebound page reads
+nothing), no cross-site simple request other than GET/HEAD, at most
+MAX_IN_FLIGHT requests at once (each may hold a thread of the executor and
+the store's lock; MONITORING routes answer from memory and are not counted,
+so a probe never reads a busy worker as a dead one), bounded body reads, and
+a 400, never a 500, for a body nested too deeply to decode. The SQL
+interface, whose clients send plain POSTs, is a listener of its own
+(sql_http.py).
 """
 
 from __future__ import annotations
@@ -31,8 +20,6 @@ import asyncio
 from aiohttp import web
 
 from phasemeter.callers import allowed_names, host_allowed, is_simple_request
-
-from . import faust_adapter
 
 # Answered from the worker's memory, on the event loop, in one step.
 MONITORING: frozenset[str] = frozenset({"/health", "/metrics"})
@@ -98,9 +85,3 @@ def application_options(settings) -> dict:
     """Faust's `web_application_options`: aiohttp Application's arguments."""
     allowed = allowed_names(settings.web_host, settings.allowed_hosts)
     return {"middlewares": [guard(allowed)], "client_max_size": MAX_BODY_BYTES}
-
-
-def limit_idle(app) -> None:
-    """Close idle connections after IDLE_S (aiohttp's default is 3630 s);
-    before the worker starts its web server."""
-    faust_adapter.set_keepalive(app, IDLE_S)
