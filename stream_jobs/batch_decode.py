@@ -36,23 +36,24 @@ from .fast_decode import _PHASE_KIND, PHASES, Generation, attr, message_events, 
 from .join import JOINED_IN_INGEST, phase_partition
 from .otlp_in import process_otlp
 from .phase_events import PHASE_KINDS, Phase
+from .sink import columns_of
 
 # Checks whose answer moves with the clock: a batch decoded ahead with an
 # event they refused is decoded again in its turn.
 _CLOCKED = (R.ABSURD, R.OUTSIDE_RETENTION)
 _KIND = {kind: i for i, kind in enumerate(PHASE_KINDS)}
 _INDEX = {PHASES[kind]: i for i, kind in enumerate(PHASE_KINDS)}  # a phase Struct's place in PHASE_KINDS
-_JOINED = -1  # the place of a row joined in this batch, in its message's rows
+_JOINED = 1 << 30  # the place of a row joined in this batch: after its message's own events
 
 
 @dataclass
 class Decoded:
-    gens: Generations | None  # the rows of the C decoder's Structs, grouped by message
-    rows: list[dict]  # the full path's rows, their source stamped, in the batch's order
-    message: np.ndarray  # each row's message (index in the batch): `gens`' rows, then `rows`
-    joined: np.ndarray  # each row's: joined in this batch (a row of the joined topic's scope)
-    refused: list[tuple[int, Rejection]]  # (message, rejection), in the batch's order
-    payloads: list[str]  # each refused event's dead-letter payload (dead_letter.payloads)
+    gens: Generations | None  # the rows, in the order of their events in the batch
+    message: np.ndarray | None  # each row's message (index in the batch)
+    joined: np.ndarray | None  # each row's: joined in this batch (a row of the joined topic's scope)
+    refused: list[tuple[int, Rejection]] = field(default_factory=list)  # (message, rejection), in order
+    payloads: list[str] = field(default_factory=list)  # each refused event's dead-letter payload
+    store_refused: list[dict] = field(default_factory=list)  # dead letters of rows Arrow cannot take
     forward: list[Forwarded] = field(default_factory=list)  # lone phases, open generations' phases, then notes
     joined_in_batch: int = 0
     duplicates: int = 0  # copies of a phase of a generation joined here, dropped
@@ -79,10 +80,10 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
     `broken`: messages refused as they are, unread (their decode raised)."""
     structs: list[list] = [[] for _ in events]  # per message: its generations' Structs
     places: list[list] = [[] for _ in events]  # their event's place: in its envelope, None alone, _JOINED
-    rows, row_message, row_joined = [], [], []
+    rows: list[tuple[dict, int, int]] = []  # the full path's rows: (row, its message, its place)
     refused: list[tuple[tuple[int, int], Rejection]] = []
     lone, enveloped = [], []  # (message, phase)
-    out = Decoded(None, rows, None, None, [], [])
+    out = Decoded(None, None, None)
     for m, event in enumerate(events):
         msg = event.message
         if broken and m in broken:
@@ -106,12 +107,10 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
             elif kind is Rejection:
                 refused.append(((m, i), item))
             elif kind is dict:
-                rows.append(_sourced(item, msg))
-                row_message.append(m)
-                row_joined.append(False)
+                rows.append((_sourced(item, msg), m, i))
             else:
                 phases.append((m, item))
-    kept = _join(out, enveloped, structs, places, events, bucket, now, oldest, row_message, row_joined)
+    kept = _join(out, enveloped, structs, places, rows, events, bucket, now, oldest)
 
     flat = [e for s in structs for e in s]
     place = [p for ps in places for p in ps]
@@ -127,9 +126,7 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
             kept.pop(flat[i].request_id)  # its phases go to the join agent, which names it
         else:
             refused.append(((m, -1 if p is None else p), r if p is None else r.in_envelope(p)))
-    out.message = np.concatenate([message[good], np.array(row_message, dtype=np.int64)])
-    out.joined = np.concatenate([np.array([p == _JOINED for p in place], dtype=bool)[good],
-                                 np.array(row_joined, dtype=bool)])
+    _add_rows(out, rows, message[good], np.array([p or 0 for p in place], dtype=np.int64)[good], now)
     out.forward = _forwarded(lone, enveloped, kept, events, now, partitions, out)
     out.clocked |= any(r.reason in _CLOCKED for _, r in refused)
 
@@ -141,13 +138,31 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
     return out
 
 
+def _add_rows(out: Decoded, rows: list, message: np.ndarray, place: np.ndarray, now: float) -> None:
+    """The full path's rows added to the Structs' (sink.columns_of: one Arrow
+    cannot take is refused as the store refuses it), all in the order of
+    their events in the batch, where the duplicate rule's "first" is read."""
+    extra, letters = columns_of([r for r, _, _ in rows], now)
+    gone = {k for k, _ in letters}
+    kept = [(m, p) for k, (_, m, p) in enumerate(rows) if k not in gone]
+    out.store_refused = [letter for _, letter in letters]
+    if kept:
+        out.gens = out.gens + extra
+        message = np.concatenate([message, np.array([m for m, _ in kept], dtype=np.int64)])
+        place = np.concatenate([place, np.array([p for _, p in kept], dtype=np.int64)])
+        order = np.lexsort((place, message))
+        if (order != np.arange(len(order))).any():
+            out.gens, message, place = out.gens.take(order), message[order], place[order]
+    out.message, out.joined = message, place == _JOINED
+
+
 def _sourced(row: dict, msg) -> dict:
     row.update(src_topic=msg.topic, src_partition=msg.partition, src_offset=msg.offset)
     return row
 
 
-def _join(out: Decoded, enveloped: list, structs: list, places: list, events, bucket, now: float, oldest: float,
-          row_message: list, row_joined: list) -> dict[str, tuple[int, list]]:
+def _join(out: Decoded, enveloped: list, structs: list, places: list, rows: list, events, bucket, now: float,
+          oldest: float) -> dict[str, tuple[int, list]]:
     """The generations the envelopes' phases complete (batch_join.gather),
     each a row of the message whose phase completed it: a Generation Struct
     when its phases are all Structs, else the full path's row of the joined
@@ -168,9 +183,7 @@ def _join(out: Decoded, enveloped: list, structs: list, places: list, events, bu
             if type(row) is not dict:
                 out.clocked |= row.reason in _CLOCKED
                 continue
-            out.rows.append(_sourced(row, events[m].message))
-            row_message.append(m)
-            row_joined.append(True)
+            rows.append((_sourced(row, events[m].message), m, _JOINED))
         kept[rid] = (m, ph)
     return kept
 
@@ -241,7 +254,6 @@ class Ahead:
 
     def decoded_for(self, events, oldest: float = MIN_T0) -> Decoded | None:
         d = self.decoded
-        if (d.clocked or len(events) != len(self.events) or (len(d.gens) and d.gens.ts.min() < oldest)
-                or min((r["t0"] for r in d.rows), default=oldest) < oldest):
+        if d.clocked or len(events) != len(self.events) or (len(d.gens) and d.gens.ts.min() < oldest):
             return None
         return d if all(a is b for a, b in zip(events, self.events)) else None

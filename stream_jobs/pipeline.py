@@ -27,7 +27,7 @@ from .contract import Rejection, oldest_kept
 from .ledger import Stored, offset_spans
 from .sequence import Sequencer
 from .labels import LabelBound
-from .sink import Sink, columns_of
+from .sink import Sink
 
 log = logging.getLogger("phasemeter.worker")
 
@@ -287,14 +287,7 @@ class Pipeline:
         self.forwarded += len(d.forward)
         self.joined_in_batch += d.joined_in_batch
         self.counts["phases_duplicate_in_batch"] += d.duplicates
-        extra, dead = columns_of(d.rows, now)  # the full path's rows; one Arrow cannot take, refused
-        gens = d.gens + extra if extra else d.gens
-        if dead:
-            gone = np.ones(len(d.rows), dtype=bool)
-            gone[[k for k, _ in dead]] = False
-            keep = np.concatenate([np.ones(len(d.gens), dtype=bool), gone])
-            d.message, d.joined = d.message[keep], d.joined[keep]
-            dead = [letter for _, letter in dead]
+        gens, dead = d.gens, list(d.store_refused)
         cap = self.settings.dlq_payload_bytes
         for (m, r), kept in zip(d.refused, d.payloads):
             msg = events[m].message

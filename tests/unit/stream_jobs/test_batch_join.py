@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from phasemeter.stream_jobs import join
 from phasemeter.stream_jobs.batch_decode import decode
 from phasemeter.stream_jobs.buckets import Bucketer, parse_edges
-from phasemeter.stream_jobs.columnar import Generations
 from phasemeter.stream_jobs.derive import Rejection, process_event
 from phasemeter.stream_jobs.join import phase_partition
 from phasemeter.stream_jobs.phase_events import validate_phase
@@ -59,9 +58,8 @@ def fold(messages: list[list[dict]]):
         message=SimpleNamespace(topic="gen", partition=0, offset=i, timestamp=NOW - 50 + i))
         for i, m in enumerate(messages)]
     d = decode(records, BUCKET, 1_000_000, NOW, PARTITIONS)
-    gens = d.gens + Generations.from_rows(d.rows) if d.rows else d.gens
-    assert d.refused == [] and d.joined.all() and len(d.joined) == len(gens)
-    return list(gens), d
+    assert d.refused == [] and d.joined.all() and len(d.joined) == len(d.gens)
+    return list(d.gens), d
 
 
 def fwd(fields: dict, offset: int) -> tuple[int, float, dict]:

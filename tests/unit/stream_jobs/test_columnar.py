@@ -83,15 +83,19 @@ def _key(row: dict) -> tuple:
 def same_as_row_path(records, oldest: float = MIN_T0) -> Decoded:
     """`decode` of the batch against the row path, message by message: the
     same rows (values, Arrow table, batch token, cells), the C decoder's
-    and the full path's, and the same rejections in the same order. The
-    phases are checked by the tests that send them."""
+    and the full path's, in the order of their records, and the same
+    rejections in the same order. The phases are checked by the tests that
+    send them."""
     d = decode(records, BUCKET, LIMIT, NOW, oldest=oldest, payload_cap=4096)
     expected = row_path(records, oldest)
     rows = sorted((x for x in expected if isinstance(x, dict)), key=_key)
     refused = [(m, x) for m, r in enumerate(records) for x in row_path([r], oldest) if isinstance(x, Rejection)]
-    gens = d.gens + Generations.from_rows(d.rows) if d.rows else d.gens
+    gens = d.gens
     assert len(gens) == len(rows) and len(d.refused) == len(refused)
     assert sorted(gens, key=_key) == rows  # every value of every row, None stays None
+    assert d.message.tolist() == sorted(d.message.tolist())  # in the order of their records
+    assert [(r["src_topic"], r["src_partition"], r["src_offset"]) for r in gens] == [
+        (records[m].message.topic, records[m].message.partition, records[m].message.offset) for m in d.message]
     assert d.refused == refused
     # Each dead letter's payload: its event's alone, redacted, when it was refused inside an envelope.
     assert d.payloads == [dead_letter.payloads(records[m].value, 4096, [x.event])[0] for m, x in refused]
@@ -111,7 +115,7 @@ def same_as_row_path(records, oldest: float = MIN_T0) -> Decoded:
 def same_as_rows(records, oldest: float = MIN_T0) -> Generations:
     """A batch of well-formed generations the C decoder takes: the row path's rows, as columns."""
     d = same_as_row_path(records, oldest)
-    assert d.refused == [] and d.rows == [] and d.forward == []
+    assert d.refused == [] and d.forward == [] and not any(d.joined)
     return d.gens
 
 
@@ -141,10 +145,10 @@ def test_phases_and_malformed_messages():
     for value, rows, forwarded in ((encode([good, start], True), 2, 1), (encode([start], False), 1, 1),
                                    (json.dumps(stall).encode(), 2, 0)):
         d = same_as_row_path([record(0, encode([good], False)), record(1, value)])
-        assert (len(d.gens) + len(d.rows), len(d.forward)) == (rows, forwarded), value
+        assert (len(d.gens), len(d.forward)) == (rows, forwarded), value
         assert [f[2] for f in d.forward] == [{"kind": "start", "request_id": "p", "model": "m", "t0": NOW - 5,
                                               "input_tokens": 10}][:forwarded], value
-    assert d.rows[0]["chunks"] == 3
+    assert [r["chunks"] for r in d.gens] == [None, 3]  # in the order of their records
     for value in (b"{", b"", None, json.dumps({**good, "t0": NOW + 2 * 86400}).encode(),  # after now + 1 day
                   encode([good, {**good, "kind": "orphan"}], True)):
         d = same_as_row_path([record(0, encode([good], False)), record(1, value)])

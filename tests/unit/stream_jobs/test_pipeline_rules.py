@@ -277,6 +277,9 @@ def test_rows_the_full_path_reads_and_rows_of_structs_keep_their_scopes_in_one_b
     assert sorted((r["request_id"], r["src_topic"], r["src_offset"], r["stalled"]) for r in rows) == [
         ("a", TOPIC, 0, None), ("b", TOPIC, 2, None), ("b", s.joined_topic_name, 0, 1), ("c", TOPIC, 2, 1)]
     assert [(d["reason"], d["src_offset"]) for d in dead] == [(R.DUPLICATE, 1)]  # a's second copy, with chunks
+    # The first copy in the batch is kept whichever decoder read it.
+    rows, dead = Pipeline(s, FakeSink()).split([rec(0, chunked), rec(1, gen("a"))])[:2]
+    assert ([(r["src_offset"], r["chunks"]) for r in rows], [d["src_offset"] for d in dead]) == ([(0, 5)], [1])
 
 
 def test_a_batch_decoded_ahead_is_used_as_admitted_and_decided_in_its_turn():
