@@ -76,16 +76,11 @@ def payloads(raw: bytes | None, cap: int, places: list, parse: bool = True) -> l
     else that event of its envelope alone, redacted by the same rule. The
     envelope's events are located once for them all: per dead letter, an
     envelope of 10,000 refused events was walked 10,000 times."""
-    out, whole, parts = [], None, None
-    for place in places:
-        if place is None:
-            whole = payload(raw, cap, parse) if whole is None else whole
-            out.append(whole)
-            continue
-        if parts is None:
-            parts = _events_of(raw) if raw and parse and cap > 0 else []
-        out.append(_kept(parts[place], cap) if 0 <= place < len(parts) and cap > 0 else "")
-    return out
+    whole = payload(raw, cap, parse) if None in places else ""
+    located = raw and parse and cap > 0 and any(place is not None for place in places)
+    parts = _events_of(raw) if located else []
+    return [whole if place is None else (_kept(parts[place], cap) if 0 <= place < len(parts) else "")
+            for place in places]
 
 
 def _events_of(raw: bytes) -> list:
