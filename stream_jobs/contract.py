@@ -87,17 +87,13 @@ def lone_surrogate(value, path: str = "") -> Rejection | None:
                                          "half of a \\u escape pair); text must be valid Unicode")
         return None
     if isinstance(value, dict):
-        for key, item in value.items():
-            bad = lone_surrogate(key, f"a field name in {path or 'the event'}") or lone_surrogate(
-                item, f"{path}.{key}" if path else str(key))
-            if bad is not None:
-                return bad
+        found = (lone_surrogate(key, f"a field name in {path or 'the event'}")
+                 or lone_surrogate(item, f"{path}.{key}" if path else str(key)) for key, item in value.items())
     elif isinstance(value, list):
-        for i, item in enumerate(value):
-            bad = lone_surrogate(item, f"{path}[{i}]")
-            if bad is not None:
-                return bad
-    return None
+        found = (lone_surrogate(item, f"{path}[{i}]") for i, item in enumerate(value))
+    else:
+        return None
+    return next((bad for bad in found if bad is not None), None)
 
 
 # Labels are printed by text outputs and stored as sent, so a label may not
