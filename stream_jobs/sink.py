@@ -95,7 +95,6 @@ class Sink:
 
     def __init__(self, connect, dsn: str):
         self._connect = connect
-        self.dsn = dsn
         self.lock = threading.Lock()  # one statement at a time on the client
         self._connect_lock = threading.Lock()
         self.client = None
