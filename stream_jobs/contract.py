@@ -99,8 +99,7 @@ def lone_surrogate(value, path: str = "") -> Rejection | None:
 # Labels are printed by text outputs and stored as sent, so a label may not
 # hold a control character: C0 (NUL..US: ESC, CR, LF, TAB, ...), DEL, or C1
 # (U+0080..U+009F, which some terminals read as escape sequences too).
-CONTROL_CHARACTERS = "\x00-\x1f\x7f-\x9f"
-_CONTROL = re.compile(f"[{CONTROL_CHARACTERS}]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def has_control(value: str) -> bool:
