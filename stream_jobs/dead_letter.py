@@ -149,13 +149,12 @@ def _redacted_json(event: dict, cap: int) -> str:
     """json.dumps(redact(event)), the part a cut at `cap` keeps, built in
     pieces: each field, and each item of a container (an envelope's events)
     on its own."""
-    body, size = [], 0
+    text = ""
     for piece in _pieces(event):
-        body.append(piece)
-        size += len(piece)
-        if size >= cap:
+        text += piece
+        if len(text) >= cap:
             break
-    return "".join(body)
+    return text
 
 
 def _pieces(event: dict):
