@@ -210,9 +210,8 @@ class Sink:
         self.retrying("store write", self._insert, "dead_letters", _arrow(dead, DLQ_COLUMNS), token + salt)
 
     def _insert(self, client, table: str, arrow_table, token: str) -> None:
-        # Tables are built before taking the lock: the web API's reads share
-        # it, and need not wait while Python builds them (14-39 % of a write,
-        # docs/performance/sink.md).
+        # Tables are built before taking the lock, which the web API's reads
+        # share: they need not wait while Python builds them (docs/performance/sink.md).
         with self.lock:
             client.insert_arrow(table, arrow_table,
                                 settings={**self.insert_settings, "insert_deduplication_token": token})
