@@ -35,9 +35,7 @@ class LabelBound:
         if not value or self.k <= 0:
             return value
         kept = self.kept.setdefault((label, model), set())
-        if value in kept:
-            return value
-        if len(kept) < self.k and value != OTHER:
+        if value in kept or (len(kept) < self.k and value != OTHER):
             kept.add(value)
             return value
         self.folded[label] += 1
