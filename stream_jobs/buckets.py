@@ -44,9 +44,7 @@ def _short(n: int) -> str:
 
 
 def labels(edges: tuple[int, ...]) -> list[str]:
-    out = [f"{_short(a)}-{_short(b)}" for a, b in zip(edges, edges[1:])]
-    out.append(f"{_short(edges[-1])}+")
-    return out
+    return [f"{_short(a)}-{_short(b)}" for a, b in zip(edges, edges[1:])] + [f"{_short(edges[-1])}+"]
 
 
 class Bucketer:

@@ -29,42 +29,35 @@ LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway":
                 "prefill_replica": 200, "decode_replica": 200}
 
 # Optional fields of a v2 `generation` and a v2 `end` phase only (a v1 event
-# carrying one is an unknown_field, as before). Stall data comes from the
-# emitter's per-chunk calls: the chunk count, the largest gap between
-# consecutive chunks, how many gaps exceeded gap_threshold_s (so the worker
-# knows what "over" meant). output_tokens_estimated: output_tokens was
-# counted by the gateway (chunks), not reported by the server's usage.
+# carrying one is an unknown_field): docs/metrics.md, "Decode stalls and
+# estimated output counts".
 STALL_FIELDS = ("chunks", "max_gap_s", "gaps_over", "gap_threshold_s")
 V2_OPTIONAL = STALL_FIELDS + ("output_tokens_estimated",)
 DEFAULT_STALL_THRESHOLD_S = 0.5
-# Prefill/decode disaggregated serving (docs/phases.md): the instance that
-# ran the prefill, the one that streamed the answer, and the seconds the KV
-# cache took to move between them. Optional on a v2 generation and on the
-# start and end phases (whichever phase knew them; the earliest wins). The
-# replicas are labels like `replica`, bounded the same way (labels.py);
-# kv_transfer_s lies inside the time to first token (the transfer happens
-# between the prefill and the decode's first token), or inside e2e_s when
-# there was no first token. The replicas are checked as every label of
-# LABEL_FIELDS, kv_transfer_s as a gap (check_gap: a difference of two
-# readings, so a negative one is `negative`).
+# Prefill/decode disaggregated serving, optional on a v2 generation and on the
+# start and end phases (docs/phases.md): the replicas are labels of
+# LABEL_FIELDS, kv_transfer_s a gap (check_gap: a difference of two readings)
+# that lies inside ttft_s, or inside e2e_s when there was no first token.
 PD_LABELS = ("prefill_replica", "decode_replica")
 PD_FIELDS = PD_LABELS + ("kv_transfer_s",)
 PD_ABSENT = {"prefill_replica": "", "decode_replica": "", "kv_transfer_s": None}
-# Optional on a v2 generation: false says the call was not streamed (the
-# client got the whole answer at once, as an OTLP span with
-# gen_ai.request.stream = false), so it has no first token to time: its row
-# is stored with a null ttft_s and null phases (formulas.CHECKS lets it
-# through) instead of being refused for output without a first token.
-# Absent (null) says nothing: such a row is held to a first token as before.
+# Optional on a v2 generation: false says the call was not streamed, so it
+# has no first token to time, and its row is stored with null phases
+# (formulas.CHECKS lets it through); null says nothing (docs/metrics.md,
+# "Calls not streamed").
 STREAMED = "streamed"
 # The fields only a v2 generation may carry beside V2_OPTIONAL.
 V2_ONLY = PD_FIELDS + (STREAMED,)
 
 
 def check_streamed(value) -> Rejection | None:
-    """`streamed`: a JSON boolean or null (0/1 and "false" are not one)."""
+    return check_bool(STREAMED, value)
+
+
+def check_bool(name: str, value) -> Rejection | None:
+    """A JSON boolean or null (0/1 and "false" are not one)."""
     if value is not None and type(value) is not bool:
-        return Rejection(R.WRONG_TYPE, f"{STREAMED} must be a boolean, got {type(value).__name__}")
+        return Rejection(R.WRONG_TYPE, f"{name} must be a boolean, got {type(value).__name__}")
     return None
 
 
@@ -94,24 +87,19 @@ def lone_surrogate(value, path: str = "") -> Rejection | None:
                                          "half of a \\u escape pair); text must be valid Unicode")
         return None
     if isinstance(value, dict):
-        for key, item in value.items():
-            bad = lone_surrogate(key, f"a field name in {path or 'the event'}") or lone_surrogate(
-                item, f"{path}.{key}" if path else str(key))
-            if bad is not None:
-                return bad
+        found = (lone_surrogate(key, f"a field name in {path or 'the event'}")
+                 or lone_surrogate(item, f"{path}.{key}" if path else str(key)) for key, item in value.items())
     elif isinstance(value, list):
-        for i, item in enumerate(value):
-            bad = lone_surrogate(item, f"{path}[{i}]")
-            if bad is not None:
-                return bad
-    return None
+        found = (lone_surrogate(item, f"{path}[{i}]") for i, item in enumerate(value))
+    else:
+        return None
+    return next((bad for bad in found if bad is not None), None)
 
 
 # Labels are printed by text outputs and stored as sent, so a label may not
 # hold a control character: C0 (NUL..US: ESC, CR, LF, TAB, ...), DEL, or C1
 # (U+0080..U+009F, which some terminals read as escape sequences too).
-CONTROL_CHARACTERS = "\x00-\x1f\x7f-\x9f"
-_CONTROL = re.compile(f"[{CONTROL_CHARACTERS}]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def has_control(value: str) -> bool:
@@ -227,12 +215,8 @@ def check_duration(name: str, value, max_s: float | None = MAX_DURATION_S) -> Re
 def check_gap(name: str, value) -> Rejection | None:
     """A gap or threshold in seconds: a difference of two monotonic readings
     (not a time since t0), so a negative one is `negative`, not an ordering."""
-    bad = check_number(name, value)
-    if bad is None and value < 0:
-        bad = Rejection(R.NEGATIVE, f"{name}={value} < 0")
-    if bad is None and value > MAX_DURATION_S:
-        bad = Rejection(R.ABSURD, f"{name}={value} s is longer than a day")
-    return bad
+    bad = check_duration(name, value)
+    return Rejection(R.NEGATIVE, bad.detail) if bad is not None and bad.reason == R.IMPOSSIBLE_ORDER else bad
 
 
 def check_v2_optional(event: dict, out: dict) -> Rejection | None:
@@ -246,18 +230,14 @@ def check_v2_optional(event: dict, out: dict) -> Rejection | None:
             out[name] = False if name == "output_tokens_estimated" else None
             continue
         if name == "output_tokens_estimated":
-            if type(value) is not bool:
-                return Rejection(R.WRONG_TYPE, f"{name} must be a boolean, got {type(value).__name__}")
+            bad = check_bool(name, value)
         elif name in ("chunks", "gaps_over"):
             bad = check_count(name, value)
-            if bad is not None:
-                return bad
         else:
             bad = check_gap(name, value)
-            if bad is not None:
-                return bad
-            value = float(value)
-        out[name] = value
+        if bad is not None:
+            return bad
+        out[name] = float(value) if name in ("max_gap_s", "gap_threshold_s") else value
     chunks, gaps_over = out["chunks"], out["gaps_over"]
     if chunks is None and (gaps_over is not None or out["max_gap_s"] is not None):
         return Rejection(R.INCONSISTENT, "max_gap_s/gaps_over need chunks (the count they were measured over)")

@@ -1,22 +1,9 @@
 """A dead letter's record, the one shape both the `dead_letters` table and
-the dead-letter topic get, with no prompt or response text in it.
-
-A rejected event can carry anything its sender put in it, a `prompt` field
-included. A dead letter keeps the reason, the detail (which names fields,
-never a payload), the field names, and the values of the contract's fields
-only (docs/delivery.md, "What a dead letter keeps"):
-
-* a message that parses as a JSON object keeps its structure, with the
-  value of every field the contract does not define replaced by null; a
-  known field's text longer than the contract allows, and an object or a
-  list where the contract has a scalar, are replaced by null too;
-* an event refused inside an envelope keeps that event alone, redacted by
-  the same rule (its place is in the detail, `events[i]`): its neighbours
-  were stored or dead-lettered on their own;
-* a message that does not parse as a JSON object (malformed JSON, not
-  UTF-8, too deep, a bare string or list, an OTLP message) keeps nothing of
-  its bytes: only its size, the reason and the detail. A prefix of it could
-  be the prompt itself.
+the dead-letter topic get, with no prompt or response text in it: the
+reason, the detail, the size, the field names and the values of the
+contract's fields only. What each kind of message keeps, and why nothing of
+one that does not parse as a JSON object (a prefix could be the prompt
+itself), is docs/delivery.md, "What a dead letter keeps".
 
 Pure: no Kafka, no store.
 """
@@ -87,26 +74,19 @@ def payloads(raw: bytes | None, cap: int, places: list, parse: bool = True) -> l
     """The payload of each dead letter of one message, by its place
     (contract.Rejection.event): the whole message's (`payload`) for None,
     else that event of its envelope alone, redacted by the same rule. The
-    envelope's events are located once for them all, so a message of many
-    refused events costs one pass: located per dead letter, an envelope of
-    10,000 refused events would be walked 10,000 times."""
-    out, whole, parts = [], None, None
-    for place in places:
-        if place is None:
-            whole = payload(raw, cap, parse) if whole is None else whole
-            out.append(whole)
-            continue
-        if parts is None:
-            parts = _events_of(raw) if raw and parse and cap > 0 else []
-        out.append(_kept(parts[place], cap) if 0 <= place < len(parts) and cap > 0 else "")
-    return out
+    envelope's events are located once for them all: per dead letter, an
+    envelope of 10,000 refused events was walked 10,000 times."""
+    whole = payload(raw, cap, parse) if None in places else ""
+    located = raw and parse and cap > 0 and any(place is not None for place in places)
+    parts = _events_of(raw) if located else []
+    return [whole if place is None else (_kept(parts[place], cap) if 0 <= place < len(parts) else "")
+            for place in places]
 
 
 def _events_of(raw: bytes) -> list:
     """An envelope's events, each left as msgspec.Raw (parsed by json.loads
-    where msgspec refuses the envelope: NaN...); [] when there are none: the
-    envelope's first `cap` bytes, parsed and redacted, cost ~5x as much as
-    one event, and they rarely held the refused one."""
+    where msgspec refuses the envelope: NaN...); [] when there are none
+    (the envelope's first bytes are not kept instead: docs/delivery.md)."""
     parts = raw_events(raw)
     if parts is not None:
         return parts
@@ -122,10 +102,8 @@ def _kept(value, cap: int) -> str:
     msgspec.Raw or parsed), cut at `cap` bytes, base64; "" when it is not
     a JSON object. ASCII (\\u escapes): cut at `cap` it stays decodable
     text. Of a value longer than `cap`, only what the cut keeps is parsed,
-    redacted and written (`_redacted_json`): an envelope of 100 events with
-    one bad event, parsed and redacted whole, cost more than its 99 others
-    stored as columns. A shorter one is parsed whole: piece by piece, one
-    event cost 2.5x as much (12 against 4.8 us)."""
+    redacted and written (`_redacted_json`); a shorter one is parsed whole,
+    which costs less (docs/performance/worker.md)."""
     try:
         whole = not isinstance(value, (bytes, msgspec.Raw)) or len(value) <= cap
         event = _parsed(value) if whole else _parsed(value, _FIELDS)
@@ -171,13 +149,12 @@ def _redacted_json(event: dict, cap: int) -> str:
     """json.dumps(redact(event)), the part a cut at `cap` keeps, built in
     pieces: each field, and each item of a container (an envelope's events)
     on its own."""
-    body, size = [], 0
+    text = ""
     for piece in _pieces(event):
-        body.append(piece)
-        size += len(piece)
-        if size >= cap:
+        text += piece
+        if len(text) >= cap:
             break
-    return "".join(body)
+    return text
 
 
 def _pieces(event: dict):
@@ -214,7 +191,6 @@ def refused_row(row: dict, code: int | None, message: str, now: float) -> dict:
     (refusals.isolate): its contract fields, and the store's error."""
     fields = {k: v for k, v in row.items() if k in KNOWN_NAMES}
     body = json.dumps(redact(fields), ensure_ascii=True, default=str).encode()
-    return {"ts": now, "reason": R.STORE_REFUSED,
-            "detail": escape_control(f"the store refused this row (code {code}): {message}"[:_DETAIL_LIMIT]),
-            "payload": base64.b64encode(body).decode(), "payload_size": len(body),
-            **{k: row[k] for k in ("src_topic", "src_partition", "src_offset")}}
+    return record(R.STORE_REFUSED, f"the store refused this row (code {code}): {message}", body,
+                  {k: row[k] for k in ("src_topic", "src_partition", "src_offset")}, now, 0,
+                  kept=base64.b64encode(body).decode())

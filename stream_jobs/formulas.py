@@ -14,6 +14,7 @@ Pure and free of numpy, so the gateway install (contract.py's) can use it.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import NamedTuple
 
 from . import reasons as R
@@ -39,16 +40,8 @@ class Fields(NamedTuple):
     streamed: object
 
 
-class _One:
-    """numpy's `where` and `isfinite` for one row of Python numbers."""
-    @staticmethod
-    def where(cond, a, b):
-        return a if cond else b
-
-    isfinite = staticmethod(math.isfinite)
-
-
-ONE = _One()
+# numpy's `where` and `isfinite` for one row of Python numbers.
+ONE = SimpleNamespace(where=lambda cond, a, b: a if cond else b, isfinite=math.isfinite)
 
 # The checks across fields, in the order a row's reason is named: the first
 # that holds is it. Each is (reason, the rows it refuses, its detail).

@@ -1,19 +1,12 @@
-"""Labels from outside, bounded per model. Pure.
+"""Labels from outside, bounded per model (docs/labels.md). Pure.
 
-`replica`, `gateway` and the P/D pools (`prefill_replica`,
-`decode_replica`) come from whoever sends the events: a gateway's
-config, a resource attribute of an OpenTelemetry SDK, an integration's
-guess. One random id per process (the Python SDK's `service.instance.id`),
-or one per restart, would make thousands of values a year, and every
-per-replica query and rollup would grow with them. So the worker keeps the
-first K distinct values of each label per model (PHASEMETER_LABEL_TOP_K)
-and stores every later one as `other`, counted in /health
-(`labels_other_<label>`). Values the store already holds are kept
-(`seed`), so a restart or a rebalance does not admit K more. An empty label
-is no value and is left as it is. docs/labels.md says how to choose K.
-
-Applied once, in the ingest pipeline, to the rows of every source, as
-columns (columnar.Generations).
+A label that takes a new value per process or per restart would make
+thousands of values a year, and every per-replica query and rollup would grow
+with them. So the first K distinct values of each BOUNDED label per model are
+kept, and every later one is stored as `other` and counted (`folded`). Values
+the store already holds stay kept (`seed`), so a restart or a rebalance does
+not admit K more. Applied once, in the ingest pipeline, to the columns of
+every source (columnar.Generations).
 """
 
 from __future__ import annotations
@@ -42,9 +35,7 @@ class LabelBound:
         if not value or self.k <= 0:
             return value
         kept = self.kept.setdefault((label, model), set())
-        if value in kept:
-            return value
-        if len(kept) < self.k and value != OTHER:
+        if value in kept or (len(kept) < self.k and value != OTHER):
             kept.add(value)
             return value
         self.folded[label] += 1

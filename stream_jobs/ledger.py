@@ -83,25 +83,20 @@ def stored_in_range(client, topic: str, partition: int, lo: int, hi: int) -> Sto
     return into
 
 
-# CRC32s per statement on a server: at most 10 digits and a comma each, so a
-# slice stays under its default limit on one bound value
-# (http_max_field_value_size, 128 KiB); a batch of 20,000 ids is two
-# statements. The embedded store takes its parameters in-process, with no such
-# limit, and one statement of 22,600 CRCs costs 31 ms against 48 ms for three
-# (docs/performance/sink.md): `slice_size=None` there.
+# CRC32s per statement on a server, so that a slice (10 digits and a comma
+# each) stays under its limit on one bound value; the embedded store has no
+# such limit and takes them all in one (`slice_size=None`): docs/performance/sink.md.
 CRC_SLICE = 10_000
 # The duplicate check reads the stored ids of a batch's range itself when
-# there are at most 1/NEAR_SHARE as many as the batch has ids; reading one
-# costs about what sending and matching one does, so a range with more
-# stored rows takes the CRC32 query after at most a quarter's extra reads.
+# there are at most 1/NEAR_SHARE as many as the batch has ids (reading one
+# costs about what sending and matching one does: docs/performance/sink.md).
 NEAR_SHARE = 4
 
 
 class _UInts:
-    """Unsigned integers bound as one Array value, written once in C. The
-    client formats a list element by element in Python (22.6 ms for 10,000
-    CRCs, against 2.5 ms here: docs/performance/sink.md) and any type it does not know
-    with str(). Digits and commas need no escaping."""
+    """Unsigned integers bound as one Array value, written once in C: the
+    client formats a list element by element in Python (docs/performance/sink.md),
+    and any type it does not know with str(). Digits and commas need no escaping."""
 
     __slots__ = ("text",)
 
@@ -158,15 +153,12 @@ def repair_slo(client, cells: set[Cell], attempts: int = 3, limit: int = MAX_BOU
     A slice of the cells at a time, as the tiers' (store/slices.py).
 
     With no SLO declared (the default) there is nothing to check: the view
-    counts nothing and sql/slo_mismatches.sql judges declared SLOs only, so it
-    could find nothing. A look at slo_definitions (~2 ms) spares that check
-    (66 ms a batch of 22,600 rows) on every batch of a re-read window."""
+    counts nothing and sql/slo_mismatches.sql judges declared SLOs only. A
+    look at slo_definitions spares that check (docs/performance/sink.md)."""
     if not cells or not slo_defs.registered(client):
         return []
-    found: list[tuple] = []
-    for part in slices(sorted(cells), cell_chars, limit):
-        found += _repair_slo(client, set(part), attempts, limit)
-    return found
+    return [bad for part in slices(sorted(cells), cell_chars, limit)
+            for bad in _repair_slo(client, set(part), attempts, limit)]
 
 
 def _repair_slo(client, cells: set[Cell], attempts: int, limit: int) -> list[tuple]:

@@ -1,21 +1,13 @@
-"""What the sink does with a store error, as pure functions.
+"""What the sink does with a store error, as pure functions (docs/delivery.md,
+"A store refusal is never a wedge").
 
-Two kinds of error reach an insert (docs/delivery.md, "A store refusal is
-never a wedge"):
-
-* **transient**: the network, a store that is locked, down, out of memory or
-  merging behind. The same insert can succeed later, so it is retried with
-  backoff and the worker pauses (backpressure, nothing lost).
-* **deterministic**: the store refuses these rows and would refuse them on
-  every retry (a value it cannot take, too many partitions in one block).
-  Retrying it for ever stopped every later event behind it, also after a
-  restart. Such an insert is bisected until the rows that cause the refusal
-  stand alone; those are dead-lettered (`store_refused`) and the rest stored.
-
-Only errors known to be about the inserted data are deterministic. An error
-about the store itself (a missing table, a permission, a read-only replica)
-refuses every row alike: bisecting it would dead-letter everything, so it
-stays transient, and the worker pauses until an operator fixes the store.
+A *transient* error (the network, a store locked, down or merging behind) is
+retried with backoff, the worker paused. A *deterministic* one, which the same
+rows meet on every retry, is bisected down to the rows it refuses: those are
+dead-lettered (`store_refused`), the rest stored. Only errors known to be
+about the inserted data are deterministic: one about the store itself (a
+missing table, a permission) refuses every row alike, and bisecting it would
+dead-letter everything.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Batched, idempotent writes of derived rows and dead letters to ClickHouse.
 
-Why it is exactly-once (details in docs/delivery.md):
-* progress lives in the store (ledger.py): a partition's progress row is
-  written only after its batch is durable, and a worker resumes from it, so
-  a crash re-reads, never skips, whatever the consumer group committed;
-* every row carries its source partition/offset, and the pipeline drops
-  each re-read row and dead letter that the store already holds;
-* a retried batch keeps its insert_deduplication_token, so a retry after an
-  insert that did land (but whose reply was lost) is dropped by the table;
-* cells whose rollup may have missed a crashed insert are checked against
-  raw and rebuilt (`repair_rollup`).
+Exactly-once (docs/delivery.md): a partition's progress is recorded in the
+store only after its batch is durable (ledger.py), so a crash re-reads and
+never skips; the pipeline drops re-read rows the store holds; a retried
+insert keeps its insert_deduplication_token; and rollup cells a crashed
+insert may have missed are rebuilt from raw (`repair_rollup`).
 """
 
 from __future__ import annotations
@@ -98,10 +93,8 @@ class Sink:
     # candidates on this same code path).
     insert_settings: dict = {"deduplicate_blocks_in_dependent_materialized_views": 1}
 
-    def __init__(self, connect, dsn: str, max_backoff_s: float = 30.0):
+    def __init__(self, connect, dsn: str):
         self._connect = connect
-        self.dsn = dsn
-        self.max_backoff_s = max_backoff_s
         self.lock = threading.Lock()  # one statement at a time on the client
         self._connect_lock = threading.Lock()
         self.client = None
@@ -167,16 +160,13 @@ class Sink:
                     stopped = self._stopping.wait(backoff)  # wakes at once on stop_retrying
                 if stopped:
                     raise SinkStopped(f"{self.paused_reason}; stopped retrying") from None
-                backoff = min(backoff * 2, self.max_backoff_s)
+                backoff = min(backoff * 2, 30.0)
 
     def stop_retrying(self) -> None:
         """For a stopping worker whose batch in hand outlived the grace: the
         retry loop runs in a thread that asyncio cannot cancel, and the
-        interpreter waits for that thread at exit. Measured: SIGTERM'd with
-        the store down, the worker was still retrying 45 s later, until a
-        SIGKILL. A call under way ends at its next failure; one that
-        succeeds still returns (nothing is lost either way: the batch's
-        progress is recorded only after it, and it is re-read)."""
+        interpreter waits for that thread at exit (docs/delivery.md). A call
+        under way ends at its next failure; one that succeeds still returns."""
         self._stopping.set()
 
     def write(self, rows, dead: list[dict]) -> list[dict]:
@@ -220,9 +210,8 @@ class Sink:
         self.retrying("store write", self._insert, "dead_letters", _arrow(dead, DLQ_COLUMNS), token + salt)
 
     def _insert(self, client, table: str, arrow_table, token: str) -> None:
-        # Tables are built before taking the lock: the web API's reads share
-        # it, and need not wait while Python builds them (14-39 % of a write,
-        # docs/performance/sink.md).
+        # Tables are built before taking the lock, which the web API's reads
+        # share: they need not wait while Python builds them (docs/performance/sink.md).
         with self.lock:
             client.insert_arrow(table, arrow_table,
                                 settings={**self.insert_settings, "insert_deduplication_token": token})
@@ -231,12 +220,10 @@ class Sink:
         """After `write`: the rows and dead letters of it that the store does
         not hold are written again, under a token of this call's own, and
         counted. A SIGKILL inside an insert can leave the table's
-        deduplication entry for the block without its part (the entry is
-        recorded first; found in a chaos cell, docs/performance/sink.md), and the
-        same records read again make the same token: the table then drops
-        them as a retry of an insert that never landed. Only records a
-        previous owner may have written are at risk, so the caller asks after
-        those batches."""
+        deduplication entry for the block without its part, and the table
+        then drops the same records read again as a retry (docs/delivery.md,
+        "Why each failure point is safe"). Only records a previous owner may
+        have written are at risk, so the caller asks after those batches."""
         rows, _ = columns_of(rows, time.time())  # a row Arrow cannot take: its dead letter in `dead`
         keys = list(zip(*(rows.columns[k].to_pylist() for k in ("src_topic", "src_partition", "src_offset")),
                         rows.request_ids)) if len(rows) else []  # (topic, partition, offset, request_id) of each
