@@ -180,8 +180,8 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
     def numbers(name, dtype):
         return np.fromiter(map(attrgetter(name), gens), dtype=dtype, count=n)
 
-    nullable = {name: pa.array(list(map(attrgetter(name), gens)), type=pa.float64()) for name in ("ttft_s", "queue_s")}
-    nullable["kv_transfer_s"] = pa.array(_v2_only_column(gens, "kv_transfer_s"), type=pa.float64())
+    nullable = {name: _floats(list(map(attrgetter(name), gens))) for name in ("ttft_s", "queue_s")}
+    nullable["kv_transfer_s"] = _floats(_v2_only_column(gens, "kv_transfer_s"))
     nullable["cached_input_tokens"] = pa.array(list(map(attrgetter("cached_input_tokens"), gens)), type=pa.int64())
     nullable[STREAMED] = pa.array(_v2_only_column(gens, STREAMED), type=pa.bool_()).cast(pa.int64())  # 1, 0 or null
     f = Fields(numbers("t0", np.float64), numbers("e2e_s", np.float64),
@@ -211,6 +211,16 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
         nullable = {k: v.filter(pa.array(good)) for k, v in nullable.items()}
         n = len(gens)
     return _columns(gens, f, nullable, counts, events, bucket), bad_rows
+
+
+def _floats(values: list) -> pa.Array:
+    """A nullable duration's column. It keeps its JSON type in the Struct, and
+    Arrow refuses an int no float holds exactly (past 2**53): such a value is
+    out of range anyway, and its row is refused and named from its Struct."""
+    try:
+        return pa.array(values, type=pa.float64())
+    except pa.ArrowInvalid:
+        return pa.array([None if v is None else float(v) for v in values], type=pa.float64())
 
 
 def _named(e) -> Rejection:

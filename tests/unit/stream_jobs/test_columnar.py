@@ -312,8 +312,8 @@ def test_rows_dropped_by_without_leave_the_rest_as_take_gives_them():
         assert part.ts.tolist() == taken.ts.tolist() and part.arrow().equals(taken.arrow()), drop
 
 
-def test_a_count_no_float_holds_exactly_is_refused_like_any_count_out_of_range():
-    """cached_input_tokens is nullable, so its column is checked as floats:
+def test_a_number_no_float_holds_exactly_is_refused_like_any_out_of_range():
+    """cached_input_tokens and the nullable durations are checked as floats:
     2**53 + 1 has no exact float, and a safe cast raised for the whole batch
     instead of refusing that event."""
     base = {"schema_version": 1, "kind": "generation", "request_id": "b", "model": "m", "t0": NOW - 60,
@@ -321,3 +321,10 @@ def test_a_count_no_float_holds_exactly_is_refused_like_any_count_out_of_range()
     raw = encode([base, {**base, "request_id": "x", "cached_input_tokens": 2 ** 53 + 1}, base], True)
     d = same_as_row_path([record(0, raw)])
     assert len(d.gens) == 2 and [(r.reason, r.event) for _, r in d.refused] == [(R.ABSURD, 1)]
+    # A duration keeps its JSON type in the Struct: an int past 2**53 is out of range, not a failed column.
+    for name in ("queue_s", "ttft_s"):
+        raw = encode([base, {**base, "request_id": "x", name: 2 ** 53 + 1}, base], True)
+        d = same_as_row_path([record(0, raw)])
+        assert len(d.gens) == 2 and [(r.reason, r.event) for _, r in d.refused] == [(R.ABSURD, 1)], name
+    raw = encode([base, {**base, "schema_version": 2, "request_id": "x", "kv_transfer_s": 2 ** 53 + 1}], True)
+    assert [(r.reason, r.event) for _, r in same_as_row_path([record(0, raw)]).refused] == [(R.ABSURD, 1)]
