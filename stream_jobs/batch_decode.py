@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import groupby
+from itertools import chain, groupby
 from types import SimpleNamespace
 
 import numpy as np
@@ -32,7 +32,7 @@ from .batch_join import Forwarded, gather, message_time
 from .columnar import Generations, _derive
 from .contract import MAX_BATCH, MIN_T0, Rejection
 from .derive import process_event
-from .fast_decode import _PHASE_KIND, PHASES, Generation, attr, message_events, phase_fields
+from .fast_decode import _PHASE_KIND, GENERATIONS_ONLY, PHASES, Generation, attr, message_events, phase_fields
 from .join import JOINED_IN_INGEST, phase_partition
 from .otlp_in import process_otlp
 from .phase_events import PHASE_KINDS, Phase
@@ -79,7 +79,10 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
     records name their own reasons; `otlp_topic`'s records are OTLP exports.
     `broken`: messages refused as they are, unread (their decode raised)."""
     structs: list[list] = [[] for _ in events]  # per message: its generations' Structs
-    places: list[list] = [[] for _ in events]  # their event's place: in its envelope, None alone, _JOINED
+    # Per message, each Struct's place (its event's in the message, _JOINED),
+    # or None where they are the message's events in order: the common one.
+    places: list[list | None] = [None] * len(events)
+    envelopes = [False] * len(events)
     rows: list[tuple[dict, int, int]] = []  # the full path's rows: (row, its message, its place)
     refused: list[tuple[tuple[int, int], Rejection]] = []
     lone, enveloped = [], []  # (message, phase)
@@ -89,21 +92,24 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
         if broken and m in broken:
             refused.append(((m, -1), broken[m]))
             continue
-        envelope = False
         if msg.topic == otlp_topic:
             items, ignored, notes = process_otlp(event.value, bucket, max_bytes, now, otlp_model, oldest)
             out.otlp_ignored += ignored
             out.notes.update(notes)
             out.clocked = True  # its mapping reads the clock too
         else:
-            items, envelope = message_events(event.value, bucket, max_bytes, now, max_batch,
-                                             msg.topic == internal_topic, oldest)
+            items, envelopes[m] = message_events(event.value, bucket, max_bytes, now, max_batch,
+                                                 msg.topic == internal_topic, oldest)
+        if set(map(type, items)) == GENERATIONS_ONLY:  # a check in C; no Python loop per event
+            structs[m] = items if type(items) is list else list(items)
+            continue
+        places[m] = []
         phases = lone if len(items) == 1 else enveloped
         for i, item in enumerate(items):
             kind = type(item)
             if kind is Generation:
                 structs[m].append(item)
-                places[m].append(i if envelope else None)
+                places[m].append(i)
             elif kind is Rejection:
                 refused.append(((m, i), item))
             elif kind is dict:
@@ -112,21 +118,22 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
                 phases.append((m, item))
     kept = _join(out, enveloped, structs, places, rows, events, bucket, now, oldest)
 
-    flat = [e for s in structs for e in s]
-    place = [p for ps in places for p in ps]
+    flat = list(chain.from_iterable(structs))
     counts = list(map(len, structs))
     out.gens, bad = _derive(flat, counts, events, bucket, now, oldest)
     message = np.repeat(np.arange(len(events)), counts)
+    place = np.concatenate([np.arange(n) if ps is None else np.array(ps, dtype=np.int64)
+                            for n, ps in zip(counts, places)]) if kept or rows or bad else None
     good = np.ones(len(flat), dtype=bool)
     for i, r in bad:
         good[i] = False
-        m, p = int(message[i]), place[i]
+        m, p = int(message[i]), int(place[i])
         out.clocked |= r.reason in _CLOCKED
         if p == _JOINED:
             kept.pop(flat[i].request_id)  # its phases go to the join agent, which names it
         else:
-            refused.append(((m, -1 if p is None else p), r if p is None else r.in_envelope(p)))
-    _add_rows(out, rows, message[good], np.array([p or 0 for p in place], dtype=np.int64)[good], now)
+            refused.append(((m, p), r.in_envelope(p) if envelopes[m] else r))
+    _add_rows(out, rows, message[good], place[good] if place is not None else None, now)
     out.forward = _forwarded(lone, enveloped, kept, events, now, partitions, out)
     out.clocked |= any(r.reason in _CLOCKED for _, r in refused)
 
@@ -138,7 +145,7 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
     return out
 
 
-def _add_rows(out: Decoded, rows: list, message: np.ndarray, place: np.ndarray, now: float) -> None:
+def _add_rows(out: Decoded, rows: list, message: np.ndarray, place: np.ndarray | None, now: float) -> None:
     """The full path's rows added to the Structs' (sink.columns_of: one Arrow
     cannot take is refused as the store refuses it), all in the order of
     their events in the batch, where the duplicate rule's "first" is read."""
@@ -146,6 +153,9 @@ def _add_rows(out: Decoded, rows: list, message: np.ndarray, place: np.ndarray, 
     gone = {k for k, _ in letters}
     kept = [(m, p) for k, (_, m, p) in enumerate(rows) if k not in gone]
     out.store_refused = [letter for _, letter in letters]
+    if place is None:  # Structs alone, each its message's event in order
+        out.message, out.joined = message, np.zeros(len(message), dtype=bool)
+        return
     if kept:
         out.gens = out.gens + extra
         message = np.concatenate([message, np.array([m for m, _ in kept], dtype=np.int64)])
@@ -175,6 +185,8 @@ def _join(out: Decoded, enveloped: list, structs: list, places: list, rows: list
     for rid, i in completed.items():
         m, ph = enveloped[i][0], seen[rid]
         if all(p is None or type(p) is not Phase for p in ph):
+            if places[m] is None:
+                places[m] = list(range(len(structs[m])))
             structs[m].append(Generation(schema_version=2, **join.joined(rid, *ph, get=attr)))
             places[m].append(_JOINED)
         else:

@@ -296,13 +296,17 @@ class Pipeline:
         stored = self._already_stored(events)
         again = [self._maybe_in_the_previous_batch(e.message, len(e.value or b"")) for e in events]
         looked = [m for m, e in enumerate(events) if again[m] or (e.message.topic, e.message.partition) in stored]
+        # The rows are in their messages' order: each message's rows are a run.
+        ends = np.searchsorted(d.message, looked, side="right").tolist()
         suspects, dropped, inside = set(), set(), []
-        for i in np.flatnonzero(np.isin(d.message, looked)).tolist() if looked else ():
-            msg = events[d.message[i]].message
-            if self._stored_before(stored.get((msg.topic, msg.partition)), msg.offset, gens.request_ids[i], suspects):
-                dropped.add(i)
-            elif again[d.message[i]]:
-                inside.append(i)
+        for m, first, end in zip(looked, np.searchsorted(d.message, looked).tolist(), ends):
+            msg = events[m].message
+            held = stored.get((msg.topic, msg.partition))
+            for i in range(first, end):
+                if self._stored_before(held, msg.offset, gens.request_ids[i], suspects):
+                    dropped.add(i)
+                elif again[m]:
+                    inside.append(i)
         suspects |= gens.cells(inside) if inside else set()
         dropped |= self._duplicates_in_columns(gens, self._scopes(events, d, dropped), dead, now)
         return *self._kept(gens, dropped, dead, stored), d.forward, suspects
