@@ -1,12 +1,13 @@
 """The per-batch work of the stream job, kept out of the Faust closure.
 
-`Pipeline.split(events)` turns a batch of Kafka records (from the raw topic
-and from the worker's own joined topic), already admitted in offset order by
-its `sequencer`, into rows (columns), dead letters and phase events to
-forward to the join: it runs the pure derivation on each, skips each row and dead letter
-the store already holds (a re-read after a crash or a rebalance) and
-returns those rows' rollup cells for a check, and dead-letters duplicate
-deliveries. No Faust import here: the agent in app.py is a thin loop over it.
+`Pipeline.split(events)` turns a batch of Kafka records (from the raw, the
+joined and the OTLP topic), already admitted in offset order by its
+`sequencer`, into rows (columns), dead letters and phase events to forward
+to the join: it decodes the batch (stream_jobs/batch_decode.py, pure),
+skips each row and dead letter the store already holds (a re-read after a
+crash or a rebalance) and returns those rows' rollup cells for a check, and
+dead-letters duplicate deliveries. No Faust import here: the agent in
+app.py is a thin loop over it.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class Pipeline:
 
     def _scopes(self, events, d: Decoded, dropped: set) -> list[tuple[str, range | list[int]]]:
         """A batch's rows left after `dropped`, by the scope their duplicates
-        are checked in (`_dup_scope`): the joined topic's (its records and the
+        are checked in (`_duplicates`): the joined topic's (its records and the
         rows joined in the batch), then each other topic's."""
         topics = [e.message.topic for e in events]
         joined = self.settings.joined_topic_name
@@ -136,62 +137,38 @@ class Pipeline:
         return [(topic, np.flatnonzero((of_row == topic) & keep).tolist())
                 for topic in dict.fromkeys((joined, *self.topics)) if topic in present]
 
-    def _duplicates_in_columns(self, gens: columnar.Generations, scopes, dead: list[dict], now: float) -> set[int]:
-        """The rows (indexes) to drop as duplicates (`_duplicates_of`), each
-        topic's `scopes` in turn: a generation already stored (or earlier in
-        the batch) is the gateway's duplicate delivery, dead-lettered (a span
-        exported twice too). A joined one (or joined in this batch) is the
-        join re-publishing after a crash (docs/phases.md): dropped, counted."""
-        out = set()
+    def _duplicates(self, gens: columnar.Generations, scopes, dead: list[dict], now: float) -> set[int]:
+        """The rows (indexes) to drop as duplicates, each scope (`_scopes`) in
+        turn: a row whose request_id is earlier in the batch, or stored where
+        a copy may be, within the time range of the scope's rows (widened by
+        2 ms: the store's ts is the row's to the millisecond). A gateway's
+        duplicate delivery (a span exported twice too) is dead-lettered. A
+        joined generation is stored from the joined topic (the join agent) or
+        from the raw one (joined in ingest's batch), and after a crash may
+        come back by the other way: the join re-publishing (docs/phases.md),
+        dropped and counted."""
+        joined, out = self.settings.joined_topic_name, set()
         for topic, rows in scopes:
             if not len(rows):
                 continue
-            ts = gens.ts[rows]
-
-            def source(j, rows=rows):
-                return {k: gens.columns[k][rows[j]].as_py() for k in ("src_topic", "src_partition", "src_offset")}
             ids = gens.request_ids[rows.start:rows.stop] if type(rows) is range else [gens.request_ids[i] for i in rows]
-            out |= {rows[j] for j in self._duplicates_of(self._dup_scope(topic), ids, float(ts.min()), float(ts.max()),
-                                                         source, dead, now, topic == self.settings.joined_topic_name)}
-        return out
-
-    def _dup_scope(self, topic: str) -> tuple[str, ...]:
-        """Where a copy of a row from `topic` may be stored. A joined
-        generation is stored from the joined topic (the join agent) or from
-        the raw one (joined in ingest's batch, batch_join.py); after a crash
-        the same generation may come back by the other way."""
-        if topic == self.settings.joined_topic_name:
-            return self.settings.topic, topic
-        return (topic,)
-
-    def _stored_ids(self, topics: tuple[str, ...], ids: list[str], lo: float, hi: float) -> set[str]:
-        """Which of `ids` the store holds on `topics` within the time range of
-        their rows (`lo`..`hi`), widened by 2 ms for the store's ts, which is
-        the row's rounded to the millisecond."""
-        return self.sink.existing_request_ids(topics, ids, lo - 0.002, hi + 0.002)
-
-    def _duplicates_of(self, topics: tuple[str, ...], ids: list[str], lo: float, hi: float, source, dead: list[dict],
-                       now: float, rejoin: bool) -> set[int]:
-        """The places in `ids` (request_ids of rows from `topics`, in the
-        batch's order, their ts within `lo`..`hi`) of the rows already
-        stored or earlier in the batch: each dead-lettered (`source(i)`: its
-        record) as the gateway's duplicate, or, `rejoin`, counted."""
-        unique = list(dict.fromkeys(ids))
-        seen = self._stored_ids(topics, unique, lo, hi)
-        if not seen and len(unique) == len(ids):
-            return set()
-        out = set()
-        for i, rid in enumerate(ids):
-            if rid not in seen:
-                seen.add(rid)
+            unique, ts = list(dict.fromkeys(ids)), gens.ts[rows]
+            seen = self.sink.existing_request_ids((self.settings.topic, joined) if topic == joined else (topic,),
+                                                  unique, float(ts.min()) - 0.002, float(ts.max()) + 0.002)
+            if not seen and len(unique) == len(ids):
                 continue
-            out.add(i)
-            if rejoin:
-                self.rejoined += 1
-                continue
-            dead.append(dead_letter.record(R.DUPLICATE, f"request_id {rid[:128]} already stored", None, source(i),
-                                           now, 0))
-            self.duplicates += 1
+            for j, rid in enumerate(ids):
+                if rid not in seen:
+                    seen.add(rid)
+                    continue
+                out.add(rows[j])
+                if topic == joined:
+                    self.rejoined += 1
+                    continue
+                source = {k: gens.columns[k][rows[j]].as_py() for k in ("src_topic", "src_partition", "src_offset")}
+                dead.append(dead_letter.record(R.DUPLICATE, f"request_id {rid[:128]} already stored", None, source,
+                                               now, 0))
+                self.duplicates += 1
         return out
 
     def _stored_before(self, held: Stored | None, offset: int, request_id: str, suspects: set) -> bool:
@@ -308,7 +285,7 @@ class Pipeline:
                 elif again[m]:
                     inside.append(i)
         suspects |= gens.cells(inside) if inside else set()
-        dropped |= self._duplicates_in_columns(gens, self._scopes(events, d, dropped), dead, now)
+        dropped |= self._duplicates(gens, self._scopes(events, d, dropped), dead, now)
         return *self._kept(gens, dropped, dead, stored), d.forward, suspects
 
     def health(self) -> dict:
