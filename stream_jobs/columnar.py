@@ -66,7 +66,7 @@ def day_numbers(seconds) -> np.ndarray:
 
 
 class Generations(Sequence):
-    """The rows of a batch as columns. A Sequence of the row path's dicts
+    """The rows of a batch as columns. A Sequence of the full path's dicts
     (built on demand, for tests and small callers); the sink takes `arrow()`."""
 
     def __init__(self, columns: dict[str, pa.Array], ts: np.ndarray, request_ids: list[str],
@@ -80,7 +80,7 @@ class Generations(Sequence):
 
     @classmethod
     def from_rows(cls, rows: list[dict]) -> "Generations":
-        """The row path's dicts as columns, typed as `arrow_of` types them.
+        """The full path's row dicts as columns, typed as `arrow_of` types them.
         Consecutive rows of one record are one message: sink.counted_token
         hashes the bytes batch_token hashed row by row."""
         values = dict(zip(ROW_COLUMNS, _by_column(rows, ROW_COLUMNS)))

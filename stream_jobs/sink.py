@@ -47,7 +47,7 @@ def counted_token(kind: str, counted) -> str:
 
 
 def columns_of(rows, now: float) -> tuple[Generations, list[tuple[int, dict]]]:
-    """Row dicts (the row path's, tests', benchmarks') as columns, built once;
+    """Row dicts (the full path's, tests', benchmarks') as columns, built once;
     a row with a value Arrow cannot take (past int64...) refused as the store
     refuses one for good, by the same bisection: (index, its dead letter)."""
     if isinstance(rows, Generations) or not len(rows):

@@ -373,7 +373,7 @@ def test_a_generation_joined_both_ways_is_stored_once_and_never_dead_lettered(st
     # A single event's copy is still the gateway's duplicate, asked about on its own topic only.
     sink.id_queries.clear()
     rows, dead, _, _ = p.split([rec(5, gen("a"))])
-    assert set(sink.id_queries) == {(TOPIC,)}  # the columns path asks first, then the row path
+    assert set(sink.id_queries) == {(TOPIC,)}
     want = ([], [R.DUPLICATE]) if stored_from == "raw" else (["a"], [])
     assert ([r["request_id"] for r in rows], [d["reason"] for d in dead]) == want
 
