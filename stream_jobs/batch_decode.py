@@ -29,14 +29,13 @@ import numpy as np
 from . import dead_letter, join
 from . import reasons as R
 from .batch_join import Forwarded, gather, message_time
-from .columnar import Generations, _derive
+from .columnar import Generations, _derive, columns_of
 from .contract import MAX_BATCH, MIN_T0, Rejection
 from .derive import process_event
 from .fast_decode import _PHASE_KIND, GENERATIONS_ONLY, PHASES, Generation, attr, message_events, phase_fields
 from .join import JOINED_IN_INGEST, phase_partition
 from .otlp_in import process_otlp
 from .phase_events import PHASE_KINDS, Phase
-from .sink import columns_of
 
 # Checks whose answer moves with the clock: a batch decoded ahead with an
 # event they refused is decoded again in its turn.
@@ -146,7 +145,7 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
 
 
 def _add_rows(out: Decoded, rows: list, message: np.ndarray, place: np.ndarray | None, now: float) -> None:
-    """The full path's rows added to the Structs' (sink.columns_of: one Arrow
+    """The full path's rows added to the Structs' (columnar.columns_of: one Arrow
     cannot take is refused as the store refuses it), all in the order of
     their events in the batch, where the duplicate rule's "first" is read."""
     extra, letters = columns_of([r for r, _, _ in rows], now)

@@ -23,6 +23,9 @@ from operator import attrgetter, itemgetter
 import numpy as np
 import pyarrow as pa
 
+from phasemeter.settings import redact
+
+from . import dead_letter, refusals
 from .contract import MAX_DURATION_S, MIN_T0, PD_LABELS, STREAMED, V2_ONLY, Rejection
 from .derive import ROW_COLUMNS, NO_EXTRAS, ranged
 from .fast_decode import _UNSET, given
@@ -166,6 +169,30 @@ class Generations(Sequence):
         ts = self.ts.tolist()
         keys = {(model[i], bucket[i], ts[i] // 60 * 60) for i in rows}
         return {(m, b, datetime.fromtimestamp(t, timezone.utc)) for m, b, t in keys}
+
+
+def columns_of(rows, now: float) -> tuple[Generations, list[tuple[int, dict]]]:
+    """Row dicts (the full path's, tests', benchmarks') as columns, built once;
+    a row with a value Arrow cannot take (past int64...) refused as the store
+    refuses one for good, by the same bisection: (index, its dead letter)."""
+    if isinstance(rows, Generations) or not len(rows):
+        return rows, []
+
+    def built(indexes: list[int] | None, path: str = "") -> Generations:
+        try:
+            return Generations.from_rows(rows if indexes is None else [rows[i] for i in indexes])
+        except Exception as exc:
+            kind = refusals.classify(exc)
+            if kind.kind != refusals.DETERMINISTIC:
+                raise
+            raise refusals.Refused(kind, f"{type(exc).__name__}: {redact(str(exc))[:300]}") from None
+    try:
+        return built(None), []
+    except refusals.Refused:
+        refused = refusals.isolate(list(range(len(rows))), built)
+    gone = {i for i, _ in refused}
+    return (built([i for i in range(len(rows)) if i not in gone]),
+            [(i, dead_letter.refused_row(rows[i], why.kind.code, str(why), now)) for i, why in refused])
 
 
 def _derive(gens: list, counts: list[int], events, bucket, now: float,

@@ -21,7 +21,7 @@ from phasemeter.settings import redact
 from phasemeter.store import rollup
 
 from . import dead_letter, ledger, refusals
-from .columnar import Generations, day_numbers
+from .columnar import Generations, columns_of, day_numbers
 from .columnar import arrow_of as _arrow  # the dead letters' table
 
 log = logging.getLogger("phasemeter.sink")
@@ -44,30 +44,6 @@ def counted_token(kind: str, counted) -> str:
     for (topic, partition, offset), n in sorted(counted):
         h.update(f"{topic}/{partition}:{offset};".encode() * n)
     return f"{kind}:" + h.hexdigest()[:32]
-
-
-def columns_of(rows, now: float) -> tuple[Generations, list[tuple[int, dict]]]:
-    """Row dicts (the full path's, tests', benchmarks') as columns, built once;
-    a row with a value Arrow cannot take (past int64...) refused as the store
-    refuses one for good, by the same bisection: (index, its dead letter)."""
-    if isinstance(rows, Generations) or not len(rows):
-        return rows, []
-
-    def built(indexes: list[int] | None, path: str = "") -> Generations:
-        try:
-            return Generations.from_rows(rows if indexes is None else [rows[i] for i in indexes])
-        except Exception as exc:
-            kind = refusals.classify(exc)
-            if kind.kind != refusals.DETERMINISTIC:
-                raise
-            raise refusals.Refused(kind, f"{type(exc).__name__}: {redact(str(exc))[:300]}") from None
-    try:
-        return built(None), []
-    except refusals.Refused:
-        refused = refusals.isolate(list(range(len(rows))), built)
-    gone = {i for i, _ in refused}
-    return (built([i for i in range(len(rows)) if i not in gone]),
-            [(i, dead_letter.refused_row(rows[i], why.kind.code, str(why), now)) for i, why in refused])
 
 
 class StoreUnavailable(RuntimeError):

@@ -566,7 +566,7 @@ def test_the_dead_letter_of_an_envelopes_event_keeps_that_event_whatever_the_bat
 
 
 def test_a_full_path_row_arrow_cannot_take_is_dead_lettered_and_its_neighbours_keep_their_rules(monkeypatch):
-    """The full path's rows become columns once (sink.columns_of): a value
+    """The full path's rows become columns once (columnar.columns_of): a value
     Arrow cannot take (past int64) is refused as the store would refuse it,
     and the rows beside it keep their duplicate scopes and re-read cells."""
     from phasemeter.stream_jobs import fast_decode
