@@ -32,7 +32,8 @@ from .batch_join import Forwarded, gather, message_time
 from .columnar import Generations, _derive, columns_of
 from .contract import MAX_BATCH, MIN_T0, Rejection
 from .derive import process_event
-from .fast_decode import _PHASE_KIND, GENERATIONS_ONLY, PHASES, Generation, attr, message_events, phase_fields
+from .fast_decode import _PHASE_KIND, PHASES, Generation, attr, decoded_events, generations_only, message_events
+from .fast_decode import phase_fields
 from .join import JOINED_IN_INGEST, phase_partition
 from .otlp_in import process_otlp
 from .phase_events import PHASE_KINDS, Phase
@@ -97,11 +98,13 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
             out.notes.update(notes)
             out.clocked = True  # its mapping reads the clock too
         else:
-            items, envelopes[m] = message_events(event.value, bucket, max_bytes, now, max_batch,
-                                                 msg.topic == internal_topic, oldest)
-        if set(map(type, items)) == GENERATIONS_ONLY:  # a check in C; no Python loop per event
-            structs[m] = items if type(items) is list else list(items)
-            continue
+            raw = event.value
+            inner = decoded_events(raw, max_batch) if raw is not None and len(raw) <= max_bytes else None
+            if inner is not None and generations_only(inner):  # the common message: no Python loop per event
+                structs[m], envelopes[m] = (inner, True) if type(inner) is list else (list(inner), False)
+                continue
+            items, envelopes[m] = message_events(raw, bucket, max_bytes, now, max_batch, msg.topic == internal_topic,
+                                                 oldest, inner)
         places[m] = []
         phases = lone if len(items) == 1 else enveloped
         for i, item in enumerate(items):
@@ -203,10 +206,8 @@ def _forwarded(lone: list, enveloped: list, kept: dict, events, now: float, part
                out: Decoded) -> list[Forwarded]:
     """What goes to the join agent, as batch_join describes: lone phases,
     the phases of generations not joined here, then one note per joined one."""
-    clocks = [message_time(event.message, now) for event in events]
-
     def forwarded(m: int, phase) -> Forwarded:
-        return phase_partition(phase.request_id, partitions), clocks[m], _fields(phase)
+        return phase_partition(phase.request_id, partitions), message_time(events[m].message, now), _fields(phase)
     forward = [forwarded(m, p) for m, p in lone]
     for m, p in enveloped:
         if p.request_id in kept:
@@ -216,7 +217,7 @@ def _forwarded(lone: list, enveloped: list, kept: dict, events, now: float, part
     for rid, (m, ph) in kept.items():
         kinds = [k for k, p in zip(PHASE_KINDS, ph) if p is not None]
         out.duplicates -= len(kinds)
-        forward.append((phase_partition(rid, partitions), clocks[m],
+        forward.append((phase_partition(rid, partitions), message_time(events[m].message, now),
                         {"kind": JOINED_IN_INGEST, "request_id": rid, "kinds": sorted(kinds)}))
     out.joined_in_batch = len(kept)
     return forward

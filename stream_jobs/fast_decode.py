@@ -189,24 +189,30 @@ def decoded_events(raw: bytes, max_batch: int):
 
 
 def message_events(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, max_batch: int = MAX_BATCH,
-                   internal: bool = False, oldest: float = MIN_T0) -> tuple[list, bool]:
+                   internal: bool = False, oldest: float = MIN_T0, decoded=...) -> tuple[list, bool]:
     """A message's events in order, and whether its Structs are an
     envelope's: each event the C decoder takes as its Struct (a generation,
     or a phase `accepted` takes), each other as the full path's result for
     it (`derive.process_event`: a Rejection, a row or a Phase). A message
     the full path answers whole (not an envelope, not JSON...) is
-    `derive.process_message`'s results."""
+    `derive.process_message`'s results. `decoded`: `decoded_events`' answer
+    when the caller asked it already."""
     latest = now + MAX_DURATION_S
     if raw is not None and len(raw) <= max_bytes:
-        events = decoded_events(raw, max_batch)
-        if events is not None and (set(map(type, events)) <= GENERATIONS_ONLY
-                                   or all(_taken(e, latest) for e in events)):
+        events = decoded_events(raw, max_batch) if decoded is ... else decoded
+        if events is not None and (generations_only(events) or all(_taken(e, latest) for e in events)):
             return events, type(events) is list
         parts = raw_events(raw)
         out = _one_by_one(parts, raw, bucket, now, internal, oldest) if parts and len(parts) <= max_batch else None
         if out is not None:
             return out, True
     return process_message(raw, bucket, max_bytes, now, max_batch, internal, oldest), False
+
+
+def generations_only(events) -> bool:
+    """Whether a message's events are all Generation Structs: a check in C,
+    and for a lone event (a tuple, `decoded_events`) a single look."""
+    return type(events[0]) is Generation if type(events) is tuple else set(map(type, events)) <= GENERATIONS_ONLY
 
 
 def _taken(e, latest: float) -> bool:

@@ -603,13 +603,13 @@ def test_a_failure_of_the_decode_costs_only_the_message_that_raises(monkeypatch)
     the batch is decoded in its turn."""
     good = [rec(0, env(gen("a"), gen("b"), version=1)), rec(1, gen("c")), rec(2, env(*phases_of("p")))]
     assert pipeline(FakeSink()).split(good)[0].request_ids == ["a", "b", "c", "p"]
-    real = batch_decode.message_events
+    real = batch_decode.decoded_events
 
     def broken(raw, *args, **kwargs):
         if b'"c"' in raw:
             raise ValueError("a bug")
         return real(raw, *args, **kwargs)
-    monkeypatch.setattr(batch_decode, "message_events", broken)
+    monkeypatch.setattr(batch_decode, "decoded_events", broken)
     p = pipeline(FakeSink())
     assert p.decode_ahead(good) is None
     rows, dead, phases, _ = p.split(good)
