@@ -32,7 +32,7 @@ from .batch_join import Forwarded, gather, message_time
 from .columnar import Generations, _derive, columns_of
 from .contract import MAX_BATCH, MIN_T0, Rejection
 from .derive import process_event
-from .fast_decode import _PHASE_KIND, PHASES, Generation, attr, decoded_events, generations_only, message_events
+from .fast_decode import _PHASE_KIND, Generation, attr, decoded_events, generations_only, message_events
 from .fast_decode import phase_fields
 from .join import JOINED_IN_INGEST, phase_partition
 from .otlp_in import process_otlp
@@ -42,7 +42,6 @@ from .phase_events import PHASE_KINDS, Phase
 # event they refused is decoded again in its turn.
 _CLOCKED = (R.ABSURD, R.OUTSIDE_RETENTION)
 _KIND = {kind: i for i, kind in enumerate(PHASE_KINDS)}
-_INDEX = {PHASES[kind]: i for i, kind in enumerate(PHASE_KINDS)}  # a phase Struct's place in PHASE_KINDS
 _JOINED = 1 << 30  # the place of a row joined in this batch: after its message's own events
 
 
@@ -96,7 +95,6 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
             items, ignored, notes = process_otlp(event.value, bucket, max_bytes, now, otlp_model, oldest)
             out.otlp_ignored += ignored
             out.notes.update(notes)
-            out.clocked = True  # its mapping reads the clock too
         else:
             raw = event.value
             inner = decoded_events(raw, max_batch) if raw is not None and len(raw) <= max_bytes else None
@@ -181,8 +179,8 @@ def _join(out: Decoded, enveloped: list, structs: list, places: list, rows: list
     event. -> request_id -> (that message, its phases), in the order of
     completion; one the full path refuses is left out, its phases forwarded."""
     phases = [p for _, p in enveloped]
-    seen, completed = gather(phases, [(p.request_id, _KIND[p.fields["kind"]] if type(p) is Phase
-                                       else _INDEX[type(p)]) for p in phases], _get)
+    seen, completed = gather(phases, [(p.request_id, _KIND[p.fields["kind"] if type(p) is Phase
+                                                          else _PHASE_KIND[type(p)]]) for p in phases], _get)
     kept = {}
     for rid, i in completed.items():
         m, ph = enveloped[i][0], seen[rid]
@@ -241,7 +239,7 @@ def answer(raw: bytes | None, bucket, max_bytes: int, now: float, max_batch: int
                 item = bad[0][1].in_envelope(i) if envelope else bad[0][1]
             else:
                 item = {k: v for k, v in gens[0].items() if k not in ("src_topic", "src_partition", "src_offset")}
-        elif type(item) in _INDEX:
+        elif type(item) in _PHASE_KIND:
             item = Phase(item.request_id, _fields(item))
         out.append(item)
     return out
@@ -262,10 +260,15 @@ class Ahead:
 
     def __init__(self, events, *args, **kwargs):
         self.events = list(events)
-        self.decoded = decode(self.events, *args, **kwargs)
+        otlp = kwargs.get("otlp_topic")
+        # An OTLP record's mapping reads the clock throughout: such a batch is
+        # decoded in its turn only, not twice.
+        early = not (otlp and any(e.message.topic == otlp for e in self.events))
+        self.decoded = decode(self.events, *args, **kwargs) if early else None
 
     def decoded_for(self, events, oldest: float = MIN_T0) -> Decoded | None:
         d = self.decoded
-        if d.clocked or len(events) != len(self.events) or (len(d.gens) and d.gens.ts.min() < oldest):
+        if (d is None or d.clocked or len(events) != len(self.events)
+                or (len(d.gens) and d.gens.ts.min() < oldest)):
             return None
         return d if all(a is b for a, b in zip(events, self.events)) else None

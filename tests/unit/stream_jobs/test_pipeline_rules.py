@@ -450,6 +450,14 @@ def test_otlp_spans_ignored_and_replicas_dropped_are_counted_per_reason():
     assert p.otlp_ignored == 2
     assert (p.counts["otlp_spans_ignored_embedding"], p.counts["otlp_spans_ignored_not_llm"],
             p.counts["otlp_replicas_dropped"]) == (1, 1, 1)
+    # Its mapping reads the clock: a batch holding an OTLP record is decoded in its turn only, once.
+    batch = [rec(1, gen("g")), rec(1, msg, topic=s.otlp_topic)]
+    ahead = p.decode_ahead(batch)
+    assert ahead.decoded is None
+    rows = p.split(batch, ahead)[0]
+    assert [(r["request_id"], r["src_topic"]) for r in rows][0] == ("g", TOPIC) and p.otlp_ignored == 4
+    assert len(rows) == 2 and rows[1]["src_topic"] == s.otlp_topic
+    assert p.counts["batches_decoded_ahead"] == 0
 
 
 def by_the_rules(s: Settings, batch, stored_rows, stored_dead, stored_ids) -> tuple:
