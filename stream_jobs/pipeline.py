@@ -123,8 +123,9 @@ class Pipeline:
 
     def _scopes(self, events, d: Decoded, dropped: set) -> list[tuple[str, range | list[int]]]:
         """A batch's rows left after `dropped`, by the scope their duplicates
-        are checked in (`_duplicates`): the joined topic's (its records and the
-        rows joined in the batch), then each other topic's."""
+        are checked in (`_duplicates`, which passes over an empty one): the
+        joined topic's (its records and the rows joined in the batch), then
+        each other topic's."""
         topics = [e.message.topic for e in events]
         joined = self.settings.joined_topic_name
         if len(set(topics)) == 1 and not dropped and not d.joined.any():  # the common batch, of one topic
@@ -133,9 +134,8 @@ class Pipeline:
         of_row[d.joined] = joined
         keep = np.ones(len(of_row), dtype=bool)
         keep[list(dropped)] = False
-        present = set(of_row)
         return [(topic, np.flatnonzero((of_row == topic) & keep).tolist())
-                for topic in dict.fromkeys((joined, *self.topics)) if topic in present]
+                for topic in dict.fromkeys((joined, *self.topics))]
 
     def _duplicates(self, gens: columnar.Generations, scopes, dead: list[dict], now: float) -> set[int]:
         """The rows (indexes) to drop as duplicates, each scope (`_scopes`) in
