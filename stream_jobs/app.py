@@ -161,12 +161,14 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
             # A partition fallen silent behind its end (Sequencer.behind); an
             # agent with a batch in hand is busy, not stalled.
             if not ingest_handoff.in_hand:
-                await resume.reseek_behind(app, pipeline.sequencer, pipeline.topics, pipeline.counts)
+                await resume.reseek_behind(app, offsets, pipeline.sequencer, pipeline.topics, load_ingest,
+                                           pipeline.counts)
             if not joiner.handoff.in_hand:
-                await resume.reseek_behind(app, joiner.sequencer, {joiner.phases.get_topic_name()},
-                                           joiner.counts)
+                await resume.reseek_behind(app, offsets, joiner.sequencer, {joiner.phases.get_topic_name()},
+                                           joiner.positions, joiner.counts)
 
-    ingest_agent.install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets, _crash_guard)
+    load_ingest = ingest_agent.install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
+                                       _crash_guard)
 
     register_views(app, settings, pipeline, sink, joiner, sloset)
     # Idle connections closed after IDLE_S, not aiohttp's 3630 s; before the web server starts.

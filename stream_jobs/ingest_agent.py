@@ -20,10 +20,11 @@ from .ready import until_ready
 log = logging.getLogger("phasemeter.worker")
 
 
-def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets, crash) -> None:
+def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets, crash):
     """Register the ingest agent over `raw` and the start-up preload; `offsets`
     is the worker's log_offsets.LogOffsets; `crash` wraps the agent's body so
-    a bug exits the process (app._crash_guard)."""
+    a bug exits the process (app._crash_guard). -> the agent's reader of
+    durable positions, for the idle check (app.py, resume.reseek_behind)."""
     preload = Preload()
 
     @app.task
@@ -130,3 +131,5 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
             "oldest_age_s": round(t_start - span[0], 3) if span else None,
             "newest_age_s": round(t_start - span[1], 3) if span else None,
         }
+
+    return load

@@ -93,7 +93,8 @@ class Join:
         return [(k, v) for k, v in list(self.table.data.items())
                 if v is not None and v.get("p") in mine and not k.startswith(_PROGRESS)]
 
-    async def _positions(self, tps) -> dict:
+    async def positions(self, tps) -> dict:
+        """The durable positions of `tps` (partitions of the phases topic) the table recorded."""
         data = self.table.data
         return {(t, p): entry["next"] for t, p in tps if (entry := data.get(progress_key(p))) is not None}
 
@@ -145,7 +146,7 @@ class Join:
             # Strictly in offset order from the position the table recorded
             # (resume.py): Faust's committed offset may be past phases it
             # never delivered.
-            events = (await resume.admit(self.app, self.offsets, self.sequencer, events, self._positions,
+            events = (await resume.admit(self.app, self.offsets, self.sequencer, events, self.positions,
                                          self._save_positions, self.counts)).events
             if not events:
                 return

@@ -64,12 +64,29 @@ def fetched_ends(consumer, topics) -> dict[TP, int]:
     return ends
 
 
-async def reseek_behind(app, seq, topics, counts) -> None:
+async def reseek_behind(app, offsets, seq, topics, load, counts) -> None:
     """Partitions of `topics` behind their log end with nothing arriving
     (Sequencer.behind) are sought back to their position. Called only while
-    the agent is idle: a busy agent's records wait in Faust's buffers."""
-    # A partition not fetched yet has no mark: Faust's own seek at assignment covers it.
+    the agent is idle: a busy agent's records wait in Faust's buffers.
+    `load` reads durable positions, as for `admit`."""
+    owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment() if tp.topic in topics}
+    # A partition none of whose records has come since the assignment has no
+    # position in the sequencer, and one never fetched has no high-water mark:
+    # both were once left to Faust's seek at assignment, which does not
+    # always bring them (seen in a kill test: three partitions of a restarted
+    # worker never delivered a record, and their last records went unstored).
+    unheard = seq.unheard(owned)
+    if unheard:
+        found = await load(unheard)
+        if missing := unheard - found.keys():  # never processed here: where the agent would start
+            found.update(await group_start(app, offsets, missing))
+        seq.note(found)
     ends = fetched_ends(app.consumer, topics)
+    if unfetched := owned - ends.keys():
+        try:
+            ends.update(await offsets.ends(unfetched))
+        except Exception as exc:  # the broker away: checked again on the next tick
+            log.warning("end offsets of %d unfetched partition(s) not read (%s)", len(unfetched), exc)
     for tp, offset in seq.behind(ends, time.time()).items():
         counts["idle_reseeks"] += 1
         log.warning("%s/%d: %d record(s) in the log past offset %d, none delivered; seeking back",

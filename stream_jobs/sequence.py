@@ -22,7 +22,10 @@ fetch when a rebalance changes the group's generation or pauses the
 partition mid-fetch, and relies on a later seek to the committed offset,
 which our own positions make unreliable. With nothing else arriving, no gap
 is ever seen (docs/delivery.md). `behind` finds such partitions from the
-broker's high-water marks and has them sought back like a gap.
+broker's high-water marks and has them sought back like a gap. A partition
+none of whose records has come since the assignment has no position yet:
+its durable one is `note`d for `behind`, so a partition Faust never delivers
+is sought back too, while the agent still loads (and saves) its own.
 
 A gap that does not close after `max_seeks` seeks is reported as `stuck`.
 The caller jumps over it only when the broker confirms the records are gone
@@ -56,6 +59,7 @@ class Sequencer:
         self._seeking: dict[TP, tuple[int, float, int]] = {}  # tp -> (offset, when, attempts)
         self._seen: dict[TP, float] = {}  # tp -> when a record of it last came to `admit`
         self._behind: dict[TP, tuple[float, int]] = {}  # tp -> (first seen behind, position then)
+        self._noted: dict[TP, int] = {}  # tp -> durable position, for partitions not loaded yet
 
     def unknown(self, events) -> set[TP]:
         """Partitions in `events` whose position must be loaded first."""
@@ -64,12 +68,26 @@ class Sequencer:
     def load(self, positions: dict[TP, int]) -> None:
         self.next.update(positions)
 
+    def unheard(self, tps) -> set[TP]:
+        """Partitions of `tps` with no position, loaded or noted."""
+        return set(tps) - self.next.keys() - self._noted.keys()
+
+    def note(self, positions: dict[TP, int]) -> None:
+        """The durable positions of owned partitions no record has come for
+        (read by the idle check, not by the agent): `behind`, `overdue` and
+        `owed` count from them until the agent loads its own."""
+        self._noted.update({tp: o for tp, o in positions.items() if tp not in self.next})
+
+    def _expected(self, tp: TP) -> int | None:
+        return self.next.get(tp, self._noted.get(tp))
+
     def forget(self) -> None:
         """After a rebalance another worker may have moved a partition on."""
         self.next.clear()
         self._seeking.clear()
         self._seen.clear()
         self._behind.clear()
+        self._noted.clear()
 
     def jump(self, tp: TP, offset: int) -> None:
         """Accept a confirmed hole: continue at `offset`."""
@@ -117,7 +135,7 @@ class Sequencer:
         arrived: seek them again (and restart their clock)."""
         out = {}
         for tp, (target, since, attempts) in list(self._seeking.items()):
-            if self.next.get(tp) == target and now - since >= self.reseek_after_s:
+            if self._expected(tp) == target and now - since >= self.reseek_after_s:
                 self._seeking[tp] = (target, now, attempts)
                 out[tp] = target
         return out
@@ -132,7 +150,7 @@ class Sequencer:
         partition is behind for a moment before each delivery."""
         out = {}
         for tp, end in ends.items():
-            expected = self.next.get(tp)
+            expected = self._expected(tp)
             if expected is None or end <= expected or tp in self._seeking:
                 self._behind.pop(tp, None)
                 continue
@@ -148,4 +166,9 @@ class Sequencer:
         return out
 
     def position(self, tps) -> dict[TP, int]:
+        """Where each partition of `tps` this worker has processed continues."""
         return {tp: self.next[tp] for tp in tps if tp in self.next}
+
+    def owed(self, tps) -> dict[TP, int]:
+        """The next offset owed to the store, also for partitions only noted."""
+        return {tp: o for tp in tps if (o := self._expected(tp)) is not None}

@@ -18,14 +18,15 @@ from .resume import fetched_ends
 def consumer_lag(app, pipeline) -> dict:
     """Records on the broker this worker has not taken into a batch yet, per
     ingest partition it owns: the fetcher's last high-water mark minus the
-    next offset its sequencer admits. None while it owns nothing it has a
-    position for (starting, rebalancing); a partition it has not fetched yet
-    is left out, not 0."""
+    next offset its sequencer admits (or, before any record of the partition
+    came, its durable position: Sequencer.owed). None while it owns nothing
+    it has a position for (starting, rebalancing); a partition it has not
+    fetched yet is left out, not 0."""
     try:
         ends = fetched_ends(app.consumer, pipeline.topics)
     except Exception:  # not started yet: no consumer, no assignment
         return {"lag": None, "lag_by_partition": {}}
-    per = {f"{t}/{p}": max(0, ends[t, p] - pos) for (t, p), pos in pipeline.sequencer.position(ends).items()}
+    per = {f"{t}/{p}": max(0, ends[t, p] - pos) for (t, p), pos in pipeline.sequencer.owed(ends).items()}
     return {"lag": sum(per.values()) if per else None, "lag_by_partition": per}
 
 

@@ -148,3 +148,30 @@ def test_a_partition_receiving_records_is_not_behind_even_past_its_position():
         assert s.behind({("t", 0): 1_000}, now=t + 1) == {}
     s.forget()  # a rebalance: positions are reloaded, nothing is sought blindly
     assert s.behind({("t", 0): 1_000}, now=1_000) == {}
+
+
+def test_a_noted_partition_no_record_came_for_is_sought_back_from_its_durable_position():
+    # Owned since the assignment, never delivered: no position is loaded (the
+    # agent loads its own), but the idle check noted the durable one.
+    s = Sequencer(reseek_after_s=5.0)
+    assert s.unheard({("t", 0), ("t", 1)}) == {("t", 0), ("t", 1)}
+    s.note({("t", 0): 18})
+    assert s.unheard({("t", 0), ("t", 1)}) == {("t", 1)}
+    assert s.position({("t", 0)}) == {} and s.owed({("t", 0), ("t", 1)}) == {("t", 0): 18}
+    assert s.behind({("t", 0): 21}, now=0) == {}
+    assert s.behind({("t", 0): 21}, now=5) == {("t", 0): 18}
+    assert s.overdue(now=10) == {("t", 0): 18}       # a seek like any other, repeated
+    s.load({("t", 0): 18})                           # the re-read came: the agent loads its own
+    out = s.admit([ev(0, 18), ev(0, 19), ev(0, 20)], now=11)
+    assert offsets(out.events) == [(0, 18), (0, 19), (0, 20)]
+    assert s.overdue(now=100) == {} and s.behind({("t", 0): 21}, now=100) == {}
+
+
+def test_a_note_never_moves_a_loaded_position_and_a_rebalance_forgets_it():
+    s = Sequencer(reseek_after_s=5.0)
+    s.load({("t", 0): 30})
+    s.note({("t", 0): 12, ("t", 1): 4})               # read before the agent's batch moved t/0 on
+    assert s.owed({("t", 0), ("t", 1)}) == {("t", 0): 30, ("t", 1): 4}
+    s.forget()
+    assert s.owed({("t", 0), ("t", 1)}) == {} and s.unheard({("t", 1)}) == {("t", 1)}
+    assert s.behind({("t", 1): 40}, now=0) == {} and s.behind({("t", 1): 40}, now=50) == {}
