@@ -295,6 +295,7 @@ class Cell:
             source = C.read_source(self.broker.bootstrap, self.topic)
             drained = self.drain(len(source["expected"]) if self.protocol == "phases" else source["generation_records"])
         watching.set()
+        group = self.group_members()
         healths = {w.workdir.name: w.health() for w in self.workers}
         for w in self.workers:
             if healths[w.workdir.name]:
@@ -311,6 +312,7 @@ class Cell:
                        seconds=round(time.time() - t_start, 1), notes=self.notes + fault_error)
         verdict["ok"] = verdict["ok"] and left == 0 and not fault_error
         verdict["health"] = healths
+        verdict["group"] = group
         verdict["logs"] = {w.workdir.name: tail(w) for w in self.workers + self.retired}
         verdict["stores"] = [str(w.workdir / "data" / "store") for w in self.workers + self.retired]
         return verdict
@@ -344,6 +346,26 @@ class Cell:
             time.sleep(0.5)
         return False
 
+    def group_members(self) -> dict:
+        """The workers' consumer group as the broker sees it once drained:
+        its state and each member's partitions. A report that names partitions
+        no live worker read tells a member still holding them (one the broker
+        has not dropped) from a worker that owns them and never fetched them."""
+        from kafka import KafkaAdminClient
+
+        name = f"grp-{self.tag}-{os.getpid()}"
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=self.broker.bootstrap, request_timeout_ms=10_000)
+            try:
+                g = admin.describe_groups([name])[name]
+            finally:
+                admin.close()
+        except Exception as exc:  # a report, not a verdict: say why it is missing
+            return {"error": repr(exc)}
+        return {"state": g["group_state"],
+                "members": [{"member": m["member_id"][-12:], "host": m["client_host"],
+                             "assignment": _partitions(m["member_assignment"])} for m in g["members"]]}
+
     def settled(self) -> bool:
         hs = [w.health() or {} for w in self.workers]
         return all(h.get("ready") and not h.get("writing_since") for h in hs)
@@ -352,6 +374,14 @@ class Cell:
 # Holds a chDB store open (its process lock) for N seconds, then exits.
 _HOLD = ("import sys, time, clickhouse_connect\n"
          "c = clickhouse_connect.get_client(dsn=sys.argv[1]); time.sleep(float(sys.argv[2])); c.close()")
+
+
+def _partitions(assignment) -> dict:
+    """{topic: [partitions]} of a member's assignment as kafka-python decodes
+    it ({} while the group rebalances: the broker then holds none)."""
+    if not isinstance(assignment, dict):
+        return {}
+    return {a["topic"]: a["partitions"] for a in assignment.get("assigned_partitions") or []}
 
 
 def tail(w: U.Worker, n: int = 2500) -> str:
@@ -381,6 +411,7 @@ def report_failure(cell: str, v: dict, command: str) -> str:
              f"  notes: {v['notes']}", f"  rerun: {command}"]
     for name, h in v["health"].items():
         lines.append(f"  /health {name}: {json.dumps(h)}")
+    lines.append(f"  group as the broker holds it: {json.dumps(v.get('group'), default=str)}")
     for name, text in v["logs"].items():
         lines.append(f"  --- log tail {name} ---\n{text}")
     return "\n".join(lines)
