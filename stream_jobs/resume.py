@@ -8,7 +8,8 @@ has none yet starts where the consumer group committed, or at the log's
 start, and that start is made durable (`save`) before a single record of it
 is processed. After that the committed offset is never read again: a restart
 that finds Faust's committed offset ahead of the store re-reads the gap
-instead of skipping it.
+instead of skipping it, through the first record past it (a gap) or, when
+none comes, through the idle check (`reseek_behind`).
 """
 
 from __future__ import annotations
