@@ -181,3 +181,14 @@ def test_skipping_is_allowed_only_in_the_one_place_that_decides():
     assert findings({"tests/requires.py": body}) == []
     (elsewhere,) = findings({"tests/cdp.py": body})
     assert elsewhere.rule == "skip"
+
+
+def test_no_two_test_modules_share_a_name():
+    # tests/ has no packages: pytest imports each test module by its file
+    # name alone, and a second module of one name fails the collection of
+    # the whole suite (only when both are collected, as `make test` does).
+    names: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert len(names) > 100
+    assert {n: ps for n, ps in names.items() if len(ps) > 1} == {}
