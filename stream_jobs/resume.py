@@ -78,9 +78,7 @@ async def reseek_behind(app, offsets, seq, topics, load, counts) -> None:
     # worker never delivered a record, and their last records went unstored).
     unheard = seq.unheard(owned)
     if unheard:
-        found = await load(unheard)
-        if missing := unheard - found.keys():  # never processed here: where the agent would start
-            found.update(await group_start(app, offsets, missing))
+        found, _ = await positions(app, offsets, unheard, load)  # the starts are the agent's to save
         seq.note(found)
     ends = fetched_ends(app.consumer, topics)
     if unfetched := owned - ends.keys():
@@ -109,6 +107,15 @@ async def group_start(app, offsets, tps: set[TP]) -> dict[TP, int]:
     return {tp: int(o) for tp, o in out.items()}
 
 
+async def positions(app, offsets, tps: set[TP], load) -> tuple[dict[TP, int], dict[TP, int]]:
+    """-> (the position of each of `tps`, the group starts among them): the
+    durable one `load` reads, else `group_start`, for a partition never
+    processed here. Only `tps`: a `load` may read its topics' other partitions."""
+    found = {tp: o for tp, o in (await load(tps)).items() if tp in tps}
+    start = await group_start(app, offsets, missing) if (missing := tps - found.keys()) else {}
+    return found | start, start
+
+
 async def admit(app, offsets, seq: Sequencer, events, load, save, counts) -> Admitted:
     """-> the events of this batch to process, in offset order per partition.
     `load(tps)` and `save(positions)` are awaitables over the agent's state;
@@ -122,13 +129,10 @@ async def admit(app, offsets, seq: Sequencer, events, load, save, counts) -> Adm
         events = mine
     unknown = seq.unknown(events)
     if unknown:
-        found = await load(unknown)
-        missing = unknown - found.keys()
-        if missing:
-            start = await group_start(app, offsets, missing)
+        found, start = await positions(app, offsets, unknown, load)
+        if start:
             await save(start)
-            found.update(start)
-        seq.load({tp: found[tp] for tp in unknown})
+        seq.load(found)
     out = seq.admit(events, time.time())
     counts["stale_skipped"] += out.stale
     counts["gap_dropped"] += out.gapped

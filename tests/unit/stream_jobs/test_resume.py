@@ -53,12 +53,12 @@ def test_owned_partitions_never_delivered_are_sought_back_from_their_durable_pos
     consumer = Consumer(owned, {(t, 0): 20, (t, 2): 9, (t, 3): 7, ("other", 0): 99}, {FaustTP(t, 2): 5})
     app = SimpleNamespace(consumer=consumer)
     offsets = LogOffsets({(t, 1): 21}, {})
-    durable = {(t, 0): 18, (t, 1): 19, (t, 3): 7}
-    loads, saves = [], []
+    durable = {(t, 0): 18, (t, 1): 19, (t, 3): 7, (t, 9): 3}  # t/9: another worker's
+    loads = []
 
-    async def load(tps):
+    async def load(tps):  # as the store's ledger reads: every partition of the topics asked
         loads.append(set(tps))
-        return {tp: durable[tp] for tp in tps if tp in durable}
+        return dict(durable)
 
     seq, counts = Sequencer(reseek_after_s=5.0), Counter()
     clock = [1000.0]
@@ -69,8 +69,9 @@ def test_owned_partitions_never_delivered_are_sought_back_from_their_durable_pos
         await resume.reseek_behind(app, offsets, seq, {t}, load, counts)
 
     asyncio.run(tick(1000.0))
-    assert loads == [{(t, 0), (t, 1), (t, 2), (t, 3)}] and saves == []
+    assert loads == [{(t, 0), (t, 1), (t, 2), (t, 3)}]
     assert seq.next == {}  # nothing loaded for the agent: it loads (and saves) its own
+    assert seq.owed({(t, 2), (t, 9)}) == {(t, 2): 5}  # only what it owns is noted
     assert offsets.asked == [[(t, 1)]]
     assert consumer.seeks == []
     asyncio.run(tick(1005.0))
