@@ -258,13 +258,12 @@ class Ahead:
     `decoded_for` checks them again at the batch's turn: it gives what
     `decode` would give then, or None to decode again."""
 
-    def __init__(self, events, *args, **kwargs):
+    def __init__(self, events, *args, otlp_topic: str | None = None, **kwargs):
         self.events = list(events)
-        otlp = kwargs.get("otlp_topic")
         # An OTLP record's mapping reads the clock throughout: such a batch is
         # decoded in its turn only, not twice.
-        early = not (otlp and any(e.message.topic == otlp for e in self.events))
-        self.decoded = decode(self.events, *args, **kwargs) if early else None
+        early = not (otlp_topic and any(e.message.topic == otlp_topic for e in self.events))
+        self.decoded = decode(self.events, *args, otlp_topic=otlp_topic, **kwargs) if early else None
 
     def decoded_for(self, events, oldest: float = MIN_T0) -> Decoded | None:
         d = self.decoded
