@@ -1,20 +1,12 @@
-"""A batch of Kafka records -> its rows as columns, its refused events and
-the phases to forward: the worker's one batch path, pure.
+"""A batch of Kafka records, from any topic -> its rows as columns, its refused events and the phases to
+forward. The worker's one batch path, pure: whatever reads the store or the worker's positions is in
+pipeline.py, so that a batch can be decoded ahead of its turn (`Ahead`).
 
-Every record of a batch is decoded here, whatever it holds and whichever
-topic it comes from. Each event the C decoder takes stays its Struct
-(fast_decode.py); each other is the full path's result for that event
-(derive.py, otlp_in.py): a Rejection, or a row or a phase in the rare forms
-only the full path reads (chunk data, stall data, P/D phases, OTLP spans).
-The generations' Structs become columns in one pass (columnar.py), with the
-checks across fields and the formulas on whole columns; a bad event is
-refused beside its neighbours. The phases that came in envelopes are joined
-on the spot by the join's rules (batch_join.py): a generation they complete
-is a row of this batch, and the others go to the join agent.
-
-What reads the store or the worker's positions (re-reads, duplicates) is
-stream_jobs/pipeline.py's, so that a batch can be decoded ahead of its
-turn (`Ahead`).
+An event the C decoder takes stays a Struct (fast_decode.py); others get the full path (derive.py, otlp_in.py),
+which alone reads the rare forms (chunk and stall data, P/D phases, OTLP spans). The Structs become columns in
+one pass, checked on whole columns (columnar.py), so a bad event is refused beside its neighbours. Phases in
+envelopes are joined here by the join's rules (batch_join.py): a generation they complete is a row of this
+batch; the other phases go to the join agent.
 """
 
 from __future__ import annotations
@@ -38,8 +30,7 @@ from .join import JOINED_IN_INGEST, phase_partition
 from .otlp_in import process_otlp
 from .phase_events import PHASE_KINDS, Phase
 
-# Checks whose answer moves with the clock: a batch decoded ahead with an
-# event they refused is decoded again in its turn.
+# Checks whose answer moves with the clock: a batch decoded ahead with an event they refused is decoded again.
 _CLOCKED = (R.ABSURD, R.OUTSIDE_RETENTION)
 _KIND = {kind: i for i, kind in enumerate(PHASE_KINDS)}
 _JOINED = 1 << 30  # the place of a row joined in this batch: after its message's own events
@@ -74,12 +65,10 @@ def _fields(phase) -> dict:
 def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_batch: int = MAX_BATCH,
            oldest: float = MIN_T0, internal_topic: str | None = None, otlp_topic: str | None = None,
            otlp_model: str | None = None, payload_cap: int = 0, broken: dict[int, Rejection] | None = None) -> Decoded:
-    """The batch decoded (`Decoded`). `internal_topic`: the join's, whose
-    records name their own reasons; `otlp_topic`'s records are OTLP exports.
-    `broken`: messages refused as they are, unread (their decode raised)."""
+    """The batch decoded. `internal_topic`: the join's, whose records name their own reasons; `otlp_topic`'s
+    records are OTLP exports. `broken`: messages refused unread (their decode raised)."""
     structs: list[list] = [[] for _ in events]  # per message: its generations' Structs
-    # Per message, each Struct's place (its event's in the message, _JOINED),
-    # or None where they are the message's events in order: the common one.
+    # Per message, each Struct's place (its event's index, or _JOINED), or None when they are its events in order.
     places: list[list | None] = [None] * len(events)
     envelopes = [False] * len(events)
     rows: list[tuple[dict, int, int]] = []  # the full path's rows: (row, its message, its place)
@@ -146,9 +135,8 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
 
 
 def _add_rows(out: Decoded, rows: list, message: np.ndarray, place: np.ndarray | None, now: float) -> None:
-    """The full path's rows added to the Structs' (columnar.columns_of: one Arrow
-    cannot take is refused as the store refuses it), all in the order of
-    their events in the batch, where the duplicate rule's "first" is read."""
+    """Add the full path's rows (columnar.columns_of refuses one Arrow cannot take, as the store would) to the
+    Structs', all in their events' batch order, where the duplicate rule reads "first"."""
     extra, letters = columns_of([r for r, _, _ in rows], now)
     gone = {k for k, _ in letters}
     kept = [(m, p) for k, (_, m, p) in enumerate(rows) if k not in gone]
@@ -173,11 +161,9 @@ def _sourced(row: dict, msg) -> dict:
 
 def _join(out: Decoded, enveloped: list, structs: list, places: list, rows: list, events, bucket, now: float,
           oldest: float) -> dict[str, tuple[int, list]]:
-    """The generations the envelopes' phases complete (batch_join.gather),
-    each a row of the message whose phase completed it: a Generation Struct
-    when its phases are all Structs, else the full path's row of the joined
-    event. -> request_id -> (that message, its phases), in the order of
-    completion; one the full path refuses is left out, its phases forwarded."""
+    """Generations the envelopes' phases complete (batch_join.gather), each a row of the message whose phase
+    completed it: a Struct if all its phases are Structs, else the full path's row. -> request_id -> (message,
+    phases), in completion order; one the full path refuses is left out, its phases forwarded."""
     phases = [p for _, p in enveloped]
     seen, completed = gather(phases, [(p.request_id, _KIND[p.fields["kind"] if type(p) is Phase
                                                           else _PHASE_KIND[type(p)]]) for p in phases], _get)
@@ -202,8 +188,8 @@ def _join(out: Decoded, enveloped: list, structs: list, places: list, rows: list
 
 def _forwarded(lone: list, enveloped: list, kept: dict, events, now: float, partitions: int,
                out: Decoded) -> list[Forwarded]:
-    """What goes to the join agent, as batch_join describes: lone phases,
-    the phases of generations not joined here, then one note per joined one."""
+    """What goes to the join agent (batch_join): lone phases, phases of generations not joined here, then a
+    note per joined one."""
     def forwarded(m: int, phase) -> Forwarded:
         return phase_partition(phase.request_id, partitions), message_time(events[m].message, now), _fields(phase)
     forward = [forwarded(m, p) for m, p in lone]
@@ -226,10 +212,8 @@ _NOWHERE = SimpleNamespace(message=SimpleNamespace(topic="", partition=0, offset
 
 def answer(raw: bytes | None, bucket, max_bytes: int, now: float, max_batch: int = MAX_BATCH,
            internal: bool = False, oldest: float = MIN_T0) -> list:
-    """One message's results by the batch path's code, in its events' order:
-    a row (without its source), a Phase or a Rejection each. The tests hold
-    it equal to derive.process_message, the full path's answer, which
-    `phasemeter emit` and the OTLP receiver give."""
+    """One message's results by the batch path, in event order: a row (without its source), a Phase or a Rejection
+    each. Tests hold it equal to derive.process_message, the full path's (`phasemeter emit`, the OTLP receiver)."""
     items, envelope = message_events(raw, bucket, max_bytes, now, max_batch, internal, oldest)
     out = []
     for i, item in enumerate(items):
@@ -246,22 +230,15 @@ def answer(raw: bytes | None, bucket, max_bytes: int, now: float, max_batch: int
 
 
 class Ahead:
-    """`decode` of a batch before its turn: the ingest agent decodes the
-    next batch while the store writes this one (the insert runs without the
-    GIL), which took ~10-20 % off a batch of envelopes
-    (docs/performance/worker.md). Only the pure decode runs early; every
-    decision that reads the store or the worker's positions is made in its turn.
-
-    Its result is the batch's only if admission left the batch as it was
-    (the same events, in order). An earlier clock is stricter about a t0
-    too far ahead of it, and the retention bound moves with the clock, so
-    `decoded_for` checks them again at the batch's turn: it gives what
-    `decode` would give then, or None to decode again."""
+    """`decode` of the next batch while the store writes this one (the insert runs without the GIL): ~10-20 %
+    off a batch of envelopes (docs/performance/worker.md). Decisions that read the store or the worker's
+    positions wait for the batch's turn. `decoded_for` gives what `decode` would give then, or None to decode
+    again: admission may have changed the batch, and checks bound to the clock (a t0 too far ahead, the
+    retention bound) may answer otherwise."""
 
     def __init__(self, events, *args, otlp_topic: str | None = None, **kwargs):
         self.events = list(events)
-        # An OTLP record's mapping reads the clock throughout: such a batch is
-        # decoded in its turn only, not twice.
+        # An OTLP record's mapping reads the clock throughout: such a batch is decoded in its turn only.
         early = not (otlp_topic and any(e.message.topic == otlp_topic for e in self.events))
         self.decoded = decode(self.events, *args, otlp_topic=otlp_topic, **kwargs) if early else None
 

@@ -1,6 +1,5 @@
-"""Handing partitions over cleanly: what a stopping or rebalancing worker
-leaves behind for the member that takes its partitions (`Handoff`, one per
-agent: ingest, join).
+"""Handing partitions over cleanly: what a stopping or rebalancing worker leaves for the member that takes
+its partitions (`Handoff`, one per agent: ingest, join).
 """
 
 from __future__ import annotations
@@ -17,30 +16,20 @@ log = logging.getLogger("phasemeter.worker")
 
 
 class Handoff:
-    """One agent's side of a hand-off: its batch in hand and its commits.
+    """One agent's side of a hand-off: its work in hand and its commits.
 
-    The group's committed offset moves only to positions the agent has made
-    durable (`commit`), so a member that starts from it (it has no position
-    of its own) neither skips nor re-reads a record. Faust commits what its
-    streams acked, and `take_events` acks a batch in a `finally`, whether or
-    not the body finished (docs/delivery.md has the records that lost). So
-    the agents' topics are consumed with acks off and committed here.
-
-    With acks off Faust no longer waits for a batch in hand when it stops or
-    revokes partitions, so `run` and `settle` do: a stop (SIGTERM, a rolling
-    deploy) or a rebalance lets the batch finish, then hands over, instead
-    of cutting it at whatever await the cancellation hit.
-
-    More than one piece of work can be in hand: the join's expiry timer
-    publishes and writes the table like a batch does, and a stop or a revoke
-    that cut it between the two would leave the new owner an entry it
-    expires again (a generation published twice)."""
+    The group's offset is committed here, only at positions the agent has made durable (`commit`), so a member
+    starting from it neither skips nor re-reads a record. Faust would commit what its streams acked, and
+    `take_events` acks a batch in a `finally` even if the body did not finish, which lost records
+    (docs/delivery.md): the agents' topics are consumed with acks off. Faust then no longer waits for a batch
+    in hand on a stop or a revoke, so `run` and `settle` do, instead of cutting it at whatever await the
+    cancellation hit. The join's expiry timer is work in hand too: cut between its publish and its table
+    write, it would leave the new owner an entry to expire again (a generation published twice)."""
 
     def __init__(self, grace_s: float, on_cut=None, name: str = "ingest"):
         self.grace_s, self.name = grace_s, name
-        # Called when a stop cuts a batch: work the batch left in a thread
-        # (a store write retrying while the store is down) cannot be
-        # cancelled from here, and would keep the process from exiting.
+        # Called when a stop cuts a batch: its work left in a thread (a store write retrying while the store is
+        # down) cannot be cancelled from here and would keep the process from exiting.
         self.on_cut = on_cut
         self.in_hand: set[asyncio.Future] = set()
         self._want: dict = {}  # FaustTP -> newest durable position not committed yet
@@ -51,14 +40,10 @@ class Handoff:
         self._said = False  # what a stop left is said once
 
     async def commit(self, app, positions: dict[TP, int]) -> None:
-        """After `positions` are durable: commit them, off the batch's path.
-
-        One background task commits the newest positions: a commit costs a
-        round trip and a producer flush, which need not hold up the next
-        batch (its gain in rate was within the runs' scatter). `settle`
-        waits for it, so a stop or a revoke hands over with everything
-        durable committed. A failure is not fatal: the next batch commits
-        again."""
+        """After `positions` are durable: commit them, off the batch's path. One background task commits the
+        newest, as a commit's round trip and producer flush need not hold up the next batch (its gain in rate
+        was within the runs' scatter). `settle` waits for it, so a hand-off has everything durable committed.
+        A failure is not fatal: the next batch commits again."""
         for tp, offset in positions.items():
             self._want[FaustTP(*tp)] = int(offset)
         if self._want and (self._committer is None or self._committer.done()):
@@ -75,15 +60,11 @@ class Handoff:
                 log.warning("committing %s failed (%s); the next batch commits again", offsets, exc)
 
     async def run(self, work):
-        """Run the coroutine `work` (one batch) so that a stop lets it end.
-
-        Faust stops an agent by cancelling its task, then waits for the
-        task; the consumer and producer stop only after the agents. Shielded,
-        the batch keeps running through the cancellation for up to `grace_s`,
-        then the cancellation goes on. A batch cut anyway (grace exceeded,
-        SIGKILL) is re-read from the durable position: slower, never wrong.
-        Once a stop has begun no new work starts (the join's expiry timer
-        ticks on until Faust stops its timers, after the agents)."""
+        """Run the coroutine `work` (one batch) so that a stop lets it end. Faust stops an agent by cancelling
+        its task and waiting for it, and stops the consumer and producer only after the agents: shielded, the
+        batch runs on for up to `grace_s`. A batch cut anyway (grace exceeded, SIGKILL) is re-read from the
+        durable position: slower, never wrong. Once a stop has begun no new work starts (the join's expiry
+        timer ticks on until Faust stops its timers, after the agents)."""
         if self._stopping:
             work.close()
             return None
@@ -95,19 +76,16 @@ class Handoff:
             raise
 
     def start(self, work) -> asyncio.Future:
-        """Start `work` (one batch) without waiting for it: in hand from now
-        on, for `settle` and `stopping`. The ingest agent decodes its next
-        batch meanwhile (ingest_agent.py); whoever holds the task awaits it."""
+        """Start `work` (one batch) without waiting: in hand from now on, for `settle` and `stopping`. Whoever
+        holds the task awaits it (the ingest agent decodes its next batch meanwhile)."""
         task = asyncio.ensure_future(work)
         self.in_hand.add(task)
         task.add_done_callback(self.in_hand.discard)
         return task
 
     async def stopping(self, task: asyncio.Future | None) -> None:
-        """A stop reached the agent: the work in hand finishes (up to
-        `grace_s`) and its commit is made, or, past the grace, `task` (the
-        agent's batch, if any) is cut and re-read by the next owner from the
-        durable position. Then says what it left for the next start."""
+        """A stop reached the agent: the work in hand finishes (up to `grace_s`) and is committed; past the
+        grace, `task` (the agent's batch, if any) is cut, to be re-read by the next owner. Then logs what it left."""
         self._stopping = True
         if task is not None and not task.done():
             log.warning("stopping: finishing the batch in hand (up to %.0f s)", self.grace_s)
@@ -115,9 +93,8 @@ class Handoff:
             if self.in_hand:
                 self._cut = True
                 log.warning("stopping: the batch in hand did not finish in %.0f s; it will be re-read", self.grace_s)
-            # All of it, not only the caller's: the join agent's stop may find
-            # the expiry timer's work in hand, which its own stop would then
-            # wait for again.
+            # All of it, not only the caller's: the join agent's stop may find the expiry timer's work in hand,
+            # which the timer's own stop would then wait for again.
             for work in {task, *self.in_hand} - {None}:
                 work.cancel()
             if self.on_cut is not None:
@@ -127,9 +104,8 @@ class Handoff:
             log.warning("stopping %s: left for the next start: %s", self.name, self.left())
 
     def left(self) -> str:
-        """What a stop leaves for the next start, which resumes from the
-        durable positions (the store's for ingest, the join table's), not
-        from the group's committed offsets: both are safe."""
+        """What a stop leaves for the next start, which resumes from the durable positions (the store's for
+        ingest, the join table's), not from the group's committed offsets: both are safe."""
         parts = ["a batch in hand, cut: it is re-read"] if self._cut else []
         uncommitted = self._committing | self._want
         if uncommitted:
@@ -138,8 +114,7 @@ class Handoff:
         return "; ".join(parts) or "nothing: every durable position is committed"
 
     async def settle(self) -> bool:
-        """Wait (up to `grace_s` each) for the work in hand, then for the
-        commit of what it made durable; True once neither is pending."""
+        """Wait (up to `grace_s` each) for the work in hand, then for its commit; True once neither is pending."""
         pending = {t for t in self.in_hand if not t.done()}
         if pending:
             _, late = await asyncio.wait(pending, timeout=self.grace_s)

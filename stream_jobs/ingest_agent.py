@@ -1,9 +1,6 @@
-"""The ingest agent, a thin loop over `pipeline.Pipeline`: take a batch of
-records, admit them in strict offset order from the position the store
-records (resume.py over sequence.py), split them into rows, dead letters and
-phase events, write rows and dead letters in one idempotent step, forward
-the phases to the join, and only then record the new positions in the store
-(docs/delivery.md). Registered on the app by `create_app` (app.py).
+"""The ingest agent, a thin loop over `pipeline.Pipeline`: admit a batch in strict offset order from the
+store's recorded positions (resume.py), split it, write rows and dead letters in one idempotent step, forward
+the phases to the join, and only then record the new positions (docs/delivery.md). Registered by app.create_app.
 """
 
 from __future__ import annotations
@@ -21,10 +18,9 @@ log = logging.getLogger("phasemeter.worker")
 
 
 def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets, crash):
-    """Register the ingest agent over `raw` and the start-up preload; `offsets`
-    is the worker's log_offsets.LogOffsets; `crash` wraps the agent's body so
-    a bug exits the process (app._crash_guard). -> the agent's reader of
-    durable positions, for the idle check (app.py, resume.reseek_behind)."""
+    """Register the ingest agent over `raw` and the start-up preload. `offsets`: a log_offsets.LogOffsets;
+    `crash` wraps the agent's body so that a bug exits the process (app._crash_guard). -> the agent's reader
+    of durable positions, for the idle check (app.py, resume.reseek_behind)."""
     preload = Preload()
 
     @app.task
@@ -36,18 +32,17 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
         await crash("ingest", lambda: _ingest(stream))
 
     async def load(tps):
-        # Called for partitions this owner has just been assigned, before any
-        # of their records is processed: the previous owner has stopped.
-        try:  # the end offsets bound the re-read window (Pipeline.bound_rereads)
+        # Called for partitions just assigned, before any of their records is processed: the previous owner
+        # has stopped, so their end offsets bound the re-read window (Pipeline.bound_rereads).
+        try:
             ends = await offsets.ends(tps)
         except Exception as exc:  # e.g. the broker away: the window keeps its batch bounds, safe, only wider
             log.warning("end offsets of %d partition(s) not read (%s); checking the batch bounds after the resume",
                         len(tps), exc)
             ends = {}
         found = await asyncio.to_thread(sink.positions, sorted({t for t, _ in tps}))
-        # A partition with no position in this store was never written to it:
-        # a start is recorded before a single record is processed
-        # (resume.admit). No previous owner's batch to check there.
+        # A partition with no position in this store was never written to it (resume.admit records a start
+        # first): no previous owner's batch to check there.
         pipeline.bound_rereads(ends | {tp: 0 for tp in tps if tp not in found})
         return found
 
@@ -55,10 +50,8 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
         await asyncio.to_thread(sink.record_progress, positions)
 
     async def _ingest(stream):
-        # One batch at a time, but while a batch is written the next one
-        # (gathered meanwhile) is decoded (Pipeline.decode_ahead): the store's
-        # insert runs without the GIL. Nothing of the next batch is decided
-        # before this one is durable and its progress recorded.
+        # One batch at a time, but the next one is decoded (Pipeline.decode_ahead) while the store writes this
+        # one without the GIL. Nothing of the next batch is decided before this one's progress is recorded.
         batch = None  # the task of the batch in hand
         try:
             async for events in batching.gather(stream, settings.batch_rows, settings.batch_bytes,
@@ -75,8 +68,7 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
                 await asyncio.shield(batch)
             await ingest_handoff.stopping(batch)  # the stream ended: a stop
         except asyncio.CancelledError:
-            # A stop: the batch in hand finishes (or is cut past the grace)
-            # wherever the cancellation found this loop.
+            # A stop: the batch in hand finishes (or is cut past the grace) wherever the cancellation found this loop.
             await ingest_handoff.stopping(batch)
             raise
 
@@ -89,8 +81,7 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
             return
         rows, dead, phases, suspects = await asyncio.to_thread(pipeline.split, events, ahead)
         t_split = time.time()
-        # Blocks (retrying) while the store is down: the stream stops being
-        # consumed (backpressure) and no progress is recorded.
+        # Blocks, retrying, while the store is down: the stream is not consumed (backpressure), no progress recorded.
         pipeline.writing_since = t_split
         # Rows the store refuses for good come back as dead letters, stored.
         refused = await asyncio.to_thread(sink.write, rows, dead)
@@ -109,9 +100,8 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
                 log.warning("rollup repaired from raw in %d cell(s): %s", len(repaired), repaired[:3])
         pipeline.writing_since = None
         t_written = time.time()
-        # Progress is recorded only once everything this batch produced is
-        # durable: rows and dead letters in the store, dead letters and
-        # phases acknowledged by Kafka (a refused record is sent again).
+        # Progress is recorded only once all the batch produced is durable: rows and dead letters in the store,
+        # dead letters and phases acknowledged by Kafka (a refused record is sent again).
         await pipeline.publisher.deliver([
             (settings.dlq_topic, record["src_topic"].encode(),
              json.dumps({k: record[k] for k in record if k != "ts"} | {"rejected_at": record["ts"]}).encode(),

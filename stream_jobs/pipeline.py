@@ -1,13 +1,8 @@
-"""The per-batch work of the stream job, kept out of the Faust closure.
+"""The ingest agent's per-batch work, free of Faust: the agent (ingest_agent.py) is a thin loop over it.
 
-`Pipeline.split(events)` turns a batch of Kafka records (from the raw, the
-joined and the OTLP topic), already admitted in offset order by its
-`sequencer`, into rows (columns), dead letters and phase events to forward
-to the join: it decodes the batch (stream_jobs/batch_decode.py, pure),
-skips each row and dead letter the store already holds (a re-read after a
-crash or a rebalance) and returns those rows' rollup cells for a check, and
-dead-letters duplicate deliveries. No Faust import here: the agent in
-app.py is a thin loop over it.
+`Pipeline.split` turns an admitted batch (raw, joined and OTLP topics) into rows, dead letters and phases to
+forward to the join. It decodes the batch (batch_decode.py, pure), skips what the store already holds (a re-read
+after a crash or a rebalance, whose rollup cells it returns for a check) and dead-letters duplicate deliveries.
 """
 
 from __future__ import annotations
@@ -43,30 +38,19 @@ class Pipeline:
         self.topics = tuple(settings.ingest_topics)
         self.otlp_ignored = 0
         self.labels = LabelBound(settings.label_top_k)
-        self.labels_seeded = False  # the store's label values are read before the first batch
+        self.labels_seeded = False  # the store's label values are read at the first batch (again after a rebalance)
         self.sequencer = Sequencer()
-        # (topic, partition) -> highest offset the store holds rows or dead
-        # letters of, read after (re)assignment: records at or below it may
-        # be a re-read of a batch whose progress row was never written.
+        # (topic, partition) -> highest offset with stored rows or dead letters, read after (re)assignment:
+        # a record at or below it may be a re-read of a batch whose progress was never recorded.
         self.stored: dict[tuple[str, int], int] | None = None
-        # (topic, partition) -> [records, bytes] seen since this owner
-        # resumed there: the part of the partition the previous owner may
-        # have been writing when it stopped. Its last batch began at that
-        # position and held at most batch_rows records, and at most
-        # batch_bytes before its last record (stream_jobs/batching.gather).
-        # A kill can leave that batch's view blocks committed while its raw
-        # part is not (each table commits on its own). The raw rows then look
-        # new, so the cells they touch are checked after the write too: the
-        # re-insert may be counted twice in a tier (another batch shape,
-        # another token), or dropped as a duplicate block after a repair
-        # removed the orphaned states (the same token).
+        # (topic, partition) -> [records, bytes] seen since this owner resumed. The previous owner's last batch
+        # began there and held at most batch_rows records and batch_bytes before its last (batching.gather).
+        # A kill can commit that batch's view blocks but not its raw part, so its rows look new: their cells
+        # are checked after the write too (docs/delivery.md).
         self.since_resume: dict[tuple[str, int], list[int]] = {}
-        # (topic, partition) -> the log's end offset read once this owner had
-        # the partition (`bound_rereads`). The previous owner had stopped
-        # fetching by then, so its last batch held only records below it: a
-        # record at or past it was produced later and needs no check. Without
-        # it (a fresh start on a quiet topic) every batch of the first minutes
-        # would be checked, which cost freshness (docs/performance/sink.md).
+        # (topic, partition) -> the log's end offset when this owner took the partition (`bound_rereads`).
+        # The previous owner had stopped fetching by then, so records from there on need no check. Without
+        # it a fresh start on a quiet topic would check every batch for minutes (docs/performance/sink.md).
         self.resume_end: dict[tuple[str, int], int] = {}
         self.reread_records = 0  # of the last split: records _maybe_in_the_previous_batch
         self.counts: Counter = Counter()
@@ -79,41 +63,34 @@ class Pipeline:
         self.writing_since: float | None = None
 
     def oldest(self, now: float) -> float:
-        """The earliest t0 the store keeps: an older event is dead-lettered
-        (outside_retention) instead of stored and deleted by the TTL."""
+        """The earliest t0 the store keeps: an older event is dead-lettered (outside_retention), not left to the TTL."""
         return oldest_kept(now, self.settings.raw_ttl_days)
 
     def forget_offsets(self) -> None:
-        """After a rebalance another worker may have stored more: re-read."""
+        """After a rebalance another worker may have stored more rows and label values: re-read them."""
         self.sequencer.forget()
         self.stored = None
-        self.labels_seeded = False  # another worker may have kept other values
+        self.labels_seeded = False
         self.since_resume = {}
         self.resume_end = {}
 
     def bound_rereads(self, ends: dict[tuple[str, int], int]) -> None:
-        """The end offsets of partitions this owner has just taken, read
-        after it was assigned them (stream_jobs/ingest_agent.py). A partition
-        without one keeps the batch bounds alone."""
+        """End offsets of partitions just taken (ingest_agent.py); one without keeps the batch bounds alone."""
         self.resume_end.update(ends)
 
     def _rereads(self, events) -> dict[tuple[str, int], tuple[int, int]]:
-        """Per partition, the offsets [lo, hi] of this batch's records at or
-        below what the store holds there: a re-read after a crash or a rebalance."""
+        """Per partition, [lo, hi] of this batch's records at or below the store's highest offset: re-reads."""
         if self.stored is None:
             self.stored = {(t, p): o for t in self.topics for p, o in self.sink.stored_max(t).items()}
-        msgs = [e.message for e in events]
-        return offset_spans((m.topic, m.partition, m.offset) for m in msgs
+        return offset_spans((m.topic, m.partition, m.offset) for m in (e.message for e in events)
                             if m.offset <= self.stored.get((m.topic, m.partition), -1))
 
     def _already_stored(self, events) -> dict[tuple[str, int], Stored]:
-        """What the store already holds of this batch's re-read records, per
-        partition (only re-read records cost a query)."""
+        """What the store holds of this batch's re-read records, per partition (only re-reads cost a query)."""
         return {(t, p): self.sink.stored_in_range(t, p, lo, hi) for (t, p), (lo, hi) in self._rereads(events).items()}
 
     def _kept(self, gens: columnar.Generations, dropped: set, dead: list[dict], stored) -> tuple:
-        """(the rows but `dropped`, or [] for none; the dead letters but those
-        the store holds, skipped as a re-read)."""
+        """(the rows but `dropped`, or []; the dead letters but those already stored, skipped as re-reads)."""
         kept = [d for d in dead if d["src_offset"] not in
                 getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
         self.skipped += len(dead) - len(kept)
@@ -122,10 +99,8 @@ class Pipeline:
         return gens if len(gens) else [], kept
 
     def _scopes(self, events, d: Decoded, dropped: set) -> list[tuple[str, range | list[int]]]:
-        """A batch's rows left after `dropped`, by the scope their duplicates
-        are checked in (`_duplicates`, which passes over an empty one): the
-        joined topic's (its records and the rows joined in the batch), then
-        each other topic's."""
+        """The rows left after `dropped`, by the scope `_duplicates` checks them in: the joined topic's (its
+        records and the rows joined in the batch), then each other topic's. A scope may be empty."""
         topics = [e.message.topic for e in events]
         joined = self.settings.joined_topic_name
         if len(set(topics)) == 1 and not dropped and not d.joined.any():  # the common batch, of one topic
@@ -138,14 +113,10 @@ class Pipeline:
                 for topic in dict.fromkeys((joined, *self.topics))]
 
     def _duplicates(self, gens: columnar.Generations, scopes, dead: list[dict], now: float) -> set[int]:
-        """The rows (indexes) to drop as duplicates, each scope (`_scopes`) in
-        turn: a row whose request_id is earlier in the batch, or stored where
-        a copy may be, within the time range of the scope's rows (widened by
-        2 ms: the store's ts is the row's to the millisecond). A gateway's
-        duplicate delivery (a span exported twice too) is dead-lettered. A
-        joined generation is stored from the joined topic (the join agent) or
-        from the raw one (joined in ingest's batch), and after a crash may
-        come back by the other way: the join re-publishing (docs/phases.md),
+        """Rows to drop as duplicates, scope by scope: a request_id earlier in the batch, or stored within the
+        scope's time range (widened by 2 ms, as the store keeps ts to the millisecond). A duplicate delivery
+        (a gateway's, or a span exported twice) is dead-lettered. A joined generation is stored via the joined
+        topic or ingest's own join, and after a crash may come back the other way (docs/phases.md): it is
         dropped and counted."""
         joined, out = self.settings.joined_topic_name, set()
         for topic, rows in scopes:
@@ -172,10 +143,8 @@ class Pipeline:
         return out
 
     def _stored_before(self, held: Stored | None, offset: int, request_id: str, suspects: set) -> bool:
-        """Whether the store holds this row of a re-read record (stored before
-        a crash or a rebalance): it is skipped, and its cell handed over for
-        a check, as its insert may have stopped before the rollup view got
-        its block."""
+        """Whether the store holds this row of a re-read record. If so it is skipped and its cell added to
+        `suspects`: its insert may have stopped before the rollup view got its block."""
         cell = held.rows.get((offset, request_id)) if held is not None else None
         if cell is None:
             return False
@@ -184,9 +153,7 @@ class Pipeline:
         return True
 
     def _maybe_in_the_previous_batch(self, msg, size: int) -> bool:
-        """Whether the previous owner's last batch may have held this record
-        (records come in offset order per partition, from where this owner
-        resumed)."""
+        """Whether the previous owner's last batch may have held this record (offset order per partition)."""
         tp = (msg.topic, msg.partition)
         seen = self.since_resume.setdefault(tp, [0, 0])
         inside = (seen[0] < self.settings.batch_rows and seen[1] < self.settings.batch_bytes
@@ -197,15 +164,14 @@ class Pipeline:
         return inside
 
     def _decoding(self, now: float) -> dict:
-        """batch_decode.decode's settings, at this clock."""
+        """batch_decode.decode's settings at this clock."""
         return dict(bucket=self.bucket, max_bytes=self.settings.max_message_bytes, now=now,
                     partitions=self.settings.topic_partitions, oldest=self.oldest(now),
                     internal_topic=self.settings.joined_topic_name, otlp_topic=self.settings.otlp_topic,
                     otlp_model=self.settings.otlp_model, payload_cap=self.settings.dlq_payload_bytes)
 
     def decode_ahead(self, events) -> Ahead | None:
-        """The next batch decoded while this one is written; None when its
-        decode fails (it is decoded again in its turn, `_decode`)."""
+        """The next batch decoded while this one is written; None if that fails (it is decoded in its turn)."""
         try:
             return Ahead(events, **self._decoding(time.time()))
         except Exception:
@@ -213,11 +179,8 @@ class Pipeline:
             return None
 
     def _decode(self, events, now: float) -> Decoded:
-        """batch_decode.decode, and when it fails, each message decoded alone:
-        one whose decode raises is dead-lettered as `internal`, and the others
-        go on. A bug on one record must not stop every batch that meets it,
-        as one did: a count past 2**53 raised out of the decode of its whole
-        batch."""
+        """`decode`, or if it raises, each message decoded alone: one that raises is dead-lettered as
+        `internal` and the rest go on. One bad record (a count past 2**53) once stopped every batch it was in."""
         decoding = self._decoding(now)
         try:
             return decode(events, **decoding)
@@ -246,12 +209,9 @@ class Pipeline:
         return out
 
     def _split(self, events, ahead: Ahead | None = None):
-        """Admitted events -> (rows, dead letters, phases to forward as
-        (partition, timestamp, fields), suspect rollup cells). The rows are
-        columns (columnar.Generations), or [] when there are none.
-        `reread_records` then says how many of its records the previous
-        owner's last batch may have held. `ahead`: the batch decoded before
-        its turn (`decode_ahead`), if it was."""
+        """Admitted events -> (rows as columnar.Generations or [], dead letters, phases to forward as
+        (partition, timestamp, fields), suspect rollup cells); sets `reread_records`. `ahead`: the batch
+        decoded early (`decode_ahead`), if it was."""
         self.reread_records = 0
         now = time.time()
         d = ahead.decoded_for(events, self.oldest(now)) if ahead is not None else None
@@ -289,8 +249,7 @@ class Pipeline:
         return *self._kept(gens, dropped, dead, stored), d.forward, suspects
 
     def health(self) -> dict:
-        # The store, or Kafka refusing what a batch publishes: either way the
-        # batch waits and retries.
+        # Paused by the store, or by Kafka refusing what a batch publishes: either way the batch waits and retries.
         paused = self.sink.paused_reason or getattr(self.publisher, "paused_reason", None)
         return {
             "status": "paused" if paused else "ok",
@@ -302,8 +261,7 @@ class Pipeline:
             "joined_in_batch": self.joined_in_batch,
             "otlp_spans_ignored": self.otlp_ignored,
             "store_retries": self.sink.retries, "writing_since": self.writing_since,
-            # The error the store gave last, transient (retried, paused) or
-            # deterministic (the rows isolated and dead-lettered), and its code.
+            # The store's last error, transient (retried, paused) or deterministic (rows dead-lettered), and its code.
             "store_error": self.sink.store_error, "store_refused": self.sink.store_refused,
             "last_store_refusal": self.sink.last_refusal,
             **dict(self.counts),

@@ -1,15 +1,11 @@
-"""The Faust side of strict sequencing (sequence.py), shared by the ingest
-and join agents: load each newly seen partition's position, seek back over
-gaps, and report partitions that stay stuck.
+"""The Faust side of strict sequencing (sequence.py), shared by the ingest and join agents: load each newly
+seen partition's position, seek back over gaps, report partitions that stay stuck.
 
-Positions come from the agent's own durable state (`load`: the store's
-progress ledger for ingest, the join table for the join). A partition that
-has none yet starts where the consumer group committed, or at the log's
-start, and that start is made durable (`save`) before a single record of it
-is processed. After that the committed offset is never read again: a restart
-that finds Faust's committed offset ahead of the store re-reads the gap
-instead of skipping it, through the first record past it (a gap) or, when
-none comes, through the idle check (`reseek_behind`).
+Positions come from the agent's durable state (`load`: the store's progress ledger for ingest, the join table
+for the join). A partition with none starts where the group committed, or at the log's start, and that start is
+saved (`save`) before any record of it is processed. The committed offset is never read again, so a restart
+that finds it ahead of the store re-reads the gap instead of skipping it: through the first record past the
+gap or, if none comes, the idle check (`reseek_behind`).
 """
 
 from __future__ import annotations
@@ -26,8 +22,7 @@ log = logging.getLogger("phasemeter.worker")
 
 
 async def reseek_overdue(app, seq, counts) -> None:
-    """A seek whose records have not come back within the sequencer's
-    timeout is made again, even when nothing else arrives for the partition."""
+    """Repeat seeks whose records have not come back in time, even when nothing else arrives for the partition."""
     for tp, offset in seq.overdue(time.time()).items():
         counts["gap_reseeks"] += 1
         log.warning("%s/%d: offset %d not re-delivered yet; seeking again", *tp, offset)
@@ -38,9 +33,8 @@ async def reseek_overdue(app, seq, counts) -> None:
 
 
 async def _seek_back(app, seq, tp: TP, offset: int) -> None:
-    """A seek the sequencer asked for (a gap, or a partition silent behind
-    its end). If it fails (e.g. revoked meanwhile: the next owner loads its
-    own position), the sequencer forgets it, so the next check seeks anew."""
+    """A seek the sequencer asked for. If it fails (e.g. the partition was revoked meanwhile: the next owner
+    loads its own position), the sequencer forgets it, so the next check seeks anew."""
     try:
         await app.consumer.seek(FaustTP(*tp), offset)
     except Exception as exc:
@@ -49,9 +43,8 @@ async def _seek_back(app, seq, tp: TP, offset: int) -> None:
 
 
 def fetched_ends(consumer, topics) -> dict[TP, int]:
-    """{(topic, partition): high-water mark} of the partitions of `topics`
-    this consumer owns, as its last fetch of each saw it; a partition not
-    fetched yet is left out."""
+    """{(topic, partition): high-water mark} of this consumer's partitions of `topics`, as their last fetch saw
+    it; a partition not fetched yet is left out."""
     ends = {}
     for tp in consumer.assignment():
         if tp.topic not in topics:
@@ -66,16 +59,12 @@ def fetched_ends(consumer, topics) -> dict[TP, int]:
 
 
 async def reseek_behind(app, offsets, seq, topics, load, counts) -> None:
-    """Partitions of `topics` behind their log end with nothing arriving
-    (Sequencer.behind) are sought back to their position. Called only while
-    the agent is idle: a busy agent's records wait in Faust's buffers.
-    `load` reads durable positions, as for `admit`."""
+    """Seek back the partitions of `topics` behind their log end with nothing arriving (Sequencer.behind).
+    Called only while the agent is idle, since a busy agent's records wait in Faust's buffers. `load` reads
+    durable positions, as for `admit`."""
     owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment() if tp.topic in topics}
-    # A partition none of whose records has come since the assignment has no
-    # position in the sequencer, and one never fetched has no high-water mark:
-    # both were once left to Faust's seek at assignment, which does not
-    # always bring them (seen in a kill test: three partitions of a restarted
-    # worker never delivered a record, and their last records went unstored).
+    # A partition with no record since the assignment has no position here, and one never fetched no high-water
+    # mark: Faust's seek at assignment does not always deliver them (docs/delivery.md).
     unheard = seq.unheard(owned)
     if unheard:
         found, _ = await positions(app, offsets, unheard, load)  # the starts are the agent's to save
@@ -94,9 +83,8 @@ async def reseek_behind(app, offsets, seq, topics, load, counts) -> None:
 
 
 async def group_start(app, offsets, tps: set[TP]) -> dict[TP, int]:
-    """Where a partition with no durable position begins: the group's
-    committed offset (Faust read it from the broker when it seeked after
-    assignment), else the first offset Kafka still has."""
+    """Where a partition with no durable position begins: the group's committed offset (Faust read it when it
+    sought after assignment), else the first offset Kafka still has."""
     committed = faust_adapter.committed_offsets(app)
     out = {tp: committed.get(FaustTP(*tp)) for tp in tps}
     missing = [tp for tp, o in out.items() if not o]
@@ -108,20 +96,17 @@ async def group_start(app, offsets, tps: set[TP]) -> dict[TP, int]:
 
 
 async def positions(app, offsets, tps: set[TP], load) -> tuple[dict[TP, int], dict[TP, int]]:
-    """-> (the position of each of `tps`, the group starts among them): the
-    durable one `load` reads, else `group_start`, for a partition never
-    processed here. Only `tps`: a `load` may read its topics' other partitions."""
+    """-> (each of `tps`' position, the group starts among them): the durable one `load` reads, else
+    `group_start`. Filtered to `tps`, as a `load` may read other partitions of its topics."""
     found = {tp: o for tp, o in (await load(tps)).items() if tp in tps}
     start = await group_start(app, offsets, missing) if (missing := tps - found.keys()) else {}
     return found | start, start
 
 
 async def admit(app, offsets, seq: Sequencer, events, load, save, counts) -> Admitted:
-    """-> the events of this batch to process, in offset order per partition.
-    `load(tps)` and `save(positions)` are awaitables over the agent's state;
-    `offsets` is the worker's log_offsets.LogOffsets."""
-    # Records of a partition this worker no longer owns (prefetched before a
-    # rebalance moved it) are the new owner's to process.
+    """-> the events of this batch to process, in offset order per partition. `load(tps)` and
+    `save(positions)` are awaitables over the agent's state; `offsets` is a log_offsets.LogOffsets."""
+    # Records prefetched for a partition a rebalance has since moved are the new owner's to process.
     owned = app.consumer.assignment()
     mine = [e for e in events if e.message.tp in owned]
     if len(mine) < len(events):
@@ -143,14 +128,12 @@ async def admit(app, offsets, seq: Sequencer, events, load, save, counts) -> Adm
     for tp, (expected, first) in out.stuck.items():
         earliest = (await offsets.starts([tp])).get(tp) or 0
         if earliest > expected:
-            # Kafka deleted them (retention) before any worker read them:
-            # nothing can bring them back; say so and count them.
+            # Retention deleted them before any worker read them: nothing can bring them back.
             counts["expired_unread"] += earliest - expected
             log.error("%s/%d: offsets %d..%d expired before they were read", *tp, expected, earliest - 1)
             seq.jump(tp, earliest)
         else:
-            # Never skipped silently: the partition stalls, visibly, and the
-            # seek is retried.
+            # Never skipped silently: the partition stalls, visibly, and the seek is retried.
             counts["stalled_seeks"] += 1
             log.error("%s/%d: offset %d is in the log but is not delivered (first seen %d); seeking again",
                       *tp, expected, first)

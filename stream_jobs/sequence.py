@@ -1,38 +1,18 @@
-"""Strict per-partition sequencing: a record is processed only when its
-offset is the next one this worker owes the store.
+"""Strict per-partition sequencing: a record is processed only when its offset is the next one this worker
+owes the store (`next[tp]`, loaded from durable state by resume.py). Faust's own offsets are no safe record of
+progress: after a seek back it dropped re-fetched records and committed the jump, so a restarted worker
+skipped records nobody stored (docs/delivery.md).
 
-Why: Faust's own offset bookkeeping is not a safe source of progress. After
-a seek back it dropped re-fetched records and committed the jump as an acked
-gap, so a restarted worker started past records nobody stored (two
-partitions lost their first ~3,200 records; docs/delivery.md has the
-mechanism and the evidence). So the worker keeps its own position,
-`next[tp]`, loaded from durable state (resume.py), and checks every record
-against it:
+A record below `next` is a re-delivery, skipped. One above it is a gap: not processed, the caller seeks back to
+`next`, and records buffered before that seek are dropped without another seek for `reseek_after_s`. A gap
+still open after `max_seeks` seeks is `stuck`: the caller jumps it only when the broker confirms the records
+are gone (retention), else the partition stalls, visibly, and is sought again: never a silent skip.
 
-* offset < next  -> already processed (a re-delivery after a seek or a
-  rebalance): skipped;
-* offset == next -> processed, next advances;
-* offset > next  -> a gap: records were skipped by the fetch position. The
-  record is not processed, and the caller seeks the partition back to
-  `next`. Records still buffered from before the seek also arrive as gaps;
-  they are dropped without a second seek until `reseek_after_s` passed.
+A partition can also fall silent behind its end, with no gap ever seen (Faust drops the rest of a fetch that a
+rebalance or a pause cuts; docs/delivery.md). `behind` finds such partitions from the high-water marks, also
+those with no record since the assignment, whose durable positions are `note`d (the agent still loads its own).
 
-A partition can also fall silent behind its end: Faust drops the rest of a
-fetch when a rebalance changes the group's generation or pauses the
-partition mid-fetch, and relies on a later seek to the committed offset,
-which our own positions make unreliable. With nothing else arriving, no gap
-is ever seen (docs/delivery.md). `behind` finds such partitions from the
-broker's high-water marks and has them sought back like a gap. A partition
-none of whose records has come since the assignment has no position yet:
-its durable one is `note`d for `behind`, so a partition Faust never delivers
-is sought back too, while the agent still loads (and saves) its own.
-
-A gap that does not close after `max_seeks` seeks is reported as `stuck`.
-The caller jumps over it only when the broker confirms the records are gone
-(retention deleted them); otherwise the partition stalls, visibly, and is
-sought again: never a silent skip.
-
-Pure: no Faust, no I/O. Events only need `.message.topic/.partition/.offset`.
+Pure: no Faust, no I/O. Events need only `.message.topic/.partition/.offset`.
 """
 
 from __future__ import annotations
@@ -73,9 +53,8 @@ class Sequencer:
         return set(tps) - self.next.keys() - self._noted.keys()
 
     def note(self, positions: dict[TP, int]) -> None:
-        """The durable positions of owned partitions no record has come for
-        (read by the idle check, not by the agent): `behind`, `overdue` and
-        `owed` count from them until the agent loads its own."""
+        """Durable positions of owned partitions no record has come for (read by the idle check): `behind`,
+        `overdue` and `owed` count from them until the agent loads its own."""
         self._noted.update({tp: o for tp, o in positions.items() if tp not in self.next})
 
     def _expected(self, tp: TP) -> int | None:
@@ -114,8 +93,7 @@ class Sequencer:
                 self.next[tp] = offset + 1
                 self._seeking.pop(tp, None)
             else:
-                # Beyond a gap, or after one earlier in this batch: everything
-                # later of this partition waits for the re-read.
+                # Beyond a gap, or after one earlier in this batch: the rest of the partition waits for the re-read.
                 out.gapped += 1
                 gap_at.setdefault(tp, offset)
         for tp, first in gap_at.items():
@@ -131,8 +109,7 @@ class Sequencer:
         return out
 
     def overdue(self, now: float) -> dict[TP, int]:
-        """Seeks under way longer than `reseek_after_s` whose record has not
-        arrived: seek them again (and restart their clock)."""
+        """Seeks under way for `reseek_after_s` whose record has not arrived: seek again, restarting the clock."""
         out = {}
         for tp, (target, since, attempts) in list(self._seeking.items()):
             if self._expected(tp) == target and now - since >= self.reseek_after_s:
@@ -141,13 +118,10 @@ class Sequencer:
         return out
 
     def behind(self, ends: dict[TP, int], now: float) -> dict[TP, int]:
-        """Partitions whose log end (`ends`, the fetcher's high-water marks)
-        has stayed past their position for `reseek_after_s`, counted from the
-        first call that saw it so, with no record of theirs arriving since
-        and no seek under way: seek them to their position. From then on
-        they are a seek under way (`overdue`, and `stuck` after `max_seeks`).
-        A high-water mark moves with the fetch that brings the records, so a
-        partition is behind for a moment before each delivery."""
+        """Partitions whose log end (`ends`, the fetcher's high-water marks) stayed past their position for
+        `reseek_after_s`, with no record arriving and no seek under way: seek them there, then treat them as a
+        seek under way (`overdue`, `stuck`). The wait is needed because a high-water mark moves with the fetch
+        that brings the records: a partition looks behind for a moment before each delivery."""
         out = {}
         for tp, end in ends.items():
             expected = self._expected(tp)
