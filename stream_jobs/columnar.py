@@ -1,16 +1,8 @@
 """A batch's generations as columns, from the C decoder's Structs.
 
-The worker's row path built two dicts per generation (the checked fields,
-then the derived row), gathered the rows' values back into columns for
-Arrow, and looped over the rows to stamp their source: in the profile of a
-batch of 22,600 generations, about 240 of its 530 ms, all of it Python
-holding the GIL (docs/performance/worker.md). Here the Structs go to
-columns once, and the derivation runs on whole columns.
-
-The checks across fields and the metrics are formulas.py's, the one
-definition, evaluated here on whole columns: each row gets a reason code,
-and a refused event is named as the full path names it
-(stream_jobs/batch_decode.py dead-letters it beside its neighbours).
+The row path's two dicts per generation, gathered back into columns, took ~240 of 530 ms for 22,600
+generations, all Python holding the GIL (docs/performance/worker.md). Here formulas.py's checks and metrics
+run on whole columns, and a refused event is named as the full path names it.
 """
 
 from __future__ import annotations
@@ -31,11 +23,9 @@ from .derive import ROW_COLUMNS, NO_EXTRAS, ranged
 from .fast_decode import _UNSET, given
 from .formulas import Fields, failing, metrics, out_of_range, rejection_of
 
-# Fields of the C decoder's Generation, and the row's columns they fill as they are.
-_TEXT = ("request_id", "model", "status")
+_TEXT = ("request_id", "model", "status")  # Generation fields stored as they are
 _LABELS = ("finish_reason", "gateway", "replica")  # null -> "", as derive.validate gives them
-# A derived row's fields beyond ROW_COLUMNS (not stored; in the dict view).
-_EXTRAS = tuple(k for k in NO_EXTRAS if k not in ROW_COLUMNS)
+_EXTRAS = tuple(k for k in NO_EXTRAS if k not in ROW_COLUMNS)  # a row's fields not stored, in the dict view only
 # The v2 extras the C decoder leaves to the full path: null on its rows.
 _NULL_COLUMNS = tuple(k for k, v in NO_EXTRAS.items() if v is None and k not in V2_ONLY) + ("stalled",)
 
@@ -47,23 +37,20 @@ def ts_array(seconds) -> pa.Array:
 
 
 def _by_column(rows: list[dict], columns: tuple[str, ...]) -> list[list]:
-    """Each column's values, by a loop in C per column (map over an
-    itemgetter): no tuple per row, whose garbage made transposing the rows
-    with zip about 15 % slower on 20,000 rows."""
+    """Each column's values, looped in C by map over an itemgetter: transposing with zip made a tuple
+    per row, whose garbage cost ~15 % more on 20,000 rows."""
     return [list(map(itemgetter(c), rows)) for c in columns]
 
 
 def arrow_of(rows: list[dict], columns: tuple[str, ...]) -> pa.Table:
-    """Dicts -> an Arrow table (ClickHouse's native reader; insert_df, value by
-    value, was the sink's bottleneck). None stays null, never 0 or NaN."""
+    """Dicts -> an Arrow table (insert_df, value by value, was the sink's bottleneck); None stays null."""
     arrays = [ts_array(values) if col == "ts" else pa.array(values)
               for col, values in zip(columns, _by_column(rows, columns), strict=True)]
     return pa.Table.from_arrays(arrays, names=list(columns))
 
 
 def day_numbers(seconds) -> np.ndarray:
-    """Epoch seconds -> the UTC day of the stored ts (its exact millisecond,
-    as `ts_array` rounds it): the partition of generations (schema/0001)."""
+    """Epoch seconds -> the UTC day of the stored ts, rounded as `ts_array` does (schema/0001's partition)."""
     ms = np.round(np.asarray(seconds, dtype="float64") * 1000.0).astype("int64")
     return ms // 86_400_000
 
@@ -83,13 +70,11 @@ class Generations(Sequence):
 
     @classmethod
     def from_rows(cls, rows: list[dict]) -> "Generations":
-        """The full path's row dicts as columns, typed as `arrow_of` types them.
-        Consecutive rows of one record are one message: sink.counted_token
-        hashes the bytes batch_token hashed row by row."""
+        """The full path's row dicts as columns, typed as `arrow_of` types them. Consecutive rows of one
+        record are one message, so sink.counted_token hashes what batch_token hashed row by row."""
         values = dict(zip(ROW_COLUMNS, _by_column(rows, ROW_COLUMNS)))
         columns = {name: pa.array(v) for name, v in values.items() if name != "ts"}
-        for extra in [k for k in _EXTRAS if rows and k in rows[0]]:
-            columns[extra] = pa.array([r.get(extra) for r in rows])
+        columns.update({k: pa.array([r.get(k) for r in rows]) for k in _EXTRAS if rows and k in rows[0]})
         src = [np.array(values[k], dtype=object) for k in ("src_topic", "src_partition", "src_offset")]
         first = np.ones(len(rows), dtype=bool)  # a row whose record is not the row before's
         first[1:] = np.logical_or.reduce([v[1:] != v[:-1] for v in src])
@@ -98,8 +83,7 @@ class Generations(Sequence):
                    list(zip(*(v[starts].tolist() for v in src))), np.diff(starts, append=len(rows)).tolist())
 
     def __add__(self, other: "Generations") -> "Generations":
-        """These rows, then `other`'s (a column one side lacks, or has all
-        null, takes the other's type; null where it is missing)."""
+        """These rows, then `other`'s; a column one side lacks (null there) or has all null takes the other's type."""
         if not len(other) or not len(self):
             return other if len(other) else self
         columns = {}
@@ -119,18 +103,13 @@ class Generations(Sequence):
         return self._rows[i]
 
     def take(self, indexes: list[int]) -> "Generations":
-        """These rows only, in this order; each run of rows from one message
-        counted as one message for the token (sink.counted_token hashes the
-        same bytes however a message's rows are split). Counted row by row,
-        a batch of 50,000 rows with 1 % dropped as duplicates cost 7.5 ms
-        here and 9.5 ms in the token, against 0.4 ms for the whole batch."""
+        """These rows only, in order, a run of one message's rows counted as one message for sink.counted_token
+        (row by row: 7.5 ms here and 9.5 ms in the token for 50,000 rows with 1 % dropped, against 0.4 ms)."""
         at = np.asarray(indexes, dtype=np.int64)
         return self._of(at, {k: v.take(at) for k, v in self.columns.items()})
 
     def without(self, rows: set[int]) -> "Generations":
-        """All rows but these, in order (duplicates and re-reads dropped): an
-        Arrow filter of each column by a mask, about half the time of a take
-        of the kept rows (3.3 against 6.5 ms for a batch of 90,000)."""
+        """All rows but these, in order: a mask filter, half the time of a take (docs/performance/worker.md)."""
         keep = np.ones(len(self), dtype=bool)
         keep[np.fromiter(rows, dtype=np.int64, count=len(rows))] = False
         mask = pa.array(keep)
@@ -158,13 +137,11 @@ class Generations(Sequence):
         return pa.Table.from_arrays(arrays, names=list(ROW_COLUMNS))
 
     def counted_offsets(self) -> list[tuple[tuple[str, int, int], int]]:
-        """((topic, partition, offset), rows) per message, for the sink's
-        batch token (sink.counted_token)."""
+        """((topic, partition, offset), rows) per message, for sink.counted_token."""
         return list(zip(self.sources, self.per_message))
 
     def cells(self, rows) -> set:
-        """The minute cells of the rows at these indexes, as ledger.Stored gives
-        a stored row's; each distinct minute turned into a datetime once."""
+        """These rows' minute cells, as ledger.Stored gives them; one datetime per distinct minute."""
         model, bucket = self.columns["model"].to_pylist(), self.columns["input_bucket"].to_pylist()
         ts = self.ts.tolist()
         keys = {(model[i], bucket[i], ts[i] // 60 * 60) for i in rows}
@@ -172,9 +149,8 @@ class Generations(Sequence):
 
 
 def columns_of(rows, now: float) -> tuple[Generations, list[tuple[int, dict]]]:
-    """Row dicts (the full path's, tests', benchmarks') as columns, built once;
-    a row with a value Arrow cannot take (past int64...) refused as the store
-    refuses one for good, by the same bisection: (index, its dead letter)."""
+    """Row dicts as columns, and (index, dead letter) of each row Arrow cannot take (past int64...),
+    found by the store's bisection (refusals.isolate) and refused as the store refuses a row for good."""
     if isinstance(rows, Generations) or not len(rows):
         return rows, []
 
@@ -197,13 +173,11 @@ def columns_of(rows, now: float) -> tuple[Generations, list[tuple[int, dict]]]:
 
 def _derive(gens: list, counts: list[int], events, bucket, now: float,
             oldest: float = MIN_T0) -> tuple[Generations, list[tuple[int, Rejection]]]:
-    """The rows of these Structs that pass formulas.out_of_range and CHECKS,
-    as columns, and (index in `gens`, Rejection) of the others, named as
-    the full path names them (`_named`, formulas.rejection_of)."""
+    """The rows of these Structs that pass formulas.out_of_range and CHECKS, as columns, and
+    (index in `gens`, Rejection) of the others, named as the full path names them."""
     n = len(gens)
 
-    # One field of every Struct: map over an attrgetter runs the loop in C,
-    # about 25 % less than a comprehension calling getattr (docs/performance/worker.md).
+    # map over an attrgetter loops in C: ~25 % less time than getattr in a comprehension (docs/performance/worker.md).
     def numbers(name, dtype):
         return np.fromiter(map(attrgetter(name), gens), dtype=dtype, count=n)
 
@@ -219,7 +193,7 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
                nullable["kv_transfer_s"].to_numpy(zero_copy_only=False),
                nullable[STREAMED].cast(pa.float64()).to_numpy(zero_copy_only=False))
     with np.errstate(invalid="ignore"):
-        # The ranges first, as on the full path (`check` -1 below).
+        # Ranges first, as the full path checks them (`check` -1 below).
         failing_rows = [out_of_range(f), *failing(f, now + MAX_DURATION_S, oldest)]
     bad_rows: list[tuple[int, Rejection]] = []
     if any(m.any() for m in failing_rows):
@@ -236,14 +210,12 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
         counts = np.bincount(message_of[good], minlength=len(counts)).tolist()
         f = Fields(*(v[good] for v in f))
         nullable = {k: v.filter(pa.array(good)) for k, v in nullable.items()}
-        n = len(gens)
     return _columns(gens, f, nullable, counts, events, bucket), bad_rows
 
 
 def _floats(values: list) -> pa.Array:
-    """A nullable duration's column. It keeps its JSON type in the Struct, and
-    Arrow refuses an int no float holds exactly (past 2**53): such a value is
-    out of range anyway, and its row is refused and named from its Struct."""
+    """A nullable duration's column. The Struct keeps its JSON type, and Arrow refuses an int no float holds exactly
+    (past 2**53): such a row is out of range anyway, refused and named from its Struct."""
     try:
         return pa.array(values, type=pa.float64())
     except pa.ArrowInvalid:
@@ -251,14 +223,12 @@ def _floats(values: list) -> pa.Array:
 
 
 def _named(e) -> Rejection:
-    """The full path's Rejection of a Generation out of range: its checks of
-    counts and durations, on the Struct's numbers (derive.ranged)."""
+    """The full path's Rejection of a Generation out of range (derive.ranged on its Struct)."""
     return ranged(lambda name: given(getattr(e, name)), {})
 
 
 def _v2_only_column(gens: list, name: str) -> list:
-    """A V2_ONLY field of each Struct, None where absent (UNSET) or null. Most
-    batches carry none: their column is known from one count in C."""
+    """A V2_ONLY field of each Struct, None where absent or null. Most batches carry none, found by one count in C."""
     values = list(map(attrgetter(name), gens))
     if values.count(_UNSET) == len(values):
         return [None] * len(values)
@@ -273,11 +243,10 @@ def _columns(gens: list, f: Fields, nullable: dict, counts: list[int], events, b
 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         derived = metrics(f, np)
-    # Repeated strings are taken from a short array by index, in C.
+    # Repeated strings taken by index from a short array, in C.
     labels = pa.array(bucket.labels, type=pa.string()).take(np.searchsorted(bucket.edges, f.n_in, side="right") - 1)
 
     columns: dict[str, pa.Array] = {name: pa.array(col(name), type=pa.string()) for name in _TEXT}
-    # A label is a non-empty string or null, and null is stored as "".
     columns.update({name: pa.array(col(name), type=pa.string()).fill_null("") for name in _LABELS})
     columns.update({name: pa.array(_v2_only_column(gens, name), type=pa.string()).fill_null("") for name in PD_LABELS})
     columns.update(nullable)

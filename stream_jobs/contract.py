@@ -1,9 +1,6 @@
-"""Limits and labels of the event contract, shared by both protocols, and the
-Rejection every validator returns: the one source of these values. The worker
-(derive.py, phase_events.py) validates with them, the emitter
-(producers/checks.py, optional.py, phases.py) checks its arguments with them, and a
-test holds schema/event-v1.schema.json and event-v2.schema.json to them.
-Pure and dependency-free, so the gateway install can import it."""
+"""The event contract's limits and labels, and the Rejection every validator returns: the one source of these
+values for the worker, the emitter (producers/) and a test holding schema/event-v1.schema.json and
+event-v2.schema.json to them. Pure and dependency-free, so the gateway install can import it."""
 
 from __future__ import annotations
 
@@ -17,37 +14,27 @@ SCHEMA_VERSIONS = (1, 2)  # 2 adds the phase kinds and the optional fields below
 MAX_TOKENS = 10_000_000
 MAX_DURATION_S = 86_400.0
 MIN_T0 = 946_684_800.0  # 2000-01-01: anything earlier is a unit bug (ms? 0?)
-# The latest epoch a static check can state (the JSON Schema, the emitter):
-# 2100-01-01. The worker's own bound is tighter: now + 1 day.
-MAX_EPOCH_S = 4_102_444_800.0
+MAX_EPOCH_S = 4_102_444_800.0  # 2100-01-01, for static checks (JSON Schema, emitter); the worker's: now + 1 day
 STATUSES = ("ok", "error", "cancelled")
 COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")  # check_count
 DURATIONS = ("ttft_s", "e2e_s", "queue_s")  # seconds since t0: check_duration
-# The most events one envelope may hold (the worker's decoders).
-MAX_BATCH = 10_000
+MAX_BATCH = 10_000  # the most events an envelope may hold
 LABEL_FIELDS = {"model": 200, "request_id": 128, "finish_reason": 64, "gateway": 200, "replica": 200,
                 "prefill_replica": 200, "decode_replica": 200}
 
-# Optional fields of a v2 `generation` and a v2 `end` phase only (a v1 event
-# carrying one is an unknown_field): docs/metrics.md, "Decode stalls and
-# estimated output counts".
+# Only on a v2 generation or end (v1: unknown_field): docs/metrics.md, "Decode stalls and estimated output counts".
 STALL_FIELDS = ("chunks", "max_gap_s", "gaps_over", "gap_threshold_s")
 V2_OPTIONAL = STALL_FIELDS + ("output_tokens_estimated",)
 DEFAULT_STALL_THRESHOLD_S = 0.5
-# Prefill/decode disaggregated serving, optional on a v2 generation and on the
-# start and end phases (docs/phases.md): the replicas are labels of
-# LABEL_FIELDS, kv_transfer_s a gap (check_gap: a difference of two readings)
-# that lies inside ttft_s, or inside e2e_s when there was no first token.
+# Prefill/decode disaggregated serving, optional on a v2 generation, start and end (docs/phases.md): the
+# replicas are labels, kv_transfer_s a gap (check_gap) inside ttft_s, or inside e2e_s without a first token.
 PD_LABELS = ("prefill_replica", "decode_replica")
 PD_FIELDS = PD_LABELS + ("kv_transfer_s",)
 PD_ABSENT = {"prefill_replica": "", "decode_replica": "", "kv_transfer_s": None}
-# Optional on a v2 generation: false says the call was not streamed, so it
-# has no first token to time, and its row is stored with null phases
-# (formulas.CHECKS lets it through); null says nothing (docs/metrics.md,
-# "Calls not streamed").
+# Optional on a v2 generation: false (not streamed) means no first token to time, so formulas.CHECKS keeps the
+# row, with null phases; null says nothing (docs/metrics.md, "Calls not streamed").
 STREAMED = "streamed"
-# The fields only a v2 generation may carry beside V2_OPTIONAL.
-V2_ONLY = PD_FIELDS + (STREAMED,)
+V2_ONLY = PD_FIELDS + (STREAMED,)  # only on a v2 generation, beside V2_OPTIONAL
 
 
 def check_streamed(value) -> Rejection | None:
@@ -61,12 +48,9 @@ def check_bool(name: str, value) -> Rejection | None:
     return None
 
 
-# JSON may spell a character as a \u escape. One that is half of a
-# surrogate pair with no other half ("\ud800") parses to a lone surrogate:
-# a Python str that no UTF-8 encoder accepts. Stored text must be UTF-8, so
-# such an event is refused here, by name, before any code builds text from
-# it (the sink's Arrow tables, a dead letter's detail). Only a message that
-# holds such an escape at all is walked.
+# A \u escape of half a surrogate pair ("\ud800") parses to a lone surrogate, which UTF-8 cannot encode: refused
+# by name before any code builds stored text from it (Arrow tables, dead letters). Only a message with such an
+# escape is walked.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
@@ -75,8 +59,7 @@ def may_hold_lone_surrogate(raw: bytes) -> bool:
 
 
 def lone_surrogate(value, path: str = "") -> Rejection | None:
-    """not_utf8 naming the first key or string of `value` (a parsed event)
-    that holds a lone surrogate; None when all its text is valid Unicode."""
+    """not_utf8 naming the first key or string of a parsed event holding a lone surrogate, else None."""
     if isinstance(value, str):
         if value.isascii():
             return None
@@ -96,38 +79,31 @@ def lone_surrogate(value, path: str = "") -> Rejection | None:
     return next((bad for bad in found if bad is not None), None)
 
 
-# Labels are printed by text outputs and stored as sent, so a label may not
-# hold a control character: C0 (NUL..US: ESC, CR, LF, TAB, ...), DEL, or C1
-# (U+0080..U+009F, which some terminals read as escape sequences too).
+# Labels are printed and stored as sent, so none may hold a control character: C0 (NUL..US: ESC, CR, LF,
+# TAB...), DEL or C1 (U+0080..U+009F, which some terminals read as escape sequences too).
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def has_control(value: str) -> bool:
-    """Whether `value` holds a control character. Every one is unprintable
-    (category Cc), so a printable string is clean at the cost of one C call."""
+    """Whether `value` holds a control character. All are unprintable (Cc): a printable string costs one C call."""
     return not value.isprintable() and _CONTROL.search(value) is not None
 
 
 def may_hold_control(raw: bytes) -> bool:
-    """Whether a JSON message can hold a control character in a string. JSON
-    spells C0 only as an escape (a backslash), DEL raw, and C1 as UTF-8
-    0xC2 0x80..0x9F: a message with none of these three bytes needs no
-    walk of its labels (the decoders' common case)."""
-    # An int is looked up with memchr; a one-byte bytes needle cost 5x more
-    # (the buffer protocol), measured at ~100 ns per scan of a 350-byte event.
+    """Whether a JSON message can hold a control character in a string. JSON spells C0 only escaped (a
+    backslash), DEL raw and C1 as UTF-8 0xC2 0x80..0x9F: without these bytes, no label needs a walk."""
+    # memchr finds an int; a one-byte bytes needle cost 5x more (the buffer protocol), ~100 ns per 350-byte scan.
     return 0x5C in raw or 0x7F in raw or 0xC2 in raw  # backslash, DEL, the lead byte of C1
 
 
 def escape_control(text: str) -> str:
-    """`text` with each control character written as a \\xNN escape: for
-    text we store from a refused event (a dead letter's detail names its
-    fields, and a field name may hold an ESC)."""
+    """`text` with each control character as a \\xNN escape, for text stored from a refused event (a dead
+    letter's detail names its fields, and a field name may hold an ESC)."""
     return text if not has_control(text) else _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def control_character(name: str, value) -> Rejection | None:
-    """control_character naming the label, or None (a non-string is the
-    type check's to name)."""
+    """control_character naming the label, or None (a non-string is the type check's to name)."""
     if isinstance(value, str) and has_control(value):
         return Rejection(R.CONTROL_CHARACTER, f"{name} holds a control character (U+"
                                               f"{ord(_CONTROL.search(value).group()):04X}); labels are printable text")
@@ -154,9 +130,8 @@ def check_status(value) -> Rejection | None:
 class Rejection:
     reason: str   # one of reasons.ALL
     detail: str   # human text naming the field; never the whole payload
-    # The refused event's place in its envelope's `events`, None for a whole
-    # message: the dead letter keeps that event, not the envelope
-    # (stream_jobs/dead_letter.py). Not part of equality: the detail names it.
+    # The refused event's index in its envelope (None: a whole message), so that the dead letter keeps that
+    # event, not the envelope (stream_jobs/dead_letter.py). Not compared: the detail names it.
     event: int | None = field(default=None, compare=False)
 
     def in_envelope(self, i: int) -> "Rejection":
@@ -165,14 +140,12 @@ class Rejection:
 
 
 def oldest_kept(now: float, raw_ttl_days: int) -> float:
-    """The earliest t0 the store keeps a raw row of (PHASEMETER_RAW_TTL_DAYS):
-    an older one would be deleted by the table's TTL as it is written."""
+    """The earliest t0 kept (PHASEMETER_RAW_TTL_DAYS): the table's TTL would delete an older row as it is written."""
     return now - raw_ttl_days * 86_400.0
 
 
 def outside_retention(t0: float, oldest: float) -> Rejection | None:
-    """outside_retention for a t0 the store would not keep. The fast paths
-    take such an event to the full path (t0 >= oldest), which names it."""
+    """outside_retention for a t0 the store would not keep (the fast paths leave such events to the full path)."""
     if t0 < oldest:
         return Rejection(R.OUTSIDE_RETENTION, f"t0={t0} is older than the raw retention "
                                               f"(PHASEMETER_RAW_TTL_DAYS, before {oldest:.0f}): the store "
@@ -201,9 +174,8 @@ def check_number(name: str, value) -> Rejection | None:
 
 
 def check_duration(name: str, value, max_s: float | None = MAX_DURATION_S) -> Rejection | None:
-    """Seconds since t0: a negative one means an impossible ordering (t_first
-    before t0, ...), one over `max_s` a unit bug. `max_s=None` for t0 itself,
-    whose range is checked as epoch seconds."""
+    """Seconds since t0: negative is an impossible ordering (t_first before t0...), over `max_s` a unit bug.
+    `max_s=None` for t0 itself, whose range is checked as epoch seconds."""
     bad = check_number(name, value)
     if bad is None and value < 0:
         bad = Rejection(R.IMPOSSIBLE_ORDER, f"{name}={value} < 0")
@@ -213,17 +185,14 @@ def check_duration(name: str, value, max_s: float | None = MAX_DURATION_S) -> Re
 
 
 def check_gap(name: str, value) -> Rejection | None:
-    """A gap or threshold in seconds: a difference of two monotonic readings
-    (not a time since t0), so a negative one is `negative`, not an ordering."""
+    """A gap or threshold: a difference of two monotonic readings, so a negative one is `negative`, not an ordering."""
     bad = check_duration(name, value)
     return Rejection(R.NEGATIVE, bad.detail) if bad is not None and bad.reason == R.IMPOSSIBLE_ORDER else bad
 
 
 def check_v2_optional(event: dict, out: dict) -> Rejection | None:
-    """Type/range check of the V2_OPTIONAL fields present (null = absent) and
-    their consistency with each other; normalised values go into `out`
-    (all five keys: None when absent, output_tokens_estimated False). The
-    check against e2e_s is `check_gap_within`, run once e2e_s is known."""
+    """The V2_OPTIONAL fields present (null = absent): types, ranges, consistency. All five go into `out`,
+    None when absent (output_tokens_estimated False); `check_gap_within` checks max_gap_s once e2e_s is known."""
     for name in V2_OPTIONAL:
         value = event.get(name)
         if value is None:

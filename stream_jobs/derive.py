@@ -1,7 +1,6 @@
 """Validation and derivation: raw bytes -> row dict, or a Rejection.
 
-Pure functions with no Kafka and no ClickHouse, so every edge case of
-docs/metrics.md is a plain unit test. The Faust agent is a thin loop over these.
+Pure (no Kafka, no ClickHouse), so every edge case of docs/metrics.md is a plain unit test.
 """
 
 from __future__ import annotations
@@ -22,13 +21,11 @@ REQUIRED = ("schema_version", "kind", "request_id", "model", "t0", "e2e_s", "inp
 OPTIONAL = ("ttft_s", "queue_s", "cached_input_tokens", "status", "finish_reason", "gateway", "replica")
 KNOWN = frozenset(REQUIRED + OPTIONAL)  # a v1 generation: exactly as strict as before v2's extras
 KNOWN_V2 = KNOWN | frozenset(V2_OPTIONAL) | frozenset(V2_ONLY)
-# What an event without the v2 extras normalises them to (no chunk data, an
-# output count from the server, no prefill/decode split).
+# The v2 extras' values on an event without them: no chunk data, the server's output count, no P/D split.
 NO_EXTRAS = {"chunks": None, "max_gap_s": None, "gaps_over": None, "gap_threshold_s": None,
              "output_tokens_estimated": False, **PD_ABSENT, STREAMED: None}
 
-# The one list of stored columns: the sink inserts exactly these, in this
-# order; schema/0001 defines them and a test checks the two agree.
+# The stored columns, in the sink's insert order; schema/0001 defines them, and a test holds the two equal.
 ROW_COLUMNS = (
     "ts", "request_id", "model", "input_bucket", "status", "finish_reason", "gateway", "replica",
     "input_tokens", "output_tokens", "cached_input_tokens",
@@ -77,10 +74,8 @@ def numbers(fields: dict) -> Fields:
 
 
 def validate(event: dict, now: float | None = None, oldest: float = MIN_T0) -> dict | Rejection:
-    """Check types, ranges and orderings; return normalised fields.
-    `oldest`: the earliest t0 the store keeps (contract.oldest_kept). The
-    worker's common message never comes here: the C decoder takes it
-    (fast_decode.py)."""
+    """Check types, ranges and orderings; return normalised fields. `oldest`: the earliest t0 the store
+    keeps (contract.oldest_kept). The worker's common message takes the C decoder instead (fast_decode.py)."""
     now = time.time() if now is None else now
     if not isinstance(event, dict):
         return Rejection(R.NOT_OBJECT, f"event is {type(event).__name__}, not an object")
@@ -107,27 +102,20 @@ def validate(event: dict, now: float | None = None, oldest: float = MIN_T0) -> d
     if bad is not None:
         return bad
     out["status"] = status
-    bad = ranged(event.get, out)
-    if bad is not None:
-        return bad
-    bad = check_streamed(event.get(STREAMED))  # before the checks across fields: the first-token one reads it
+    # streamed before CHECKS: their first-token check reads it
+    bad = ranged(event.get, out) or check_streamed(event.get(STREAMED))
     if bad is not None:
         return bad
     out[STREAMED] = event.get(STREAMED)
-    bad = check_one(numbers(out), now + MAX_DURATION_S, oldest)  # formulas.CHECKS on a batch of one row
-    if bad is not None:
-        return bad
-    bad = check_v2_optional(event, out) or check_gap_within(out["max_gap_s"], out["e2e_s"])
+    bad = (check_one(numbers(out), now + MAX_DURATION_S, oldest)  # formulas.CHECKS on a batch of one row
+           or check_v2_optional(event, out) or check_gap_within(out["max_gap_s"], out["e2e_s"]))
     return bad if bad is not None else out
 
 
 def ranged(get, out: dict) -> Rejection | None:
-    """The first count, t0, duration or gap (`get(name)`: its value, None
-    when absent or null) outside the contract's range or type, in the order
-    the full path checks them; the checked values go to `out`, times as
-    floats. Also names a C-decoded Generation that formulas.out_of_range
-    refused (stream_jobs/columnar.py), whose numbers keep their JSON type,
-    so that its detail is the full path's, word for word."""
+    """The first count, t0, duration or gap (`get(name)`: None when absent or null) outside the contract's
+    type or range, in the full path's order; checked values go to `out`, times as floats. It also names a
+    Generation formulas.out_of_range refused (columnar.py), whose JSON-typed numbers give the same detail."""
     for name in COUNTS:
         value = get(name)
         bad = _missing(name) if value is None else check_count(name, value)
@@ -156,8 +144,7 @@ def _null(value):
 
 
 def derive(fields: dict, bucket: Bucketer) -> dict:
-    """The metrics of docs/metrics.md from validated fields (formulas.metrics
-    on a batch of one row). Null is never zero or inf."""
+    """The metrics of docs/metrics.md from validated fields (formulas.metrics on one row); null is never 0 or inf."""
     m = metrics(numbers(fields))
     return {
         **fields,
@@ -184,35 +171,29 @@ def process(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = No
     if bad is not None:
         return bad
     fields = validate(event, now, oldest)
-    if isinstance(fields, Rejection):
-        return fields
-    return derive(fields, bucket)
+    return fields if isinstance(fields, Rejection) else derive(fields, bucket)
 
 
 def process_event(event, bucket: Bucketer, now: float, internal: bool = False,
                   check_text: bool = False, oldest: float = MIN_T0) -> dict | Phase | Rejection:
-    """One parsed event (a dict from a message or an envelope) -> row, Phase or
-    Rejection. `check_text`: its message holds an escape that may have parsed
-    to a lone surrogate (contract.may_hold_lone_surrogate)."""
-    if check_text:
-        bad = lone_surrogate(event)
-        if bad is not None:
-            return bad
+    """One parsed event (a dict from a message or an envelope) -> row, Phase or Rejection. `check_text`: its
+    message may hold a lone surrogate (contract.may_hold_lone_surrogate)."""
+    bad = lone_surrogate(event) if check_text else None
+    if bad is not None:
+        return bad
     kind = event.get("kind") if isinstance(event, dict) else None
     if kind in PHASE_KINDS:
         fields = validate_phase(event, now)
         return fields if isinstance(fields, Rejection) else Phase(fields["request_id"], fields)
     if internal:  # records the join wrote to the joined topic (stream_jobs/join.py)
         if kind == "orphan":
-            # The joined topic is an input too: only a reason code of ours is
-            # taken from it, and only text as its detail.
+            # The joined topic is an input too: only a reason code of ours is taken, and only text as its detail.
             reason, detail = event.get("reason"), event.get("detail")
             if reason not in R.ALL or not isinstance(detail, str):
                 return Rejection(R.BAD_VALUE, "an orphan record without a known reason code and a text detail")
             return Rejection(reason, detail[:300])
         if event.get("status") == "abandoned":
-            # Only the join may say "abandoned": validate it as the
-            # cancellation it resembles (no output needed), then restore it.
+            # Only the join may say "abandoned": validate it as a cancellation (no output needed), then restore it.
             fields = validate({**event, "status": "cancelled"}, now, oldest)
             if not isinstance(fields, Rejection):
                 fields["status"] = "abandoned"
@@ -225,17 +206,10 @@ def process_event(event, bucket: Bucketer, now: float, internal: bool = False,
 def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,
                     max_batch: int = MAX_BATCH, internal: bool = False,
                     oldest: float = MIN_T0) -> list[dict | Phase | Rejection]:
-    """One Kafka message -> one result per event it carries: a row (a whole
-    generation), a Phase (to be joined) or a Rejection.
-
-    A message is a single event, or an envelope
-    {"schema_version": 1|2, "kind": "batch", "events": [<event>, ...]}
-    that amortises Kafka's per-message cost (as OTLP exporters do). Each
-    inner event is validated on its own: one bad event does not sink its
-    neighbours, and its rejection detail says which index it was.
-    `internal` is set only for the worker's own joined topic. `oldest`: the
-    earliest t0 the store keeps (contract.oldest_kept; MIN_T0: no bound).
-    """
+    """One Kafka message -> one result per event: a row, a Phase (to be joined) or a Rejection. A message is one
+    event or an envelope {"schema_version": 1|2, "kind": "batch", "events": [...]}, amortising Kafka's cost per
+    message; each inner event is validated alone, so a bad one does not sink its neighbours (its detail names its
+    index). `internal`: only the worker's joined topic. `oldest`: contract.oldest_kept (MIN_T0: no bound)."""
     event = parse(raw, max_bytes)
     if isinstance(event, Rejection):
         return [event]
@@ -251,8 +225,5 @@ def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | N
         return [Rejection(R.WRONG_TYPE, "envelope 'events' must be a non-empty list")]
     if len(inner) > max_batch or set(event) - {"schema_version", "kind", "events"}:
         return [Rejection(R.BAD_VALUE, f"envelope must hold 1..{max_batch} events and nothing else")]
-    out: list[dict | Phase | Rejection] = []
-    for i, item in enumerate(inner):
-        result = process_event(item, bucket, now, internal, check, oldest)
-        out.append(result.in_envelope(i) if isinstance(result, Rejection) else result)
-    return out
+    results = (process_event(item, bucket, now, internal, check, oldest) for item in inner)
+    return [r.in_envelope(i) if isinstance(r, Rejection) else r for i, r in enumerate(results)]

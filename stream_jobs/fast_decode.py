@@ -1,22 +1,11 @@
 """The worker's common message, decoded and checked in C.
 
-Nearly every message is a well-formed v1/v2 `generation` event, a v2 phase
-event (start, first_token, end), or an envelope of them. For those, msgspec
-parses the JSON and checks every type and range of the contract in one
-pass, straight into Structs, instead of `json.loads` building dicts that
-Python then checks field by field: in the profile of the envelope path, the
-JSON parse and the checks were over half of the worker's time per
-generation (docs/performance/worker.md).
-
-This is an accelerator, not a second contract. Its Structs are built from
-the limits in contract.py and the field lists in derive.py and
-phase_events.py, and the checks across fields are formulas.py's and
-`phase_events.check_across`. An event it does not accept (a bad one, an
-end with stall data, chunk data, a lone surrogate) goes to the full path
-(`derive.process_event` for that event, `process_message` for a message
-that is not an envelope: `message_events`), which alone names reasons. A
-test holds the two paths to the same result on the poison corpus and on
-generated messages.
+msgspec parses a well-formed generation, phase event or envelope of them straight into Structs, checking the
+contract's types and ranges in one pass: `json.loads` and Python's checks field by field took over half of the
+worker's time per generation (docs/performance/worker.md). An accelerator, not a second contract: the Structs
+come from contract.py's limits and the field lists of derive.py and phase_events.py, the checks across fields
+are formulas.py's and `phase_events.check_across`. Any event it does not take goes to the full path, which
+alone names reasons; a test holds both paths to one result on the poison corpus and on generated messages.
 """
 
 from __future__ import annotations
@@ -37,13 +26,9 @@ from .phase_events import PHASE_VERSION, SPEC, check_across
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
 _Duration = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_DURATION_S)]
-# A generation's counts and durations are typed only (an int the columns'
-# int64 holds, any finite number): their ranges are checked on columns
-# (formulas.out_of_range), so that one out of range does not make its whole
-# envelope decode again event by event (docs/performance/worker.md). A
-# duration keeps its JSON type (an int stays an int, at no cost to the
-# decoder) so that the full path's checks name such a row from its Struct,
-# with the detail they give its event (derive.ranged).
+# A generation's counts and durations are only typed (an int64, a number), their ranges checked on columns
+# (formulas.out_of_range), so that one bad value does not send its envelope event by event. A duration keeps
+# its JSON type, for derive.ranged to name its row as the full path does (docs/performance/worker.md).
 _RANGED_ON_COLUMNS = {_Count: Annotated[int, msgspec.Meta(ge=-2 ** 63, le=2 ** 63 - 1)], _Duration: Union[int, float]}
 _Version = Literal[SCHEMA_VERSIONS]  # type: ignore[valid-type]
 
@@ -70,11 +55,8 @@ def _type_of(name: str):
 
 
 def _struct(title: str, tag: str, required: list, optional: list, gc: bool = False) -> type:
-    # Every type is tagged by `kind`, and always decoded in a union of them,
-    # where the tag is required (a lone tagged type may leave it out).
-    # An event's fields are strings and numbers, which cannot form a cycle,
-    # so its Structs stay out of the cyclic collector (msgspec's gc=False):
-    # a batch decodes ~100,000 of them, and each collection walked them all.
+    # Tagged by `kind` and only decoded in unions, where the tag is required. An event's strings and numbers
+    # cannot form a cycle, so gc=False spares each collection a walk of a batch's ~100,000 Structs.
     return msgspec.defstruct(title, [*required, *optional], tag_field="kind", tag=tag,
                              forbid_unknown_fields=True, frozen=True, gc=gc)
 
@@ -84,17 +66,14 @@ def _typed(name: str):
     return _RANGED_ON_COLUMNS.get(t, t)
 
 
-# A v1/v2 generation as `derive.validate` accepts it without stall data
-# (but the ranges of its counts and durations: formulas.out_of_range), built from derive's lists,
-# and the P/D fields and `streamed` of a v2 one (V2_ONLY). Those are UNSET
-# when absent, None when null: a v1 generation naming one, even as null, is
-# the full path's to refuse (unknown_field; `_v1_naming_v2_only`).
+# A generation as `derive.validate` accepts it without stall data (its ranges aside: formulas.out_of_range).
+# Its V2_ONLY fields are UNSET when absent, None when null: a v1 generation naming one, even as null, is the
+# full path's to refuse (unknown_field; `_v1_naming_v2_only`).
 Generation = _struct("Generation", "generation", [(n, _typed(n)) for n in REQUIRED if n != "kind"],
                      [(n, _typed(n), "ok") if n == "status" else (n, Optional[_typed(n)], None)
                       for n in sorted(KNOWN - set(REQUIRED))]
                      + [(n, Union[_typed(n), None, msgspec.UnsetType], msgspec.UNSET) for n in V2_ONLY])
-# The v2 phase events as validate_phase accepts them, built from its SPEC;
-# an end with stall data (V2_OPTIONAL) or a phase with P/D fields takes the full path.
+# The v2 phases as validate_phase accepts them (its SPEC); stall data or P/D fields send one to the full path.
 PHASES = {kind: _struct(kind.title().replace("_", ""), kind,
                         [("schema_version", Literal[PHASE_VERSION]), ("request_id", _type_of("request_id"))]
                         + [(n, _type_of(n)) for n in required],
@@ -106,8 +85,7 @@ Envelope = _struct("Envelope", "batch", [("schema_version", _Version),
                                          ("events", Annotated[list[_EVENT], msgspec.Meta(min_length=1)])], [], gc=True)
 _DECODER = msgspec.json.Decoder(Union[_EVENT, Envelope])
 _EVENT_DECODER = msgspec.json.Decoder(_EVENT)
-# An envelope whose events are left undecoded, to take them one by one when
-# the whole does not decode. The second type only makes its tag required.
+# Events left undecoded, to take one by one when the whole fails; the second type only makes the tag required.
 _RawEnvelope = _struct("RawEnvelope", "batch", [("schema_version", _Version),
                                                 ("events", Annotated[list[msgspec.Raw], msgspec.Meta(min_length=1)])],
                        [], gc=True)
@@ -123,12 +101,9 @@ _VERSION = attrgetter("schema_version")
 
 
 def _v1_naming_v2_only(events) -> bool:
-    """Whether a v1 generation among `events` names a V2_ONLY field. Their
-    versions are read in C; only a message holding a v1 event is walked (a
-    scan of its bytes for the names cost more: +5 ms a batch of 20,000 v2
-    generations). The fields are spelled out: a loop over V2_ONLY took 2-5x
-    as long on a batch of v1 events (1-5.5 against 1.0 ms per 20,000); the
-    tests refuse a v1 event naming each of them."""
+    """Whether a v1 generation among `events` names a V2_ONLY field. Versions are read in C and only a
+    message with a v1 event is walked (scanning its bytes cost +5 ms per 20,000 v2 generations). The fields
+    are spelled out, as a loop over V2_ONLY took 2-5x as long; tests refuse a v1 event naming each."""
     return 1 in map(_VERSION, events) and any(
         type(e) is Generation and e.schema_version == 1
         and (e.prefill_replica is not _UNSET or e.decode_replica is not _UNSET or e.kv_transfer_s is not _UNSET
@@ -142,15 +117,13 @@ def given(value):
 
 
 def attr(e, name: str):
-    """A Struct's field (None where its kind has none), for the rules written
-    on dicts that read a phase through an accessor (phase_events.check_across,
-    join.completes)."""
+    """A Struct's field (None where its kind has none): the accessor for rules written on dicts
+    (phase_events.check_across, join.completes)."""
     return getattr(e, name, None)
 
 
 def accepted(e, kind: str, latest: float) -> bool:
-    """Whether the full path takes this phase Struct as it is: its epochs
-    within the clock, and `phase_events.check_across`."""
+    """Whether the full path takes this phase Struct as it is: epochs within the clock, and check_across."""
     for name in _EPOCHS:
         value = getattr(e, name, None)
         if value is not None and value > latest:
@@ -169,34 +142,24 @@ def phase_fields(e, kind: str) -> dict:
 
 
 def decoded_events(raw: bytes, max_batch: int):
-    """The events of a message as the Structs above (an envelope's in a
-    list, a lone event in a tuple), or None when any of them is not one:
-    the full path's to name."""
-    # msgspec refuses a lone surrogate escape as malformed, so that message
-    # too goes to the full path, which names the field (not_utf8). Objects
-    # nested past the interpreter's recursion limit raise RecursionError
-    # there (arrays a DecodeError): the full path names that malformed_json.
+    """A message's events as Structs (an envelope's in a list, a lone event in a tuple), or None when any
+    is not one: the full path's to name."""
+    # msgspec refuses a lone surrogate escape (the full path names it not_utf8), and objects nested past the
+    # recursion limit raise RecursionError (arrays a DecodeError): malformed_json on the full path.
     try:
         message = _DECODER.decode(raw)
     except (msgspec.MsgspecError, RecursionError):
         return None
     events = message.events if type(message) is Envelope else (message,)
-    if len(events) > max_batch or (may_hold_control(raw) and any(map(_holds_control, events))):
-        return None  # a label with a control character: the full path names it
-    if _v1_naming_v2_only(events):
-        return None
-    return events
+    bad = len(events) > max_batch or (may_hold_control(raw) and any(map(_holds_control, events)))
+    return None if bad or _v1_naming_v2_only(events) else events
 
 
 def message_events(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float, max_batch: int = MAX_BATCH,
                    internal: bool = False, oldest: float = MIN_T0, decoded=...) -> tuple[list, bool]:
-    """A message's events in order, and whether its Structs are an
-    envelope's: each event the C decoder takes as its Struct (a generation,
-    or a phase `accepted` takes), each other as the full path's result for
-    it (`derive.process_event`: a Rejection, a row or a Phase). A message
-    the full path answers whole (not an envelope, not JSON...) is
-    `derive.process_message`'s results. `decoded`: `decoded_events`' answer
-    when the caller asked it already."""
+    """A message's events in order, and whether its Structs are an envelope's: the C decoder's Struct where it
+    takes an event, else the full path's answer (`derive.process_event`, or `derive.process_message` for a
+    message it answers whole: not an envelope, not JSON...). `decoded`: `decoded_events`' answer, if known."""
     latest = now + MAX_DURATION_S
     if raw is not None and len(raw) <= max_bytes:
         events = decoded_events(raw, max_batch) if decoded is ... else decoded
@@ -210,30 +173,24 @@ def message_events(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: flo
 
 
 def generations_only(events) -> bool:
-    """Whether a message's events are all Generation Structs: a check in C,
-    and for a lone event (a tuple, `decoded_events`) a single look."""
+    """Whether a message's events are all Generations: a check in C, or one look at a lone event (a tuple)."""
     return type(events[0]) is Generation if type(events) is tuple else set(map(type, events)) <= GENERATIONS_ONLY
 
 
 def _taken(e, latest: float) -> bool:
-    """Whether a Struct the C decoder gave stands as it is: a generation (its
-    ranges and checks across fields are asked on columns), or a phase `accepted` takes."""
+    """Whether a Struct stands as it is: a generation (checked on columns) or a phase `accepted` takes."""
     kind = _PHASE_KIND.get(type(e))
     return kind is None or accepted(e, kind, latest)
 
 
 def _one_by_one(parts: list, raw: bytes, bucket: Bucketer, now: float, internal: bool, oldest: float) -> list | None:
-    """An envelope `decoded_events` refused, event by event (`message_events`);
-    None when an event needs its whole message (a number too long...)."""
+    """An envelope `decoded_events` refused, event by event; None if one needs its whole message (a huge int...)."""
     structs = list(map(_event_or_none, parts))
     taken = [e for e in structs if e is not None]
     control = may_hold_control(raw)
     latest = now + MAX_DURATION_S
-    # The common refused envelope: a few bad events among generations the
-    # C decoder took. Its checks are asked of the whole list at once, as
-    # `decoded_events` asks them, and only the refused events are visited:
-    # a check per event was a third of this function's time
-    # (docs/performance/worker.md). Otherwise each event is checked alone.
+    # Mostly a few bad events among generations: check the list at once, as `decoded_events` does, and visit
+    # only the refused events; a check per event was a third of this function's time (docs/performance/worker.md).
     if (set(map(type, taken)) <= GENERATIONS_ONLY and not (control and any(map(_holds_control, taken)))
             and not _v1_naming_v2_only(taken)):
         refused = [i for i, e in enumerate(structs) if e is None]
@@ -248,8 +205,7 @@ def _one_by_one(parts: list, raw: bytes, bucket: Bucketer, now: float, internal:
 
 
 def raw_events(raw: bytes) -> list | None:
-    """An envelope's events, each left undecoded (msgspec.Raw); None when
-    `raw` is no envelope."""
+    """An envelope's events, each left undecoded (msgspec.Raw); None when `raw` is no envelope."""
     try:
         envelope = _RAW_ENVELOPE.decode(raw)
     except (msgspec.MsgspecError, RecursionError):
@@ -258,8 +214,7 @@ def raw_events(raw: bytes) -> list | None:
 
 
 def full_event(part, i: int, bucket: Bucketer, now: float, internal: bool, oldest: float):
-    """An envelope's event `i` as the full path answers it (a Rejection, a
-    row or a Phase); None when the full path answers for the whole message."""
+    """An envelope's event `i` as the full path answers it; None when it answers for the whole message."""
     try:
         part = bytes(part)
         result = process_event(json.loads(part), bucket, now, internal, may_hold_lone_surrogate(part), oldest)
@@ -269,7 +224,6 @@ def full_event(part, i: int, bucket: Bucketer, now: float, internal: bool, oldes
 
 
 def _event_or_none(part):
-    """One event of an envelope as its Struct, or None where the C decoder refuses it."""
     try:
         return _EVENT_DECODER.decode(part)
     except (msgspec.MsgspecError, RecursionError):

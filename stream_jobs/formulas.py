@@ -1,14 +1,8 @@
-"""A generation's checks across fields and its metrics (docs/metrics.md),
-written once, on columns.
+"""A generation's checks across fields and its metrics (docs/metrics.md), written once, on columns.
 
-The worker evaluates them on a whole batch at a time (columnar.py, with
-numpy as `xp`); the row path of one event (`derive.validate`, `derive.derive`,
-which `phasemeter emit`, the OTLP receiver and the unit tests use) evaluates
-the same expressions on one row's Python numbers (`ONE`). Either way a null
-time or count is NaN here, so a comparison with it is false and a formula
-over it is NaN, which the caller stores as null: never zero or inf.
-
-Pure and free of numpy, so the gateway install (contract.py's) can use it.
+The worker evaluates them on whole batches (columnar.py, numpy as `xp`), the row path (`derive.validate`,
+`derive.derive`) on one row's Python numbers (`ONE`). A null is NaN, so comparisons with it are false and
+formulas over it NaN, stored as null: never zero or inf. Free of numpy, for the gateway install (contract.py's).
 """
 
 from __future__ import annotations
@@ -24,9 +18,8 @@ NULL = math.nan
 
 
 class Fields(NamedTuple):
-    """A generation's numbers, one value each or one column each: times in
-    seconds (floats), counts (ints), NaN for a null ttft_s, queue_s,
-    cached_input_tokens, kv_transfer_s or streamed."""
+    """A generation's numbers, a value or a column each: times in seconds (floats), counts (ints), NaN
+    for a null ttft_s, queue_s, cached_input_tokens, kv_transfer_s or streamed."""
     t0: object
     e2e: object
     ttft: object
@@ -35,16 +28,13 @@ class Fields(NamedTuple):
     n_out: object
     cached: object
     kv: object  # kv_transfer_s (contract.PD_FIELDS)
-    # contract.STREAMED: 0 where the event said the call was not streamed,
-    # 1 where it said streamed, NaN where it did not say.
-    streamed: object
+    streamed: object  # contract.STREAMED: 1 streamed, 0 not, NaN where the event did not say
 
 
 # numpy's `where` and `isfinite` for one row of Python numbers.
 ONE = SimpleNamespace(where=lambda cond, a, b: a if cond else b, isfinite=math.isfinite)
 
-# The checks across fields, in the order a row's reason is named: the first
-# that holds is it. Each is (reason, the rows it refuses, its detail).
+# The checks across fields, each (reason, the rows it refuses, its detail); a row's reason is the first that holds.
 CHECKS = (
     (R.ABSURD, lambda f, latest, oldest: (f.t0 != f.t0) | (f.t0 < MIN_T0) | (f.t0 > latest),
      lambda f, oldest: f"t0={f.t0} is not epoch seconds between 2000 and now+1d"),
@@ -52,18 +42,15 @@ CHECKS = (
      lambda f, oldest: outside_retention(f.t0, oldest).detail),
     (R.IMPOSSIBLE_ORDER, lambda f, latest, oldest: f.e2e < f.ttft,
      lambda f, oldest: f"t_end before t_first (e2e_s={f.e2e} < ttft_s={f.ttft})"),
-    # t_scheduled after t_first, or after t_end when there is no first token
     (R.IMPOSSIBLE_ORDER, lambda f, latest, oldest: (f.queue > f.ttft) | ((f.ttft != f.ttft) & (f.queue > f.e2e)),
      lambda f, oldest: f"t_scheduled after t_first/t_end (queue_s={f.queue})"),
-    # A call not streamed (streamed = 0) has no first token to time: its row
-    # is kept with null phases. NaN != 0, so a row that did not say is held.
+    # A call not streamed (0) has no first token: kept, with null phases. NaN != 0 holds a row that did not say.
     (R.INCONSISTENT, lambda f, latest, oldest: (f.ttft != f.ttft) & (f.n_out > 0) & (f.streamed != 0),
      lambda f, oldest: "output_tokens > 0 but no first token (ttft_s null; a call not streamed says "
                        "streamed: false)"),
     (R.INCONSISTENT, lambda f, latest, oldest: f.cached > f.n_in,
      lambda f, oldest: f"cached_input_tokens={int(f.cached)} > input_tokens"),
-    # The KV cache moves between the prefill and the decode's first token:
-    # inside ttft_s, or inside e2e_s when there was no first token.
+    # The KV cache moves before the first token: inside ttft_s, or inside e2e_s when there was none.
     (R.INCONSISTENT, lambda f, latest, oldest: _transfer_late(f.kv, f.ttft, f.e2e),
      lambda f, oldest: _transfer_detail(f.kv, f.ttft, f.e2e)),
 )
@@ -80,19 +67,15 @@ def _transfer_detail(kv, ttft, e2e) -> str:
 
 
 def check_transfer_within(kv_transfer_s: float | None, ttft_s: float | None, e2e_s: float | None):
-    """The transfer check of CHECKS alone, for a producer or an OTLP span
-    that knows only these three (None: null): its Rejection or None."""
+    """The transfer check of CHECKS alone, for a producer or OTLP span that knows only these three (None: null)."""
     kv, ttft, e2e = (NULL if v is None else v for v in (kv_transfer_s, ttft_s, e2e_s))
     return Rejection(R.INCONSISTENT, _transfer_detail(kv, ttft, e2e)) if _transfer_late(kv, ttft, e2e) else None
 
 
 def out_of_range(f: Fields):
-    """The rows (a bool, or a bool column) with a duration or a count outside
-    the contract's range (contract.check_duration, check_gap, check_count).
-    The C decoder's Generation takes any number of the right type, so that
-    an envelope with one such event still decodes whole in C; this finds
-    those rows, and the full path names their reason (its checks come
-    before the ones across fields). A null (NaN) is in range."""
+    """The rows (a bool, or a bool column) with a duration or count outside the contract's range (contract's
+    check_duration, check_gap, check_count). The C decoder takes any number of the right type, so an envelope
+    holding one still decodes whole; the full path names these rows, before CHECKS. A null (NaN) is in range."""
     bad = False
     for seconds in (f.e2e, f.ttft, f.queue, f.kv):
         bad = bad | (seconds < 0) | (seconds > MAX_DURATION_S)
@@ -102,8 +85,7 @@ def out_of_range(f: Fields):
 
 
 def failing(f: Fields, latest: float, oldest: float) -> list:
-    """Per check of CHECKS, the rows it refuses (a bool, or a bool column).
-    `latest`: the latest t0 accepted (now + a day); `oldest`: the retention's."""
+    """The rows each of CHECKS refuses. `latest`: the latest t0 accepted (now + a day); `oldest`: the retention's."""
     return [test(f, latest, oldest) for _, test, _ in CHECKS]
 
 
@@ -122,9 +104,8 @@ def check_one(f: Fields, latest: float, oldest: float):
 
 
 def _rate(xp, count, seconds):
-    """count / seconds, NaN (null) without a time, with a time <= 0, or where
-    the rate overflows (a subnormal time: ttft_s=2.2e-309 gave inf once,
-    which no percentile survives)."""
+    """count / seconds; NaN without a time, with one <= 0, or where the rate overflows (a subnormal
+    ttft_s=2.2e-309 once gave inf, which no percentile survives)."""
     ok = seconds > 0
     value = count / xp.where(ok, seconds, 1.0)
     return xp.where(ok & xp.isfinite(value), value, NULL)
