@@ -1,29 +1,17 @@
 """Ingest's own join of the generations whose phases all arrive in one batch.
 
-Why: through the join agent a phase makes three hops in series (ingest, the
-phases topic and the join, the joined topic and ingest again), so a
-generation is stored a batch or two after its last phase was read, and each
-phase costs the join agent a table entry and a changelog record
-(docs/performance/worker.md). Most generations are short: their start, first token and
-end are read in one batch. Ingest joins those on the spot
-(stream_jobs/batch_decode.py), by the join's own rules (`gather` below,
-`join.joined`), writes the row with the rest of the batch, and forwards the join agent one note per generation
-instead of its phases (`join.JOINED_IN_INGEST`). The note leaves the join a done marker, so that a
-copy of any of the phases arriving later is a duplicate, exactly as after a
-join in the agent (docs/phases.md).
+Through the join agent a phase takes three hops in series (ingest, join, ingest again), so a generation is
+stored a batch or two after its last phase, and each phase costs the agent a table entry and a changelog record
+(docs/performance/worker.md). Most generations are short: ingest joins those whose phases share a batch
+(batch_decode.py) by the join's own rules (`gather`, `join.joined`), writes the row with the batch, and forwards
+one `join.JOINED_IN_INGEST` note instead of the phases, so later copies of them are duplicates in the agent too
+(docs/phases.md). Other phases go to the agent unchanged, including those of a generation the derivation
+rejects, so that the joined topic stays the one place such a dead letter is written.
 
-Everything else is forwarded unchanged: the phases of a generation the batch
-does not complete, and those of one whose joined event the derivation
-rejects (the join agent then dead-letters it from the joined topic with its
-reason code, the one place such a dead letter is written).
-
-Pure: no Faust, no store. The rows carry the source of the phase that
-completed them; pipeline.py applies the re-read and duplicate rules. The
-rules are `join.apply`'s from no entry (a batch knows nothing of earlier
-ones, which the agent's table remembers). apply copies its entry at every
-phase so that the table's old value stays intact until the changelog has
-the new one; a batch needs no such copy, and applying 60,000 phases that
-way took a third of a batch's split (docs/performance/worker.md).
+Pure: no Faust, no store. The rows carry their completing phase's source; pipeline.py applies the re-read and
+duplicate rules. The rules are `join.apply`'s from no entry (a batch knows nothing of earlier ones), without
+apply's copy of the entry at every phase (which keeps the table's old value intact until the changelog has the
+new one): applying 60,000 phases that way took a third of a batch's split.
 """
 
 from __future__ import annotations
@@ -35,18 +23,15 @@ Forwarded = tuple[int, float, dict]
 
 
 def message_time(msg, now: float) -> float:
-    """The gateway's timestamp of a record, which a phase carries to the
-    join as its clock; `now` where the record has none."""
+    """The gateway's timestamp of a record, its phase's clock in the join; `now` if the record has none."""
     ts = getattr(msg, "timestamp", None)
     return ts if isinstance(ts, (int, float)) and ts > 0 else now
 
 
 def gather(phases: list, keys: list[tuple[str, int]], get=dict.get) -> tuple[dict[str, list], dict[str, int]]:
-    """The join's rules over a batch's phases, in offset order (`keys`: each
-    one's request_id and place in PHASE_KINDS): per request_id the first
-    copy of each kind, [start, first_token, end], and the place in `phases`
-    of the phase after which `join.completes` holds. `get` reads a phase's
-    field (stream_jobs/batch_decode.py reads Structs and Phases)."""
+    """The join's rules over a batch's phases in offset order (`keys`: each one's request_id and PHASE_KINDS index):
+    per request_id, the first copy of each kind as [start, first_token, end], and the index in `phases` after
+    which `join.completes` holds. `get` reads a field (batch_decode.py passes Structs and Phases)."""
     seen: dict[str, list] = {}
     completed: dict[str, int] = {}
     for i, (phase, (rid, kind)) in enumerate(zip(phases, keys)):

@@ -1,11 +1,7 @@
-"""A dead letter's record, the one shape both the `dead_letters` table and
-the dead-letter topic get, with no prompt or response text in it: the
-reason, the detail, the size, the field names and the values of the
-contract's fields only. What each kind of message keeps, and why nothing of
-one that does not parse as a JSON object (a prefix could be the prompt
-itself), is docs/delivery.md, "What a dead letter keeps".
-
-Pure: no Kafka, no store.
+"""A dead letter's record, the one shape both the `dead_letters` table and the dead-letter topic get. It holds no
+prompt or response text: only the reason, the detail, the size, the field names and the contract's fields' values.
+What each kind of message keeps, and why nothing of one that is not a JSON object (a prefix could be the prompt
+itself), is in docs/delivery.md, "What a dead letter keeps". Pure: no Kafka, no store.
 """
 
 from __future__ import annotations
@@ -23,16 +19,14 @@ from .join import JOINED_IN_INGEST
 from .phase_events import PHASE_KINDS, SPEC
 from . import reasons as R
 
-# Lists and objects of the contract: an envelope's events, the join's
-# records (an orphan's phases by kind, a note's kinds, the phases topic's
-# [timestamp, fields] pairs). Their items are redacted by the same rule.
+# The contract's lists and objects, whose items are redacted by the same rule: an envelope's events, the join's
+# records (an orphan's phases by kind, a note's kinds, the phases topic's [timestamp, fields] pairs).
 CONTAINERS = frozenset({"events", "phases", "kinds"})
 KNOWN_NAMES = (KNOWN_V2 | {name for spec in SPEC.values() for names in spec for name in names}
                | CONTAINERS | set(PHASE_KINDS) | {"reason", "detail"})
 _TEXT_LIMIT = 64  # a known text field without a label limit (kind, status, reason, detail)
-# An unknown field's name is kept when it looks like one (`prompt`,
-# `messages`); any other name (text with spaces, ...) is replaced by its
-# position, "#3": a name can hold text as well as a value can.
+# An unknown field's name is kept if it looks like one (`prompt`, `messages`), else replaced by its position,
+# "#3": a name can hold text as well as a value can.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
 _DETAIL_LIMIT = 400
 _SCALARS = frozenset({int, float, bool})
@@ -64,18 +58,15 @@ def redact(value, key: str | None = None):
 
 
 def payload(raw: bytes | None, cap: int, parse: bool = True) -> str:
-    """The stored payload of a rejected message: its redacted JSON, at most
-    `cap` bytes of it, base64; "" when it does not parse as JSON (or
-    `parse` is False: a message of another encoding)."""
+    """A rejected message's stored payload: its redacted JSON, cut at `cap` bytes, base64; "" when it does not
+    parse as JSON or `parse` is False (a message of another encoding)."""
     return _kept(raw, cap) if raw and parse and cap > 0 else ""
 
 
 def payloads(raw: bytes | None, cap: int, places: list, parse: bool = True) -> list[str]:
-    """The payload of each dead letter of one message, by its place
-    (contract.Rejection.event): the whole message's (`payload`) for None,
-    else that event of its envelope alone, redacted by the same rule. The
-    envelope's events are located once for them all: per dead letter, an
-    envelope of 10,000 refused events was walked 10,000 times."""
+    """The payload of each dead letter of one message, by its place (contract.Rejection.event): the whole
+    message's for None, else that event of its envelope alone. The events are located once for all: located per
+    dead letter, an envelope of 10,000 refused events was walked 10,000 times."""
     whole = payload(raw, cap, parse) if None in places else ""
     located = raw and parse and cap > 0 and any(place is not None for place in places)
     parts = _events_of(raw) if located else []
@@ -84,9 +75,8 @@ def payloads(raw: bytes | None, cap: int, places: list, parse: bool = True) -> l
 
 
 def _events_of(raw: bytes) -> list:
-    """An envelope's events, each left as msgspec.Raw (parsed by json.loads
-    where msgspec refuses the envelope: NaN...); [] when there are none
-    (the envelope's first bytes are not kept instead: docs/delivery.md)."""
+    """An envelope's events as msgspec.Raw (parsed by json.loads where msgspec refuses the envelope: NaN...);
+    [] when there are none, with no prefix of the envelope kept instead (docs/delivery.md)."""
     parts = raw_events(raw)
     if parts is not None:
         return parts
@@ -98,12 +88,9 @@ def _events_of(raw: bytes) -> list:
 
 
 def _kept(value, cap: int) -> str:
-    """The redacted JSON of a message or of one event of an envelope (bytes,
-    msgspec.Raw or parsed), cut at `cap` bytes, base64; "" when it is not
-    a JSON object. ASCII (\\u escapes): cut at `cap` it stays decodable
-    text. Of a value longer than `cap`, only what the cut keeps is parsed,
-    redacted and written (`_redacted_json`); a shorter one is parsed whole,
-    which costs less (docs/performance/worker.md)."""
+    """The redacted JSON of a message or an envelope's event (bytes, msgspec.Raw or parsed), cut at `cap` bytes,
+    base64; "" if it is not a JSON object. ASCII (\\u escapes), so the cut stays decodable. Only what the cut keeps
+    of a longer value is parsed and redacted; a shorter one is cheaper parsed whole (docs/performance/worker.md)."""
     try:
         whole = not isinstance(value, (bytes, msgspec.Raw)) or len(value) <= cap
         event = _parsed(value) if whole else _parsed(value, _FIELDS)
@@ -115,18 +102,14 @@ def _kept(value, cap: int) -> str:
     return base64.b64encode(text[:cap]).decode()
 
 
-# msgspec's decoders of any JSON value, and of a JSON object and a JSON
-# array whose values they leave as msgspec.Raw.
+# msgspec decoders of any JSON value, and of an object or array whose values stay msgspec.Raw.
 _ANY = msgspec.json.Decoder().decode
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _ITEMS = msgspec.json.Decoder(list[msgspec.Raw]).decode
 
 
 def _parsed(value, decode=_ANY):
-    """`value` (bytes or msgspec.Raw) as json.loads parses it, by msgspec's
-    `decode` where it can (`_FIELDS` leaves an object's values as
-    msgspec.Raw, each parsed when it is needed), by json.loads where
-    msgspec refuses it (NaN, 1E400, a lone surrogate); a parsed value as it is."""
+    """Bytes or msgspec.Raw parsed as json.loads would: by msgspec's `decode`, else by json.loads (NaN, 1E400...)."""
     if not isinstance(value, (bytes, msgspec.Raw)):
         return value
     try:
@@ -146,9 +129,7 @@ def _items(value) -> list | None:
 
 
 def _redacted_json(event: dict, cap: int) -> str:
-    """json.dumps(redact(event)), the part a cut at `cap` keeps, built in
-    pieces: each field, and each item of a container (an envelope's events)
-    on its own."""
+    """The part of json.dumps(redact(event)) a cut at `cap` keeps, built a field or a container's item at a time."""
     text = ""
     for piece in _pieces(event):
         text += piece
@@ -178,17 +159,15 @@ _JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 def record(reason: str, detail: str, raw: bytes | None, source: dict, now: float, cap: int,
            parse: bool = True, kept: str | None = None) -> dict:
-    """The dead letter of a rejected message (DLQ_COLUMNS of the sink).
-    `kept`: its payload, when the caller has it already (`payloads`: an
-    envelope's refused events keep each their own)."""
+    """The dead letter of a rejected message (the sink's DLQ_COLUMNS). `kept`: its payload if the caller has it
+    (`payloads`: each refused event of an envelope keeps its own)."""
     return {"ts": now, "reason": reason, "detail": escape_control(detail[:_DETAIL_LIMIT]),
             "payload": payload(raw, cap, parse) if kept is None else kept,
             "payload_size": len(raw or b""), **source}
 
 
 def refused_row(row: dict, code: int | None, message: str, now: float) -> dict:
-    """The dead letter of a derived row the store refused for good
-    (refusals.isolate): its contract fields, and the store's error."""
+    """The dead letter of a row the store refused for good (refusals.isolate): its contract fields, the error."""
     fields = {k: v for k, v in row.items() if k in KNOWN_NAMES}
     body = json.dumps(redact(fields), ensure_ascii=True, default=str).encode()
     return record(R.STORE_REFUSED, f"the store refused this row (code {code}): {message}", body,

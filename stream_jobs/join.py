@@ -1,18 +1,12 @@
 """The phase join as pure functions: table entry + phase -> new entry + outputs.
 
-The Faust side (join_agent.py) keeps one table entry per request_id and
-calls these; everything here is plain dicts so it is unit-tested without
-Kafka and the entries survive the table's JSON changelog unchanged.
+join_agent.py keeps one entry per request_id and calls these. Entries are plain dicts, so this is tested without
+Kafka and they survive the table's JSON changelog unchanged: open, {"p", "seen", "last", "ph": {kind: fields}},
+or a done marker, {"p", "done", "how", "kinds"}, kept a while after the generation was written so that a copy of
+a phase is recognised instead of starting a new, orphan entry.
 
-An entry is either open, {"p", "seen", "last", "ph": {kind: fields}}, or a
-done marker, {"p", "done", "how", "kinds"}, kept for a while after the
-generation was written so that a re-delivered or duplicated phase is
-recognised instead of starting a new, orphan entry.
-
-Outputs are (request_id, record) pairs for the joined topic: a whole
-generation event (validated and derived by the ingest path like any other,
-so both protocols share one derivation) or an "orphan" record that ingest
-turns into a dead letter with its reason code.
+Outputs are (request_id, record) pairs for the joined topic: a generation event, which ingest validates and
+derives like any other (one derivation for both protocols), or an "orphan" record ingest dead-letters.
 """
 
 from __future__ import annotations
@@ -23,15 +17,13 @@ from . import reasons as R
 from .contract import MAX_DURATION_S, PD_FIELDS, V2_OPTIONAL
 
 Output = tuple[str, dict]
-# The kind of the note ingest forwards for a generation it joined itself.
-# Not a phase of the contract: only ingest writes it, after validation.
+# The note ingest forwards for a generation it joined itself: not a contract phase, only ingest writes it.
 JOINED_IN_INGEST = "joined_in_ingest"
 ENVELOPE_MAX = 500  # records per internal message (well under the 1 MB message limit)
 
 
 def phase_partition(request_id: str, partitions: int) -> int:
-    """Where all phases of a request meet. crc32, not hash(): the same in
-    every process (Python's str hash is salted per process)."""
+    """Where all phases of a request meet. crc32, not hash(): Python salts str hashes per process."""
     return zlib.crc32(request_id.encode("utf-8")) % partitions
 
 
@@ -44,10 +36,8 @@ def _phases(ph: dict) -> tuple:
     return ph.get("start"), ph.get("first_token"), ph.get("end")
 
 
-# The rules below read a phase through `get`: `dict.get` here and in the
-# join agent's table (a field a phase lacks is None: its fields hold no
-# nulls), the C decoder's Struct or the full path's Phase in ingest's
-# batch join (batch_decode.py), so both join by these same functions.
+# The rules read a phase through `get`: dict.get for the agent's table (a missing field is None, as phases hold
+# no nulls), the C decoder's Struct or the full path's Phase for ingest's batch join (batch_decode.py).
 
 def _pick(phases: tuple, name: str, get=dict.get):
     """Optional fields ride on whichever phase knew them; the earliest wins."""
@@ -60,8 +50,7 @@ def _pick(phases: tuple, name: str, get=dict.get):
 
 
 def _ttft(first, end, t0: float, get=dict.get) -> float | None:
-    """From first_token, else as repeated by the end (the emitter does, so
-    a reordered end need not wait for its first_token)."""
+    """From first_token, else as the end repeats it (the emitter does, so a reordered end need not wait)."""
     for phase in (first, end):
         if phase is not None:
             ttft = get(phase, "ttft_s")
@@ -75,8 +64,7 @@ def _ttft(first, end, t0: float, get=dict.get) -> float | None:
 
 def _generation(rid: str, start, first, end, get=dict.get, **outcome) -> dict:
     phases = (start, first, end)
-    # The P/D fields from whichever phase carried them (start or end); left
-    # out when none did, so the generation is what it was without them.
+    # P/D fields from whichever phase had them; absent, not null, when none did (the row keeps its shape).
     pd = {name: value for name in PD_FIELDS if (value := _pick(phases, name, get)) is not None}
     return {**pd, "request_id": rid, "model": get(start, "model"), "t0": get(start, "t0"),
             "ttft_s": _ttft(first, end, get(start, "t0"), get), "queue_s": _pick(phases, "queue_s", get),
@@ -85,8 +73,7 @@ def _generation(rid: str, start, first, end, get=dict.get, **outcome) -> dict:
 
 
 def joined(rid: str, start, first, end, get=dict.get) -> dict:
-    """The fields of the generation its phases make (of a complete one:
-    `completes`), each from the phase that knows it."""
+    """The fields of the generation complete phases make (`completes`), each from the phase that knows it."""
     e2e = get(end, "e2e_s")
     return _generation(rid, start, first, end, get,
                        e2e_s=e2e if e2e is not None else get(end, "t_end") - get(start, "t0"),
@@ -95,9 +82,8 @@ def joined(rid: str, start, first, end, get=dict.get) -> dict:
 
 
 def joined_event(rid: str, ph: dict) -> dict:
-    # The end's optional v2 fields (chunk data, estimated count) ride along
-    # only when it had them: a joined generation without them stays on the
-    # ingest's fast path. Only the end knows them: they describe the stream.
+    # The end's optional v2 fields (it alone knows the stream) ride along only when present, so a joined
+    # generation without them stays on ingest's fast path.
     end = ph["end"]
     extras = {k: end[k] for k in V2_OPTIONAL if k in end}
     return {"schema_version": 2, "kind": "generation", **joined(rid, *_phases(ph)), **extras}
@@ -121,27 +107,20 @@ def orphan(rid: str, reason: str, detail: str, ph: dict) -> dict:
 
 def apply(entry: dict | None, rid: str, fields: dict, partition: int, ts: float
           ) -> tuple[dict | None, list[Output], str]:
-    """One phase onto an entry -> (new entry, outputs, what happened).
-
-    "what happened" is one of joined, partial, duplicate, late, joined_in_ingest
-    (counted by the worker). A phase kind already present is a duplicate: the
-    first wins.
-    """
+    """One phase onto an entry -> (new entry, outputs, what happened: joined, partial, duplicate, late or
+    joined_in_ingest). The first copy of each phase kind wins."""
     kind = fields["kind"]
     if kind == JOINED_IN_INGEST:
-        # Ingest joined this generation within one of its batches and wrote
-        # it (batch_join.py): remember it as joined, so that a copy of any of
-        # its phases arriving later is a duplicate, as after a join here.
+        # Ingest joined and wrote this generation (batch_join.py): mark it joined, so later copies of its phases
+        # are duplicates, as after a join here.
         if entry is not None and "done" in entry:
             return entry, [], "duplicate"
         return {"p": partition, "done": ts, "how": "joined", "kinds": list(fields["kinds"])}, [], "joined_in_ingest"
     if entry is not None and "done" in entry:
-        # After a join, any phase is a copy (a first_token overtaken by an end
-        # that carried everything is one too).
+        # After a join any phase is a copy, even a first_token overtaken by an end that carried everything.
         if entry["how"] == "joined" or kind in entry["kinds"]:
             return entry, [], "duplicate"
-        # The generation was already written as abandoned (or dead-lettered as
-        # an orphan): keep this phase, as a dead letter saying why.
+        # Already written as abandoned (or dead-lettered as an orphan): keep this phase as a dead letter.
         marker = {**entry, "kinds": entry["kinds"] + [kind]}
         detail = f"{kind} arrived after the generation was recorded as {entry['how']}"
         return marker, [(rid, orphan(rid, R.LATE_PHASE, detail, {kind: fields}))], "late"
@@ -157,10 +136,8 @@ def apply(entry: dict | None, rid: str, fields: dict, partition: int, ts: float
 
 
 def completes(start, first, end, get=dict.get) -> bool:
-    """start and end, and the first-token time unless the end says none can
-    exist: shuffled phases may bring the end before the first_token. An end
-    with 0 output tokens and no repeated ttft completes at once (an error
-    before any token is common; its row should not wait)."""
+    """Start and end, and the first-token time unless the end says none exists (shuffled phases may bring the
+    end first). An end with 0 output tokens completes at once: an error before any token is common."""
     return start is not None and end is not None and (
         first is not None or get(end, "ttft_s") is not None or get(end, "t_first") is not None
         or get(end, "output_tokens") == 0)
@@ -175,8 +152,7 @@ DELETE = None
 
 def expire(entry: dict, rid: str, clock: float, abandon_after_s: float, grace_s: float
            ) -> tuple[dict | None, list[Output], str | None]:
-    """Time passing over one entry -> (new entry or DELETE, outputs, note).
-    Returns the same entry object and note None when nothing is due."""
+    """Time passing over one entry -> (new entry or DELETE, outputs, note); (entry, [], None) if nothing is due."""
     if "done" in entry:
         keep = grace_s if entry["how"] == "joined" else abandon_after_s
         return (DELETE, [], "forgotten") if clock - entry["done"] >= keep else (entry, [], None)
@@ -203,12 +179,9 @@ def latest(entry: dict) -> float:
 
 
 class PartitionClocks:
-    """Event time per partition, so a worker catching up on a backlog does
-    not declare generations abandoned whose `end` is still in that backlog.
-
-    A partition's clock is the newest record timestamp seen on it, advanced
-    by the wall time since then (an idle partition keeps ageing), and never
-    ahead of the wall clock."""
+    """Event time per partition, so a worker catching up on a backlog does not abandon generations whose `end`
+    is still in it. A clock is the newest record timestamp, advanced by wall time since (an idle partition
+    ages), never ahead of the wall clock."""
 
     def __init__(self) -> None:
         self._seen: dict[int, tuple[float, float]] = {}  # partition -> (event ts, wall then)
@@ -219,8 +192,7 @@ class PartitionClocks:
             self._seen[partition] = (ts, now)
 
     def clock(self, partition: int, now: float, fallback_ts: float) -> float:
-        """`fallback_ts`: for a partition recovered from the changelog and not
-        yet read, the newest time its entries know (conservative)."""
+        """`fallback_ts`: for a partition restored from the changelog but not yet read, its entries' newest time."""
         if partition not in self._seen:
             self._seen[partition] = (fallback_ts, now)
         ts, wall = self._seen[partition]
@@ -228,8 +200,7 @@ class PartitionClocks:
 
 
 def inflight(entries, now: float, bucket) -> tuple[list[dict], int]:
-    """Open generations per model x bucket x phase with the oldest age, and
-    the number of phases still waiting for their start."""
+    """Open generations per model x bucket x phase with the oldest age, and the count of phases awaiting start."""
     cells: dict[tuple[str, str, str], list] = {}
     awaiting_start = 0
     for entry in entries:

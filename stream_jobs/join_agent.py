@@ -1,23 +1,13 @@
-"""The Faust side of the phase join: a table keyed by request_id, an agent
-over the phases topic, and a timer for abandoned generations and orphans.
+"""The Faust side of the phase join: a table keyed by request_id, an agent over the phases topic, and a timer
+for abandoned generations and orphans. Entries move between the table and join.py's pure functions in an order
+that loses nothing on kill -9: (1) apply a batch of phases in memory; (2) publish the joined generations and WAIT
+until Kafka has them; (3) only then write the new entries to the table and its changelog, and wait for that
+before the batch is acked. A crash before 3 publishes the same generations again (ingest drops them by
+request_id); after 3, re-delivered phases are duplicates. A changelog written before 2 could mark done a
+generation that never reached Kafka: lost (docs/phases.md, "Nothing lost on kill -9").
 
-Pure logic lives in join.py; this module only moves entries between the
-table and those functions, in an order that loses nothing on kill -9:
-
-1. apply a batch of phases to the entries (in memory, nothing written yet);
-2. publish the joined generations and WAIT until Kafka has them;
-3. only then write the new entries to the table (local dict + changelog),
-   and wait for the changelog too, before the batch is acked.
-
-A crash before 3 publishes the same generations again (ingest drops them by
-request_id); after 3, re-delivered phases are duplicates. The changelog
-written before step 2 could mark done a generation whose output never
-reached Kafka: lost (docs/phases.md, "Nothing lost on kill -9").
-
-The table is written through `table.data` and its changelog topic rather
-than `table[key] = ...`, because the partition is explicit here: a batch
-(take_events) and the timer have no single "current event" that Faust would
-otherwise take it from. Faust recovers the dict from that changelog.
+The table is written through `table.data` and its changelog, not `table[key] = ...`: a batch (take_events) and
+the timer have no "current event" for Faust to take the partition from. Faust recovers the dict from that changelog.
 """
 
 from __future__ import annotations
@@ -35,15 +25,13 @@ from .ready import is_ready, until_ready
 from .sequence import Sequencer
 
 log = logging.getLogger("phasemeter.join")
-# msgspec, as the decoding of events (fast_decode.py): compact JSON of the
-# same values as the standard library's, which had been 9 % of the worker's
+# msgspec, as in fast_decode.py: the same compact JSON as the standard library's, which had been 9 % of the
 # event loop in a join run (envelopes and changelog entries).
 _dumps = msgspec.json.encode
 
 
-# The join's position per phases partition lives in the table itself, so it
-# is written to the changelog in the same awaited step as the entries it
-# covers. Longer than any valid request_id (128 characters): no collision.
+# The join's position per phases partition lives in the table, so it reaches the changelog in the same awaited
+# write as the entries it covers. Longer than any valid request_id (128 characters): no collision.
 _PROGRESS = b"\x00phasemeter/next-offset/" + b"." * 128 + b"/"
 
 
@@ -52,9 +40,7 @@ def progress_key(partition: int) -> bytes:
 
 
 def phase_envelopes(phases: list[tuple[int, float, dict]]) -> list[tuple[int, bytes]]:
-    """Ingest's forwarded phases -> (partition, message) for the phases topic:
-    one message per partition and chunk instead of one per phase (Kafka's
-    per-message cost dominated the join)."""
+    """Ingest's phases -> (partition, message), batched per partition: Kafka's per-message cost dominated the join."""
     by_partition: dict[int, list] = {}
     for partition, ts, fields in phases:
         by_partition.setdefault(partition, []).append([ts, fields])
@@ -73,8 +59,7 @@ class Join:
                                 acks=False)  # committed from the table's positions (handoff.Handoff)
         self.joined = app.topic(settings.joined_topic_name, key_type=bytes, value_type=bytes,
                                 key_serializer="raw", value_serializer="raw", partitions=n, internal=True)
-        # key_type=bytes -> raw keys; no value_type -> JSON values (plain dicts),
-        # also when Faust recovers the dict from the changelog.
+        # Raw keys; no value_type: JSON values (plain dicts), also when recovered from the changelog.
         self.table = app.Table("phasemeter-join", default=None, partitions=n, key_type=bytes)
         self.clocks = join.PartitionClocks()
         self.lock = asyncio.Lock()  # the agent's batch and the timer never interleave
@@ -82,7 +67,6 @@ class Join:
         self.sequencer = Sequencer()
         self.handoff = handoff.Handoff(settings.stop_grace_s, name="join")
 
-    # -- helpers ------------------------------------------------------------
     def active_partitions(self) -> set[int]:
         """Entries of partitions this worker owns (standbys share the dict)."""
         name = self.phases.get_topic_name()
@@ -107,11 +91,9 @@ class Join:
         return {progress_key(p): (p, {"p": p, "next": o}) for (_, p), o in positions.items()}
 
     async def _publish(self, outputs: list[join.Output]) -> None:
-        """Step 2: joined generations (and orphan records) as envelopes, which
-        ingest reads like any other; on Kafka before the table says done."""
+        """Step 2: joined generations and orphan records as envelopes, on Kafka before the table says done."""
         name = self.joined.get_topic_name()
-        # Straight to Faust's producer (aiokafka): Topic.send costs ~0.5 ms of
-        # bookkeeping a message. Each future resolves once Kafka has it.
+        # Faust's producer directly (Topic.send costs ~0.5 ms a message); each future resolves once Kafka has it.
         envelopes = [_dumps({"schema_version": 2, "kind": "batch", "events": [rec for _, rec in part]})
                      for part in join.chunks(outputs)]
         futures = [await self.app.producer.send(name, None, value, None, None, None) for value in envelopes]
@@ -119,9 +101,8 @@ class Join:
             await asyncio.gather(*futures)
 
     async def _write(self, changes: dict[bytes, tuple[int, dict | None]]) -> None:
-        """Step 3, awaited: the batch is acked only once the changelog has it
-        (not left to Faust's send_soon buffer, whose flush gives up after 0.1 s).
-        One record per key: that is what Faust replays into the table."""
+        """Step 3: the batch is acked only once the changelog has it (Faust's send_soon buffer gives up flushing
+        after 0.1 s). One record per key, as Faust replays them into the table."""
         data, records = self.table.data, []
         for key, (partition, entry) in changes.items():
             if entry is None:
@@ -135,17 +116,13 @@ class Join:
             await asyncio.gather(*(future for future, _ in sent))
 
     def phase_messages(self, phases: list[tuple[int, float, dict]]) -> list:
-        """Ingest's batch's phases -> the messages for the phases topic, which
-        ingest delivers (publish.py) before it records its progress."""
+        """Ingest's phases -> messages for the phases topic; ingest delivers them (publish.py) before its progress."""
         name = self.phases.get_topic_name()
         return [(name, None, value, partition) for partition, value in phase_envelopes(phases)]
 
-    # -- the agent's batch --------------------------------------------------
     async def on_batch(self, events) -> None:
         async with self.lock:
-            # Strictly in offset order from the position the table recorded
-            # (resume.py): Faust's committed offset may be past phases it
-            # never delivered.
+            # In offset order from the table's position (resume.py): Faust's commit may be past undelivered phases.
             events = (await resume.admit(self.app, self.offsets, self.sequencer, events, self.positions,
                                          self._save_positions, self.counts)).events
             if not events:
@@ -156,8 +133,7 @@ class Join:
             outputs: list[join.Output] = []
             for event in events:
                 p = event.message.partition
-                # [[gateway timestamp, phase fields], ...], validated by ingest and
-                # again here: what is not one is dead-lettered through ingest.
+                # [[gateway timestamp, phase fields], ...], checked again here; a bad one is dead-lettered via ingest.
                 pairs, refused = read_phases(event.value, now)
                 outputs += refused
                 self.counts["phases_refused"] += len(refused)
@@ -179,13 +155,11 @@ class Join:
             await self.handoff.commit(self.app, positions)
             self.counts["generations_joined"] += sum(1 for _, r in outputs if r["kind"] == "generation")
 
-    # -- the timer ----------------------------------------------------------
     async def on_tick(self) -> None:
         s = self.settings
         async with self.lock:
-            # Checked once the batch before has ended: a half-replayed table
-            # could expire what its changelog has already ended, and a tick
-            # that waited through a revoke would expire entries handed over.
+            # Checked after the batch before has ended: a half-replayed table could expire what its changelog has
+            # ended, and a tick that waited through a revoke would expire entries handed over.
             if not is_ready(self.app):
                 return
             now = time.time()
@@ -214,8 +188,7 @@ class Join:
 
 
 def install(app, settings, bucket, offsets, crash) -> Join:
-    """Register the join agent and timer on `app`; `crash` wraps an agent body
-    so a bug exits the process (as the ingest agent does) instead of idling."""
+    """Register the join agent and timer on `app`; `crash` wraps the agent so a bug exits rather than idles."""
     state = Join(app, settings, bucket, offsets)
 
     @app.agent(state.phases, name="phasemeter.join")

@@ -1,17 +1,12 @@
-"""The worker's exactly-once bookkeeping in the store, read and written with
-the store client directly (tuples, no DataFrames: it runs every batch).
+"""The worker's exactly-once bookkeeping in the store, through the store client directly (tuples, no DataFrames:
+it runs every batch). SQL lives in sql/*.sql with every value bound server-side.
 
-* `positions` / `record`: the progress ledger (schema/0005): where each
-  partition resumes. Written after a batch is durable, read on assignment.
-* `stored_max` / `stored_in_range`: what a re-read batch already left in
-  the store, so each row and dead letter is written once.
+* `positions` / `record`: the progress ledger (schema/0005), where each partition resumes; written after a batch
+  is durable, read on assignment.
+* `stored_max` / `stored_in_range`: what a re-read batch already stored, so each row and dead letter is written once.
 * `existing_request_ids`: duplicate deliveries from a gateway.
-* `all_tier_mismatches`: cells where a rollup tier's view missed (or
-  doubled) a crashed insert's block (the worker rebuilds them from raw with
-  phasemeter.store.rollup.repair_cells); the same for the declared SLOs'
-  per-minute counts (`slo_mismatches` / `repair_slo`).
-
-SQL lives in sql/*.sql with every value bound server-side.
+* `all_tier_mismatches`, `slo_mismatches` / `repair_slo`: cells where a rollup tier or the declared SLOs' counts
+  missed (or doubled) a crashed insert's block; the worker rebuilds them from raw.
 """
 
 from __future__ import annotations
@@ -63,8 +58,7 @@ class Stored:
 
 
 def offset_spans(sources) -> dict[TP, tuple[int, int]]:
-    """(topic, partition, offset) triples -> per partition, the offsets
-    [lo, hi] they span: the range `stored_in_range` is asked about."""
+    """(topic, partition, offset) triples -> per partition, the span [lo, hi] to ask `stored_in_range` about."""
     spans: dict[TP, tuple[int, int]] = {}
     for topic, partition, offset in sources:
         lo, hi = spans.get((topic, partition), (offset, offset))
@@ -83,20 +77,17 @@ def stored_in_range(client, topic: str, partition: int, lo: int, hi: int) -> Sto
     return into
 
 
-# CRC32s per statement on a server, so that a slice (10 digits and a comma
-# each) stays under its limit on one bound value; the embedded store has no
-# such limit and takes them all in one (`slice_size=None`): docs/performance/sink.md.
+# CRC32s per statement on a server, to keep one bound value under its size limit; the embedded store has no
+# such limit and takes them all at once (`slice_size=None`): docs/performance/sink.md.
 CRC_SLICE = 10_000
-# The duplicate check reads the stored ids of a batch's range itself when
-# there are at most 1/NEAR_SHARE as many as the batch has ids (reading one
-# costs about what sending and matching one does: docs/performance/sink.md).
+# The duplicate check reads a range's stored ids itself when they are at most 1/NEAR_SHARE of the batch's ids
+# (reading one costs about what sending and matching one does: docs/performance/sink.md).
 NEAR_SHARE = 4
 
 
 class _UInts:
-    """Unsigned integers bound as one Array value, written once in C: the
-    client formats a list element by element in Python (docs/performance/sink.md),
-    and any type it does not know with str(). Digits and commas need no escaping."""
+    """Unsigned integers bound as one Array value, joined in C where the client would format a list element by
+    element in Python (docs/performance/sink.md). The client binds an unknown type by str(); digits need no escaping."""
 
     __slots__ = ("text",)
 
@@ -109,13 +100,11 @@ class _UInts:
 
 def existing_request_ids(client, topics: tuple[str, ...], ids: list[str], lo: float, hi: float,
                          slice_size: int | None = CRC_SLICE, near_share: int | None = NEAR_SHARE) -> set[str]:
-    """Which of `ids` are already stored from one of `topics` with ts in
-    [lo, hi] (epoch seconds). `near_share` None: always by CRC32s."""
+    """Which of `ids` are stored from one of `topics` with ts in [lo, hi] (epoch s); `near_share` None: CRC32s only."""
     wanted = set(ids)
     params = {"topics": list(topics), "lo": datetime.fromtimestamp(lo, timezone.utc),
               "hi": datetime.fromtimestamp(hi, timezone.utc)}
-    # First, whether the range holds few stored rows: then all of them are
-    # read, at most a quarter as many as the ids asked about, and matched here.
+    # A range holding few stored rows (at most 1/near_share of the ids) is read whole and matched here.
     near_limit = len(wanted) // near_share if near_share else 0
     if near_limit:
         near = _rows(client, "request_ids_in_range", {**params, "limit": near_limit + 1})
@@ -131,10 +120,8 @@ def existing_request_ids(client, topics: tuple[str, ...], ids: list[str], lo: fl
 
 
 def all_tier_mismatches(client, start: datetime, end: datetime) -> list[tuple]:
-    """[(tier, model, bucket, cell start, raw_n, rollup_n)] over every tier:
-    what the chaos and soak checks hold to empty. Coarse cells that start
-    before `start` or end after `end` are not checked (they hold raw rows
-    outside the window), so pass a window of whole days."""
+    """[(tier, model, bucket, cell start, raw_n, rollup_n)] over every tier, which the chaos and soak checks hold to
+    empty. Coarse cells reaching outside [start, end] hold raw rows outside it and are skipped: pass whole days."""
     return [(t.name, *bad) for t in rollup.TIERS for bad in rollup.mismatches(client, start, end, tier=t)]
 
 
@@ -148,13 +135,10 @@ def slo_mismatches(client, start: datetime, end: datetime, cells: set[Cell] = fr
 
 
 def repair_slo(client, cells: set[Cell], attempts: int = 3, limit: int = MAX_BOUND_CHARS) -> list[tuple]:
-    """As a rollup tier's repair, for slo_minute (minute grain): delete the
-    unequal cells' counts, rebuild them from raw with the view's own SELECT.
-    A slice of the cells at a time, as the tiers' (store/slices.py).
-
-    With no SLO declared (the default) there is nothing to check: the view
-    counts nothing and sql/slo_mismatches.sql judges declared SLOs only. A
-    look at slo_definitions spares that check (docs/performance/sink.md)."""
+    """As a rollup tier's repair, for slo_minute: delete the unequal cells' counts and rebuild them from raw with
+    the view's own SELECT, a slice of cells at a time (store/slices.py). With no SLO declared (the default) the
+    view counts nothing and sql/slo_mismatches.sql judges declared SLOs only, so a look at slo_definitions spares
+    the check (docs/performance/sink.md)."""
     if not cells or not slo_defs.registered(client):
         return []
     return [bad for part in slices(sorted(cells), cell_chars, limit)

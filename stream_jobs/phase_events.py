@@ -1,10 +1,8 @@
-"""Validation of phase events (schema_version 2: start, first_token, end).
+"""Validation of phase events (schema_version 2: start, first_token, end); pure, like derive.py.
 
-Pure functions, like derive.py. The ingest agent validates a phase event
-where it arrives, so a malformed phase is dead-lettered with its reason code
-at once and the join only ever sees well-formed phases; what can only be
-checked across phases (t_end before t_first, ...) is checked when the joined
-generation goes through `derive.validate`, the one derivation of both paths.
+Ingest validates a phase on arrival, so a bad one is dead-lettered at once and the join sees only valid phases.
+Checks across phases (t_end before t_first, ...) run on the joined generation, in `derive.validate`: the one
+derivation of both paths.
 """
 
 from __future__ import annotations
@@ -19,9 +17,8 @@ from .contract import (COUNTS, DURATIONS, LABEL_FIELDS, MAX_DURATION_S, MIN_T0, 
 PHASE_KINDS = ("start", "first_token", "end")
 PHASE_VERSION = 2
 _COMMON = ("schema_version", "kind", "request_id")
-# kind -> (required fields, optional fields, alternatives: exactly one of them)
-# The P/D fields ride on the start or the end, whichever knew them (a
-# router knows both replicas at the start; an OTLP half knows its own).
+# kind -> (required, optional, alternatives: exactly one of them). P/D fields ride on the start or the end,
+# whichever knew them (a router knows both replicas at the start; an OTLP half knows its own).
 SPEC = {
     "start": (("model", "t0", "input_tokens"), ("cached_input_tokens", "queue_s", "gateway", "replica")
               + PD_FIELDS, ()),
@@ -97,10 +94,8 @@ def validate_phase(event: dict, now: float) -> dict | Rejection:
 
 
 def check_across(kind: str, phase, get=dict.get) -> Rejection | None:
-    """The checks across one phase's fields, on its normalised fields (stall
-    data apart; a field is there when it is not null). `get` reads a field:
-    of a dict here, of the C decoder's Struct in the worker's decoders
-    (fast_decode.py, batch_decode.py), which call this same function."""
+    """Checks across one phase's normalised fields (stall data apart). `get` reads a field: of a dict here, of
+    the C decoder's Struct in fast_decode.py and batch_decode.py, which call this same function."""
     either = SPEC[kind][2]
     have = sum(get(phase, name) is not None for name in either)
     if either and have != 1:

@@ -1,10 +1,8 @@
 """Batched, idempotent writes of derived rows and dead letters to ClickHouse.
 
-Exactly-once (docs/delivery.md): a partition's progress is recorded in the
-store only after its batch is durable (ledger.py), so a crash re-reads and
-never skips; the pipeline drops re-read rows the store holds; a retried
-insert keeps its insert_deduplication_token; and rollup cells a crashed
-insert may have missed are rebuilt from raw (`repair_rollup`).
+Exactly-once (docs/delivery.md): a partition's progress is recorded only after its batch is durable (ledger.py),
+so a crash re-reads and never skips; the pipeline drops re-read rows the store holds; a retried insert keeps its
+insert_deduplication_token; rollup cells a crashed insert may have missed are rebuilt from raw (`repair_rollup`).
 """
 
 from __future__ import annotations
@@ -29,17 +27,13 @@ DLQ_COLUMNS = ("ts", "reason", "detail", "payload", "payload_size", "src_topic",
 
 
 def batch_token(kind: str, offsets: list[tuple[str, int, int]]) -> str:
-    """Deterministic: the same records give the same token, and any other set
-    of records another. Every offset counts, not only each partition's first
-    and last: a re-read batch that completes a half-landed insert can span
-    the same offsets with fewer rows, and must not be dropped as a retry."""
+    """Same records, same token. Every offset counts, not just each partition's first and last: a re-read batch
+    completing a half-landed insert may span the same offsets with fewer rows and must not pass for a retry."""
     return counted_token(kind, Counter(offsets).items())
 
 
 def counted_token(kind: str, counted) -> str:
-    """`batch_token` of rows given as ((topic, partition, offset), rows from
-    it) pairs: the same bytes hashed, written once per record instead of once
-    per row (an envelope's rows share its offset)."""
+    """`batch_token` from ((topic, partition, offset), row count) pairs, as an envelope's rows share an offset."""
     h = hashlib.sha256()
     for (topic, partition, offset), n in sorted(counted):
         h.update(f"{topic}/{partition}:{offset};".encode() * n)
@@ -51,22 +45,14 @@ class StoreUnavailable(RuntimeError):
 
 
 class SinkStopped(RuntimeError):
-    """The worker is stopping and gave up on a call the store kept failing:
-    nothing of it is recorded as done, so its batch is re-read."""
+    """The stopping worker gave up on a failing store call; nothing of it is recorded, so its batch is re-read."""
 
 
 class Sink:
-    """Owns the store client; every call retries with capped backoff, never drops.
+    """Owns the store client; every call retries with capped backoff, never drops. `connect` runs lazily and
+    again after a failure, so a worker can start while the store is down or locked (chDB held by another process)."""
 
-    `connect` opens the client; it is called lazily and again after a
-    failure, so a worker can start while the store is down or locked (chDB
-    held by another process) and resume when it comes back.
-    """
-
-    # Sent with every insert, next to its insert_deduplication_token. The
-    # views' target tables deduplicate a retried block only with the first.
-    # An instance attribute may replace it (bench/bench_sink.py compares
-    # candidates on this same code path).
+    # The views' targets deduplicate a retried block only with this; bench/bench_sink.py may override it.
     insert_settings: dict = {"deduplicate_blocks_in_dependent_materialized_views": 1}
 
     def __init__(self, connect, dsn: str):
@@ -77,20 +63,17 @@ class Sink:
         self._runner: DirectRunner | None = None
         self.paused_reason: str | None = None
         self.retries = self.store_refused = 0
-        # The error a store call is facing, and of which kind (refusals.classify):
-        # {"kind", "code", "during"}; None once a call succeeded. The last
-        # deterministic refusal stays visible after its rows were isolated.
+        # {"kind", "code", "during"} of the error a store call faces (refusals.classify), None after a success.
+        # `last_refusal` stays visible after its rows were isolated.
         self.store_error: dict | None = None
         self.last_refusal: dict | None = None
         self._stopping = threading.Event()
-        # The duplicate check's statements: sliced for a server's limit on a
-        # bound value, one per batch on the embedded store (ledger.CRC_SLICE).
+        # A server limits a bound value's size (ledger.CRC_SLICE); the embedded store does not.
         self.crc_slice = None if dsn.startswith("chdb") else ledger.CRC_SLICE
 
     @classmethod
     def over(cls, client, dsn: str) -> "Sink":
-        """A sink over an already-open client (the worker's first connection,
-        tests, benchmarks)."""
+        """A sink over an already-open client (the worker's first connection, tests, benchmarks)."""
         return cls(lambda: client, dsn)
 
     @property
@@ -111,10 +94,8 @@ class Sink:
         return self.client
 
     def retrying(self, what: str, fn, *args, refusable: bool = False):
-        """Run fn(client, *args) until it succeeds; backpressure, never loss.
-        Once `stop_retrying` was called, a failure raises SinkStopped instead.
-        `refusable` (an insert): an error that would repeat on every retry
-        (refusals.classify) raises Refused instead of being retried."""
+        """Run fn(client, *args) until it succeeds: backpressure, never loss. After `stop_retrying`, a failure
+        raises SinkStopped. If `refusable` (an insert), an error every retry would repeat raises Refused."""
         backoff = 0.2
         while True:
             try:
@@ -139,19 +120,14 @@ class Sink:
                 backoff = min(backoff * 2, 30.0)
 
     def stop_retrying(self) -> None:
-        """For a stopping worker whose batch in hand outlived the grace: the
-        retry loop runs in a thread that asyncio cannot cancel, and the
-        interpreter waits for that thread at exit (docs/delivery.md). A call
-        under way ends at its next failure; one that succeeds still returns."""
+        """For a worker whose batch outlived the stop grace: asyncio cannot cancel the retry thread, and the
+        interpreter waits for it at exit (docs/delivery.md). A call stops at its next failure; a success returns."""
         self._stopping.set()
 
     def write(self, rows, dead: list[dict]) -> list[dict]:
-        """Insert both kinds; blocks (retrying) while the store is away. A
-        retry re-sends the same rows with the same tokens, so a half-landed
-        attempt is not stored twice. Rows the store refuses for good are
-        isolated and returned as dead letters (already stored with `dead`),
-        for the caller to publish and count. `rows`: columns, or dicts
-        (tests, benchmarks) turned into columns once (`columns_of`)."""
+        """Insert rows (columns, or dicts) and dead letters, blocking while the store is away. A retry re-sends
+        the same tokens, so a half-landed attempt is not stored twice. Rows the store refuses for good are
+        stored as dead letters and returned, for the caller to publish and count."""
         rows, built = columns_of(rows, time.time())
         refused = [d for _, d in built] + self._write_rows(rows)
         self._write_dead(dead + refused)
@@ -159,8 +135,7 @@ class Sink:
         return refused
 
     def _write_rows(self, rows: Generations, salt: str = "") -> list[dict]:
-        """generations, in inserts of at most the store's partitions per block
-        (refusals.partition_groups), each isolating what the store refuses."""
+        """Insert generations, each insert within the store's partitions-per-block limit (refusals.partition_groups)."""
         if not len(rows):
             return []
         groups = refusals.partition_groups(day_numbers(rows.ts).tolist())
@@ -172,7 +147,7 @@ class Sink:
             def insert(indexes: list[int], path: str, part=part, g=g):
                 items = part if len(indexes) == len(part) else part.take(indexes)
                 token = counted_token("generations", items.counted_offsets()) if base is None else f"{base}/days{g}"
-                # one batch's groups: its token, numbered (an envelope's rows share offsets)
+                # groups share the batch's token, numbered (an envelope's rows share offsets)
                 self.retrying("store write", self._insert, "generations", items.arrow(),
                               token + (f"/{path}" if path else "") + salt, refusable=True)
             for i, why in refusals.isolate(list(range(len(part))), insert):
@@ -186,20 +161,15 @@ class Sink:
         self.retrying("store write", self._insert, "dead_letters", _arrow(dead, DLQ_COLUMNS), token + salt)
 
     def _insert(self, client, table: str, arrow_table, token: str) -> None:
-        # Tables are built before taking the lock, which the web API's reads
-        # share: they need not wait while Python builds them (docs/performance/sink.md).
+        # Tables are built outside the lock, so the web API's reads need not wait (docs/performance/sink.md).
         with self.lock:
             client.insert_arrow(table, arrow_table,
                                 settings={**self.insert_settings, "insert_deduplication_token": token})
 
     def rewrite_dropped(self, rows, dead: list[dict]) -> int:
-        """After `write`: the rows and dead letters of it that the store does
-        not hold are written again, under a token of this call's own, and
-        counted. A SIGKILL inside an insert can leave the table's
-        deduplication entry for the block without its part, and the table
-        then drops the same records read again as a retry (docs/delivery.md,
-        "Why each failure point is safe"). Only records a previous owner may
-        have written are at risk, so the caller asks after those batches."""
+        """After `write`: rewrite under a fresh token, and count, the rows and dead letters the store lacks. A
+        SIGKILL in an insert can leave a block's deduplication entry without its part, so a re-read passes for a
+        retry (docs/delivery.md, "Why each failure point is safe"). Only a previous owner's records are at risk."""
         rows, _ = columns_of(rows, time.time())  # a row Arrow cannot take: its dead letter in `dead`
         keys = list(zip(*(rows.columns[k].to_pylist() for k in ("src_topic", "src_partition", "src_offset")),
                         rows.request_ids)) if len(rows) else []  # (topic, partition, offset, request_id) of each
@@ -209,8 +179,7 @@ class Sink:
         lost = [i for i, (t, p, o, rid) in enumerate(keys) if (o, rid) not in held[t, p].rows]
         lost_dead = [d for d in dead if d["src_offset"] not in held[d["src_topic"], d["src_partition"]].dead]
         salt = f"/{uuid.uuid4().hex}"
-        # A row the store refuses here was refused by `write` just before:
-        # its dead letter is in `dead` (the caller passes those `write` returned).
+        # A row refused here was refused by `write` just before; its dead letter is in `dead`.
         if lost:
             self._write_rows(rows.take(lost), salt)
         self._write_dead(lost_dead, salt)
@@ -241,9 +210,7 @@ class Sink:
                              topics, ids, lo, hi, self.crc_slice)
 
     def repair_rollup(self, cells: set) -> list[tuple]:
-        """Both per-minute views of the cells made equal to raw: every tier of
-        the bands rollup (phasemeter.store.rollup.repair_cells) and the SLO
-        counts. A crash during the repair leaves the batch unrecorded: it is
-        re-read and the repair runs again, so it converges."""
+        """Make the cells of both per-minute views (every bands-rollup tier, the SLO counts) equal to raw. A
+        crash mid-repair leaves the batch unrecorded: it is re-read and repaired again, so it converges."""
         found = self.retrying("repairing the rollup", self._locked, rollup.repair_cells, cells)
         return found + self.retrying("repairing the SLO counts", self._locked, ledger.repair_slo, cells)
