@@ -1,12 +1,6 @@
-"""The stream job: `create_app(settings)` builds the Faust app.
-
-It wires the store, the sink and `pipeline.Pipeline` (over the pure
-`derive` functions) to the ingest agent (ingest_agent.py) and the phase
-join (join_agent.py), with the hand-offs on rebalance and the recovery
-watch. The ingest agent reads the raw topic and the join's output topic, so
-generations from both protocols take the same derivation and the same
-exactly-once sink. See docs/delivery.md and docs/phases.md.
-"""
+"""The stream job: `create_app(settings)` builds the Faust app. The ingest agent (ingest_agent.py) reads the raw
+topic and the phase join's output (join_agent.py), so generations from both protocols take the same derivation
+and the same exactly-once sink (docs/delivery.md, docs/phases.md)."""
 
 from __future__ import annotations
 
@@ -45,8 +39,7 @@ def _broker_credentials(settings: Settings):
 
 
 def declared_slos(settings: Settings):
-    """The worker's SLO file, checked against its buckets: a bad file stops
-    the start with the key at fault (never a worker retrying forever)."""
+    """The SLO file, checked against the buckets: a bad one stops the start, naming the key, not a retry loop."""
     from phasemeter.alerts.slo_rules import load_slos
     from phasemeter.stream_jobs.buckets import labels, parse_edges
 
@@ -54,10 +47,8 @@ def declared_slos(settings: Settings):
 
 
 def changelog_topics(app: faust.App) -> list[str]:
-    """The changelog topic of each of the app's tables. Faust declares them
-    only as its consumer starts; the worker creates them (compacted, as
-    Faust's tables declare them) before it starts, beside its own topics, so
-    the first group already assigns their partitions (docs/phases.md)."""
+    """The changelog topic of each table. Faust declares them only as its consumer starts; the worker
+    creates them first (compacted, as Faust would), so the first group assigns them too (docs/phases.md)."""
     return [table.changelog_topic.get_topic_name() for table in app.tables.values()]
 
 
@@ -83,16 +74,14 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
         broker=[f"kafka://{hp}" for hp in bootstrap.split(",")],
         broker_credentials=_broker_credentials(settings),
         store="memory://",
-        # Faust's own state folder: under our data dir, not the current directory.
+        # Faust's state folder: under our data dir, not the current directory.
         datadir=str(faust_dir),
         web_host=settings.web_host,
         web_port=settings.web_port,
         web_bind=settings.web_host,
-        # Every route behind one middleware: the Host check, no simple
-        # cross-site requests, bounded concurrency and body reads (web_guard.py).
+        # One middleware before every route (web_guard.py).
         web_application_options=web_guard.application_options(settings),
-        # Faust's own routes: its tables' contents by key (the join's holds
-        # request ids) and its partition router. Nothing here uses them.
+        # Unused, and the table view would serve the join's request ids by key.
         web_tables_enabled=False,
         web_router_enabled=False,
         topic_partitions=settings.topic_partitions,
@@ -101,15 +90,11 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
         broker_heartbeat_interval=min(3.0, settings.kafka_session_timeout_s / 3),
         broker_commit_every=1000,
         broker_commit_interval=1.0,
-        # Faust's queue in front of the agents, in messages: batching.gather
-        # holds the batches (bounded by bytes), so this stays Faust's default
-        # rather than growing with PHASEMETER_BATCH_ROWS (with envelopes of
-        # ~35 kB, 40,000 queued messages would be 1.4 GB).
+        # Counted in messages, so Faust's default rather than PHASEMETER_BATCH_ROWS: 40,000 queued envelopes
+        # of ~35 kB would be 1.4 GB. batching.gather bounds the batches by bytes.
         stream_buffer_maxsize=4096,
         producer_max_request_size=max(1_048_576, settings.max_message_bytes + 65_536),
-        # Records to one partition share a batch up to the message size Kafka
-        # takes (not 16 kB): the join's changelog (publish.send_batched) and the
-        # forwarded phases went out in hundreds of small produce requests.
+        # Kafka's message size, not 16 kB: the join's changelog and forwarded phases went out in tiny requests.
         producer_max_batch_size=settings.max_message_bytes,
         web_enabled=True,
         # Without Faust's 1 s wait at start for tables declared late (faust_patches.py).
@@ -120,8 +105,7 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
     sink = (Sink.over(_with_slos(client, sloset), settings.store_dsn) if client is not None
             else Sink(lambda: _with_slos(open_migrated_store(settings), sloset), settings.store_dsn))
     pipeline = Pipeline(settings, sink)
-    # acks=False: the group's offsets are committed from durable positions
-    # (handoff.Handoff), never from what Faust's batching acked.
+    # acks=False: offsets are committed from durable positions (handoff.Handoff), not from Faust's acks.
     raw = app.topic(*settings.ingest_topics, key_type=bytes, value_type=bytes,
                     key_serializer="raw", value_serializer="raw", acks=False)
     ingest_handoff = handoff.Handoff(settings.stop_grace_s, on_cut=sink.stop_retrying)
@@ -145,8 +129,7 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
 
     @app.on_partitions_revoked.connect
     async def _settle(app, revoked, **kwargs):  # noqa: ARG001
-        # Before the partitions move: the batch in hand ends here, its
-        # positions durable and committed (Faust no longer waits: acks off).
+        # Before the partitions move, the batch in hand ends durable and committed (acks off: Faust won't wait).
         await ingest_handoff.settle()
         await joiner.handoff.settle()
 
@@ -158,8 +141,7 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
         if is_ready(app):
             await resume.reseek_overdue(app, pipeline.sequencer, pipeline.counts)
             await resume.reseek_overdue(app, joiner.sequencer, joiner.counts)
-            # A partition fallen silent behind its end (Sequencer.behind); an
-            # agent with a batch in hand is busy, not stalled.
+            # A partition silent behind its end (Sequencer.behind); an agent with a batch in hand is busy.
             if not ingest_handoff.in_hand:
                 await resume.reseek_behind(app, offsets, pipeline.sequencer, pipeline.topics, load_ingest,
                                            pipeline.counts)
@@ -179,9 +161,7 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
 
 
 def _serve_sql(app: faust.App, settings: Settings, sock) -> None:
-    """The read-only ClickHouse HTTP interface over the store this worker owns
-    (sql_http.py), on the socket sql_http.reserve bound: up with the worker,
-    down before it stops."""
+    """The read-only ClickHouse HTTP interface (sql_http.py) on `sock` (sql_http.reserve), stopped before the worker."""
     listener = sql_http.SqlListener(settings)
 
     @app.task
@@ -199,9 +179,8 @@ async def _crash_guard(name: str, body) -> None:
     except asyncio.CancelledError:
         raise
     except BaseException:
-        # Faust would log a crashed agent and keep the process "up" doing
-        # nothing. Exit instead, so a supervisor restarts us; the batch in
-        # hand was not acked and is re-delivered.
+        # Faust would keep the process up with its agent dead: exit, so that a supervisor restarts it.
+        # The batch in hand was not acked and is re-delivered.
         log.critical("%s agent crashed; exiting with 70", name, exc_info=True)
         logging.shutdown()
         os._exit(70)

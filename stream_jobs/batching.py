@@ -1,23 +1,14 @@
 """Gathering a stream's records into batches for the ingest agent.
 
-Faust's `take_events(max_, within)` counts messages and, after a batch, waits
-`within` from the moment the body returns, while intake stands still during
-the body: batches began seconds old (docs/performance/worker.md, "Freshness
-and batching"). `gather` differs in three ways:
+Faust's `take_events` waits its whole `within` after each batch and takes nothing while the body runs: batches
+began seconds old (docs/performance/worker.md, "Freshness and batching"). `gather` instead:
 
-* intake goes on while a batch is processed, into the next batch (up to the
-  same bounds, then the stream waits: backpressure, nothing dropped), so the
-  CPU Faust spends consuming overlaps the store's insert, which runs without
-  the GIL;
-* the linger counts from the oldest record's arrival, so a batch whose
-  records queued up while the previous one was written goes at once;
-* a batch is bounded by bytes as well as messages: one message can be an
-  envelope of many generations (producers/envelopes.py), and bytes bound
-  what a batch holds in memory.
+* takes records into the next batch while one is processed (up to the same bounds, then the stream waits:
+  nothing dropped), so Faust's consuming overlaps the store's insert, which runs without the GIL;
+* counts the linger from the oldest record's arrival;
+* bounds a batch's memory by bytes too: one message can be an envelope of many generations (producers/envelopes.py).
 
-Acks stay with the caller's design (the agents consume with acks off and
-commit durable positions, handoff.py); records of a partition revoked while
-they waited are dropped by `resume.admit`, as with Faust's own buffering.
+Acks stay with the caller (handoff.py); `resume.admit` drops records of a partition revoked while they waited.
 """
 
 from __future__ import annotations
@@ -29,9 +20,8 @@ from . import faust_adapter
 
 
 async def gather(stream, max_messages: int, max_bytes: int, linger_s: float):
-    """Yield lists of Faust events: up to `max_messages` and about
-    `max_bytes` (the message that crosses it is the last), or what arrived
-    once the oldest has waited `linger_s`."""
+    """Yield lists of Faust events: up to `max_messages` and about `max_bytes` (the message crossing it is
+    the last), or what arrived once the oldest has waited `linger_s`."""
     batch: list = []
     size = 0
     oldest: float | None = None  # monotonic arrival of batch[0]

@@ -1,7 +1,5 @@
-"""Input-length buckets: edges -> labels, and the lookup used per event.
-
-Labels are derived from the edges (512 -> "512", 2048 -> "2k", 1000 -> "1k") so
-a custom edge list never needs a hand-written label list beside it.
+"""Input-length buckets: edges -> labels, and the lookup used per event. Labels derive from the edges
+(512 -> "512", 2048 -> "2k", 1000 -> "1k"), so a custom edge list needs no hand-written label list.
 """
 
 from __future__ import annotations
@@ -36,10 +34,9 @@ def parse_edges(spec: str | tuple | list) -> tuple[int, ...]:
 
 
 def _short(n: int) -> str:
-    if n and n % 1024 == 0:
-        return f"{n // 1024}k"
-    if n and n % 1000 == 0:
-        return f"{n // 1000}k"
+    for unit in (1024, 1000):
+        if n and n % unit == 0:
+            return f"{n // unit}k"
     return str(n)
 
 

@@ -1,11 +1,8 @@
 """The one place the worker reaches into Faust, mode and aiokafka internals.
 
-Each access below says why, and what the public API lacks. `REQUIRED` lists
-every internal this module and faust_patches.py rely on, as data: `check()`
-runs as the app is built (an upgrade that renamed one fails at start, naming
-it, not in the middle of a batch), and tests/unit/stream_jobs/
-test_faust_adapter.py runs it against the pinned versions in CI. No other
-module of stream_jobs/ names a private of theirs (the same test scans them).
+`REQUIRED` lists every internal used here and in faust_patches.py. `check()` runs as the app is built, so an
+upgrade that renamed one fails at start, naming it, not mid-batch. tests/unit/stream_jobs/test_faust_adapter.py
+runs it against the pinned versions and checks that no other module names their privates.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ from faust.web.drivers.aiohttp import Web
 
 from . import faust_patches
 
-# (owner, attribute): every internal relied on, and every method overridden
-# or replaced on an instance.
+# (owner, attribute): every internal relied on, and every method overridden or replaced on an instance.
 REQUIRED = (
     (mode.Service, "_stopped"),                   # faust_patches.inline_first
     (mode.Service, "_crashed"),                   # faust_patches.inline_first
@@ -57,8 +53,7 @@ REQUIRED = (
     (TableManager, "on_start"),                   # overridden: faust_patches.TableManager
     (TableManager, "_update_channels"),           # faust_patches.TableManager
     (mode.worker.Worker, "_sentinel_task"),       # overridden: faust_patches.Worker
-    # Not private, but in no documented API: read by the rest of the worker,
-    # listed so that an upgrade renaming one fails the check as well.
+    # Public but undocumented, read elsewhere in the worker: listed so that a rename fails the check too.
     (App, "rebalancing"), (App, "in_recovery"), (App, "unassigned"), (TableManager, "recovery"),  # ready.py
     (Recovery, "completed"), (Recovery, "in_recovery"), (Recovery, "active_remaining"),  # ready, recovery_task
     (Recovery, "active_offsets"), (Recovery, "active_highwaters"),  # recovery_task.py
@@ -69,8 +64,7 @@ REQUIRED = (
 
 
 def _has(owner, name: str) -> bool:
-    """A class attribute or method, or an instance attribute the class (or a
-    base) declares or assigns in its source."""
+    """A class attribute, or an instance attribute a class in the MRO annotates or assigns in its source."""
     if hasattr(owner, name):
         return True
     for klass in owner.__mro__:
@@ -90,22 +84,15 @@ def missing() -> list[str]:
 
 
 def check() -> None:
-    gone = missing()
-    if gone:
+    if gone := missing():
         raise RuntimeError("the installed Faust/mode/aiokafka no longer has what the worker relies on "
                            f"(stream_jobs/faust_adapter.py): {', '.join(gone)}")
 
 
 class _NoReadOffset(dict):
-    """Stands in for Faust's per-partition read offset, which filters what it
-    delivers: a record below it is dropped, a jump above it is recorded as a
-    gap its commit logic then treats as acked. After a seek back, records
-    prefetched before the seek push that offset past the re-fetched ones,
-    which were then dropped (measured: a partition stalled, its re-read
-    silently discarded). The sequencer (sequence.py) does this job instead,
-    so Faust delivers everything it fetches. Faust has no setting for it.
-    Every write is dropped, so it stays empty: Faust's `pop(tp, None)` and
-    its `del` (only `if tp in keys()`) are dict's own."""
+    """Replaces Faust's per-partition read offset, which drops records below it and commits a jump above it as
+    acked: after a seek back, prefetched records pushed it past the re-fetched ones, silently dropped, and the
+    partition stalled. The sequencer (sequence.py) does this job; Faust has no setting. Writes are ignored."""
 
     def __getitem__(self, key):
         return None
@@ -123,58 +110,46 @@ def install(app, stop_grace_s: float) -> None:
     faust_patches.bound_producer_stop(app, stop_grace_s)
     consumer = app.consumer
     consumer._read_offset = _NoReadOffset()  # see _NoReadOffset
-    # No hook for either; instance attributes take the class's place: the
-    # fetch loop looks `wait_first` up per record and binds `callback` as it
-    # starts, the conductor `on_buffer_full`/`_drop` per partition assigned.
+    # No hooks for these, but instance attributes work: the fetch loop looks up `wait_first` per record and
+    # binds `callback` as it starts; the conductor looks up `on_buffer_full`/`_drop` per partition assigned.
     consumer.wait_first = faust_patches.inline_first(consumer, consumer.suspend_flow)
     consumer.callback = faust_patches.after_drop(consumer, consumer.callback)
-    # The consumer thread is Faust's `ThreadDelegateConsumer._thread`
-    # (faust/transport/consumer.py): no public handle on it.
+    # `ThreadDelegateConsumer._thread` (faust/transport/consumer.py): the thread has no public handle.
     faust_patches.close_consumer_safely(consumer._thread)
 
 
 def committed_offsets(app) -> dict:
-    """{Faust TP: the group's committed offset}, as Faust read it from the
-    broker when it sought after assignment: Faust keeps it, with no getter."""
+    """{Faust TP: the group's committed offset}, as Faust read it after assignment; Faust has no getter."""
     return app.consumer._committed_offset
 
 
 async def commit_offsets(app, offsets: dict) -> None:
-    """Commit `offsets` ({Faust TP: offset}) for partitions still assigned.
-    Faust's public `commit()` commits what its streams acked; the worker
-    consumes with acks off and commits durable positions (handoff.py)."""
+    """Commit `offsets` ({Faust TP: offset}) for partitions still assigned. Faust's `commit()` commits what
+    its streams acked; the worker consumes with acks off and commits durable positions (handoff.py)."""
     await app.consumer._commit_offsets(offsets)
 
 
 def aiokafka_producer(app):
-    """The aiokafka producer under Faust's: Faust has no batch API, and
-    aiokafka's create_batch/send_batch write a changelog in a few batches."""
+    """The aiokafka producer under Faust's, for the batch API Faust lacks (publish.send_batched)."""
     return app.producer._ensure_producer()
 
 
 async def partition_for_key(app, topic: str, key: bytes | None) -> int:
-    """The partition aiokafka's send would give a record of `key` on `topic`
-    (the producer's partitioner over the topic's partitions, once its
-    metadata is in), for a record sent in a batch (publish.send_batched),
-    which needs its partition named. aiokafka applies the partitioner only
-    inside `send`; `_partition` is that step alone."""
+    """The partition aiokafka's `send` would give `key` on `topic`, for a record sent in a batch
+    (publish.send_batched), which must name one. `_partition` is that step of `send` alone."""
     producer = aiokafka_producer(app)
     await producer.partitions_for(topic)
     return producer._partition(topic, None, key, None, key, None)
 
 
 def passive(stream, processor):
-    """Consume `stream` as Faust's own `take_events` does (faust/streams.py):
-    `processor` sees every value, and nothing else iterates the channel.
-    -> a function that removes the processor again. Faust has only
-    `add_processor`, no public way to start passive consumption or remove one."""
+    """Consume `stream` as Faust's `take_events` does (faust/streams.py): `processor` sees every value.
+    -> a function removing it. Faust has only `add_processor`: no public passive start, nor removal."""
     stream.add_processor(processor)
     stream._enable_passive(aiter(stream.channel))
     return lambda: stream._processors.remove(processor)
 
 
 def set_keepalive(app, seconds: float) -> None:
-    """Faust builds its aiohttp AppRunner with only `access_log=None` and has
-    no setting for the server's other arguments; AppRunner passes the
-    `_kwargs` it keeps to the protocol it makes when the site starts."""
+    """Faust has no keepalive setting; its aiohttp AppRunner passes `_kwargs` to the protocol it makes at start."""
     app.web._runner._kwargs["keepalive_timeout"] = seconds

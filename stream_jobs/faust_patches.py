@@ -1,8 +1,5 @@
-"""The adapter's overrides of Faust's, mode's and aiokafka's behaviour
-(faust_adapter.py holds REQUIRED, every internal both rely on, checked
-against the versions constraints.txt pins). An upgrade that changes the
-code an override replaces fails test_faust_patches.py. Why each exists, and
-what the public API lacks, is said where it is.
+"""The adapter's overrides of Faust's, mode's and aiokafka's behaviour; faust_adapter.REQUIRED lists the
+internals they use. An upgrade that changes the code an override replaces fails test_faust_patches.py.
 """
 
 from __future__ import annotations
@@ -18,15 +15,13 @@ from mode.services import WaitResults
 
 log = logging.getLogger("phasemeter.worker")
 
-# Long enough for the callbacks a closing transport schedules with call_soon
-# (a few loop iterations), far below mode's 1 s.
+# Enough for the call_soon callbacks of a closing transport (a few loop turns), far below mode's 1 s.
 STOP_GRACE_S = 0.1
 
 
 class _Continued:
-    """The rest of a coroutine that has yielded `pending` to its runner, to
-    be run by a new one (a task), passing on what the task sends or throws,
-    as `yield from` would."""
+    """The rest of a coroutine that yielded `pending`, run by a new runner (a task) whose sends and throws
+    it passes on, as `yield from` would."""
 
     def __init__(self, coro, pending):
         self.coro, self.pending = coro, pending
@@ -46,16 +41,11 @@ class _Continued:
 
 
 def inline_first(service, *flags):
-    """-> a `wait_first` for `service` that runs its first coroutine inline
-    while none of `flags`, `stopped` or `crashed` is set.
-
-    Faust's fetch loop hands each record to its stream with
-    `await consumer.wait_first(callback(message), suspend_flow.wait())`
-    (faust/transport/consumer.py), and mode's `wait_first` makes four tasks a
-    record, a third of bare Faust's cost per record (docs/performance/worker.md)."""
+    """-> a `wait_first` for `service` that runs its first coroutine inline while none of `flags`,
+    `stopped` or `crashed` is set. Faust's fetch loop awaits `wait_first(callback(message), ...)` per
+    record, and mode's makes four tasks each time: a third of bare Faust's cost (docs/performance/worker.md)."""
     general = service.wait_first  # the bound method of the class
-    # mode's Service keeps both events private (mode/services.py) and offers
-    # only `should_stop`, which is not the same test: `crashed` is separate.
+    # Private in mode (mode/services.py): its public `should_stop` does not test `crashed`.
     flags = (service._stopped, service._crashed, *flags)
 
     async def wait_first(*coros, timeout=None):
@@ -77,23 +67,17 @@ def inline_first(service, *flags):
 
 
 def after_drop(consumer, deliver, poll_s: float = 0.05, max_wait_s: float = 2.0):
-    """-> `deliver` (the consumer's callback) that first waits while its
-    record's partition is held for a full stream buffer.
-
-    Faust holds a partition at 4/5 of its buffer (`Consumer.on_buffer_full`)
-    and fetches it again at 2/5 (`on_buffer_drop`), but still delivers what
-    it fetched, one put per freed slot. The wait is the delivery's own, so a
-    rebalance or a stop abandons it as it abandons a put. It looks again every
-    `poll_s` (Faust forgets its holds on a restart), and a hold older than
-    `max_wait_s` no longer stops a record: Faust's own wait then applies."""
+    """-> `deliver` (the consumer's callback), first waiting while the record's partition is held. Faust holds
+    a partition (stops fetching it) at 4/5 of its stream buffer until it drains to 2/5, but still delivers what
+    it fetched, one put per freed slot. The wait is the delivery's own, so a rebalance or a stop abandons it like
+    a put. It polls every `poll_s` (Faust forgets its holds on a restart); a hold older than `max_wait_s` is
+    left to Faust's own wait."""
     dropped = asyncio.Event()
     held_since: dict = {}  # tp -> monotonic time Faust held it
 
     async def deliver_after_drop(message):
         tp = message.tp
-        # Faust's set of held partitions has no public getter
-        # (faust/transport/consumer.py); read anew each time, as Faust
-        # replaces the set when it resets its state.
+        # No public getter (faust/transport/consumer.py); read anew, as Faust replaces the set on a reset.
         while tp in consumer._buffered_partitions:
             left = held_since.get(tp, 0.0) + max_wait_s - time.monotonic()
             if left <= 0:
@@ -122,14 +106,10 @@ def after_drop(consumer, deliver, poll_s: float = 0.05, max_wait_s: float = 2.0)
 
 
 def close_consumer_safely(thread) -> None:
-    """aiokafka's `Fetcher.close` cancels its pending fetch tasks and awaits
-    them without catching their CancelledError (aiokafka/consumer/fetcher.py,
-    `close`). A fetch is pending whenever the broker is unreachable (it waits
-    out its retry backoff), so the consumer's stop raises CancelledError out
-    of Faust's `on_thread_stop`; mode's `ServiceThread._shutdown_thread` then
-    never sets the shutdown flag the main loop waits on, and the worker hung
-    for mode's `shutdown_timeout` (60 s) after SIGTERM. Here that one
-    CancelledError, not a cancellation of the stop itself, ends the close."""
+    """aiokafka's `Fetcher.close` awaits the fetches it cancels without catching their CancelledError
+    (aiokafka/consumer/fetcher.py). With the broker unreachable one is always pending, so Faust's `on_thread_stop`
+    raised it, mode never set its shutdown flag, and the worker hung 60 s (mode's `shutdown_timeout`) after
+    SIGTERM. That CancelledError now ends the close; a cancelled stop still raises."""
     faust_stop = thread.on_thread_stop
 
     async def on_thread_stop() -> None:
@@ -146,19 +126,11 @@ def close_consumer_safely(thread) -> None:
 def bound_producer_stop(app, grace_s: float) -> None:
     """A stop no longer waits on records a broker does not acknowledge.
 
-    Faust's `App.on_stop` flushes the producer before its agents and timers
-    are stopped (faust/app/base.py, `_producer_flush`), and the producer's
-    stop closes aiokafka's, which waits for every batch it holds; with the
-    broker down aiokafka gives a batch up only after the request timeout
-    (Faust's `producer_request_timeout`, 1200 s by default). Measured: a
-    worker whose join expiry was writing to a stopped broker was still in
-    that flush 60 s after SIGTERM, its agents never told to stop. The worker
-    awaits every record it sends before it records progress (publish.py,
-    join_agent.py) and sends nothing through Faust's buffer, so the flush at
-    stop is skipped: the work in hand waits for its own records within its
-    grace (handoff.py). The producer's close gets what is left of the grace;
-    records still unacknowledged then belong to work that recorded no
-    progress, and are sent again when it is re-read."""
+    Faust's `App.on_stop` flushes the producer before it stops the agents, and with the broker down aiokafka
+    gives a batch up only after `producer_request_timeout` (1200 s): a worker was still flushing 60 s after
+    SIGTERM. The worker awaits each record it sends before it records progress (publish.py, join_agent.py), so
+    the flush is skipped and the producer's close gets what is left of the grace (handoff.py). Records still
+    unacknowledged belong to work that recorded no progress, and are sent again when it is re-read."""
     producer = app.producer
     faust_flush, faust_on_stop = producer.flush, producer.on_stop
     began: list[float] = []
@@ -184,8 +156,7 @@ class TableManager(_FaustTableManager):
     """Named by `create_app` (Faust's `TableManager` setting)."""
 
     async def on_start(self) -> None:
-        # Faust's on_start, without its first `await self.sleep(1.0)`: a
-        # table declared late still raises (Faust's own check).
+        # Faust's on_start without its first `await self.sleep(1.0)`; a table declared late still raises.
         if not self.should_stop:
             await self._update_channels()
             await self.recovery.start()
@@ -193,7 +164,6 @@ class TableManager(_FaustTableManager):
 
 class Worker(faust.Worker):
     async def _sentinel_task(self) -> None:
-        # mode's Worker._shutdown_loop runs this (`asyncio.sleep(1.0)`) before
-        # it closes the loop; our last task is cancelled on shutdown and the
-        # consumer, producer and store are closed by then.
+        # mode's `_shutdown_loop` runs this (a 1 s sleep) before closing the loop; by then our last task is
+        # cancelled and the consumer, producer and store are closed.
         await asyncio.sleep(STOP_GRACE_S)

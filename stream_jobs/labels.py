@@ -1,12 +1,9 @@
 """Labels from outside, bounded per model (docs/labels.md). Pure.
 
-A label that takes a new value per process or per restart would make
-thousands of values a year, and every per-replica query and rollup would grow
-with them. So the first K distinct values of each BOUNDED label per model are
-kept, and every later one is stored as `other` and counted (`folded`). Values
-the store already holds stay kept (`seed`), so a restart or a rebalance does
-not admit K more. Applied once, in the ingest pipeline, to the columns of
-every source (columnar.Generations).
+A label taking a new value per process or restart would add thousands of values a year to every per-replica
+query and rollup. So per model the first K values of each BOUNDED label are kept, later ones stored as `other`
+and counted (`folded`); stored values stay kept (`seed`), so a restart does not admit K more. Applied once, in
+the ingest pipeline, to the columns of every source (columnar.Generations).
 """
 
 from __future__ import annotations
@@ -49,8 +46,7 @@ class LabelBound:
         for label in BOUNDED:
             column = gens.columns[label]
             values = column.to_pylist()
-            # Each distinct (model, value) once, in first-seen order: a kept value
-            # stays kept, one refused while K were kept stays refused.
+            # Each distinct (model, value) once, in first-seen order: kept stays kept, refused stays refused.
             pairs = Counter(zip(models, values))
             answer = {(m, v): self.value(label, m, v) for m, v in pairs}
             more = sum(n - 1 for pair, n in pairs.items() if answer[pair] == OTHER and pair[1])

@@ -1,8 +1,5 @@
-"""The live page on the worker's web port: `/`, its files, and its data
-endpoints, each running the CLI's own code over the worker's store, so the
-page shows what the command prints (docs/live.md, "The data endpoints").
-Read-only like the rest of the port (web.py); in flight and health come from
-the existing /inflight and /health.
+"""The live page (`/`), its files and its read-only data endpoints, each running the CLI's own code over the
+worker's store, so the page shows what the command prints (docs/live.md, "The data endpoints").
 """
 
 from __future__ import annotations
@@ -16,9 +13,8 @@ from phasemeter.render.assets import ASSETS, asset
 
 
 async def _answer(view, sink, fn, *args):
-    """JSON of fn(runner, *args) -> (status, doc), run off the event loop: the
-    query endpoints' one shape (503 when the store is away, 500 when the query
-    fails, never the worker down)."""
+    """JSON of fn(runner, *args) -> (status, doc), run off the event loop: 503 when the store is away, 500
+    when the query fails, never the worker down."""
     try:
         runner = sink.runner  # shares the sink's lock: one statement at a time
     except RuntimeError as exc:  # store down or locked: say so, don't hang
@@ -31,8 +27,7 @@ async def _answer(view, sink, fn, *args):
 
 
 def _alerts(runner, bucket_edges: str) -> tuple[int, dict]:
-    """The shipped rules at now, as `alerts check` without --rules: firing
-    first, then the rules' own order (check's), so a glance finds them."""
+    """The shipped rules at now, as `alerts check` without --rules: firing first, then check's order."""
     from phasemeter.alerts import check
     from phasemeter.alerts.evaluate import FIRING, as_dict
     from phasemeter.alerts.rules import load_rules
@@ -47,11 +42,8 @@ def _alerts(runner, bucket_edges: str) -> tuple[int, dict]:
 
 
 def register_live_views(app, settings, sink, sloset) -> None:
-    """`sloset`: the SLOs as the worker read them at start (app.declared_slos),
-    the ones slo_minute counts (a file edited since is not what the store
-    counts until a restart)."""
-    # The page never changes while a worker runs; a short cache still lets a
-    # reinstall show up on the next reload.
+    """`sloset`: the SLOs read at start (app.declared_slos), the ones slo_minute counts until a restart."""
+    # The page never changes while a worker runs; a short cache still shows a reinstall on the next reload.
     cache = {"Cache-Control": "max-age=60"}
 
     @app.page("/")

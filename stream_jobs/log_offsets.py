@@ -1,16 +1,7 @@
-"""Where a partition's log starts and ends, asked over a Kafka connection of
-the worker's own.
-
-The worker asks both before a partition's first batch: its end when the
-partition is assigned (the re-read window, ingest_agent's `load`), its start
-when it has no position yet (resume.group_start). Faust's consumer answers
-them through its consumer thread, slowly in a starting worker: the first
-batch waited 2.6 s for them, against ~0.1 s on this client
-(docs/performance/worker.md).
-
-kafka-python, a core dependency, with the worker's own security settings. Its
-client is not thread-safe, so one thread of its own makes every call. If it
-fails, the caller falls back on Faust's consumer: slower, never lost.
+"""Where a partition's log starts and ends, asked before its first batch over a kafka-python connection of the
+worker's own: Faust's consumer answers through its thread, slowly in a starting worker
+(docs/performance/worker.md). The client is not thread-safe, so one thread makes every call. If it fails, the
+caller falls back on Faust's consumer: slower, never lost.
 """
 
 from __future__ import annotations
@@ -27,8 +18,7 @@ from .sequence import TP
 
 log = logging.getLogger("phasemeter.worker")
 
-# A call that takes longer falls back on Faust's consumer, which answered in
-# 1.1-1.5 s: a worker whose own connection fails waits at most this more.
+# Then Faust's consumer answers (in 1.1-1.5 s): a worker whose own connection fails waits at most this more.
 TIMEOUT_MS = 3000
 
 
@@ -79,8 +69,7 @@ class LogOffsets:
         return await self._call("beginning_offsets", tps, self.app.consumer.earliest_offsets)
 
     def warm(self) -> None:
-        """Connect while the worker waits for its assignment, not in its
-        first batch (the first answer costs a connection and metadata)."""
+        """Connect while the worker waits for its assignment, not in its first batch (a connection and metadata)."""
         def connect():
             try:
                 self._consumer().topics()

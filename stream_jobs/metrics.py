@@ -1,8 +1,5 @@
-"""Prometheus text exposition of the worker's state, for GET /metrics.
-
-Hand-written (format 0.0.4) rather than prometheus_client: a dozen series,
-and one dependency less for the worker. Gauges for what is in flight now,
-counters for what the worker has done since it started.
+"""Prometheus text exposition (format 0.0.4) of the worker's state, for GET /metrics. Hand-written rather
+than with prometheus_client: a dozen series, and one dependency less for the worker.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""Messages of the OTLP topic -> the same results as the raw topic's.
+"""Messages of the OTLP topic -> the same results as the raw topic's (docs/ingest/otlp.md).
 
-A site that already runs an OpenTelemetry Collector adds its `kafka`
-exporter (one ExportTraceServiceRequest per message, `otlp_proto` or
-`otlp_json`) and the worker reads that topic beside the raw one
-(PHASEMETER_OTLP_TOPIC). Each LLM span is mapped onto a generation event by
-the same mapping the `phasemeter otlp` receiver uses, then validated and
-derived like any other event, so the exactly-once rules (per offset and
-request_id), the dead-letter topic and the rollup are the same. Spans that
-are not LLM requests are counted, not dead-lettered.
-
-The two encodings are told apart by the first byte: a JSON object starts
-with `{` (after whitespace); an ExportTraceServiceRequest's first field
-(resource_spans, tag 1, length-delimited) starts with 0x0A.
+Each message is an ExportTraceServiceRequest from a Collector's `kafka` exporter. LLM spans are mapped as the
+`phasemeter otlp` receiver maps them, then validated, derived and stored like any event; other spans are counted.
+The first byte tells the encoding: `{` (after whitespace) for JSON, 0x0A (resource_spans, tag 1) for protobuf.
 """
 
 from __future__ import annotations
@@ -29,10 +20,9 @@ from .derive import Phase, Rejection, process_event
 def process_otlp(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float,
                  default_model: str | None = None,
                  oldest: float = MIN_T0) -> tuple[list[dict | Phase | Rejection], int, Counter]:
-    """One OTLP topic message -> (results, spans ignored as not LLM requests,
-    counts for /health: otlp_spans_ignored_<reason>, otlp_replicas_dropped).
-    `default_model` names the model of spans that carry none; `oldest` is
-    the earliest t0 the store keeps (contract.oldest_kept)."""
+    """One OTLP topic message -> (results, spans ignored as not LLM requests, counts for /health:
+    otlp_spans_ignored_<reason>, otlp_replicas_dropped). `default_model` names the model of spans without one;
+    `oldest` is the earliest t0 the store keeps (contract.oldest_kept)."""
     if raw is None or not raw:
         return [Rejection(R.MALFORMED_OTLP, "empty message")], 0, Counter()
     if len(raw) > max_bytes:

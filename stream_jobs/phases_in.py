@@ -1,15 +1,9 @@
 """Messages of the phases topic, read as the input they are.
 
-Ingest forwards each valid phase to `<topic>.phases` as
-{"phases": [[gateway timestamp, phase fields], ...]} (join_agent's
-`phase_envelopes`), and the join applies them to its table. But the topic
-is an input like any other: anything may be written to it, and one message
-that was not what ingest writes stopped the join agent, and the worker with
-it, again after every restart. So every pair is checked again here: a phase
-as `validate_phase` accepts it, or ingest's note of a generation it joined
-itself. Anything else becomes an orphan record with its reason on the joined
-topic, which ingest stores as a dead letter (join.orphan), and the pairs
-beside it are joined as usual. Pure: no Faust, no Kafka.
+Ingest writes {"phases": [[gateway timestamp, phase fields], ...]} (join_agent's `phase_envelopes`), but anyone
+may write to the topic, and one foreign message stopped the join agent, and the worker, after every restart. So
+each pair must be a phase `validate_phase` accepts, or ingest's note of a generation it joined; anything else
+becomes an orphan record (join.orphan), stored as a dead letter; its neighbours are joined as usual. Pure.
 """
 
 from __future__ import annotations
@@ -28,8 +22,7 @@ _NOTE_FIELDS = {"kind", "request_id", "kinds"}
 
 
 def read_phases(raw: bytes | None, now: float) -> tuple[list[tuple[float, dict]], list[join.Output]]:
-    """A message -> (its valid (timestamp, fields) pairs, the orphan records
-    of what it held that is not one)."""
+    """A message -> (its valid (timestamp, fields) pairs, orphan records for the rest)."""
     try:
         body = _loads(raw) if raw else None
     except (msgspec.DecodeError, RecursionError) as exc:  # nothing of it travels: it may be any text

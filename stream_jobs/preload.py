@@ -1,18 +1,9 @@
-"""pandas, imported while a starting worker waits for Kafka, not in its
-first batch.
+"""pandas, imported while a starting worker waits for Kafka, not in its first batch.
 
-The worker's own ingest code never builds a frame, but pyarrow checks every
-`pa.array` input against pandas' types, and that check imports pandas when
-it is installed (the worker's reads need it installed). So the first batch
-after every start, deploy or crash restart paid 0.4-0.6 s of CPU for the
-import: rows stored that much later (docs/performance/worker.md). A starting
-worker spends seconds waiting on the broker (group join, assignment), with
-the CPU idle, so the import runs then, in the batches' executor.
-
-A batch waits for the import to end before it starts. Two threads that
-import modules importing each other can deadlock on Python's module locks,
-and pyarrow and pandas do import each other; waiting means no batch ever
-imports them at the same time as the preload.
+pyarrow checks every `pa.array` input against pandas' types, importing pandas when installed (the reads need
+it): the first batch after each start paid 0.4-0.6 s of CPU for it (docs/performance/worker.md). A starting
+worker waits seconds on the broker, CPU idle, so the import runs then, in the batches' executor. A batch waits
+for it to end: pyarrow and pandas import each other, and two threads importing them can deadlock on module locks.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""What a batch writes to Kafka on its way (phases for the join, dead letters
-for people) is acknowledged before the batch records its progress, or the
-batch waits.
+"""What a batch writes to Kafka (phases for the join, dead letters for people) is acknowledged before the
+batch records its progress; until then the batch waits and sends again what was refused (docs/delivery.md).
 
-A producer's flush() returns once every record it holds was delivered or
-refused; it does not raise for a refused one (aiokafka), and a record that
-does not fit the producer's limits is refused before it is even queued. A
-batch that only flushed would record its progress over phases Kafka never
-took (a topic whose max.message.bytes is below the worker's, a write the
-cluster's ACLs deny): generations lost without a word. So every delivery is
-checked, and what was refused is sent again with backoff. The batch, and so
-its partitions, waits meanwhile (backpressure: nothing is dropped), and
-/health says why. Re-sent phases are harmless: the join takes a phase it
-already holds as a duplicate.
+aiokafka's flush() does not raise for a refused record, so a batch that only flushed would record progress over
+phases Kafka never took (a lower max.message.bytes, an ACL denial), silently losing generations. A phase sent
+twice is harmless: the join takes it as a duplicate.
 """
 
 from __future__ import annotations
@@ -29,14 +21,10 @@ Message = tuple[str, "bytes | None", bytes, "int | None"]  # topic, key, value, 
 
 
 async def send_batched(app, topic: str, records: list[tuple[bytes, "bytes | None", int]]) -> list:
-    """Many small records, (key, value, partition), in aiokafka batches: one
-    batch per partition (a new one when it is full) instead of a send each.
-    The join writes a changelog record per generation; sent one by one, each
-    cost 32 µs of the event loop in a join run, appended ~1-3 µs (docs/performance/
-    worker.md). They are the same Kafka records, so Faust replays them as before.
-    -> (future, the indexes of the records it holds) per batch: the future
-    resolves once Kafka acknowledged the batch, or fails for all of them (a
-    partition's batch is written whole or not at all)."""
+    """Many small records, (key, value, partition), in aiokafka batches: one per partition (a new one when
+    full), not a send each. A join changelog record sent alone cost 32 µs of the event loop, appended ~1-3 µs
+    (docs/performance/worker.md); Kafka gets the same records, so Faust replays them as before. -> (future,
+    indexes of its records) per batch: a partition's batch is written whole or not at all."""
     producer = faust_adapter.aiokafka_producer(app)
     open_: dict[int, tuple[object, list[int]]] = {}
     sent = []
@@ -56,9 +44,7 @@ async def send_batched(app, topic: str, records: list[tuple[bytes, "bytes | None
 
 
 class Publisher:
-    # A refused record costs one produce request to try again, so the wait is
-    # capped lower than the store's: the batch resumes within seconds once
-    # the cluster takes it.
+    # A retry costs one produce request, so the backoff is capped below the store's: a batch resumes in seconds.
     def __init__(self, app, max_backoff_s: float = 5.0):
         self.app = app
         self.max_backoff_s = max_backoff_s
@@ -66,10 +52,8 @@ class Publisher:
         self.retries = 0
 
     async def _attempt(self, messages: list[Message]) -> list[tuple[Message, BaseException]]:
-        """Send all in batches (`send_batched`: a batch's dead letters cost
-        ~25 µs each of the event loop sent one by one), wait for every
-        acknowledgement; -> the refused ones. A record without a partition
-        goes where the producer's partitioner puts its key, as a send would."""
+        """Send all in batches (sent one by one, dead letters cost ~25 µs each of the event loop) and await
+        every acknowledgement; -> the refused ones. A record without a partition goes where `send` would put it."""
         by_topic: dict[str, list[Message]] = {}
         for message in messages:
             by_topic.setdefault(message[0], []).append(message)
@@ -91,8 +75,7 @@ class Publisher:
         return refused
 
     async def deliver(self, messages: list[Message]) -> None:
-        """Return once Kafka acknowledged every message; until then retry what
-        it refused, doubling the wait up to `max_backoff_s`."""
+        """Return once Kafka acknowledged every message; retry refusals, doubling the wait up to `max_backoff_s`."""
         backoff, pending = 0.2, list(messages)
         while pending:
             refused = await self._attempt(pending)

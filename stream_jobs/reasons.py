@@ -1,5 +1,4 @@
-"""Stable dead-letter reason codes. Dashboards and `dlq inspect` key on these
-strings, so they are part of the public contract: add, never rename."""
+"""Stable dead-letter reason codes, a public contract (dashboards and `dlq inspect` key on them): add, never rename."""
 
 OVERSIZE = "oversize"                # raw message larger than max_message_bytes
 NOT_UTF8 = "not_utf8"                # bytes are not valid UTF-8, or a \u escape is half a surrogate pair

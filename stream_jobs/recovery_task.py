@@ -1,10 +1,6 @@
-"""The Faust side of the recovery watch (recovery_watch.py holds its rule):
-a task that feeds it how many changelog records the join table's recovery
-still expects, and seeks the stuck partitions back or exits as it says.
-
-A plain task, not a Faust timer: Faust starts its timers only once the
-first recovery has completed, and that one can hang too. It starts at the
-first assignment, which comes before the first recovery.
+"""The Faust side of the recovery watch (recovery_watch.py holds its rule): a task that feeds it how many changelog
+records the join table's recovery still expects, and seeks back or exits as it says. A plain task started at
+the first assignment, not a Faust timer: Faust starts timers only after the first recovery, which can hang too.
 """
 
 from __future__ import annotations
@@ -58,9 +54,8 @@ def install(app, stall_s: float) -> None:
 
 
 async def reseek(app, recovery, left) -> None:
-    """Fetch the stuck changelog partitions again from the last offset the
-    recovery applied (-1: none, so from 0). A record it already applied is
-    skipped by Faust's own offset check, so reading one twice is harmless."""
+    """Fetch the stuck changelog partitions again from the last offset the recovery applied (-1: none, so 0).
+    Faust's own offset check skips a record already applied, so reading one twice is harmless."""
     for tp in left:
         applied = recovery.active_offsets.get(tp)
         try:
@@ -70,11 +65,8 @@ async def reseek(app, recovery, left) -> None:
 
 
 async def where_recovery_stands(app, recovery, left) -> str:
-    """Per stuck changelog partition: the last offset the recovery applied,
-    the highwater it waits for, and the consumer's fetch position. A position
-    at the highwater with records unapplied means they were fetched and never
-    handed to the recovery; a position at the applied offset, that they were
-    never fetched."""
+    """Per stuck partition: the offset applied, the highwater awaited and the fetch position. A position at the
+    highwater means records fetched but never handed over; at the applied offset, never fetched."""
     parts = []
     for tp in sorted(left):
         try:

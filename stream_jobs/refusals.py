@@ -1,13 +1,9 @@
-"""What the sink does with a store error, as pure functions (docs/delivery.md,
-"A store refusal is never a wedge").
+"""What the sink does with a store error, as pure functions (docs/delivery.md, "A store refusal is never a wedge").
 
-A *transient* error (the network, a store locked, down or merging behind) is
-retried with backoff, the worker paused. A *deterministic* one, which the same
-rows meet on every retry, is bisected down to the rows it refuses: those are
-dead-lettered (`store_refused`), the rest stored. Only errors known to be
-about the inserted data are deterministic: one about the store itself (a
-missing table, a permission) refuses every row alike, and bisecting it would
-dead-letter everything.
+A *transient* error (the network; a store locked, down or merging behind) is retried, the worker paused. A
+*deterministic* one, met on every retry, is bisected down to the rows it refuses: those are dead-lettered
+(`store_refused`), the rest stored. Only errors known to be about the data count: bisecting a store-wide one
+(a missing table, a permission) would dead-letter everything.
 """
 
 from __future__ import annotations
@@ -19,8 +15,7 @@ from dataclasses import dataclass
 TRANSIENT = "transient"
 DETERMINISTIC = "deterministic"
 
-# ClickHouse error codes (src/Common/ErrorCodes.cpp) that refuse the inserted
-# values themselves: the same rows give the same error on every retry.
+# ClickHouse error codes (src/Common/ErrorCodes.cpp) refusing the inserted values: the same on every retry.
 DATA_CODES = frozenset({
     6,    # CANNOT_PARSE_TEXT
     27,   # CANNOT_PARSE_INPUT_ASSERTION_FAILED
@@ -37,14 +32,12 @@ DATA_CODES = frozenset({
     407,  # DECIMAL_OVERFLOW
     469,  # VIOLATED_CONSTRAINT
 })
-# 252 (TOO_MANY_PARTS) is both: "too many partitions for single INSERT block"
-# is about the rows (fewer days per insert pass), "too many parts" is a store
-# whose merges are behind (it passes once they catch up).
+# 252 (TOO_MANY_PARTS) is both: "too many partitions for single INSERT block" is about the rows (fewer days per
+# insert pass), "too many parts" is a store whose merges are behind (it passes once they catch up).
 TOO_MANY_PARTS = 252
 _PARTITIONS_PER_BLOCK = "too many partitions for single insert block"
 _CODE = re.compile(r"\bcode:?\s*(\d+)", re.IGNORECASE)
-# Python-side errors of turning the rows into an Arrow table: a value of the
-# wrong type or out of range fails the same way every time.
+# Errors turning the rows into an Arrow table: a value of a wrong type or out of range fails the same every time.
 _PYTHON_DATA_ERRORS = ("ArrowInvalid", "ArrowTypeError", "ArrowNotImplementedError", "OverflowError",
                        "UnicodeEncodeError")
 
@@ -67,16 +60,13 @@ def classify(exc: BaseException) -> StoreErrorKind:
     return StoreErrorKind(TRANSIENT, code)
 
 
-# ClickHouse's default max_partitions_per_insert_block: a block of rows of
-# more partitions (days, for generations) is refused whole.
+# ClickHouse's default max_partitions_per_insert_block: a block of more partitions (days) is refused whole.
 MAX_PARTITIONS_PER_INSERT = 100
 
 
 def partition_groups(keys: Sequence[int], limit: int = MAX_PARTITIONS_PER_INSERT) -> list[list[int]]:
-    """Row indexes grouped into inserts of at most `limit` distinct partition
-    keys: the keys in ascending order, `limit` at a time, each group's rows
-    in their batch order. The same rows always give the same groups, so a
-    retry or a re-read sends the same inserts with the same tokens."""
+    """Row indexes grouped into inserts of at most `limit` distinct partition keys, taken in ascending order; the
+    same rows always give the same groups, so a retry or a re-read sends the same inserts with the same tokens."""
     distinct = sorted(set(keys))
     if len(distinct) <= limit:
         return [list(range(len(keys)))]
@@ -97,12 +87,9 @@ class Refused(Exception):
 
 def isolate(indexes: list[int], insert: Callable[[list[int], str], None], path: str = ""
             ) -> list[tuple[int, Refused]]:
-    """Insert `indexes`; on a refusal, bisect: each half is inserted on its
-    own, and so on down to single rows. -> the rows refused, with why.
-    `insert(indexes, path)` raises Refused; `path` names the sub-insert
-    ("", "0", "01", ...) so that each gets a token of its own, the same on
-    every run over the same rows. Costs about 2·k·log2(n) inserts for k
-    refused rows of n."""
+    """Insert `indexes`; on a refusal, bisect down to single rows. -> the rows refused, with why.
+    `insert(indexes, path)` raises Refused; `path` ("", "0", "01", ...) names the sub-insert, so each gets a
+    token of its own, the same on every run over the same rows. About 2·k·log2(n) inserts for k refused of n."""
     try:
         insert(indexes, path)
         return []

@@ -1,11 +1,7 @@
-"""The worker's read-only ClickHouse HTTP interface over the store it owns.
+"""The worker's read-only ClickHouse HTTP interface over the store it owns (docs/sql.md).
 
-Its own listener (PHASEMETER_SQL_PORT on PHASEMETER_WEB_HOST) in the
-worker's event loop, at `/` as a ClickHouse server serves it, so BI tools,
-drivers, notebooks and `curl` connect unchanged (docs/sql.md). The request
-is read by `phasemeter.store.sql_request`, run by
-`phasemeter.store.sql_engine` in a pool of its own threads (never the loop,
-never the sink's lock), at most PHASEMETER_SQL_CONCURRENCY at once.
+A listener of its own at `/`, as a ClickHouse server serves it, so BI tools, drivers and `curl` connect
+unchanged. Queries run on threads of their own (never the loop, never the sink's lock).
 """
 
 from __future__ import annotations
@@ -35,19 +31,15 @@ WRITE_SLICE = 1 << 20
 
 
 def check_bind(settings: Settings) -> None:
-    """Bound beyond loopback, the interface asks for credentials: without a
-    password set, the worker does not start."""
+    """Bound beyond loopback, the interface asks for credentials: without a password, the worker does not start."""
     if not is_loopback(settings.web_host) and not settings.sql_password:
         raise ArgError(f"PHASEMETER_WEB_HOST={settings.web_host!r} is not loopback: set PHASEMETER_SQL_PASSWORD "
                        "(and PHASEMETER_SQL_USER) for the SQL interface, or bind to 127.0.0.1")
 
 
 def reserve(settings: Settings) -> socket.socket | None:
-    """The interface's listening socket, bound before the worker names it in
-    worker.json (phasemeter.query.remote): a port another process holds is
-    never named to readers, who would read whatever answers there. None,
-    with the reason logged, when it cannot be bound: ingest goes on, and a
-    reader is told that this worker serves no SQL."""
+    """The socket, bound before worker.json names it (phasemeter.query.remote): readers never reach a port another
+    process holds. None (logged) when it cannot be bound: ingest goes on, and readers are told there is no SQL."""
     check_bind(settings)
     try:
         family, _, _, _, address = socket.getaddrinfo(settings.web_host, settings.sql_port,
@@ -172,9 +164,8 @@ class SqlListener:
         return response
 
     async def _stream(self, response, first, rest, encoder: Encoder, tag: str) -> None:
-        """Each block is sent while the engine makes the next (bench_sql_http,
-        read by curl: 0.76-0.94x the in-process time over three runs, against
-        0.89-1.05x with the blocks pulled one after the other)."""
+        """Each block is sent while the engine makes the next (bench_sql_http, read by curl: 0.76-0.94x the
+        in-process time, against 0.89-1.05x pulling the blocks in turn)."""
         loop = asyncio.get_running_loop()
         piece = first
         while piece is not None:
@@ -203,10 +194,8 @@ def _next_encoded(pieces, encoder: Encoder):
 
 
 async def _write(response: web.StreamResponse, body) -> None:
-    """In slices: asyncio's transport (Python < 3.12) keeps what the socket did
-    not take in one bytearray and deletes from its front after each send, so
-    one 40 MB write moved gigabytes (measured: 120-370 ms to read 40 MB on
-    loopback, 24-138 ms in slices)."""
+    """In slices: asyncio's transport (Python < 3.12) keeps unsent data in one bytearray and deletes from its front
+    after each send, so a 40 MB write moved gigabytes (40 MB read on loopback: 120-370 ms, 24-138 ms in slices)."""
     view = memoryview(body)
     for start in range(0, len(view), WRITE_SLICE):
         await response.write(view[start:start + WRITE_SLICE])

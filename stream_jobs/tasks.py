@@ -1,11 +1,8 @@
 """Where the worker's own coroutines are waiting, for GET /debug/tasks.
 
-A worker that stops taking records without an error (a partition that
-stalls, a batch that never finishes) shows nothing in /health but the lag.
-Python's own task stacks stop at a task's outermost coroutine (Faust's
-`_execute_actor` awaiting the agent), so this follows each task's
-`cr_await` chain down to the innermost await, which is where it is stuck.
-Read-only and cheap: no frame is evaluated, only named.
+A worker that stalls without an error shows only lag in /health. Python's task stacks stop at the outermost
+coroutine (Faust's `_execute_actor`), so this follows `cr_await` down to where each task is stuck. Read-only
+and cheap: frames are named, never evaluated.
 """
 
 from __future__ import annotations
@@ -19,8 +16,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep  # this package's fo
 
 
 def _chain(coro) -> list[str]:
-    """file:line function, outermost first, for every coroutine or async
-    generator the task is inside."""
+    """file:line function, outermost first, for every coroutine or async generator the task is inside."""
     out, seen = [], 0
     while coro is not None and seen < 64:
         seen += 1
@@ -38,9 +34,8 @@ def _chain(coro) -> list[str]:
 
 
 def _unwrap(obj):
-    """A coroutine's `__await__()` wrapper (how Faust's agent actor awaits
-    the agent) and an async generator's pending `asend` expose no frame;
-    the coroutine or generator they drive is among their referents."""
+    """A coroutine's `__await__()` wrapper (how Faust's actor awaits the agent) and an async generator's
+    pending `asend` expose no frame; the coroutine or generator they drive is among their referents."""
     if obj is None or _has_frame(obj):
         return obj
     if type(obj).__name__ in ("coroutine_wrapper", "async_generator_asend", "async_generator_athrow"):
@@ -57,7 +52,6 @@ def _has_frame(obj) -> bool:
 def _short(path: str) -> str:
     if path.startswith(_HERE):  # marked: what `ours` looks for
         return "phasemeter/stream_jobs/" + path[len(_HERE):]
-    # site-packages/faust/agents/agent.py, phasemeter/stream_jobs/x.py
     parts = path.split(os.sep)
     if "site-packages" in parts:
         return os.sep.join(parts[parts.index("site-packages") + 1:])
@@ -69,14 +63,7 @@ def ours(chain: list[str]) -> bool:
 
 
 def dump(only_ours: bool = True) -> list[dict]:
-    """Every pending task of the running loop with its await chain; by
-    default only those passing through the worker's own code."""
-    tasks = []
-    for task in asyncio.all_tasks():
-        if task.done():
-            continue
-        chain = _chain(task.get_coro())
-        if only_ours and not ours(chain):
-            continue
-        tasks.append({"name": task.get_name(), "awaiting": chain})
+    """Every pending task of the running loop with its await chain; by default only those in the worker's code."""
+    chains = ((task, _chain(task.get_coro())) for task in asyncio.all_tasks() if not task.done())
+    tasks = [{"name": task.get_name(), "awaiting": chain} for task, chain in chains if not only_ours or ours(chain)]
     return sorted(tasks, key=lambda t: t["awaiting"])

@@ -1,8 +1,6 @@
-"""Read-only HTTP API on the worker's web port (127.0.0.1 by default): the
-live page, health, in-flight generations and metrics. Readers of the store
-use the worker's ClickHouse HTTP interface instead (docs/sql.md,
-docs/reads-through-the-worker.md); nothing here writes to the store or to a
-file.
+"""Read-only HTTP API on the worker's web port (127.0.0.1 by default): the live page, health, in-flight
+generations and metrics. Readers of the store use the worker's ClickHouse HTTP interface instead (docs/sql.md,
+docs/reads-through-the-worker.md); nothing here writes to the store or to a file.
 """
 
 from __future__ import annotations
@@ -16,12 +14,9 @@ from .resume import fetched_ends
 
 
 def consumer_lag(app, pipeline) -> dict:
-    """Records on the broker this worker has not taken into a batch yet, per
-    ingest partition it owns: the fetcher's last high-water mark minus the
-    next offset its sequencer admits (or, before any record of the partition
-    came, its durable position: Sequencer.owed). None while it owns nothing
-    it has a position for (starting, rebalancing); a partition it has not
-    fetched yet is left out, not 0."""
+    """Records on the broker not yet taken into a batch, per ingest partition owned: the last fetched high-water
+    mark minus the sequencer's next offset (Sequencer.owed). None while no owned partition has a position
+    (starting, rebalancing); a partition not fetched yet is left out, not 0."""
     try:
         ends = fetched_ends(app.consumer, pipeline.topics)
     except Exception:  # not started yet: no consumer, no assignment
@@ -42,15 +37,14 @@ def register_views(app, settings, pipeline, sink, joiner, sloset) -> None:
 
     @app.page("/debug/tasks")
     class Tasks(View):
-        """Where the worker's own coroutines wait (tasks.py); ?all=1 adds
-        Faust's and the Kafka client's."""
+        """Where the worker's own coroutines wait (tasks.py); ?all=1 adds Faust's and the Kafka client's."""
         async def get(self, request):
             return self.json({"tasks": tasks.dump(only_ours=request.query.get("all") != "1")})
 
     @app.page("/inflight")
     class Inflight(View):
-        """Generations in flight per model x bucket x phase, oldest age; this
-        worker's partitions only (sum over workers; max of the ages)."""
+        """Generations in flight per model x bucket x phase and the oldest age, this worker's partitions only
+        (sum the counts over workers, take the max of the ages)."""
         async def get(self, request):
             return self.json(joiner.inflight())
 

@@ -1,15 +1,7 @@
 """Who may call the worker's web port, and what one caller may cost it.
 
-One aiohttp middleware runs before every route (Faust's `web_application_options`
-hand it to aiohttp's `Application`), so a route added later is covered
-without code of its own. docs/live.md ("Security") tables its checks and
-what a caller gets from each: the Host named (so a DNS-rebound page reads
-nothing), no cross-site simple request other than GET/HEAD, at most
-MAX_IN_FLIGHT requests at once (each may hold a thread of the executor and
-the store's lock; MONITORING routes answer from memory and are not counted,
-so a probe never reads a busy worker as a dead one), bounded body reads, and
-a 400, never a 500, for a body nested too deeply to decode. The SQL
-interface, whose clients send plain POSTs, is a listener of its own
+One aiohttp middleware runs before every route, so a route added later is covered too; docs/live.md
+("Security") tables its checks. The SQL interface, whose clients send plain POSTs, has its own listener
 (sql_http.py).
 """
 
@@ -21,9 +13,9 @@ from aiohttp import web
 
 from phasemeter.callers import allowed_names, host_allowed, is_simple_request
 
-# Answered from the worker's memory, on the event loop, in one step.
+# Answered from memory on the event loop, in one step: not counted, so a probe never takes a busy worker for dead.
 MONITORING: frozenset[str] = frozenset({"/health", "/metrics"})
-MAX_IN_FLIGHT = 16
+MAX_IN_FLIGHT = 16  # each request may hold a thread of the executor and the store's lock
 RETRY_AFTER_S = 1
 BODY_READ_S = 10.0
 IDLE_S = 15.0
@@ -63,8 +55,7 @@ def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read
                 try:  # read whole here, so a half-sent body costs no more than BODY_READ_S
                     await asyncio.wait_for(request.read(), body_read_s)
                 except TimeoutError:
-                    # Answered and closed now: aiohttp would otherwise linger
-                    # up to 10 s more for the unread body.
+                    # Closed now: aiohttp would otherwise linger up to 10 s more for the unread body.
                     resp = _refuse(408, f"the request body did not arrive within {body_read_s:g}s")
                     resp.force_close()
                     await resp.prepare(request)
