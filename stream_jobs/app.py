@@ -97,8 +97,8 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
         # Kafka's message size, not 16 kB: the join's changelog and forwarded phases went out in tiny requests.
         producer_max_batch_size=settings.max_message_bytes,
         web_enabled=True,
-        # Without Faust's 1 s wait at start for tables declared late (faust_patches.py).
-        TableManager="phasemeter.stream_jobs.faust_patches:TableManager",
+        # Without Faust's 1 s wait at start for tables declared late (faust_adapter.TableManager).
+        TableManager="phasemeter.stream_jobs.faust_adapter:TableManager",
     )
     faust_adapter.install(app, settings.stop_grace_s)
     sloset = declared_slos(settings)

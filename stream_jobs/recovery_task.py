@@ -48,7 +48,7 @@ def install(app, stall_s: float) -> None:
 
     @app.on_before_shutdown.connect
     async def _stop_watching(app, **kwargs):  # noqa: ARG001
-        # Not left for the worker's stop to wait a second for (faust_patches.Worker).
+        # Not left for the worker's stop to wait a second for (faust_adapter.Worker).
         for task in watching:
             task.cancel()
 

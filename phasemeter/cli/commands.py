@@ -61,7 +61,7 @@ def local_url(settings: Settings, port: int | None = None) -> str:
 def cmd_worker(args, settings: Settings) -> int:
     from phasemeter.stream_jobs import sql_http
     from phasemeter.stream_jobs.app import changelog_topics, create_app
-    from phasemeter.stream_jobs.faust_patches import Worker
+    from phasemeter.stream_jobs.faust_adapter import Worker
 
     from phasemeter.kafka_local import bootstrap_servers, ensure_topics
     from phasemeter.query.remote import SQL_URL, clear_state, write_state

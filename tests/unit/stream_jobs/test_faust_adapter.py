@@ -19,10 +19,10 @@ from faust.transport.consumer import Consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 import phasemeter.stream_jobs as stream_jobs
-from phasemeter.stream_jobs import faust_adapter, faust_patches
+from phasemeter.stream_jobs import faust_adapter
 
 PACKAGE = Path(stream_jobs.__file__).parent
-ADAPTER = {"faust_adapter.py", "faust_patches.py"}
+ADAPTER = {"faust_adapter.py"}
 # Importable by the rest of the worker: the public names Faust documents.
 PUBLIC_MODULES = {"faust", "faust.types", "faust.web"}
 # The framework's objects the worker is handed (app, consumer, producer,
@@ -67,7 +67,7 @@ def test_a_missing_instance_attribute_fails_the_check_naming_it(monkeypatch):
 
 
 def test_the_overrides_replace_methods_that_exist():
-    for cls in (faust_patches.TableManager, faust_patches.Worker):
+    for cls in (faust_adapter.TableManager, faust_adapter.Worker):
         overridden = [n for n, v in vars(cls).items() if callable(v) and not n.startswith("__")]
         assert len(overridden) >= 1
         for name in overridden:

@@ -1,4 +1,4 @@
-"""stream_jobs/faust_patches.py. The worker's start and stop without Faust's
+"""stream_jobs/faust_adapter.py, its overrides. The worker's start and stop without Faust's
 idle waits: the overrides are held to the code they replace, so an upgrade
 that changes it fails here. And a delivery that does not wait runs inline;
 one that waits (a full queue) goes on in a task, and is abandoned as mode's
@@ -19,9 +19,9 @@ from faust.tables import TableManager as FaustTableManager
 from mode import Service
 
 from phasemeter.settings import Settings
-from phasemeter.stream_jobs import faust_patches
+from phasemeter.stream_jobs import faust_adapter
 from phasemeter.stream_jobs.app import create_app
-from phasemeter.stream_jobs.faust_patches import after_drop, inline_first
+from phasemeter.stream_jobs.faust_adapter import after_drop, inline_first
 
 
 class Fetcher(Service):
@@ -240,7 +240,7 @@ def _code(fn) -> list[str]:
 def test_table_start_is_fausts_without_its_one_second_sleep():
     theirs = _code(FaustTableManager.on_start)
     assert theirs[0] == "await self.sleep(1.0)", theirs
-    assert _code(faust_patches.TableManager.on_start) == theirs[1:]
+    assert _code(faust_adapter.TableManager.on_start) == theirs[1:]
 
 
 def test_worker_stop_grace_replaces_modes_sentinel_second():
@@ -250,14 +250,14 @@ def test_worker_stop_grace_replaces_modes_sentinel_second():
     # mode still cancels whatever is left after its wait, so a task of ours
     # that outlives the shutdown would cost up to 1 s, never hang the exit.
     assert "task.cancel()" in _code(mode.worker.Worker._gather_all)
-    assert issubclass(faust_patches.Worker, faust.Worker) and 0 < faust_patches.STOP_GRACE_S < 1.0
+    assert issubclass(faust_adapter.Worker, faust.Worker) and 0 < faust_adapter.STOP_GRACE_S < 1.0
 
 
 def test_the_app_uses_the_table_manager_and_the_cli_the_worker(tmp_path):
     app = create_app(Settings.from_env({"PHASEMETER_DATA_DIR": str(tmp_path),
                                          "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9"}))  # never contacted
-    assert type(app.tables) is faust_patches.TableManager
+    assert type(app.tables) is faust_adapter.TableManager
     assert "phasemeter-join" in app.tables  # declared by create_app, before any start
     from phasemeter.cli import commands
 
-    assert "from phasemeter.stream_jobs.faust_patches import Worker" in inspect.getsource(commands.cmd_worker)
+    assert "from phasemeter.stream_jobs.faust_adapter import Worker" in inspect.getsource(commands.cmd_worker)
