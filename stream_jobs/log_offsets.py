@@ -1,7 +1,8 @@
-"""Where a partition's log starts and ends, asked before its first batch over a kafka-python connection of the
-worker's own: Faust's consumer answers through its thread, slowly in a starting worker
-(docs/performance/worker.md). The client is not thread-safe, so one thread makes every call. If it fails, the
-caller falls back on Faust's consumer: slower, never lost.
+"""Where a partition's log starts and ends, asked before its first batch (and by the idle check, for a partition
+never fetched: resume.reseek_behind) over a kafka-python connection of the worker's own: Faust's consumer
+answers through its thread, slowly in a starting worker (docs/performance/worker.md). The client is not
+thread-safe, so one thread makes every call. If it fails, the caller falls back on Faust's consumer: slower,
+never lost.
 """
 
 from __future__ import annotations
