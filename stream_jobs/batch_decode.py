@@ -114,6 +114,7 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
     place = np.concatenate([np.arange(n) if ps is None else np.array(ps, dtype=np.int64)
                             for n, ps in zip(counts, places)]) if kept or rows or bad else None
     good = np.ones(len(flat), dtype=bool)
+    taken = {}  # (message, place) -> the Generation refused there: its payload is found by its request_id
     for i, r in bad:
         good[i] = False
         m, p = int(message[i]), int(place[i])
@@ -122,14 +123,17 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
             kept.pop(flat[i].request_id)  # its phases go to the join agent, which names it
         else:
             refused.append(((m, p), r.in_envelope(p) if envelopes[m] else r))
+            taken[m, p] = flat[i]
     _add_rows(out, rows, message[good], place[good] if place is not None else None, now)
     out.forward = _forwarded(lone, enveloped, kept, events, now, partitions, out)
     out.clocked |= any(r.reason in _CLOCKED for _, r in refused)
 
     refused.sort(key=lambda x: x[0])
     for m, group in groupby(refused, key=lambda x: x[0][0]):
+        group = list(group)
         out.payloads += dead_letter.payloads(events[m].value, payload_cap, [r.event for _, r in group],
-                                             parse=events[m].message.topic != otlp_topic)
+                                             parse=events[m].message.topic != otlp_topic,
+                                             taken=[taken.get(k) for k, _ in group] if envelopes[m] else None)
     out.refused = [(m, r) for (m, _), r in refused]
     return out
 

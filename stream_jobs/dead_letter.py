@@ -14,7 +14,7 @@ import msgspec
 
 from .contract import LABEL_FIELDS, escape_control
 from .derive import KNOWN_V2
-from .fast_decode import raw_events
+from .fast_decode import event_bytes, raw_events
 from .join import JOINED_IN_INGEST
 from .phase_events import PHASE_KINDS, SPEC
 from . import reasons as R
@@ -63,15 +63,19 @@ def payload(raw: bytes | None, cap: int, parse: bool = True) -> str:
     return _kept(raw, cap) if raw and parse and cap > 0 else ""
 
 
-def payloads(raw: bytes | None, cap: int, places: list, parse: bool = True) -> list[str]:
+def payloads(raw: bytes | None, cap: int, places: list, parse: bool = True, taken: list | None = None) -> list[str]:
     """The payload of each dead letter of one message, by its place (contract.Rejection.event): the whole
-    message's for None, else that event of its envelope alone. The events are located once for all: located per
-    dead letter, an envelope of 10,000 refused events was walked 10,000 times."""
+    message's for None, else that event of its envelope alone. `taken`: each place's Generation where the C
+    decoder took it (None where not), found by fast_decode.event_bytes. The others are located once for all:
+    located per dead letter, an envelope of 10,000 refused events was walked 10,000 times."""
     whole = payload(raw, cap, parse) if None in places else ""
-    located = raw and parse and cap > 0 and any(place is not None for place in places)
-    parts = _events_of(raw) if located else []
-    return [whole if place is None else (_kept(parts[place], cap) if 0 <= place < len(parts) else "")
-            for place in places]
+    if not (raw and parse and cap > 0):
+        return [whole if place is None else "" for place in places]
+    found = [None if e is None else event_bytes(raw, e) for e in taken or ()] or [None] * len(places)
+    lost = any(place is not None and part is None for place, part in zip(places, found))
+    parts = _events_of(raw) if lost else []
+    return [whole if place is None else _kept(part, cap) if part is not None
+            else (_kept(parts[place], cap) if 0 <= place < len(parts) else "") for place, part in zip(places, found)]
 
 
 def _events_of(raw: bytes) -> list:

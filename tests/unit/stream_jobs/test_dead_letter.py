@@ -156,3 +156,28 @@ def test_an_envelopes_event_is_kept_as_json_loads_reads_it_or_not_at_all(raw, i,
         assert text == json.dumps(dead_letter.redact(event), ensure_ascii=True, separators=(",", ":"))
     else:
         assert text == ""
+
+
+def test_a_generation_the_c_decoder_took_is_found_without_a_walk(monkeypatch):
+    """Refused on columns (a range, an order), a Generation is found by its
+    request_id: the same payloads, and the envelope is walked only for an
+    event not found so (here, a brace in a text before the key)."""
+    from phasemeter.stream_jobs.fast_decode import decoded_events
+
+    events = [{"schema_version": 1, "kind": "generation", "request_id": f"r{i}", "model": "m", "t0": 1.8e9,
+               "ttft_s": -1, "e2e_s": 1.0, "input_tokens": 3, "output_tokens": 2} for i in range(50)]
+    events[7] = {"gateway": "a{b", **events[7]}
+    raw = json.dumps({"schema_version": 1, "kind": "batch", "events": events}, separators=(",", ":")).encode()
+    structs = decoded_events(raw, 10_000)
+    walks = []
+    located = dead_letter._events_of
+    monkeypatch.setattr(dead_letter, "_events_of", lambda r: walks.append(1) or located(r))
+    places = [3, None, 49]
+    found = dead_letter.payloads(raw, 4096, places, taken=[structs[3], None, structs[49]])
+    assert not walks
+    assert found == dead_letter.payloads(raw, 4096, places) and len(walks) == 1
+    assert dead_letter.payloads(raw, 4096, [7, 8], taken=[structs[7], structs[8]]) == \
+        dead_letter.payloads(raw, 4096, [7, 8])
+    assert len(walks) == 3
+    assert dead_letter.payloads(raw, 0, [3], taken=[structs[3]]) == [""]
+    assert dead_letter.payloads(raw, 4096, [3], parse=False, taken=[structs[3]]) == [""]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,7 +17,8 @@ from phasemeter.stream_jobs.contract import PD_FIELDS, V2_ONLY, V2_OPTIONAL
 from phasemeter.stream_jobs.derive import KNOWN, process_message
 from phasemeter.stream_jobs.batch_decode import answer, decode
 from phasemeter.stream_jobs.contract import MIN_T0, Rejection
-from phasemeter.stream_jobs.fast_decode import PHASES, Generation, message_events
+from phasemeter.stream_jobs.fast_decode import PHASES, Generation, decoded_events, event_bytes, message_events
+from phasemeter.stream_jobs.fast_decode import raw_events
 from phasemeter.stream_jobs.phase_events import SPEC
 from tests.corpus import NOW_REF, POISON, as_bytes
 from tests.unit.stream_jobs.test_derive_properties import (BAD_VALUES, BUCKET, NOW, any_text_events, labels,
@@ -324,3 +326,52 @@ def test_printable_text_in_every_script_is_a_label():
         raw = json.dumps({**GOOD_GEN, "model": label}).encode()
         assert isinstance(same(raw)[0], dict), label
         assert in_c(raw)  # and still decoded in C
+
+
+BRACES = st.text(st.sampled_from('ab{}"\\ :,é'), min_size=1, max_size=12)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(valid_events(), st.one_of(st.none(), BRACES), st.booleans()), min_size=1, max_size=8),
+       st.data())
+def test_an_envelopes_generation_is_found_by_its_request_id_or_not_at_all(drawn, data):
+    """event_bytes gives the bytes raw_events gives for that event, or an event
+    equal to it, or None: never another event's. Texts may hold braces and
+    quotes, copies of a request_id may differ, and spacing may vary."""
+    events = []
+    for event, text, copy in drawn:
+        if text is not None:
+            event["model"] = text
+        if copy and events:  # the same request_id as an earlier event, with other values
+            event["request_id"] = events[-1]["request_id"]
+        events.append(event)
+    spaced = data.draw(st.booleans())
+    raw = json.dumps({"schema_version": 1, "kind": "batch", "events": events},
+                     separators=(", ", ": ") if spaced else (",", ":"), ensure_ascii=data.draw(st.booleans())).encode()
+    structs, parts = decoded_events(raw, 10_000), raw_events(raw)
+    assert structs is not None and len(parts) == len(events)
+    found = 0
+    for e, part in zip(structs, parts):
+        span = event_bytes(raw, e)
+        if span is not None:
+            found += 1
+            assert span == bytes(part) or msgspec.json.decode(span, type=Generation) == e, (span, bytes(part))
+    plain = all(v.isascii() and not set(v) & set('{}"\\') for e in events for v in e.values() if type(v) is str)
+    if plain and not spaced:
+        assert found == len(events)  # plain texts, compact JSON: every event is found
+
+
+def test_a_brace_in_a_text_or_a_spaced_key_is_left_to_raw_events():
+    event = {"schema_version": 1, "kind": "generation", "request_id": "r", "model": "m", "t0": NOW - 5,
+             "e2e_s": 1.0, "input_tokens": 1, "output_tokens": 1, "gateway": "g"}
+
+    def sent(e: dict, colon: str = ":") -> bytes:
+        return json.dumps({"schema_version": 1, "kind": "batch", "events": [e]}, separators=(",", colon)).encode()
+    before = {"gateway": "a{b", **{k: v for k, v in event.items() if k != "gateway"}}
+    # a `{` in a text before the key, a `}` in a text after it, a space after a colon
+    for raw in (sent(before), sent({**event, "gateway": "a}b"}), sent(event, ": ")):
+        (e,) = decoded_events(raw, 10_000)
+        assert event_bytes(raw, e) is None, raw
+    for e in (event, {**event, "gateway": "a{b"}, {**before, "gateway": "a}b"}):  # a brace on the other side
+        (struct,) = decoded_events(sent(e), 10_000)
+        assert json.loads(event_bytes(sent(e), struct)) == e
