@@ -18,6 +18,7 @@ from kafka import KafkaProducer
 from kafka_events import records_in
 
 from phasemeter.stream_jobs import reasons as R
+from phasemeter.stream_jobs.sink import DLQ_COLUMNS
 
 pytestmark = pytest.mark.integration
 DAY = 86_400.0
@@ -185,6 +186,8 @@ def test_no_prompt_text_in_the_dead_letters_table_or_on_the_dead_letter_topic(wo
     for m in dlq:
         record = json.loads(m.value)
         assert SECRET not in m.value.decode() and SECRET not in base64.b64decode(record["payload"]).decode()
+        # the table's columns, ts named rejected_at, keyed by the source topic (docs/delivery.md)
+        assert set(record) == set(DLQ_COLUMNS) - {"ts"} | {"rejected_at"} and m.key == topic.encode(), record
     worker.stop()
     client = open_store(pm_env)
     try:
