@@ -215,8 +215,8 @@ def raw_events(raw: bytes) -> list | None:
 
 def event_bytes(raw: bytes, e) -> bytes | None:
     """The bytes of an envelope's event the C decoder took as Generation `e` (or of an event equal to it), found
-    by its request_id's key: a few C searches, where `raw_events` walks the whole envelope (~35 µs for 100 events,
-    a third of its decode; docs/performance/worker.md). A Generation is a flat object, so its bytes run from the
+    by its request_id's key: a few C searches (~3 µs), where `raw_events` walks the whole envelope (~39 µs for 100
+    events, a fifth of its decode; docs/performance/worker.md). A Generation is a flat object, so its bytes run from the
     last `{` before the key to the first `}` after it, unless a text holds a brace: a span counts only if it
     decodes to a Struct equal to `e`. None when no span does: `raw_events` then finds it."""
     key = b'"request_id":' + _ENCODE(e.request_id)
