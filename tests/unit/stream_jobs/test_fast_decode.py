@@ -351,7 +351,7 @@ def test_an_envelopes_generation_is_found_by_its_request_id_or_not_at_all(drawn,
     structs, parts = decoded_events(raw, 10_000), raw_events(raw)
     assert structs is not None and len(parts) == len(events)
     found = 0
-    for e, part in zip(structs, parts):
+    for e, part in zip(structs, parts, strict=True):
         span = event_bytes(raw, e)
         if span is not None:
             found += 1
