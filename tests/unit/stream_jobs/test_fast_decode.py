@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
 import msgspec
 import pytest
@@ -18,7 +19,7 @@ from phasemeter.stream_jobs.derive import KNOWN, process_message
 from phasemeter.stream_jobs.batch_decode import answer, decode
 from phasemeter.stream_jobs.contract import MIN_T0, Rejection
 from phasemeter.stream_jobs.fast_decode import PHASES, Generation, decoded_events, event_bytes, message_events
-from phasemeter.stream_jobs.fast_decode import raw_events
+from phasemeter.stream_jobs.fast_decode import _TRIES, raw_events
 from phasemeter.stream_jobs.phase_events import SPEC
 from tests.corpus import NOW_REF, POISON, as_bytes
 from tests.unit.stream_jobs.test_derive_properties import (BAD_VALUES, BUCKET, NOW, any_text_events, labels,
@@ -357,8 +358,9 @@ def test_an_envelopes_generation_is_found_by_its_request_id_or_not_at_all(drawn,
             found += 1
             assert span == bytes(part) or msgspec.json.decode(span, type=Generation) == e, (span, bytes(part))
     plain = all(v.isascii() and not set(v) & set('{}"\\') for e in events for v in e.values() if type(v) is str)
-    if plain and not spaced:
-        assert found == len(events)  # plain texts, compact JSON: every event is found
+    copies = max(Counter(e["request_id"] for e in events).values())
+    if plain and not spaced and copies <= _TRIES:
+        assert found == len(events)  # plain texts, compact JSON, each copy within the tries: every event is found
 
 
 def test_a_brace_in_a_text_or_a_spaced_key_is_left_to_raw_events():
