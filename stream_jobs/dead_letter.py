@@ -74,8 +74,12 @@ def payloads(raw: bytes | None, cap: int, places: list, parse: bool = True, take
     found = [None if e is None else event_bytes(raw, e) for e in taken or ()] or [None] * len(places)
     lost = any(place is not None and part is None for place, part in zip(places, found))
     parts = _events_of(raw) if lost else []
-    return [whole if place is None else _kept(part, cap) if part is not None
-            else (_kept(parts[place], cap) if 0 <= place < len(parts) else "") for place, part in zip(places, found)]
+
+    def kept(place: int, part) -> str:
+        if part is None and 0 <= place < len(parts):
+            part = parts[place]
+        return "" if part is None else _kept(part, cap)
+    return [whole if place is None else kept(place, part) for place, part in zip(places, found)]
 
 
 def _events_of(raw: bytes) -> list:

@@ -219,24 +219,18 @@ def event_bytes(raw: bytes, e) -> bytes | None:
     events, a fifth of its decode; docs/performance/worker.md). A Generation is a flat object, so its bytes run from the
     last `{` before the key to the first `}` after it, unless a text holds a brace: a span counts only if it
     decodes to a Struct equal to `e`. None when no span does: `raw_events` then finds it."""
-    key = b'"request_id":' + _ENCODE(e.request_id)
+    key = b'"request_id":' + msgspec.json.encode(e.request_id)
     at = raw.find(key)
     for _ in range(_TRIES):  # a copy of the request_id in the same envelope may come first
         if at < 0:
             return None
         start, end = raw.rfind(b"{", 0, at), raw.find(b"}", at)
-        if start >= 0 and end >= 0:
-            span = raw[start:end + 1]
-            try:
-                if _EVENT_DECODER.decode(span) == e:
-                    return span
-            except (msgspec.MsgspecError, RecursionError):
-                pass
+        if start >= 0 and end >= 0 and _event_or_none(span := raw[start:end + 1]) == e:
+            return span
         at = raw.find(key, at + 1)
     return None
 
 
-_ENCODE = msgspec.json.encode
 _TRIES = 4
 
 
