@@ -156,21 +156,19 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
     # Idle connections closed after IDLE_S, not aiohttp's 3630 s; before the web server starts.
     faust_adapter.set_keepalive(app, web_guard.IDLE_S)
     if settings.is_embedded and sql_socket is not None:  # a server store is its own SQL interface
-        _serve_sql(app, settings, sql_socket)
+        # The read-only ClickHouse HTTP interface (sql_http.py) on `sql_socket` (sql_http.reserve), stopped
+        # before the worker.
+        listener = sql_http.SqlListener(settings)
+
+        @app.task
+        async def _start_sql():
+            await listener.start(sql_socket)
+
+        @app.on_before_shutdown.connect
+        async def _stop_sql(app, **kwargs):  # noqa: ARG001
+            await listener.stop()
+
     return app
-
-
-def _serve_sql(app: faust.App, settings: Settings, sock) -> None:
-    """The read-only ClickHouse HTTP interface (sql_http.py) on `sock` (sql_http.reserve), stopped before the worker."""
-    listener = sql_http.SqlListener(settings)
-
-    @app.task
-    async def _start_sql():
-        await listener.start(sock)
-
-    @app.on_before_shutdown.connect
-    async def _stop_sql(app, **kwargs):  # noqa: ARG001
-        await listener.stop()
 
 
 async def _crash_guard(name: str, body) -> None:

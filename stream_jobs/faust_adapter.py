@@ -9,6 +9,7 @@ upgrade changes the code an override replaces.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -232,10 +233,8 @@ def after_drop(consumer, deliver, poll_s: float = 0.05, max_wait_s: float = 2.0)
             if left <= 0:
                 break
             dropped.clear()
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(dropped.wait(), min(poll_s, left))
-            except asyncio.TimeoutError:
-                pass
         return await deliver(message)
 
     def on_buffer_full(tp, _faust=consumer.on_buffer_full) -> None:

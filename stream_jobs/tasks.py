@@ -17,10 +17,9 @@ _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep  # this package's fo
 
 def _chain(coro) -> list[str]:
     """file:line function, outermost first, for every coroutine or async generator the task is inside."""
-    out, seen = [], 0
-    while coro is not None and seen < 64:
-        seen += 1
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+    out = []
+    while coro is not None and len(out) < 64:  # each turn appends one step
+        frame = _frame(coro)
         code = getattr(coro, "cr_code", None) or getattr(coro, "ag_code", None)
         if frame is not None:
             out.append(f"{_short(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}")
@@ -35,18 +34,17 @@ def _chain(coro) -> list[str]:
 
 def _unwrap(obj):
     """A coroutine's `__await__()` wrapper (how Faust's actor awaits the agent) and an async generator's
-    pending `asend` expose no frame; the coroutine or generator they drive is among their referents."""
-    if obj is None or _has_frame(obj):
-        return obj
+    pending `asend` expose no frame; the coroutine or generator they drive is among their referents. Anything
+    else (None, a coroutine, a Future) is returned as it is."""
     if type(obj).__name__ in ("coroutine_wrapper", "async_generator_asend", "async_generator_athrow"):
-        inner = [o for o in gc.get_referents(obj) if _has_frame(o)]
+        inner = [o for o in gc.get_referents(obj) if _frame(o)]
         if len(inner) == 1:
             return inner[0]
     return obj
 
 
-def _has_frame(obj) -> bool:
-    return getattr(obj, "cr_frame", None) is not None or getattr(obj, "ag_frame", None) is not None
+def _frame(obj):
+    return getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
 
 
 def _short(path: str) -> str:
