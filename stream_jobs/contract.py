@@ -144,15 +144,6 @@ def oldest_kept(now: float, raw_ttl_days: int) -> float:
     return now - raw_ttl_days * 86_400.0
 
 
-def outside_retention(t0: float, oldest: float) -> Rejection | None:
-    """outside_retention for a t0 the store would not keep (the fast paths leave such events to the full path)."""
-    if t0 < oldest:
-        return Rejection(R.OUTSIDE_RETENTION, f"t0={t0} is older than the raw retention "
-                                              f"(PHASEMETER_RAW_TTL_DAYS, before {oldest:.0f}): the store "
-                                              "would delete it unseen")
-    return None
-
-
 def check_count(name: str, value) -> Rejection | None:
     """A token count: an int in [0, MAX_TOKENS] (a bool is not a count)."""
     if isinstance(value, bool) or not isinstance(value, int):

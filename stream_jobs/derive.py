@@ -97,17 +97,11 @@ def validate(event: dict, now: float | None = None, oldest: float = MIN_T0) -> d
         if bad is not None:
             return bad
         out[name] = "" if value is None else value
-    status = event.get("status", "ok")
-    bad = check_status(status)
-    if bad is not None:
-        return bad
-    out["status"] = status
-    # streamed before CHECKS: their first-token check reads it
-    bad = ranged(event.get, out) or check_streamed(event.get(STREAMED))
-    if bad is not None:
-        return bad
-    out[STREAMED] = event.get(STREAMED)
-    bad = (check_one(numbers(out), now + MAX_DURATION_S, oldest)  # formulas.CHECKS on a batch of one row
+    out["status"] = event.get("status", "ok")
+    out[STREAMED] = event.get(STREAMED)  # before CHECKS: their first-token check reads it
+    # Each check runs once those before it passed (`or`): CHECKS read the fields `ranged` put in `out`.
+    bad = (check_status(out["status"]) or ranged(event.get, out) or check_streamed(out[STREAMED])
+           or check_one(numbers(out), now + MAX_DURATION_S, oldest)  # formulas.CHECKS on a batch of one row
            or check_v2_optional(event, out) or check_gap_within(out["max_gap_s"], out["e2e_s"]))
     return bad if bad is not None else out
 
@@ -139,25 +133,17 @@ def _missing(name: str) -> Rejection | None:
     return Rejection(R.MISSING_FIELD, f"{name} is required") if name in REQUIRED else None
 
 
-def _null(value):
-    return None if value != value else value
-
-
 def derive(fields: dict, bucket: Bucketer) -> dict:
     """The metrics of docs/metrics.md from validated fields (formulas.metrics on one row); null is never 0 or inf."""
-    m = metrics(numbers(fields))
     return {
         **fields,
         "ts": fields["t0"],
         "input_bucket": bucket(fields["input_tokens"]),
-        "decode_s": _null(m["decode_s"]), "prefill_tps": _null(m["prefill_tps"]),
-        "prefill_tps_uncached": _null(m["prefill_tps_uncached"]), "decode_tps": _null(m["decode_tps"]),
-        "tpot_s": _null(m["tpot_s"]),
+        **{name: None if value != value else value for name, value in metrics(numbers(fields)).items()},  # NaN: null
         # null without chunk data: "no stall" is only said of a measured stream
         "stalled": None if fields["gaps_over"] is None else int(fields["gaps_over"] > 0),
         "output_tokens_estimated": int(fields["output_tokens_estimated"]),
         STREAMED: None if fields[STREAMED] is None else int(fields[STREAMED]),
-        "schema_version": fields.get("schema_version", 1),
     }
 
 
@@ -185,22 +171,21 @@ def process_event(event, bucket: Bucketer, now: float, internal: bool = False,
     if kind in PHASE_KINDS:
         fields = validate_phase(event, now)
         return fields if isinstance(fields, Rejection) else Phase(fields["request_id"], fields)
-    if internal:  # records the join wrote to the joined topic (stream_jobs/join.py)
-        if kind == "orphan":
-            # The joined topic is an input too: only a reason code of ours is taken, and only text as its detail.
-            reason, detail = event.get("reason"), event.get("detail")
-            if reason not in R.ALL or not isinstance(detail, str):
-                return Rejection(R.BAD_VALUE, "an orphan record without a known reason code and a text detail")
-            return Rejection(reason, detail[:300])
-        if event.get("status") == "abandoned":
-            # Only the join may say "abandoned": validate it as a cancellation (no output needed), then restore it.
-            fields = validate({**event, "status": "cancelled"}, now, oldest)
-            if not isinstance(fields, Rejection):
-                fields["status"] = "abandoned"
-                return derive(fields, bucket)
-            return fields
-    fields = validate(event, now, oldest)
-    return fields if isinstance(fields, Rejection) else derive(fields, bucket)
+    # `internal`: records the join wrote to the joined topic (stream_jobs/join.py)
+    if internal and kind == "orphan":
+        # The joined topic is an input too: only a reason code of ours is taken, and only text as its detail.
+        reason, detail = event.get("reason"), event.get("detail")
+        if reason not in R.ALL or not isinstance(detail, str):
+            return Rejection(R.BAD_VALUE, "an orphan record without a known reason code and a text detail")
+        return Rejection(reason, detail[:300])
+    # Only the join may say "abandoned": validate it as a cancellation (no output needed), then restore it.
+    abandoned = internal and event.get("status") == "abandoned"
+    fields = validate({**event, "status": "cancelled"} if abandoned else event, now, oldest)
+    if isinstance(fields, Rejection):
+        return fields
+    if abandoned:
+        fields["status"] = "abandoned"
+    return derive(fields, bucket)
 
 
 def process_message(raw: bytes, bucket: Bucketer, max_bytes: int, now: float | None = None,

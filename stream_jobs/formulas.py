@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import NamedTuple
 
 from . import reasons as R
-from .contract import MAX_DURATION_S, MAX_TOKENS, MIN_T0, Rejection, outside_retention
+from .contract import MAX_DURATION_S, MAX_TOKENS, MIN_T0, Rejection
 
 NULL = math.nan
 
@@ -39,7 +39,8 @@ CHECKS = (
     (R.ABSURD, lambda f, latest, oldest: (f.t0 != f.t0) | (f.t0 < MIN_T0) | (f.t0 > latest),
      lambda f, oldest: f"t0={f.t0} is not epoch seconds between 2000 and now+1d"),
     (R.OUTSIDE_RETENTION, lambda f, latest, oldest: f.t0 < oldest,
-     lambda f, oldest: outside_retention(f.t0, oldest).detail),
+     lambda f, oldest: f"t0={f.t0} is older than the raw retention (PHASEMETER_RAW_TTL_DAYS, before {oldest:.0f}): "
+                       "the store would delete it unseen"),
     (R.IMPOSSIBLE_ORDER, lambda f, latest, oldest: f.e2e < f.ttft,
      lambda f, oldest: f"t_end before t_first (e2e_s={f.e2e} < ttft_s={f.ttft})"),
     (R.IMPOSSIBLE_ORDER, lambda f, latest, oldest: (f.queue > f.ttft) | ((f.ttft != f.ttft) & (f.queue > f.e2e)),
