@@ -120,8 +120,7 @@ class Handoff:
             _, late = await asyncio.wait(pending, timeout=self.grace_s)
             if late:
                 return False
-        committer = self._committer
-        if committer is not None and not committer.done():
-            done, _ = await asyncio.wait({committer}, timeout=self.grace_s)
+        if self._committer is not None and not self._committer.done():
+            done, _ = await asyncio.wait({self._committer}, timeout=self.grace_s)
             return bool(done)
         return True

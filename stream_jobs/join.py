@@ -27,9 +27,9 @@ def phase_partition(request_id: str, partitions: int) -> int:
     return zlib.crc32(request_id.encode("utf-8")) % partitions
 
 
-def chunks(items: list, size: int = ENVELOPE_MAX):
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
+def chunks(items: list):
+    for i in range(0, len(items), ENVELOPE_MAX):
+        yield items[i:i + ENVELOPE_MAX]
 
 
 def _phases(ph: dict) -> tuple:
@@ -91,13 +91,11 @@ def joined_event(rid: str, ph: dict) -> dict:
 
 def abandoned_event(rid: str, ph: dict, clock: float) -> dict:
     """Durations known so far as lower bounds; unknown ones stay null."""
-    start, first, end = _phases(ph)
-    t0 = start["t0"]
-    ttft, queue = _ttft(first, end, t0), _pick((start, first, end), "queue_s")
-    e2e = min(MAX_DURATION_S, max(clock - t0, ttft or 0.0, queue or 0.0))
-    return {"schema_version": 2, "kind": "generation",
-            **_generation(rid, start, first, end, e2e_s=e2e, output_tokens=0, status="abandoned",
-                          finish_reason="expired_in_decode" if "first_token" in ph else "expired_in_prefill")}
+    # e2e_s keeps its place among the fields; its bound comes from the others.
+    gen = _generation(rid, *_phases(ph), e2e_s=None, output_tokens=0, status="abandoned",
+                      finish_reason="expired_in_decode" if "first_token" in ph else "expired_in_prefill")
+    gen["e2e_s"] = min(MAX_DURATION_S, max(clock - gen["t0"], gen["ttft_s"] or 0.0, gen["queue_s"] or 0.0))
+    return {"schema_version": 2, "kind": "generation", **gen}
 
 
 def orphan(rid: str, reason: str, detail: str, ph: dict) -> dict:
@@ -110,20 +108,19 @@ def apply(entry: dict | None, rid: str, fields: dict, partition: int, ts: float
     """One phase onto an entry -> (new entry, outputs, what happened: joined, partial, duplicate, late or
     joined_in_ingest). The first copy of each phase kind wins."""
     kind = fields["kind"]
-    if kind == JOINED_IN_INGEST:
-        # Ingest joined and wrote this generation (batch_join.py): mark it joined, so later copies of its phases
-        # are duplicates, as after a join here.
-        if entry is not None and "done" in entry:
-            return entry, [], "duplicate"
-        return {"p": partition, "done": ts, "how": "joined", "kinds": list(fields["kinds"])}, [], "joined_in_ingest"
     if entry is not None and "done" in entry:
-        # After a join any phase is a copy, even a first_token overtaken by an end that carried everything.
-        if entry["how"] == "joined" or kind in entry["kinds"]:
+        # After a join any phase is a copy, even a first_token overtaken by an end that carried everything; ingest's
+        # note is one after any outcome.
+        if kind == JOINED_IN_INGEST or entry["how"] == "joined" or kind in entry["kinds"]:
             return entry, [], "duplicate"
         # Already written as abandoned (or dead-lettered as an orphan): keep this phase as a dead letter.
         marker = {**entry, "kinds": entry["kinds"] + [kind]}
         detail = f"{kind} arrived after the generation was recorded as {entry['how']}"
         return marker, [(rid, orphan(rid, R.LATE_PHASE, detail, {kind: fields}))], "late"
+    if kind == JOINED_IN_INGEST:
+        # Ingest joined and wrote this generation (batch_join.py): mark it joined, so later copies of its phases
+        # are duplicates, as after a join here.
+        return {"p": partition, "done": ts, "how": "joined", "kinds": list(fields["kinds"])}, [], "joined_in_ingest"
     if entry is not None and kind in entry["ph"]:
         return entry, [], "duplicate"
     if entry is None:
@@ -160,18 +157,17 @@ def expire(entry: dict, rid: str, clock: float, abandon_after_s: float, grace_s:
     if "start" in ph and "end" in ph:  # the first_token never came: write what we have
         if clock - entry["last"] < grace_s:
             return entry, [], None
-        marker = {"p": entry["p"], "done": clock, "how": "joined", "kinds": sorted(ph)}
-        return marker, [(rid, joined_event(rid, ph))], "joined_without_first_token"
-    if "start" in ph:
+        how, out, note = "joined", joined_event(rid, ph), "joined_without_first_token"
+    elif "start" in ph:
         if clock - ph["start"]["t0"] < abandon_after_s:
             return entry, [], None
-        marker = {"p": entry["p"], "done": clock, "how": "abandoned", "kinds": sorted(ph)}
-        return marker, [(rid, abandoned_event(rid, ph, clock))], "abandoned"
-    if clock - entry["seen"] < grace_s:
-        return entry, [], None
-    detail = f"{' and '.join(sorted(ph))} without start after {grace_s:g} s"
-    marker = {"p": entry["p"], "done": clock, "how": "orphan", "kinds": sorted(ph)}
-    return marker, [(rid, orphan(rid, R.ORPHAN_PHASE, detail, ph))], "orphaned"
+        how, out, note = "abandoned", abandoned_event(rid, ph, clock), "abandoned"
+    else:
+        if clock - entry["seen"] < grace_s:
+            return entry, [], None
+        detail = f"{' and '.join(sorted(ph))} without start after {grace_s:g} s"
+        how, out, note = "orphan", orphan(rid, R.ORPHAN_PHASE, detail, ph), "orphaned"
+    return {"p": entry["p"], "done": clock, "how": how, "kinds": sorted(ph)}, [(rid, out)], note
 
 
 def latest(entry: dict) -> float:
@@ -193,9 +189,7 @@ class PartitionClocks:
 
     def clock(self, partition: int, now: float, fallback_ts: float) -> float:
         """`fallback_ts`: for a partition restored from the changelog but not yet read, its entries' newest time."""
-        if partition not in self._seen:
-            self._seen[partition] = (fallback_ts, now)
-        ts, wall = self._seen[partition]
+        ts, wall = self._seen.setdefault(partition, (fallback_ts, now))
         return min(now, ts + (now - wall))
 
 

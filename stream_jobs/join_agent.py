@@ -54,11 +54,11 @@ class Join:
     def __init__(self, app, settings, bucket, offsets):
         self.app, self.settings, self.bucket, self.offsets = app, settings, bucket, offsets
         n = settings.topic_partitions
-        self.phases = app.topic(settings.phase_topic_name, key_type=bytes, value_type=bytes,
-                                key_serializer="raw", value_serializer="raw", partitions=n, internal=True,
-                                acks=False)  # committed from the table's positions (handoff.Handoff)
-        self.joined = app.topic(settings.joined_topic_name, key_type=bytes, value_type=bytes,
-                                key_serializer="raw", value_serializer="raw", partitions=n, internal=True)
+        raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw", partitions=n,
+                   internal=True)
+        # acks off: committed from the table's positions (handoff.Handoff)
+        self.phases = app.topic(settings.phase_topic_name, acks=False, **raw)
+        self.joined = app.topic(settings.joined_topic_name, **raw)
         # Raw keys; no value_type: JSON values (plain dicts), also when recovered from the changelog.
         self.table = app.Table("phasemeter-join", default=None, partitions=n, key_type=bytes)
         self.clocks = join.PartitionClocks()
@@ -82,13 +82,11 @@ class Join:
         data = self.table.data
         return {(t, p): entry["next"] for t, p in tps if (entry := data.get(progress_key(p))) is not None}
 
-    async def _save_positions(self, positions: dict) -> None:
-        await self._write(self._progress_changes(positions))
+    async def _save_positions(self, positions: dict, entries: dict | None = None) -> None:
+        """Step 3 and the commit: the positions travel with the `entries` they cover, in one awaited write."""
+        progress = {progress_key(p): (p, {"p": p, "next": o}) for (_, p), o in positions.items()}
+        await self._write({**entries, **progress} if entries else progress)
         await self.handoff.commit(self.app, positions)
-
-    @staticmethod
-    def _progress_changes(positions: dict) -> dict:
-        return {progress_key(p): (p, {"p": p, "next": o}) for (_, p), o in positions.items()}
 
     async def _publish(self, outputs: list[join.Output]) -> None:
         """Step 2: joined generations and orphan records as envelopes, on Kafka before the table says done."""
@@ -97,8 +95,7 @@ class Join:
         envelopes = [_dumps({"schema_version": 2, "kind": "batch", "events": [rec for _, rec in part]})
                      for part in join.chunks(outputs)]
         futures = [await self.app.producer.send(name, None, value, None, None, None) for value in envelopes]
-        if futures:
-            await asyncio.gather(*futures)
+        await asyncio.gather(*futures)
 
     async def _write(self, changes: dict[bytes, tuple[int, dict | None]]) -> None:
         """Step 3: the batch is acked only once the changelog has it (Faust's send_soon buffer gives up flushing
@@ -107,13 +104,11 @@ class Join:
         for key, (partition, entry) in changes.items():
             if entry is None:
                 data.pop(key, None)  # a tombstone: compaction forgets the key
-                records.append((key, None, partition))
             else:
                 data[key] = entry
-                records.append((key, _dumps(entry), partition))
+            records.append((key, None if entry is None else _dumps(entry), partition))
         sent = await publish.send_batched(self.app, self.table.changelog_topic.get_topic_name(), records)
-        if sent:
-            await asyncio.gather(*(future for future, _ in sent))
+        await asyncio.gather(*(future for future, _ in sent))
 
     def phase_messages(self, phases: list[tuple[int, float, dict]]) -> list:
         """Ingest's phases -> messages for the phases topic; ingest delivers them (publish.py) before its progress."""
@@ -148,11 +143,8 @@ class Join:
                         changes[key] = (p, new)
                     outputs += outs
             await self._publish(outputs)
-            # The positions travel with the entries they cover, in one awaited write.
             positions = self.sequencer.position({(e.message.topic, e.message.partition) for e in events})
-            changes.update(self._progress_changes(positions))
-            await self._write(changes)
-            await self.handoff.commit(self.app, positions)
+            await self._save_positions(positions, changes)
             self.counts["generations_joined"] += sum(1 for _, r in outputs if r["kind"] == "generation")
 
     async def on_tick(self) -> None:

@@ -19,6 +19,7 @@ from .phase_events import PHASE_KINDS, validate_phase
 
 _loads = msgspec.json.decode
 _NOTE_FIELDS = {"kind", "request_id", "kinds"}
+_NOT_PAIR = "not a [timestamp, phase] pair"
 
 
 def read_phases(raw: bytes | None, now: float) -> tuple[list[tuple[float, dict]], list[join.Output]]:
@@ -32,19 +33,16 @@ def read_phases(raw: bytes | None, now: float) -> tuple[list[tuple[float, dict]]
                             None)]
     pairs, refused = [], []
     for i, item in enumerate(body["phases"]):
-        bad = _check(item, now)
+        fields = item[1] if isinstance(item, list) and len(item) == 2 and isinstance(item[1], dict) else None
+        bad = Rejection(R.WRONG_TYPE, _NOT_PAIR) if fields is None else _check(item[0], fields, now)
         if bad is None:
-            pairs.append((item[0], item[1]))
+            pairs.append((item[0], fields))
         else:
-            fields = item[1] if isinstance(item, list) and len(item) == 2 and isinstance(item[1], dict) else None
             refused.append(_orphan(Rejection(bad.reason, f"phases[{i}]: {bad.detail}"), fields))
     return pairs, refused
 
 
-def _check(item, now: float) -> Rejection | None:
-    if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], dict)):
-        return Rejection(R.WRONG_TYPE, "not a [timestamp, phase] pair")
-    ts, fields = item
+def _check(ts, fields: dict, now: float) -> Rejection | None:
     if type(ts) not in (int, float) or not math.isfinite(ts):
         return Rejection(R.WRONG_TYPE, "the timestamp is not a finite number")
     kind = fields.get("kind")
