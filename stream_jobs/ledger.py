@@ -111,11 +111,9 @@ def existing_request_ids(client, topics: tuple[str, ...], ids: list[str], lo: fl
         if len(near) <= near_limit:
             return {r[0] for r in near} & wanted
     crcs = sorted({zlib.crc32(i.encode("utf-8")) for i in wanted})
-    found: set[str] = set()
     slice_size = slice_size or max(1, len(crcs))
-    for k in range(0, len(crcs), slice_size):
-        crc_slice = _UInts(crcs[k:k + slice_size])
-        found.update(r[0] for r in _rows(client, "existing_request_ids", {**params, "crcs": crc_slice}))
+    found = {r[0] for k in range(0, len(crcs), slice_size)
+             for r in _rows(client, "existing_request_ids", {**params, "crcs": _UInts(crcs[k:k + slice_size])})}
     return found & wanted  # a stored id whose CRC matched one of ours is not ours
 
 

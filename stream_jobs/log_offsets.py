@@ -81,9 +81,8 @@ class LogOffsets:
     def close(self) -> None:
         """Once the app stops; a second call does nothing."""
         def close():
-            if self._client is not None:
+            if self._client is not None:  # nothing runs after it: the executor takes no more calls
                 self._client.close()
-                self._client = None
         if not self._closed:
             self._closed = True
             self._executor.submit(close)

@@ -87,12 +87,8 @@ async def group_start(app, offsets, tps: set[TP]) -> dict[TP, int]:
     sought after assignment), else the first offset Kafka still has."""
     committed = faust_adapter.committed_offsets(app)
     out = {tp: committed.get(FaustTP(*tp)) for tp in tps}
-    missing = [tp for tp, o in out.items() if not o]
-    if missing:
-        earliest = await offsets.starts(missing)
-        for tp in missing:
-            out[tp] = earliest.get(tp) or 0
-    return {tp: int(o) for tp, o in out.items()}
+    earliest = await offsets.starts([tp for tp, o in out.items() if not o])  # none missing: {} at once
+    return {tp: int(o or earliest.get(tp) or 0) for tp, o in out.items()}
 
 
 async def positions(app, offsets, tps: set[TP], load) -> tuple[dict[TP, int], dict[TP, int]]:
