@@ -60,8 +60,7 @@ async def gather(stream, max_messages: int, max_bytes: int, linger_s: float):
             if wait > 0 and not full.is_set():
                 await stream.wait_for_stopped(full, timeout=wait)
                 continue
-            out = list(batch)
-            batch.clear()
+            out, batch = batch, []
             size, oldest = 0, None
             full.clear()
             room.set()  # intake goes on into the next batch while this one is processed

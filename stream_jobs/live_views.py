@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
-from faust.web import View
-
 from phasemeter.render.assets import ASSETS, asset
 
 
@@ -43,44 +41,39 @@ def _alerts(runner, bucket_edges: str) -> tuple[int, dict]:
 
 def register_live_views(app, settings, sink, sloset) -> None:
     """`sloset`: the SLOs read at start (app.declared_slos), the ones slo_minute counts until a restart."""
+    # Each handler is the GET of a Faust View that app.page builds around it (View.from_handler): `view`.
     # The page never changes while a worker runs; a short cache still shows a reinstall on the next reload.
     cache = {"Cache-Control": "max-age=60"}
 
     @app.page("/")
-    class Index(View):
-        async def get(self, request):
-            return self.text(asset("index.html").decode(), content_type="text/html", headers=cache)
+    async def index(view, request):
+        return view.text(asset("index.html").decode(), content_type="text/html", headers=cache)
 
     @app.page("/live/{name}")
-    class Asset(View):
-        async def get(self, request, name):
-            if name not in ASSETS:
-                return self.json({"error": f"no such file: {name}"}, status=404)
-            # text(): aiohttp adds "; charset=utf-8" itself and refuses it in content_type
-            return self.text(asset(name).decode(), content_type=ASSETS[name], headers=cache)
+    async def live_file(view, request, name):
+        if name not in ASSETS:
+            return view.json({"error": f"no such file: {name}"}, status=404)
+        # text(): aiohttp adds "; charset=utf-8" itself and refuses it in content_type
+        return view.text(asset(name).decode(), content_type=ASSETS[name], headers=cache)
 
     @app.page("/api/bands")
-    class Bands(View):
-        async def get(self, request):
-            from phasemeter.analytics.live import bands
+    async def api_bands(view, request):
+        from phasemeter.analytics.live import bands
 
-            return await _answer(self, sink, bands, request.query, settings.bucket_edges)
+        return await _answer(view, sink, bands, request.query, settings.bucket_edges)
 
     @app.page("/api/slo")
-    class Slo(View):
-        async def get(self, request):
-            from phasemeter.analytics.live import slo
+    async def api_slo(view, request):
+        from phasemeter.analytics.live import slo
 
-            return await _answer(self, sink, slo, request.query, sloset, settings.bucket_edges)
+        return await _answer(view, sink, slo, request.query, sloset, settings.bucket_edges)
 
     @app.page("/api/pools")
-    class Pools(View):
-        async def get(self, request):
-            from phasemeter.analytics.live_pools import pools
+    async def api_pools(view, request):
+        from phasemeter.analytics.live_pools import pools
 
-            return await _answer(self, sink, pools, request.query, settings.bucket_edges)
+        return await _answer(view, sink, pools, request.query, settings.bucket_edges)
 
     @app.page("/api/alerts")
-    class Alerts(View):
-        async def get(self, request):
-            return await _answer(self, sink, _alerts, settings.bucket_edges)
+    async def api_alerts(view, request):
+        return await _answer(view, sink, _alerts, settings.bucket_edges)

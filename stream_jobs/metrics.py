@@ -24,28 +24,23 @@ def _label(value: str) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _series(name: str, labels: dict, value) -> str:
-    inner = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-    return f"{name}{{{inner}}} {value}" if inner else f"{name} {value}"
-
-
 def render(health: dict, inflight: dict) -> str:
     out: list[str] = []
 
     def family(name: str, kind: str, help_: str, samples: list[tuple[dict, float]]) -> None:
         out.append(f"# HELP {name} {help_}")
         out.append(f"# TYPE {name} {kind}")
-        out.extend(_series(name, labels, value) for labels, value in samples)
+        for labels, value in samples:
+            inner = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+            out.append(f"{name}{{{inner}}} {value}" if inner else f"{name} {value}")
 
-    cells = inflight["in_flight"]
+    cells = [({k: c[k] for k in ("model", "input_bucket", "phase")}, c) for c in inflight["in_flight"]]
     family("phasemeter_inflight_generations", "gauge",
            "Generations started and not ended, per model, input bucket and phase (prefill: no first token yet).",
-           [({"model": c["model"], "input_bucket": c["input_bucket"], "phase": c["phase"]}, c["in_flight"])
-            for c in cells])
+           [(labels, c["in_flight"]) for labels, c in cells])
     family("phasemeter_inflight_oldest_age_seconds", "gauge",
            "Age of the oldest in-flight generation (now - t0); a stuck prefill shows here before it expires.",
-           [({"model": c["model"], "input_bucket": c["input_bucket"], "phase": c["phase"]}, c["oldest_age_s"])
-            for c in cells])
+           [(labels, c["oldest_age_s"]) for labels, c in cells])
     family("phasemeter_inflight_awaiting_start", "gauge",
            "first_token/end phases waiting for their start event.", [({}, inflight["awaiting_start"])])
     family("phasemeter_abandon_after_seconds", "gauge", "Expiry after which a generation is abandoned.",

@@ -23,7 +23,7 @@ def process_otlp(raw: bytes | None, bucket: Bucketer, max_bytes: int, now: float
     """One OTLP topic message -> (results, spans ignored as not LLM requests, counts for /health:
     otlp_spans_ignored_<reason>, otlp_replicas_dropped). `default_model` names the model of spans without one;
     `oldest` is the earliest t0 the store keeps (contract.oldest_kept)."""
-    if raw is None or not raw:
+    if not raw:
         return [Rejection(R.MALFORMED_OTLP, "empty message")], 0, Counter()
     if len(raw) > max_bytes:
         return [Rejection(R.OVERSIZE, f"{len(raw)} bytes > {max_bytes}")], 0, Counter()

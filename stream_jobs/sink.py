@@ -111,11 +111,10 @@ class Sink:
                     raise refusals.Refused(kind, message) from None
                 self.retries += 1
                 self.paused_reason = f"{what} failed: {message}"
-                stopped = self._stopping.is_set()
-                if not stopped:
+                if not self._stopping.is_set():
                     log.warning("%s; retrying in %.1fs", self.paused_reason, backoff)
-                    stopped = self._stopping.wait(backoff)  # wakes at once on stop_retrying
-                if stopped:
+                    self._stopping.wait(backoff)  # wakes at once on stop_retrying
+                if self._stopping.is_set():
                     raise SinkStopped(f"{self.paused_reason}; stopped retrying") from None
                 backoff = min(backoff * 2, 30.0)
 

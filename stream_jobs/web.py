@@ -5,8 +5,6 @@ docs/reads-through-the-worker.md); nothing here writes to the store or to a file
 
 from __future__ import annotations
 
-from faust.web import View
-
 from . import metrics, tasks
 from .live_views import register_live_views
 from .ready import is_ready
@@ -28,28 +26,25 @@ def consumer_lag(app, pipeline) -> dict:
 def register_views(app, settings, pipeline, sink, joiner, sloset) -> None:
     register_live_views(app, settings, sink, sloset)  # GET /: the live page (docs/live.md)
 
+    # Each handler is the GET of a Faust View that app.page builds around it (View.from_handler): `view`.
     @app.page("/health")
-    class Health(View):
-        async def get(self, request):
-            # database: the one a read through this worker sees (the CLI checks its --database against it)
-            return self.json(pipeline.health() | consumer_lag(app, pipeline)
-                             | {"ready": is_ready(app), "database": settings.database})
+    async def health(view, request):
+        # database: the one a read through this worker sees (the CLI checks its --database against it)
+        return view.json(pipeline.health() | consumer_lag(app, pipeline)
+                         | {"ready": is_ready(app), "database": settings.database})
 
     @app.page("/debug/tasks")
-    class Tasks(View):
+    async def debug_tasks(view, request):
         """Where the worker's own coroutines wait (tasks.py); ?all=1 adds Faust's and the Kafka client's."""
-        async def get(self, request):
-            return self.json({"tasks": tasks.dump(only_ours=request.query.get("all") != "1")})
+        return view.json({"tasks": tasks.dump(only_ours=request.query.get("all") != "1")})
 
     @app.page("/inflight")
-    class Inflight(View):
+    async def inflight(view, request):
         """Generations in flight per model x bucket x phase and the oldest age, this worker's partitions only
         (sum the counts over workers, take the max of the ages)."""
-        async def get(self, request):
-            return self.json(joiner.inflight())
+        return view.json(joiner.inflight())
 
     @app.page("/metrics")
-    class Metrics(View):
-        async def get(self, request):
-            return self.text(metrics.render(pipeline.health(), joiner.inflight()),
-                             content_type="text/plain; version=0.0.4")
+    async def metrics_text(view, request):
+        return view.text(metrics.render(pipeline.health(), joiner.inflight()),
+                         content_type="text/plain; version=0.0.4")

@@ -27,11 +27,6 @@ def _refuse(status: int, message: str, **headers) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers or None)
 
 
-def _route(request: web.Request) -> str | None:
-    resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else None
-
-
 def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read_s: float = BODY_READ_S):
     """The middleware for a port answering the `allowed` Host names."""
     in_flight = 0  # one event loop: a plain counter, no lock
@@ -46,7 +41,8 @@ def guard(allowed: frozenset[str], max_in_flight: int = MAX_IN_FLIGHT, body_read
                 and is_simple_request(request.method, request.headers.get("Content-Type"))):
             return _refuse(415, f"{request.method} needs Content-Type: application/json "
                                 "(a form or text/plain is what any web page may send)")
-        counted = _route(request) not in MONITORING
+        resource = request.match_info.route.resource  # None when no route matches: counted
+        counted = resource is None or resource.canonical not in MONITORING
         if counted and in_flight >= max_in_flight:
             return _refuse(503, f"busy: {max_in_flight} requests in progress", **{"Retry-After": str(RETRY_AFTER_S)})
         in_flight += counted
