@@ -59,14 +59,14 @@ def serve(data_dir: str, port: int) -> None:
     import asyncio
 
     from phasemeter.settings import Settings
-    from phasemeter.stream_jobs.sql_http import SqlListener
+    from phasemeter.stream_jobs.sql_http import SqlListener, reserve
 
     settings = Settings.from_env(data_dir=data_dir, sql_port=port)
     (settings.data_path / "store").mkdir(parents=True, exist_ok=True)
     handle = make_store(str(settings.data_path / "store"))  # noqa: F841 (held: the engine stays open)
 
     async def main():
-        await SqlListener(settings).start()
+        await SqlListener(settings).start(reserve(settings))  # bound first, as the worker binds it
         print("up", flush=True)
         await asyncio.Event().wait()
 
