@@ -98,10 +98,12 @@ def validate(event: dict, now: float | None = None, oldest: float = MIN_T0) -> d
             return bad
         out[name] = "" if value is None else value
     out["status"] = event.get("status", "ok")
-    out[STREAMED] = event.get(STREAMED)  # before CHECKS: their first-token check reads it
-    # Each check runs once those before it passed (`or`): CHECKS read the fields `ranged` put in `out`.
-    bad = (check_status(out["status"]) or ranged(event.get, out) or check_streamed(out[STREAMED])
-           or check_one(numbers(out), now + MAX_DURATION_S, oldest)  # formulas.CHECKS on a batch of one row
+    # Each check runs once those before it passed (`or`); `ranged` puts the numbers in `out`.
+    bad = check_status(out["status"]) or ranged(event.get, out) or check_streamed(event.get(STREAMED))
+    if bad is not None:
+        return bad
+    out[STREAMED] = event.get(STREAMED)  # after the numbers, as rows have always held it; CHECKS read it
+    bad = (check_one(numbers(out), now + MAX_DURATION_S, oldest)  # formulas.CHECKS on a batch of one row
            or check_v2_optional(event, out) or check_gap_within(out["max_gap_s"], out["e2e_s"]))
     return bad if bad is not None else out
 

@@ -84,8 +84,9 @@ class Join:
 
     async def _save_positions(self, positions: dict, entries: dict | None = None) -> None:
         """Step 3 and the commit: the positions travel with the `entries` they cover, in one awaited write."""
-        progress = {progress_key(p): (p, {"p": p, "next": o}) for (_, p), o in positions.items()}
-        await self._write({**entries, **progress} if entries else progress)
+        entries = {} if entries is None else entries  # added to in place: a batch's entries are not copied
+        entries.update({progress_key(p): (p, {"p": p, "next": o}) for (_, p), o in positions.items()})
+        await self._write(entries)
         await self.handoff.commit(self.app, positions)
 
     async def _publish(self, outputs: list[join.Output]) -> None:

@@ -70,7 +70,8 @@ class Sequencer:
 
     def jump(self, tp: TP, offset: int) -> None:
         """Accept a confirmed hole: continue at `offset`."""
-        self.next[tp] = max(offset, self.next.get(tp, offset))
+        if offset > self.next.get(tp, -1):
+            self.next[tp] = offset
         self._seeking.pop(tp, None)
 
     def forget_seek(self, tp: TP) -> None:
