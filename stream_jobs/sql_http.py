@@ -157,23 +157,27 @@ class SqlListener:
             response.enable_chunked_encoding()
             response.headers["X-ClickHouse-Exception-Tag"] = tag = secrets.token_hex(8)
             await response.prepare(request)
-            # Each block is sent while the engine makes the next (bench_sql_http, read by curl: 0.76-0.94x the
-            # in-process time, against 0.89-1.05x pulling the blocks in turn).
-            while piece is not None:
-                ahead = loop.run_in_executor(self.pool, _next_encoded, answer.rest, encoder)
-                try:
-                    await _write(response, piece)
-                finally:  # the client went away: the block in the making ends before the stream closes
-                    if not ahead.done():
-                        await asyncio.wait([ahead])
-                try:
-                    piece = await ahead
-                except ChError as err:  # the headers are gone: the error ends the body, as a server writes it
-                    await _write(response, encoder.chunk(exception_block(self.engine.error_body(err), tag)))
-                    break
-            await _write(response, encoder.end())
+            await self._stream(response, piece, answer.rest, encoder, tag)
         await response.write_eof()
         return response
+
+    async def _stream(self, response, piece, rest, encoder: Encoder, tag: str) -> None:
+        """Each block is sent while the engine makes the next (bench_sql_http, read by curl: 0.76-0.94x the
+        in-process time, against 0.89-1.05x pulling the blocks in turn)."""
+        loop = asyncio.get_running_loop()
+        while piece is not None:
+            ahead = loop.run_in_executor(self.pool, _next_encoded, rest, encoder)
+            try:
+                await _write(response, piece)
+            finally:  # the client went away: the block in the making ends before the stream closes
+                if not ahead.done():
+                    await asyncio.wait([ahead])
+            try:
+                piece = await ahead
+            except ChError as err:  # the headers are gone: the error ends the body, as a server writes it
+                await _write(response, encoder.chunk(exception_block(self.engine.error_body(err), tag)))
+                break
+        await _write(response, encoder.end())
 
 
 def _whole(encoder: Encoder, body):
