@@ -66,7 +66,10 @@ def serve(data_dir: str, port: int) -> None:
     handle = make_store(str(settings.data_path / "store"))  # noqa: F841 (held: the engine stays open)
 
     async def main():
-        await SqlListener(settings).start(reserve(settings))  # bound first, as the worker binds it
+        sock = reserve(settings)  # bound first, as the worker binds it
+        if sock is None:
+            raise SystemExit(f"the SQL port {port} could not be bound (logged above)")
+        await SqlListener(settings).start(sock)
         print("up", flush=True)
         await asyncio.Event().wait()
 
