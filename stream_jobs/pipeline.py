@@ -122,8 +122,11 @@ class Pipeline:
         for topic, rows in scopes:
             if not len(rows):
                 continue
-            ids = gens.request_ids[rows.start:rows.stop] if type(rows) is range else [gens.request_ids[i] for i in rows]
-            unique, ts = list(dict.fromkeys(ids)), gens.ts[rows]
+            if type(rows) is range:  # sliced: numpy made an index array of a range first, ~3.5 ms on 90,000 rows
+                ids, ts = gens.request_ids[rows.start:rows.stop], gens.ts[rows.start:rows.stop]
+            else:
+                ids, ts = [gens.request_ids[i] for i in rows], gens.ts[rows]
+            unique = list(dict.fromkeys(ids))
             seen = self.sink.existing_request_ids((self.settings.topic, joined) if topic == joined else (topic,),
                                                   unique, float(ts.min()) - 0.002, float(ts.max()) + 0.002)
             if not seen and len(unique) == len(ids):
