@@ -342,7 +342,8 @@ class Cell:
                 last, since = total, time.monotonic()
             if total >= expected and self.settled():
                 time.sleep(3)  # a late duplicate, if any, lands now
-                return True
+                if self.settled():  # and no batch began meanwhile
+                    return True
             time.sleep(0.5)
         return False
 
@@ -367,8 +368,14 @@ class Cell:
                              "assignment": _partitions(m["member_assignment"])} for m in g["members"]]}
 
     def settled(self) -> bool:
+        """Every worker ready, no batch being written, and no generation open in its join. A worker restarted
+        after the last fault finds every row already stored, so the count is reached before it has re-read its
+        records: the join holds their phases until that batch sends its notes, after the write."""
         hs = [w.health() or {} for w in self.workers]
-        return all(h.get("ready") and not h.get("writing_since") for h in hs)
+        if not all(h.get("ready") and not h.get("writing_since") for h in hs):
+            return False
+        inflight = [U.get_json(f"{w.url}/inflight") for w in self.workers]
+        return all(v and not any(c["in_flight"] for c in v["in_flight"]) for v in inflight)
 
 
 # Holds a chDB store open (its process lock) for N seconds, then exits.
