@@ -93,8 +93,8 @@ def test_each_row_folded_is_counted_also_a_repeated_value_and_one_sent_as_other(
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 3), st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from(["", "x", "y", "z", OTHER, "w", None])),
-                                    max_size=30),
+@given(st.integers(0, 3),
+       st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from(["", "x", "y", "z", OTHER, "w", None])), max_size=30),
        st.lists(st.sampled_from(["x", "y", OTHER]), max_size=2))
 def test_a_batch_is_bounded_as_its_rows_one_by_one_in_order(k, pairs, seeded):
     """Each distinct (model, value) is decided once: the same answers and
