@@ -300,13 +300,13 @@ class Cell:
         for w in self.workers:
             if healths[w.workdir.name]:
                 self.seen[w.proc.pid] = {k: healths[w.workdir.name].get(k) or 0 for k in self.COUNTERS}
-        inflight = {w.workdir.name: U.get_json(f"{w.url}/inflight") for w in self.workers}
+        inflight = [self.in_flight(w) for w in self.workers]
         for w in self.workers:
             w.stop()
         targets = [C.read_target(f"chdb://{w.workdir / 'data' / 'store'}", "chaos")
                    for w in self.workers + self.retired]
         verdict = C.compare(source, targets, self.protocol)
-        left = sum(c["in_flight"] for v in inflight.values() if v for c in v["in_flight"])
+        left = sum(n for n in inflight if n)
         verdict.update(inflight_left=left, injected=self.injected, drained=drained, emitter=stats,
                        worker_counts=self.totals,
                        seconds=round(time.time() - t_start, 1), notes=self.notes + fault_error)
@@ -374,8 +374,13 @@ class Cell:
         hs = [w.health() or {} for w in self.workers]
         if not all(h.get("ready") and not h.get("writing_since") for h in hs):
             return False
-        inflight = [U.get_json(f"{w.url}/inflight") for w in self.workers]
-        return all(v and not any(c["in_flight"] for c in v["in_flight"]) for v in inflight)
+        return all(self.in_flight(w) == 0 for w in self.workers)
+
+    @staticmethod
+    def in_flight(w: U.Worker) -> int | None:
+        """Generations open in a worker's join (its /inflight), None when it does not answer."""
+        v = U.get_json(f"{w.url}/inflight")
+        return sum(c["in_flight"] for c in v["in_flight"]) if v else None
 
 
 # Holds a chDB store open (its process lock) for N seconds, then exits.
