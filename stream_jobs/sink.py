@@ -94,12 +94,17 @@ class Sink:
         return self.client
 
     def retrying(self, what: str, fn, *args, refusable: bool = False):
-        """Run fn(client, *args) until it succeeds: backpressure, never loss. After `stop_retrying`, a failure
-        raises SinkStopped. If `refusable` (an insert), an error every retry would repeat raises Refused."""
+        """Run fn(client, *args), holding the lock, until it succeeds: backpressure, never loss. After
+        `stop_retrying`, a failure raises SinkStopped. If `refusable` (an insert), an error every retry would
+        repeat raises Refused."""
         backoff = 0.2
         while True:
             try:
-                result = fn(self._ensure(), *args)
+                client = self._ensure()
+                # Callers build their tables before, outside the lock: the web API's reads need not wait for Python
+                # (docs/performance/sink.md).
+                with self.lock:
+                    result = fn(client, *args)
                 self.paused_reason = self.store_error = None
                 return result
             except Exception as exc:  # store down/locked: pause, keep the batch
@@ -160,10 +165,7 @@ class Sink:
         self.retrying("store write", self._insert, "dead_letters", _arrow(dead, DLQ_COLUMNS), token + salt)
 
     def _insert(self, client, table: str, arrow_table, token: str) -> None:
-        # Tables are built outside the lock, so the web API's reads need not wait (docs/performance/sink.md).
-        with self.lock:
-            client.insert_arrow(table, arrow_table,
-                                settings={**self.insert_settings, "insert_deduplication_token": token})
+        client.insert_arrow(table, arrow_table, settings={**self.insert_settings, "insert_deduplication_token": token})
 
     def rewrite_dropped(self, rows, dead: list[dict]) -> int:
         """After `write`: rewrite under a fresh token, and count, the rows and dead letters the store lacks. A
@@ -184,32 +186,26 @@ class Sink:
         self._write_dead(lost_dead, salt)
         return len(lost) + len(lost_dead)
 
-    def _locked(self, client, fn, *args):
-        with self.lock:
-            return fn(client, *args)
-
     def positions(self, topics: list[str]) -> dict[tuple[str, int], int]:
-        return self.retrying("reading progress", self._locked, ledger.positions, topics)
+        return self.retrying("reading progress", ledger.positions, topics)
 
     def record_progress(self, progress: dict[tuple[str, int], int]) -> None:
-        self.retrying("writing progress", self._locked, ledger.record, progress)
+        self.retrying("writing progress", ledger.record, progress)
 
     def stored_max(self, topic: str) -> dict[int, int]:
-        return self.retrying("reading stored offsets", self._locked, ledger.stored_max, topic)
+        return self.retrying("reading stored offsets", ledger.stored_max, topic)
 
     def stored_in_range(self, topic: str, partition: int, lo: int, hi: int) -> ledger.Stored:
-        return self.retrying("reading stored offsets", self._locked, ledger.stored_in_range,
-                             topic, partition, lo, hi)
+        return self.retrying("reading stored offsets", ledger.stored_in_range, topic, partition, lo, hi)
 
     def label_values(self) -> list[tuple[str, str, str]]:
-        return self.retrying("reading label values", self._locked, ledger.label_values)
+        return self.retrying("reading label values", ledger.label_values)
 
     def existing_request_ids(self, topics: tuple[str, ...], ids: list[str], lo: float, hi: float) -> set[str]:
-        return self.retrying("checking duplicates", self._locked, ledger.existing_request_ids,
-                             topics, ids, lo, hi, self.crc_slice)
+        return self.retrying("checking duplicates", ledger.existing_request_ids, topics, ids, lo, hi, self.crc_slice)
 
     def repair_rollup(self, cells: set) -> list[tuple]:
         """Make the cells of both per-minute views (every bands-rollup tier, the SLO counts) equal to raw. A
         crash mid-repair leaves the batch unrecorded: it is re-read and repaired again, so it converges."""
-        found = self.retrying("repairing the rollup", self._locked, rollup.repair_cells, cells)
-        return found + self.retrying("repairing the SLO counts", self._locked, ledger.repair_slo, cells)
+        found = self.retrying("repairing the rollup", rollup.repair_cells, cells)
+        return found + self.retrying("repairing the SLO counts", ledger.repair_slo, cells)
