@@ -145,16 +145,6 @@ class Pipeline:
                 self.duplicates += 1
         return out
 
-    def _stored_before(self, held: Stored | None, offset: int, request_id: str, suspects: set) -> bool:
-        """Whether the store holds this row of a re-read record. If so it is skipped and its cell added to
-        `suspects`: its insert may have stopped before the rollup view got its block."""
-        cell = held.rows.get((offset, request_id)) if held is not None else None
-        if cell is None:
-            return False
-        suspects.add(cell)
-        self.skipped += 1
-        return True
-
     def _maybe_in_the_previous_batch(self, msg, size: int) -> bool:
         """Whether the previous owner's last batch may have held this record (offset order per partition)."""
         tp = (msg.topic, msg.partition)
@@ -241,12 +231,17 @@ class Pipeline:
         suspects, dropped, inside = set(), set(), []
         for m, first, end in zip(looked, np.searchsorted(d.message, looked).tolist(), ends):
             msg = events[m].message
-            held = stored.get((msg.topic, msg.partition))
+            held = getattr(stored.get((msg.topic, msg.partition)), "rows", {})
             for i in range(first, end):
-                if self._stored_before(held, msg.offset, gens.request_ids[i], suspects):
+                # A row the store holds is skipped, its cell a suspect: its insert may have stopped before the
+                # rollup view got its block.
+                cell = held.get((msg.offset, gens.request_ids[i]))
+                if cell is not None:
+                    suspects.add(cell)
                     dropped.add(i)
                 elif again[m]:
                     inside.append(i)
+        self.skipped += len(dropped)
         suspects |= gens.cells(inside) if inside else set()
         dropped |= self._duplicates(gens, self._scopes(events, d, dropped), dead, now)
         return *self._kept(gens, dropped, dead, stored), d.forward, suspects
