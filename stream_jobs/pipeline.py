@@ -78,16 +78,14 @@ class Pipeline:
         """End offsets of partitions just taken (ingest_agent.py); one without keeps the batch bounds alone."""
         self.resume_end.update(ends)
 
-    def _rereads(self, events) -> dict[tuple[str, int], tuple[int, int]]:
-        """Per partition, [lo, hi] of this batch's records at or below the store's highest offset: re-reads."""
+    def _already_stored(self, events) -> dict[tuple[str, int], Stored]:
+        """What the store holds of this batch's re-read records, per partition (only re-reads cost a query): those
+        at or below the store's highest offset, asked about as one span [lo, hi] per partition."""
         if self.stored is None:
             self.stored = {(t, p): o for t in self.topics for p, o in self.sink.stored_max(t).items()}
-        return offset_spans((m.topic, m.partition, m.offset) for m in (e.message for e in events)
-                            if m.offset <= self.stored.get((m.topic, m.partition), -1))
-
-    def _already_stored(self, events) -> dict[tuple[str, int], Stored]:
-        """What the store holds of this batch's re-read records, per partition (only re-reads cost a query)."""
-        return {(t, p): self.sink.stored_in_range(t, p, lo, hi) for (t, p), (lo, hi) in self._rereads(events).items()}
+        rereads = offset_spans((m.topic, m.partition, m.offset) for m in (e.message for e in events)
+                               if m.offset <= self.stored.get((m.topic, m.partition), -1))
+        return {(t, p): self.sink.stored_in_range(t, p, lo, hi) for (t, p), (lo, hi) in rereads.items()}
 
     def _kept(self, gens: columnar.Generations, dropped: set, dead: list[dict], stored) -> tuple:
         """(the rows but `dropped`, or []; the dead letters but those already stored, skipped as re-reads)."""
