@@ -62,11 +62,8 @@ class Sequencer:
 
     def forget(self) -> None:
         """After a rebalance another worker may have moved a partition on."""
-        self.next.clear()
-        self._seeking.clear()
-        self._seen.clear()
-        self._behind.clear()
-        self._noted.clear()
+        for state in (self.next, self._seeking, self._seen, self._behind, self._noted):
+            state.clear()
 
     def jump(self, tp: TP, offset: int) -> None:
         """Accept a confirmed hole: continue at `offset`."""
