@@ -27,10 +27,9 @@ def read_phases(raw: bytes | None, now: float) -> tuple[list[tuple[float, dict]]
     try:
         body = _loads(raw) if raw else None
     except (msgspec.DecodeError, RecursionError) as exc:  # nothing of it travels: it may be any text
-        return [], [_orphan(Rejection(R.MALFORMED_JSON, f"phases topic: {str(exc)[:200]}"), None)]
+        return [], [_orphan(R.MALFORMED_JSON, f"phases topic: {str(exc)[:200]}")]
     if not isinstance(body, dict) or set(body) != {"phases"} or not isinstance(body["phases"], list):
-        return [], [_orphan(Rejection(R.NOT_OBJECT, 'phases topic: expected {"phases": [[timestamp, phase], ...]}'),
-                            None)]
+        return [], [_orphan(R.NOT_OBJECT, 'phases topic: expected {"phases": [[timestamp, phase], ...]}')]
     pairs, refused = [], []
     for i, item in enumerate(body["phases"]):
         fields = item[1] if isinstance(item, list) and len(item) == 2 and isinstance(item[1], dict) else None
@@ -38,7 +37,7 @@ def read_phases(raw: bytes | None, now: float) -> tuple[list[tuple[float, dict]]
         if bad is None:
             pairs.append((item[0], fields))
         else:
-            refused.append(_orphan(Rejection(bad.reason, f"phases[{i}]: {bad.detail}"), fields))
+            refused.append(_orphan(bad.reason, f"phases[{i}]: {bad.detail}", fields))
     return pairs, refused
 
 
@@ -57,8 +56,8 @@ def _check(ts, fields: dict, now: float) -> Rejection | None:
     return checked if isinstance(checked, Rejection) else None
 
 
-def _orphan(rejection: Rejection, fields: dict | None) -> join.Output:
+def _orphan(reason: str, detail: str, fields: dict | None = None) -> join.Output:
     rid = fields.get("request_id") if fields is not None else None
     rid = rid if type(rid) is str else ""
     ph = {str(fields.get("kind"))[:40]: fields} if fields is not None else {}
-    return rid, join.orphan(rid, rejection.reason, rejection.detail, ph)
+    return rid, join.orphan(rid, reason, detail, ph)
