@@ -44,8 +44,7 @@ class Handoff:
         newest, as a commit's round trip and producer flush need not hold up the next batch (its gain in rate
         was within the runs' scatter). `settle` waits for it, so a hand-off has everything durable committed.
         A failure is not fatal: the next batch commits again."""
-        for tp, offset in positions.items():
-            self._want[FaustTP(*tp)] = int(offset)
+        self._want.update({FaustTP(*tp): int(offset) for tp, offset in positions.items()})
         if self._want and (self._committer is None or self._committer.done()):
             self._committer = asyncio.ensure_future(self._commit_newest(app))
 
