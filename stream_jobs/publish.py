@@ -76,11 +76,8 @@ class Publisher:
 
     async def deliver(self, messages: list[Message]) -> None:
         """Return once Kafka acknowledged every message; retry refusals, doubling the wait up to `max_backoff_s`."""
-        backoff, pending = 0.2, list(messages)
-        while pending:
-            refused = await self._attempt(pending)
-            if not refused:
-                break
+        backoff, pending = 0.2, messages
+        while refused := await self._attempt(pending):
             pending = [m for m, _ in refused]
             exc = refused[0][1]
             self.retries += 1
