@@ -57,9 +57,8 @@ async def reseek(app, recovery, left) -> None:
     """Fetch the stuck changelog partitions again from the last offset the recovery applied (-1: none, so 0).
     Faust's own offset check skips a record already applied, so reading one twice is harmless."""
     for tp in left:
-        applied = recovery.active_offsets.get(tp)
         try:
-            await app.consumer.seek(tp, max(applied or 0, 0))
+            await app.consumer.seek(tp, max(recovery.active_offsets.get(tp) or 0, 0))
         except Exception as exc:  # e.g. revoked meanwhile: the watch goes on, and exits if still stuck
             log.warning("seeking %s/%d back failed (%s)", tp.topic, tp.partition, exc)
 
