@@ -82,20 +82,15 @@ async def reseek_behind(app, offsets, seq, topics, load, counts) -> None:
         await _seek_back(app, seq, tp, offset)
 
 
-async def group_start(app, offsets, tps: set[TP]) -> dict[TP, int]:
-    """Where a partition with no durable position begins: the group's committed offset (Faust read it when it
-    sought after assignment), else the first offset Kafka still has."""
-    committed = faust_adapter.committed_offsets(app)
-    out = {tp: committed.get(FaustTP(*tp)) for tp in tps}
-    earliest = await offsets.starts([tp for tp, o in out.items() if not o])  # none missing: {} at once
-    return {tp: int(o or earliest.get(tp) or 0) for tp, o in out.items()}
-
-
 async def positions(app, offsets, tps: set[TP], load) -> tuple[dict[TP, int], dict[TP, int]]:
-    """-> (each of `tps`' position, the group starts among them): the durable one `load` reads, else
-    `group_start`. Filtered to `tps`, as a `load` may read other partitions of its topics."""
+    """-> (each of `tps`' position, the group starts among them): the durable one `load` reads, else where the
+    partition begins: the group's committed offset (Faust read it when it sought after assignment), else the first
+    offset Kafka still has. Filtered to `tps`, as a `load` may read other partitions of its topics."""
     found = {tp: o for tp, o in (await load(tps)).items() if tp in tps}
-    start = await group_start(app, offsets, missing) if (missing := tps - found.keys()) else {}
+    committed = faust_adapter.committed_offsets(app)
+    unsaved = {tp: committed.get(FaustTP(*tp)) for tp in tps - found.keys()}
+    earliest = await offsets.starts([tp for tp, o in unsaved.items() if not o])  # none missing: {} at once
+    start = {tp: int(o or earliest.get(tp) or 0) for tp, o in unsaved.items()}
     return found | start, start
 
 
