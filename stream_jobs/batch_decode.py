@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from . import dead_letter, join
+from . import dead_letter, dedup, join
 from . import reasons as R
 from .batch_join import Forwarded, gather, message_time
 from .columnar import Generations, _derive, columns_of
@@ -50,6 +50,9 @@ class Decoded:
     notes: Counter = field(default_factory=Counter)  # the OTLP topic's counts for /health
     otlp_ignored: int = 0
     clocked: bool = False  # a decision here moved with the clock
+    scopes: list[dedup.Scope] = field(default_factory=list)  # the rows by the duplicate rule's scope
+    repeats: dedup.Answer = field(default_factory=dedup.Answer)  # the rule, the store holding none
+    deduped: Generations | None = None  # gens without `repeats.dropped`
 
 
 def _get(phase, name: str):
@@ -126,6 +129,9 @@ def decode(events, bucket, max_bytes: int, now: float, partitions: int = 1, max_
             taken[m, p] = flat[i]
     _add_rows(out, rows, message[good], place[good] if place is not None else None, now)
     out.forward = _forwarded(lone, enveloped, kept, events, now, partitions, out)
+    out.scopes = dedup.scopes(out.gens, out.message, out.joined, [e.message.topic for e in events], internal_topic)
+    out.repeats = dedup.answer(out.scopes, [set()] * len(out.scopes), internal_topic)
+    out.deduped = out.gens.without(out.repeats.dropped) if out.repeats.dropped else out.gens
     out.clocked |= any(r.reason in _CLOCKED for _, r in refused)
 
     refused.sort(key=lambda x: x[0])

@@ -15,7 +15,7 @@ import numpy as np
 
 from phasemeter.settings import Settings
 
-from . import columnar, dead_letter
+from . import dead_letter, dedup
 from . import reasons as R
 from .batch_decode import Ahead, Decoded, decode
 from .buckets import Bucketer, parse_edges
@@ -87,61 +87,25 @@ class Pipeline:
                                if m.offset <= self.stored.get((m.topic, m.partition), -1))
         return {(t, p): self.sink.stored_in_range(t, p, lo, hi) for (t, p), (lo, hi) in rereads.items()}
 
-    def _kept(self, gens: columnar.Generations, dropped: set, dead: list[dict], stored) -> tuple:
-        """(the rows but `dropped`, or []; the dead letters but those already stored, skipped as re-reads)."""
-        kept = [d for d in dead if d["src_offset"] not in
-                getattr(stored.get((d["src_topic"], d["src_partition"])), "dead", ())]
-        self.skipped += len(dead) - len(kept)
-        if dropped:
-            gens = gens.without(dropped) if len(dropped) < len(gens) else []
-        return gens if len(gens) else [], kept
-
-    def _scopes(self, events, d: Decoded, dropped: set) -> list[tuple[str, range | list[int]]]:
-        """The rows left after `dropped`, by the scope `_duplicates` checks them in: the joined topic's (its
-        records and the rows joined in the batch), then each other topic's. A scope may be empty."""
-        topics = [e.message.topic for e in events]
+    def _duplicates(self, events, d: Decoded, dropped: set, dead: list[dict], now: float):
+        """The batch's rows but `dropped` and its duplicates (dedup.py), or []. The store is asked about each
+        scope; the decode's answer stands unless it holds any of their request_ids or `dropped` is not empty."""
         joined = self.settings.joined_topic_name
-        if len(set(topics)) == 1 and not dropped and not d.joined.any():  # the common batch, of one topic
-            return [(topics[0], range(len(d.message)))]
-        of_row = np.array(topics, dtype=object)[d.message] if len(d.message) else np.array([], dtype=object)
-        of_row[d.joined] = joined
-        keep = np.ones(len(of_row), dtype=bool)
-        keep[list(dropped)] = False
-        return [(topic, np.flatnonzero((of_row == topic) & keep).tolist())
-                for topic in dict.fromkeys((joined, *self.topics))]
-
-    def _duplicates(self, gens: columnar.Generations, scopes, dead: list[dict], now: float) -> set[int]:
-        """Rows to drop as duplicates, scope by scope: a request_id earlier in the batch, or stored within the
-        scope's time range (widened by 2 ms, as the store keeps ts to the millisecond). A duplicate delivery
-        (a gateway's, or a span exported twice) is dead-lettered. A joined generation is stored via the joined
-        topic or ingest's own join, and after a crash may come back the other way (docs/phases.md): it is
-        dropped and counted."""
-        joined, out = self.settings.joined_topic_name, set()
-        for topic, rows in scopes:
-            if not len(rows):
-                continue
-            if type(rows) is range:  # sliced: numpy made an index array of a range first, ~3.5 ms on 90,000 rows
-                ids, ts = gens.request_ids[rows.start:rows.stop], gens.ts[rows.start:rows.stop]
-            else:
-                ids, ts = [gens.request_ids[i] for i in rows], gens.ts[rows]
-            unique = list(dict.fromkeys(ids))
-            seen = self.sink.existing_request_ids((self.settings.topic, joined) if topic == joined else (topic,),
-                                                  unique, float(ts.min()) - 0.002, float(ts.max()) + 0.002)
-            if not seen and len(unique) == len(ids):
-                continue
-            for j, rid in enumerate(ids):
-                if rid not in seen:
-                    seen.add(rid)
-                    continue
-                out.add(rows[j])
-                if topic == joined:
-                    self.rejoined += 1
-                    continue
-                source = {k: gens.columns[k][rows[j]].as_py() for k in ("src_topic", "src_partition", "src_offset")}
-                dead.append(dead_letter.record(R.DUPLICATE, f"request_id {rid[:128]} already stored", None, source,
-                                               now, 0))
-                self.duplicates += 1
-        return out
+        scopes = dedup.scopes(d.gens, d.message, d.joined, [e.message.topic for e in events], joined,
+                                   dropped) if dropped else d.scopes
+        stored = [self.sink.existing_request_ids((self.settings.topic, joined) if s.topic == joined else (s.topic,),
+                                                 s.unique, s.lo, s.hi) for s in scopes]
+        answer = dedup.answer(scopes, stored, joined) if dropped or any(stored) else d.repeats
+        self.rejoined += answer.rejoined
+        self.duplicates += len(answer.letters)
+        for row, rid in answer.letters:
+            msg = events[d.message[row]].message
+            source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
+            dead.append(dead_letter.record(R.DUPLICATE, f"request_id {rid[:128]} already stored", None, source, now, 0))
+        if answer is d.repeats:
+            return d.deduped if len(d.deduped) else []
+        dropped = dropped | answer.dropped
+        return d.gens.without(dropped) if len(dropped) < len(d.gens) else []
 
     def _maybe_in_the_previous_batch(self, msg, size: int) -> bool:
         """Whether the previous owner's last batch may have held this record (offset order per partition)."""
@@ -241,8 +205,11 @@ class Pipeline:
                     inside.append(i)
         self.skipped += len(dropped)
         suspects |= gens.cells(inside) if inside else set()
-        dropped |= self._duplicates(gens, self._scopes(events, d, dropped), dead, now)
-        return *self._kept(gens, dropped, dead, stored), d.forward, suspects
+        rows = self._duplicates(events, d, dropped, dead, now)
+        kept = [x for x in dead if x["src_offset"] not in
+                getattr(stored.get((x["src_topic"], x["src_partition"])), "dead", ())]
+        self.skipped += len(dead) - len(kept)  # dead letters a re-read record stored before
+        return rows, kept, d.forward, suspects
 
     def health(self) -> dict:
         # Paused by the store, or by Kafka refusing what a batch publishes: either way the batch waits and retries.

@@ -24,7 +24,8 @@ PURE = ("phasemeter.stream_jobs.derive", "phasemeter.stream_jobs.formulas", "pha
         "phasemeter.store.sql_guard", "phasemeter.store.sql_request", "phasemeter.store.sql_compress", "phasemeter.store.native_revision",
         "phasemeter.store.read_tuning",
         "phasemeter.stream_jobs.refusals", "phasemeter.stream_jobs.dead_letter", "phasemeter.stream_jobs.phases_in",
-        "phasemeter.stream_jobs.fast_decode", "phasemeter.stream_jobs.columnar", "phasemeter.stream_jobs.batch_decode")
+        "phasemeter.stream_jobs.fast_decode", "phasemeter.stream_jobs.columnar", "phasemeter.stream_jobs.batch_decode",
+        "phasemeter.stream_jobs.dedup")
 IO = ("faust", "aiokafka", "kafka", "clickhouse_connect", "chdb", "urllib", "socket", "subprocess",
       "phasemeter.store.client", "phasemeter.query.runner", "phasemeter.stream_jobs.sink", "phasemeter.stream_jobs.ledger")
 

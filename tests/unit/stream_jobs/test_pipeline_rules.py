@@ -22,6 +22,7 @@ from phasemeter.stream_jobs.columnar import Generations
 from phasemeter.stream_jobs.contract import MAX_DURATION_S, oldest_kept
 from phasemeter.stream_jobs.derive import process_message
 from phasemeter.stream_jobs.ledger import Stored
+from phasemeter.stream_jobs import pipeline as pipeline_module
 from phasemeter.stream_jobs.pipeline import Pipeline
 
 # A whole minute ten days ago: in the past (a t0 after now+1d is rejected)
@@ -308,6 +309,32 @@ def test_a_batch_decoded_ahead_is_used_as_admitted_and_decided_in_its_turn():
     early = Ahead(batch, p.bucket, p.settings.max_message_bytes, now=T0 - MAX_DURATION_S - 60)
     assert len(early.decoded.gens) == 0 and early.decoded.clocked
     assert len(p.split(batch, early)[0]) == 3 and p.counts["batches_decoded_ahead"] == 2
+
+
+def test_a_batch_decoded_ahead_brings_its_duplicate_rule_answered_and_is_answered_again_if_the_store_holds_one(
+        monkeypatch):
+    """The duplicate rule walks every row in Python: the decode ahead answers it for a store holding none of
+    the batch's request_ids, and the batch's turn only asks the store. What the store holds, or a re-read row
+    it holds, has the rule applied again in the turn, to what it answered."""
+    p = pipeline(FakeSink())
+    batch = [rec(0, env(gen("a"), gen("b"), gen("a"), version=1)), rec(1, gen("b")), rec(2, gen("c"))]
+    ahead = p.decode_ahead(batch)
+    assert ahead.decoded.repeats.dropped == {2, 3}
+    calls = []
+    answer = pipeline_module.dedup.answer
+    monkeypatch.setattr(pipeline_module.dedup, "answer", lambda *a: calls.append(a) or answer(*a))
+    rows, dead = p.split(list(batch), ahead)[:2]
+    assert rows is ahead.decoded.deduped and [r["request_id"] for r in rows] == ["a", "b", "c"] and calls == []
+    assert [(d["reason"], d["src_offset"], d["detail"]) for d in dead] == [
+        (R.DUPLICATE, 0, "request_id a already stored"), (R.DUPLICATE, 1, "request_id b already stored")]
+    assert p.duplicates == 2
+    # The previous batch stored "c" meanwhile: answered again, in the turn.
+    ahead = p.decode_ahead(batch)
+    p.sink.ids.add("c")
+    calls.clear()
+    rows, dead = p.split(list(batch), ahead)[:2]
+    assert [r["request_id"] for r in rows] == ["a", "b"] and len(calls) == 1
+    assert [d["src_offset"] for d in dead] == [0, 1, 2] and p.duplicates == 5
 
 
 def phases_of(rid: str, t0: float = T0) -> list[dict]:
