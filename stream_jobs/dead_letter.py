@@ -174,6 +174,11 @@ def record(reason: str, detail: str, raw: bytes | None, source: dict, now: float
             "payload_size": len(raw or b""), **source}
 
 
+def duplicate_detail(request_id: str) -> str:
+    """A duplicate's dead-letter detail, which also names it on a re-read (ledger.Stored.duplicates)."""
+    return f"request_id {request_id[:128]} already stored"
+
+
 def refused_row(row: dict, code: int | None, message: str, now: float) -> dict:
     """The dead letter of a row the store refused for good (refusals.isolate): its contract fields, the error."""
     fields = {k: v for k, v in row.items() if k in KNOWN_NAMES}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -21,6 +22,7 @@ from phasemeter.store import rollup, slo_defs
 from phasemeter.store.client import load_sql
 from phasemeter.store.slices import MAX_BOUND_CHARS, cell_chars, slices
 
+from . import reasons as R
 from .sequence import TP
 
 Cell = tuple[str, str, datetime]  # model, input_bucket, minute (UTC)
@@ -55,6 +57,7 @@ def stored_max(client, topic: str) -> dict[int, int]:
 class Stored:
     rows: dict[tuple[int, str], Cell] = field(default_factory=dict)  # (offset, request_id) -> cell
     dead: set[int] = field(default_factory=set)                      # offsets with dead letters
+    duplicates: Counter = field(default_factory=Counter)               # (offset, detail) -> duplicate dead letters
 
 
 def offset_spans(sources) -> dict[TP, tuple[int, int]]:
@@ -69,11 +72,14 @@ def offset_spans(sources) -> dict[TP, tuple[int, int]]:
 def stored_in_range(client, topic: str, partition: int, lo: int, hi: int) -> Stored:
     into = Stored()
     for kind, offset, rid, model, bucket, minute in _rows(
-            client, "stored_in_range", {"topic": topic, "partition": partition, "lo": lo, "hi": hi}):
+            client, "stored_in_range", {"topic": topic, "partition": partition, "lo": lo, "hi": hi,
+                                        "duplicate": R.DUPLICATE}):
         if kind == "row":
             into.rows[int(offset), rid] = (model, bucket, rollup.utc(minute))
-        else:
+        elif kind == "dead":
             into.dead.add(int(offset))
+        else:
+            into.duplicates[int(offset), rid] += 1
     return into
 
 

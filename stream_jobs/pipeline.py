@@ -89,19 +89,27 @@ class Pipeline:
 
     def _duplicates(self, events, d: Decoded, dropped: set, dead: list[dict], now: float):
         """The batch's rows but `dropped` and its duplicates (dedup.py), or []. The store is asked about each
-        scope; the decode's answer stands unless it holds any of their request_ids or `dropped` is not empty."""
+        scope; the decode's answer stands unless it holds any of their request_ids or `dropped` is not empty.
+        The request_ids of `dropped` (rows the store held) count as stored whatever the scope's time range: a
+        later copy of one in the batch is a duplicate, as it was when the batch was first read."""
         joined = self.settings.joined_topic_name
         scopes = dedup.scopes(d.gens, d.message, d.joined, [e.message.topic for e in events], joined,
-                                   dropped) if dropped else d.scopes
-        stored = [self.sink.existing_request_ids((self.settings.topic, joined) if s.topic == joined else (s.topic,),
-                                                 s.unique, s.lo, s.hi) for s in scopes]
+                              dropped) if dropped else d.scopes
+        held: dict[str, set[str]] = {}  # src_topic -> request_ids of `dropped`
+        for i in dropped:
+            held.setdefault(events[d.message[i]].message.topic, set()).add(d.gens.request_ids[i])
+        stored = []
+        for s in scopes:
+            topics = (self.settings.topic, joined) if s.topic == joined else (s.topic,)
+            stored.append(self.sink.existing_request_ids(topics, s.unique, s.lo, s.hi).union(
+                *(held.get(t, ()) for t in topics)))
         answer = dedup.answer(scopes, stored, joined) if dropped or any(stored) else d.repeats
         self.rejoined += answer.rejoined
         self.duplicates += len(answer.letters)
         for row, rid in answer.letters:
             msg = events[d.message[row]].message
             source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
-            dead.append(dead_letter.record(R.DUPLICATE, f"request_id {rid[:128]} already stored", None, source, now, 0))
+            dead.append(dead_letter.record(R.DUPLICATE, dead_letter.duplicate_detail(rid), None, source, now, 0))
         if answer is d.repeats:
             return d.deduped if len(d.deduped) else []
         dropped = dropped | answer.dropped
@@ -190,16 +198,23 @@ class Pipeline:
         looked = [m for m, e in enumerate(events) if again[m] or (e.message.topic, e.message.partition) in stored]
         # The rows are in their messages' order: each message's rows are a run.
         ends = np.searchsorted(d.message, looked, side="right").tolist()
-        suspects, dropped, inside = set(), set(), []
+        suspects, dropped, inside, taken = set(), set(), [], set()
         for m, first, end in zip(looked, np.searchsorted(d.message, looked).tolist(), ends):
             msg = events[m].message
-            held = getattr(stored.get((msg.topic, msg.partition)), "rows", {})
+            held = stored.get((msg.topic, msg.partition))
             for i in range(first, end):
                 # A row the store holds is skipped, its cell a suspect: its insert may have stopped before the
-                # rollup view got its block.
-                cell = held.get((msg.offset, gens.request_ids[i]))
+                # rollup view got its block. It holds one row of a request_id per record, the first copy's: a
+                # later one is a duplicate (`_duplicates`). Also skipped, a request_id whose every copy in the
+                # record it holds as a duplicate: the check that found them may not see the first from here.
+                rid = gens.request_ids[i]
+                cell = held.rows.get((msg.offset, rid)) if held and (msg.offset, rid) not in taken else None
                 if cell is not None:
+                    taken.add((msg.offset, rid))
                     suspects.add(cell)
+                    dropped.add(i)
+                elif held and held.duplicates[msg.offset, dead_letter.duplicate_detail(rid)] >= \
+                        gens.request_ids[first:end].count(rid):
                     dropped.add(i)
                 elif again[m]:
                     inside.append(i)

@@ -135,6 +135,66 @@ def test_kill9_at_ten_points_during_20k_stream_stores_each_once(worker, pm_env):
     assert set(ids) == {e["request_id"] for e in events}
 
 
+def test_kill9_with_a_bad_event_and_duplicates_in_every_envelope_keeps_each_once(worker, pm_env):
+    """Production traffic under kills: every envelope holds an invalid event, a retry of an event earlier in
+    it and one of an event of the envelope before (another partition, often another batch). Whatever a kill
+    cut (between the rows' insert and the dead letters', say), each good generation is stored once and each
+    bad event and retry is dead-lettered once."""
+    pm_env["PHASEMETER_SESSION_TIMEOUT_S"] = "3"
+    pm_env["PHASEMETER_BATCH_ROWS"] = "20"  # 2,000 generations a batch: kills land between batches and in them
+    bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
+    envelopes, good, bad = [], set(), []
+    for k in range(150):
+        events = [good_event(k * 100 + i) for i in range(100)]
+        events[50]["ttft_s"] = -1.0
+        events[70] = dict(events[30])
+        if envelopes:
+            events[90] = dict(envelopes[-1][10])
+        envelopes.append(events)
+        good |= {e["request_id"] for i, e in enumerate(events) if i not in (50, 70, 90) or (i == 90 and k == 0)}
+        bad += [(k, 50), (k, 70)] + ([(k, 90)] if k else [])
+    payloads = [json.dumps({"schema_version": 1, "kind": "batch", "events": e}).encode() for e in envelopes]
+    rng = random.Random(48)
+
+    def emit_slowly():
+        for start in range(0, len(payloads), 10):
+            produce(bootstrap, topic, payloads[start:start + 10])
+            time.sleep(0.4)
+
+    emitter = threading.Thread(target=emit_slowly)
+    emitter.start()
+    try:
+        for _ in range(5):
+            worker.start()
+            time.sleep(rng.uniform(0.5, 3.0))
+            worker.stop(kill=True)
+    finally:
+        emitter.join()
+    worker.start()
+    deadline = time.monotonic() + 180
+    while sum(counts(worker)) < len(good) + len(bad) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)  # a duplicate batch, if any, would land now
+    got, diagnosis = counts(worker), worker.diagnose()
+    worker.stop()
+    client = clickhouse_connect.get_client(dsn=f"chdb://{pm_env['PHASEMETER_DATA_DIR']}/store")
+    try:
+        client.database = pm_env["PHASEMETER_DATABASE"]
+        letters = client.query("SELECT src_partition, src_offset, reason, detail, count() FROM dead_letters "
+                               "GROUP BY src_partition, src_offset, reason, detail HAVING count() > 1").result_rows
+        twice = client.query("SELECT request_id, groupArray((src_partition, src_offset)) FROM generations "
+                             "GROUP BY request_id HAVING count() > 1").result_rows
+        reasons = dict(client.query("SELECT reason, count() FROM dead_letters GROUP BY reason").result_rows)
+    finally:
+        client.close()
+    ids = stored_ids(pm_env)
+    explain = (f"stored/dead {got}, want {(len(good), len(bad))}; letters twice {letters[:5]}; reasons {reasons}; "
+               f"missing {len(good - set(ids))}, stored twice {twice[:5]}\n{diagnosis}")
+    assert got == (len(good), len(bad)) and letters == [], explain
+    assert sorted(ids) == sorted(good), explain
+    assert reasons == {R.IMPOSSIBLE_ORDER: 150, R.DUPLICATE: 299}, explain
+
+
 def test_poison_corpus_and_duplicates_accounting_identity(worker, pm_env, capsys):
     bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
     worker.start()

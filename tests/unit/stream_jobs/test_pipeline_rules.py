@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from phasemeter.settings import Settings
 from phasemeter.stream_jobs import reasons as R
-from phasemeter.stream_jobs import batch_decode
+from phasemeter.stream_jobs import batch_decode, dead_letter
 from phasemeter.stream_jobs.batch_decode import Ahead
 from phasemeter.stream_jobs.columnar import Generations
 from phasemeter.stream_jobs.contract import MAX_DURATION_S, oldest_kept
@@ -35,9 +35,10 @@ class FakeSink:
     """What the store holds: rows by (topic, partition, offset, request_id)
     with their cell, dead letters by (topic, partition, offset)."""
 
-    def __init__(self, rows=(), dead=(), ids=()):
+    def __init__(self, rows=(), dead=(), ids=(), dups=()):
         self.rows = {r[:4]: r[4] for r in rows}
         self.dead = set(dead)
+        self.dups = list(dups)  # (topic, partition, offset, request_id) of each duplicate dead letter
         self.ids = set(ids)
         self.range_queries = []
         self.id_queries = []
@@ -56,6 +57,8 @@ class FakeSink:
             if (t, p) == (topic, partition) and lo <= o <= hi:
                 into.rows[o, rid] = cell
         into.dead |= {o for t, p, o in self.dead if (t, p) == (topic, partition) and lo <= o <= hi}
+        into.duplicates.update((o, dead_letter.duplicate_detail(rid)) for t, p, o, rid in self.dups
+                               if (t, p) == (topic, partition) and lo <= o <= hi)
         return into
 
     def label_values(self):
@@ -204,6 +207,31 @@ def test_a_gateway_duplicate_is_dead_lettered_and_stays_so_on_a_re_read():
 def test_the_same_request_twice_in_one_batch_keeps_the_first():
     rows, dead, _, _ = pipeline(FakeSink()).split([rec(0, gen("x")), rec(1, gen("x"))])
     assert [r["src_offset"] for r in rows] == [0] and [d["reason"] for d in dead] == [R.DUPLICATE]
+
+
+def test_a_re_read_duplicate_the_store_holds_as_a_dead_letter_stays_one_whatever_the_batch_sees():
+    """A copy dead-lettered as a duplicate, re-read after a crash in a batch whose time range does not reach its
+    first copy: skipped, not stored. A request_id with a copy in the record not dead-lettered goes through the
+    rules: that copy's row may be what the crash lost (an insert's deduplication entry without its part)."""
+    p = pipeline(FakeSink(dead=[(TOPIC, 0, 1)], dups=[(TOPIC, 0, 1, "a")]))
+    rows, dead = p.split([rec(0, gen("b")), rec(1, gen("a"))])[:2]
+    assert ([r["request_id"] for r in rows], dead, p.skipped, p.duplicates) == (["b"], [], 1, 0)
+    p = pipeline(FakeSink(dead=[(TOPIC, 0, 1)], dups=[(TOPIC, 0, 1, "a")]))
+    rows, dead = p.split([rec(1, env(gen("a"), gen("a", t0=T0 + 1)))])[:2]
+    assert ([(r["request_id"], r["t0"]) for r in rows], dead, p.skipped) == ([("a", T0)], [], 1)
+
+
+def test_a_re_read_row_the_store_holds_makes_its_later_copies_duplicates_whatever_the_batch_sees():
+    """The rows landed and the dead letters did not: the store holds one row per record and request_id, the
+    first copy's, so a later copy in the record is still a duplicate, dead-lettered; and so is a copy in
+    another record of the batch, though the batch's time range without the skipped rows misses the first."""
+    p = pipeline(FakeSink(rows=[(TOPIC, 0, 1, "a", CELL)]))
+    rows, dead = p.split([rec(1, env(gen("a"), gen("a", t0=T0 + 1)))])[:2]
+    assert (len(rows), [(d["reason"], d["src_offset"]) for d in dead], p.skipped) == (0, [(R.DUPLICATE, 1)], 1)
+    p = pipeline(FakeSink(rows=[(TOPIC, 0, 0, "a", CELL)]))
+    rows, dead = p.split([rec(0, gen("a")), rec(1, gen("b", t0=T0 + 7200)), rec(2, gen("a", t0=T0 + 7200))])[:2]
+    assert ([r["request_id"] for r in rows], [(d["reason"], d["src_offset"]) for d in dead]) == (
+        ["b"], [(R.DUPLICATE, 2)])
 
 
 def test_a_rejoined_generation_on_the_joined_topic_is_dropped_not_dead_lettered():
@@ -496,7 +524,7 @@ def by_the_rules(s: Settings, batch, stored_rows, stored_dead, stored_ids) -> tu
     most = {}
     for t, p, o in [k[:3] for k in stored_rows] + list(stored_dead):
         most[t, p] = max(most.get((t, p), -1), o)
-    rows, dead, cells, skipped, window = [], [], set(), 0, {}
+    rows, dead, cells, skipped, window, taken = [], [], set(), 0, {}, set()
     now, bucket = time.time(), Pipeline(s, FakeSink()).bucket
     for r in batch:
         m = r.message
@@ -512,9 +540,12 @@ def by_the_rules(s: Settings, batch, stored_rows, stored_dead, stored_ids) -> tu
                 dead.append((x.reason, x.detail, source))
                 continue
             x.update(src_topic=m.topic, src_partition=m.partition, src_offset=m.offset)
-            if m.offset <= most.get((m.topic, m.partition), -1) and (*source, x["request_id"]) in held:
+            # The store holds one row per (record, request_id), the first copy's; its id counts as stored.
+            if m.offset <= most.get((m.topic, m.partition), -1) and (*source, x["request_id"]) in held \
+                    and (*source, x["request_id"]) not in taken:
                 cells.add(held[(*source, x["request_id"])])
                 skipped += 1
+                taken.add((*source, x["request_id"]))
                 continue
             if inside:
                 cells.add(cell(x["t0"]))
@@ -524,6 +555,7 @@ def by_the_rules(s: Settings, batch, stored_rows, stored_dead, stored_ids) -> tu
         topics = (s.topic, scope) if scope == s.joined_topic_name else (scope,)
         seen = {i for i in stored_ids if isinstance(i, str)} | {i for t, i in (x for x in stored_ids
                                                                               if isinstance(x, tuple)) if t in topics}
+        seen |= {rid for t, _, _, rid in taken if t in topics}
         for x in [x for x in rows if x["src_topic"] == scope]:
             if x["request_id"] not in seen:
                 seen.add(x["request_id"])
