@@ -23,6 +23,17 @@ def migrated_client(folder, database: str):
 
 
 @contextlib.contextmanager
+def worker_store(env):
+    """A chDB client on the store of a stopped test worker (`pm_env`), inside its database."""
+    c = clickhouse_connect.get_client(dsn=f"chdb://{env['PHASEMETER_DATA_DIR']}/store")
+    try:
+        c.database = env["PHASEMETER_DATABASE"]
+        yield c
+    finally:
+        c.close()
+
+
+@contextlib.contextmanager
 def in_database(client, database: str):
     """Run a block against another database of the same store (created if
     missing), then give the client its own database back, whatever happened."""

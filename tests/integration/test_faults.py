@@ -22,6 +22,7 @@ from kafka import KafkaProducer
 
 from kafka_events import records_in, unwrap
 from requires import missing
+from stores import worker_store
 from phasemeter.producers import Meter
 from phasemeter.stream_jobs import reasons as R
 from phasemeter.store.rollup import TIERS
@@ -55,12 +56,8 @@ def counts(worker) -> tuple[int, int]:
 
 
 def stored_ids(env) -> list[str]:
-    client = clickhouse_connect.get_client(dsn=f"chdb://{env['PHASEMETER_DATA_DIR']}/store")
-    try:
-        client.database = env["PHASEMETER_DATABASE"]
+    with worker_store(env) as client:
         return [r[0] for r in client.query("SELECT request_id FROM generations").result_rows]
-    finally:
-        client.close()
 
 
 
@@ -110,9 +107,7 @@ def test_kill9_at_ten_points_during_20k_stream_stores_each_once(worker, pm_env):
     assert counts(worker) == (len(events), 0)
     worker.stop()
     ids = stored_ids(pm_env)
-    client = clickhouse_connect.get_client(dsn=f"chdb://{pm_env['PHASEMETER_DATA_DIR']}/store")
-    try:
-        client.database = pm_env["PHASEMETER_DATABASE"]
+    with worker_store(pm_env) as client:
         raw = client.query("SELECT model, toStartOfMinute(ts) AS m, count() FROM generations "
                            "GROUP BY model, m ORDER BY model, m").result_rows
         rollup = client.query("SELECT model, minute AS m, sum(n) FROM generations_minute "
@@ -123,8 +118,6 @@ def test_kill9_at_ten_points_during_20k_stream_stores_each_once(worker, pm_env):
         totals = {t.name: client.command(f"SELECT sum(n) FROM {t.table}") for t in TIERS}
         parts = client.query("SELECT _part, count(), min(src_offset), max(src_offset) FROM generations "
                              "GROUP BY _part ORDER BY _part").result_rows
-    finally:
-        client.close()
     explain = (f"{len(unequal)} tier cells unequal to raw (tier, model, bucket, cell, raw_n, tier_n): {unequal[:8]}\n"
                f"tier totals {totals}; raw parts (part, rows, offsets) {parts}\n{worker.diagnose()}")
     assert unequal == [], explain
@@ -177,16 +170,12 @@ def test_kill9_with_a_bad_event_and_duplicates_in_every_envelope_keeps_each_once
     time.sleep(2)  # a duplicate batch, if any, would land now
     got, diagnosis = counts(worker), worker.diagnose()
     worker.stop()
-    client = clickhouse_connect.get_client(dsn=f"chdb://{pm_env['PHASEMETER_DATA_DIR']}/store")
-    try:
-        client.database = pm_env["PHASEMETER_DATABASE"]
+    with worker_store(pm_env) as client:
         letters = client.query("SELECT src_partition, src_offset, reason, detail, count() FROM dead_letters "
                                "GROUP BY src_partition, src_offset, reason, detail HAVING count() > 1").result_rows
         twice = client.query("SELECT request_id, groupArray((src_partition, src_offset)) FROM generations "
                              "GROUP BY request_id HAVING count() > 1").result_rows
         reasons = dict(client.query("SELECT reason, count() FROM dead_letters GROUP BY reason").result_rows)
-    finally:
-        client.close()
     ids = stored_ids(pm_env)
     explain = (f"stored/dead {got}, want {(len(good), len(bad))}; letters twice {letters[:5]}; reasons {reasons}; "
                f"missing {len(good - set(ids))}, stored twice {twice[:5]}\n{diagnosis}")
