@@ -26,32 +26,22 @@ from .phase_events import PHASE_VERSION, SPEC, check_across
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
 _Duration = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_DURATION_S)]
+_Version = Literal[SCHEMA_VERSIONS]  # type: ignore[valid-type]
+_EPOCHS = ("t0", "t_first", "t_end")
+_GAPS = DURATIONS + ("kv_transfer_s",)  # kv_transfer_s a gap: contract.check_gap's range, a duration's
+# Each contract field's C type.
+_TYPES = {**{n: Annotated[str, msgspec.Meta(min_length=1, max_length=m)] for n, m in LABEL_FIELDS.items()},
+          **dict.fromkeys(COUNTS, _Count), **dict.fromkeys(_GAPS, _Duration),
+          # an epoch's upper bound moves with the clock: checked per event below
+          **dict.fromkeys(_EPOCHS, Annotated[float, msgspec.Meta(ge=MIN_T0)]),
+          "status": Literal[STATUSES],  # type: ignore[valid-type]
+          "schema_version": _Version,
+          STREAMED: bool}  # a JSON boolean only (contract.check_streamed)
 # A generation's counts and durations are only typed (an int64, a number), their ranges checked on columns
 # (formulas.out_of_range), so that one bad value does not send its envelope event by event. A duration keeps
 # its JSON type, for derive.ranged to name its row as the full path does (docs/performance/worker.md).
-_RANGED_ON_COLUMNS = {_Count: Annotated[int, msgspec.Meta(ge=-2 ** 63, le=2 ** 63 - 1)], _Duration: Union[int, float]}
-_Version = Literal[SCHEMA_VERSIONS]  # type: ignore[valid-type]
-
-
-_EPOCHS = ("t0", "t_first", "t_end")
-
-
-def _type_of(name: str):
-    if name in LABEL_FIELDS:
-        return Annotated[str, msgspec.Meta(min_length=1, max_length=LABEL_FIELDS[name])]
-    if name in COUNTS:
-        return _Count
-    if name in DURATIONS or name == "kv_transfer_s":  # a gap: contract.check_gap's range, a duration's
-        return _Duration
-    if name in _EPOCHS:  # the upper bound moves with the clock: checked per event below
-        return Annotated[float, msgspec.Meta(ge=MIN_T0)]
-    if name == "status":
-        return Literal[STATUSES]  # type: ignore[valid-type]
-    if name == "schema_version":
-        return _Version
-    if name == STREAMED:  # a JSON boolean only (contract.check_streamed)
-        return bool
-    raise AssertionError(f"no C type for contract field {name!r}")
+_GENERATION_TYPES = {**_TYPES, **dict.fromkeys(COUNTS, Annotated[int, msgspec.Meta(ge=-2 ** 63, le=2 ** 63 - 1)]),
+                     **dict.fromkeys(_GAPS, Union[int, float])}
 
 
 def _struct(title: str, tag: str, required: list, optional: list, gc: bool = False) -> type:
@@ -61,23 +51,18 @@ def _struct(title: str, tag: str, required: list, optional: list, gc: bool = Fal
                              forbid_unknown_fields=True, frozen=True, gc=gc)
 
 
-def _typed(name: str):
-    t = _type_of(name)
-    return _RANGED_ON_COLUMNS.get(t, t)
-
-
 # A generation as `derive.validate` accepts it without stall data (its ranges aside: formulas.out_of_range).
 # Its V2_ONLY fields are UNSET when absent, None when null: a v1 generation naming one, even as null, is the
 # full path's to refuse (unknown_field; `_v1_naming_v2_only`).
-Generation = _struct("Generation", "generation", [(n, _typed(n)) for n in REQUIRED if n != "kind"],
-                     [(n, _typed(n), "ok") if n == "status" else (n, Optional[_typed(n)], None)
+Generation = _struct("Generation", "generation", [(n, _GENERATION_TYPES[n]) for n in REQUIRED if n != "kind"],
+                     [(n, _GENERATION_TYPES[n], "ok") if n == "status" else (n, Optional[_GENERATION_TYPES[n]], None)
                       for n in sorted(KNOWN - set(REQUIRED))]
-                     + [(n, Union[_typed(n), None, msgspec.UnsetType], msgspec.UNSET) for n in V2_ONLY])
+                     + [(n, Union[_GENERATION_TYPES[n], None, msgspec.UnsetType], msgspec.UNSET) for n in V2_ONLY])
 # The v2 phases as validate_phase accepts them (its SPEC); stall data or P/D fields send one to the full path.
 PHASES = {kind: _struct(kind.title().replace("_", ""), kind,
-                        [("schema_version", Literal[PHASE_VERSION]), ("request_id", _type_of("request_id"))]
-                        + [(n, _type_of(n)) for n in required],
-                        [(n, Optional[_type_of(n)], None) for n in optional + either
+                        [("schema_version", Literal[PHASE_VERSION]), ("request_id", _TYPES["request_id"])]
+                        + [(n, _TYPES[n]) for n in required],
+                        [(n, Optional[_TYPES[n]], None) for n in optional + either
                          if n not in V2_OPTIONAL + PD_FIELDS])
           for kind, (required, optional, either) in SPEC.items()}
 _EVENT = Union[(Generation, *PHASES.values())]
