@@ -131,9 +131,8 @@ def decoded_events(raw: bytes, max_batch: int):
     is not one: the full path's to name."""
     # msgspec refuses a lone surrogate escape (the full path names it not_utf8), and objects nested past the
     # recursion limit raise RecursionError (arrays a DecodeError): malformed_json on the full path.
-    try:
-        message = _DECODER.decode(raw)
-    except (msgspec.MsgspecError, RecursionError):
+    message = _decoded(_DECODER, raw)
+    if message is None:
         return None
     events = message.events if type(message) is Envelope else (message,)
     bad = len(events) > max_batch or (may_hold_control(raw) and any(map(_holds_control, events)))
@@ -170,7 +169,7 @@ def _taken(e, latest: float) -> bool:
 
 def _one_by_one(parts: list, raw: bytes, bucket: Bucketer, now: float, internal: bool, oldest: float) -> list | None:
     """An envelope `decoded_events` refused, event by event; None if one needs its whole message (a huge int...)."""
-    structs = list(map(_event_or_none, parts))
+    structs = [_decoded(_EVENT_DECODER, part) for part in parts]
     taken = [e for e in structs if e is not None]
     control = may_hold_control(raw)
     latest = now + MAX_DURATION_S
@@ -191,10 +190,7 @@ def _one_by_one(parts: list, raw: bytes, bucket: Bucketer, now: float, internal:
 
 def raw_events(raw: bytes) -> list | None:
     """An envelope's events, each left undecoded (msgspec.Raw); None when `raw` is no envelope."""
-    try:
-        envelope = _RAW_ENVELOPE.decode(raw)
-    except (msgspec.MsgspecError, RecursionError):
-        return None
+    envelope = _decoded(_RAW_ENVELOPE, raw)
     return envelope.events if type(envelope) is _RawEnvelope else None
 
 
@@ -210,7 +206,7 @@ def event_bytes(raw: bytes, e) -> bytes | None:
         if at < 0:
             return None
         start, end = raw.rfind(b"{", 0, at), raw.find(b"}", at)
-        if start >= 0 and end >= 0 and _event_or_none(span := raw[start:end + 1]) == e:
+        if start >= 0 and end >= 0 and _decoded(_EVENT_DECODER, span := raw[start:end + 1]) == e:
             return span
         at = raw.find(key, at + 1)
     return None
@@ -229,9 +225,10 @@ def full_event(part, i: int, bucket: Bucketer, now: float, internal: bool, oldes
     return result.in_envelope(i) if type(result) is Rejection else result
 
 
-def _event_or_none(part):
+def _decoded(decoder, raw):
+    """`decoder`'s Struct, or None where msgspec refuses `raw` or it nests past the recursion limit."""
     try:
-        return _EVENT_DECODER.decode(part)
+        return decoder.decode(raw)
     except (msgspec.MsgspecError, RecursionError):
         return None
 
