@@ -98,8 +98,11 @@ class Generations(Sequence):
         return len(self.request_ids)
 
     def __getitem__(self, i):
-        if self._rows is None:
-            self._rows = self.columns_to_rows()
+        if self._rows is None:  # the dicts, built once
+            names = list(self.columns)
+            self._rows = [dict(zip(names, vs)) for vs in zip(*(self.columns[n].to_pylist() for n in names))]
+            for row, t0 in zip(self._rows, self.ts.tolist()):
+                row["ts"] = row["t0"] = t0
         return self._rows[i]
 
     def take(self, indexes: list[int]) -> "Generations":
@@ -122,14 +125,6 @@ class Generations(Sequence):
         return Generations(columns, self.ts[at], list(map(self.request_ids.__getitem__, at.tolist())),
                            [self.sources[m] for m in message_of_row[starts].tolist()],
                            np.diff(starts, append=len(at)).tolist())
-
-    def columns_to_rows(self) -> list[dict]:
-        names = list(self.columns)
-        values = [self.columns[n].to_pylist() for n in names]
-        rows = [dict(zip(names, vs)) for vs in zip(*values)]
-        for row, t0 in zip(rows, self.ts.tolist()):
-            row["ts"] = row["t0"] = t0
-        return rows
 
     def arrow(self) -> pa.Table:
         """The table the sink inserts: ROW_COLUMNS."""
