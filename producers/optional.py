@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import phasemeter.stream_jobs.reasons as R
 from phasemeter.stream_jobs.contract import (LABEL_FIELDS, MAX_DURATION_S, PD_FIELDS, PD_LABELS, V2_OPTIONAL,
-                                             check_gap, check_gap_within, check_streamed, check_v2_optional)
+                                             STREAMED, check_bool, check_gap, check_gap_within, check_v2_optional)
 from phasemeter.stream_jobs.formulas import check_transfer_within
 
 from .checks import BadArgument, label_error, label_ok
@@ -81,10 +81,10 @@ _BEFORE_STREAMED = len(V2_OPTIONAL) + len(PD_FIELDS)  # the slots a v2 tuple has
 def with_streamed(v2: tuple | None, streamed) -> tuple | None:
     """An event's v2 tuple with `streamed` in its slot (the slots before it
     None where not given), or `v2` as it was when `streamed` is None. A
-    non-bool is refused as the worker refuses it (contract.check_streamed)."""
+    non-bool is refused as the worker refuses it (contract.check_bool)."""
     if streamed is None:
         return v2
-    bad = check_streamed(streamed)
+    bad = check_bool(STREAMED, streamed)
     if bad is not None:
         raise BadArgument(f"record(): {bad.detail}", bad.reason)
     v2 = v2 or _NO_V2

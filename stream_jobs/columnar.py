@@ -18,16 +18,16 @@ import pyarrow as pa
 from phasemeter.settings import redact
 
 from . import dead_letter, refusals
-from .contract import MAX_DURATION_S, MIN_T0, PD_LABELS, STREAMED, V2_ONLY, Rejection
-from .derive import ROW_COLUMNS, NO_EXTRAS, ranged
+from .contract import MAX_DURATION_S, MIN_T0, PD_LABELS, STALL_FIELDS, STREAMED, Rejection
+from .derive import ROW_COLUMNS, ranged
 from .fast_decode import _UNSET, given
 from .formulas import Fields, failing, metrics, out_of_range, rejection_of
 
 _TEXT = ("request_id", "model", "status")  # Generation fields stored as they are
 _LABELS = ("finish_reason", "gateway", "replica")  # null -> "", as derive.validate gives them
-_EXTRAS = tuple(k for k in NO_EXTRAS if k not in ROW_COLUMNS)  # a row's fields not stored, in the dict view only
-# The v2 extras the C decoder leaves to the full path: null on its rows.
-_NULL_COLUMNS = tuple(k for k, v in NO_EXTRAS.items() if v is None and k not in V2_ONLY) + ("stalled",)
+# A row's fields not stored, in the dict view only: of the v2 extras, only stall data has any.
+_EXTRAS = tuple(k for k in STALL_FIELDS if k not in ROW_COLUMNS)
+_NULL_COLUMNS = STALL_FIELDS + ("stalled",)  # the v2 extras the C decoder leaves to the full path: null on its rows
 
 
 def ts_array(seconds) -> pa.Array:

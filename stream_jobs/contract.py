@@ -30,15 +30,10 @@ DEFAULT_STALL_THRESHOLD_S = 0.5
 # replicas are labels, kv_transfer_s a gap (check_gap) inside ttft_s, or inside e2e_s without a first token.
 PD_LABELS = ("prefill_replica", "decode_replica")
 PD_FIELDS = PD_LABELS + ("kv_transfer_s",)
-PD_ABSENT = {"prefill_replica": "", "decode_replica": "", "kv_transfer_s": None}
 # Optional on a v2 generation: false (not streamed) means no first token to time, so formulas.CHECKS keeps the
 # row, with null phases; null says nothing (docs/metrics.md, "Calls not streamed").
 STREAMED = "streamed"
 V2_ONLY = PD_FIELDS + (STREAMED,)  # only on a v2 generation, beside V2_OPTIONAL
-
-
-def check_streamed(value) -> Rejection | None:
-    return check_bool(STREAMED, value)
 
 
 def check_bool(name: str, value) -> Rejection | None:

@@ -13,17 +13,13 @@ from .buckets import Bucketer
 from .formulas import NULL, Fields, check_one, metrics
 from .contract import COUNTS, DURATIONS, LABEL_FIELDS, MAX_BATCH, MAX_DURATION_S, MIN_T0, SCHEMA_VERSIONS, Rejection
 from .contract import V2_OPTIONAL, check_gap_within, check_v2_optional, lone_surrogate, may_hold_lone_surrogate
-from .contract import PD_ABSENT, STREAMED, V2_ONLY, check_count, check_duration, check_gap, check_label, check_status
-from .contract import check_streamed
+from .contract import STREAMED, V2_ONLY, check_bool, check_count, check_duration, check_gap, check_label, check_status
 from .phase_events import PHASE_KINDS, Phase, validate_phase
 
 REQUIRED = ("schema_version", "kind", "request_id", "model", "t0", "e2e_s", "input_tokens", "output_tokens")
 OPTIONAL = ("ttft_s", "queue_s", "cached_input_tokens", "status", "finish_reason", "gateway", "replica")
 KNOWN = frozenset(REQUIRED + OPTIONAL)  # a v1 generation: exactly as strict as before v2's extras
 KNOWN_V2 = KNOWN | frozenset(V2_OPTIONAL) | frozenset(V2_ONLY)
-# The v2 extras' values on an event without them: no chunk data, the server's output count, no P/D split.
-NO_EXTRAS = {"chunks": None, "max_gap_s": None, "gaps_over": None, "gap_threshold_s": None,
-             "output_tokens_estimated": False, **PD_ABSENT, STREAMED: None}
 
 # The stored columns, in the sink's insert order; schema/0001 defines them, and a test holds the two equal.
 ROW_COLUMNS = (
@@ -99,7 +95,7 @@ def validate(event: dict, now: float | None = None, oldest: float = MIN_T0) -> d
         out[name] = "" if value is None else value
     out["status"] = event.get("status", "ok")
     # Each check runs once those before it passed (`or`); `ranged` puts the numbers in `out`.
-    bad = check_status(out["status"]) or ranged(event.get, out) or check_streamed(event.get(STREAMED))
+    bad = check_status(out["status"]) or ranged(event.get, out) or check_bool(STREAMED, event.get(STREAMED))
     if bad is not None:
         return bad
     out[STREAMED] = event.get(STREAMED)  # after the numbers, as rows have always held it; CHECKS read it

@@ -36,7 +36,7 @@ _TYPES = {**{n: Annotated[str, msgspec.Meta(min_length=1, max_length=m)] for n, 
           **dict.fromkeys(_EPOCHS, Annotated[float, msgspec.Meta(ge=MIN_T0)]),
           "status": Literal[STATUSES],  # type: ignore[valid-type]
           "schema_version": _Version,
-          STREAMED: bool}  # a JSON boolean only (contract.check_streamed)
+          STREAMED: bool}  # a JSON boolean only (contract.check_bool)
 # A generation's counts and durations are only typed (an int64, a number), their ranges checked on columns
 # (formulas.out_of_range), so that one bad value does not send its envelope event by event. A duration keeps
 # its JSON type, for derive.ranged to name its row as the full path does (docs/performance/worker.md).
