@@ -54,10 +54,6 @@ def parse(raw: bytes, max_bytes: int) -> dict | Rejection:
     return event
 
 
-def _float(value) -> float | None:
-    return None if value is None else float(value)
-
-
 def _nan(value):
     return NULL if value is None else value
 
@@ -104,27 +100,25 @@ def validate(event: dict, now: float | None = None, oldest: float = MIN_T0) -> d
     return bad if bad is not None else out
 
 
+# The numbers `ranged` checks, in the full path's order: (name, check, whether a float). t0 is epoch seconds,
+# held to the clock by formulas.CHECKS; kv_transfer_s a gap (contract.PD_FIELDS) that CHECKS holds inside ttft_s.
+# A table: a branch per name in the loop made `ranged` a quarter slower (~0.5 µs an event).
+_RANGED = (*((name, check_count, False) for name in COUNTS),
+           ("t0", lambda name, value: check_duration(name, value, None), True),
+           *((name, check_duration, True) for name in DURATIONS), ("kv_transfer_s", check_gap, True))
+
+
 def ranged(get, out: dict) -> Rejection | None:
     """The first count, t0, duration or gap (`get(name)`: None when absent or null) outside the contract's
     type or range, in the full path's order; checked values go to `out`, times as floats. It also names a
     Generation formulas.out_of_range refused (columnar.py), whose JSON-typed numbers give the same detail."""
-    for name in COUNTS:
+    for name, check, floated in _RANGED:
         value = get(name)
-        bad = _missing(name) if value is None else check_count(name, value)
+        bad = _missing(name) if value is None else check(name, value)
         if bad is not None:
             return bad
-        out[name] = value
-    for name in ("t0",) + DURATIONS:
-        value = get(name)
-        bad = _missing(name) if value is None else check_duration(name, value, None if name == "t0" else MAX_DURATION_S)
-        if bad is not None:
-            return bad
-        out[name] = _float(value)
-    kv = get("kv_transfer_s")  # a gap (contract.PD_FIELDS); formulas.CHECKS holds it inside ttft_s
-    bad = None if kv is None else check_gap("kv_transfer_s", kv)
-    if bad is None:
-        out["kv_transfer_s"] = _float(kv)
-    return bad
+        out[name] = float(value) if floated and value is not None else value
+    return None
 
 
 def _missing(name: str) -> Rejection | None:
