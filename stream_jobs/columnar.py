@@ -86,12 +86,12 @@ class Generations(Sequence):
         """These rows, then `other`'s; a column one side lacks (null there) or has all null takes the other's type."""
         if not len(other) or not len(self):
             return other if len(other) else self
-        columns = {}
-        for name in dict.fromkeys([*self.columns, *other.columns]):
-            a, b = (side.columns.get(name, pa.nulls(len(side))) for side in (self, other))
-            kind = b.type if pa.types.is_null(a.type) else a.type
-            columns[name] = pa.concat_arrays([a.cast(kind), b.cast(kind)])
-        return Generations(columns, np.concatenate([self.ts, other.ts]), self.request_ids + other.request_ids,
+        # "default" types a lacking or null-typed column as the other side's and refuses any other mismatch, which
+        # batch_decode's sum never holds: `_columns` (the Structs) and `from_rows` (the full path) type a column alike,
+        # or null where all null.
+        both = pa.concat_tables([pa.table(self.columns), pa.table(other.columns)], promote_options="default")
+        return Generations({name: both[name].combine_chunks() for name in both.column_names},
+                           np.concatenate([self.ts, other.ts]), self.request_ids + other.request_ids,
                            self.sources + other.sources, self.per_message + other.per_message)
 
     def __len__(self) -> int:
