@@ -192,12 +192,11 @@ def _derive(gens: list, counts: list[int], events, bucket, now: float,
         failing_rows = [out_of_range(f), *failing(f, now + MAX_DURATION_S, oldest)]
     bad_rows: list[tuple[int, Rejection]] = []
     if any(m.any() for m in failing_rows):
-        reason = np.zeros(n, dtype=np.int8)  # 0 passes, else 1 + the first check that refuses it
-        for k in range(len(failing_rows) - 1, -1, -1):
-            reason[failing_rows[k]] = k + 1
-        good = reason == 0
+        refusing = np.vstack(failing_rows)  # a row per check, a column per row of the batch
+        good = ~refusing.any(axis=0)
+        first = refusing.argmax(axis=0) - 1  # the first check refusing each row; -1: out of range
         for i in np.flatnonzero(~good).tolist():
-            check = int(reason[i]) - 2
+            check = int(first[i])
             bad_rows.append((i, _named(gens[i]) if check < 0 else rejection_of(check, Fields(*(v[i].item() for v in f)),
                                                                                 oldest)))
         gens = list(compress(gens, good.tolist()))
