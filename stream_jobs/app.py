@@ -114,10 +114,6 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
     offsets = log_offsets.LogOffsets(app, settings, bootstrap)
     joiner = join_agent.install(app, settings, pipeline.bucket, offsets, _crash_guard)
 
-    @app.task
-    async def _connect_offsets():
-        offsets.warm()
-
     @app.on_before_shutdown.connect
     async def _close_offsets(app, **kwargs):  # noqa: ARG001
         offsets.close()

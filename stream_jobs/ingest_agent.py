@@ -12,7 +12,7 @@ import time
 import msgspec
 
 from . import batching, columnar, resume
-from .preload import Preload
+from .preload import preload
 from .ready import until_ready
 
 log = logging.getLogger("phasemeter.worker")
@@ -21,14 +21,16 @@ _JSON = msgspec.json.Encoder().encode
 
 
 def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets, crash):
-    """Register the ingest agent over `raw` and the start-up preload. `offsets`: a log_offsets.LogOffsets;
+    """Register the ingest agent over `raw` and its start task. `offsets`: a log_offsets.LogOffsets;
     `crash` wraps the agent's body so that a bug exits the process (app._crash_guard). -> the agent's reader
     of durable positions, for the idle check (app.py, resume.reseek_behind)."""
-    preload = Preload()
+    preloading: list[asyncio.Future] = []  # the preload's import, from the start task on
 
     @app.task
-    async def _preload():
-        preload.start()
+    async def _start():
+        # While the worker waits for Kafka: the offsets client's connection, and pandas in the executor.
+        offsets.warm()
+        preloading.append(asyncio.get_running_loop().run_in_executor(None, preload))
 
     @app.agent(raw, name="phasemeter.ingest")
     async def ingest(stream):
@@ -65,7 +67,10 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
                 if batch is not None:
                     await asyncio.shield(batch)  # raises what the batch raised
                 await until_ready(app)
-                await preload.wait()
+                # The preload's end. Each future awaited, not gathered: an ended one returns without yielding to
+                # the loop, so once the import has ended nothing runs between the readiness check and the start.
+                for imported in preloading:
+                    await imported
                 batch = ingest_handoff.start(_batch(events, ahead))
             if batch is not None:
                 await asyncio.shield(batch)

@@ -8,33 +8,18 @@ for it to end: pyarrow and pandas import each other, and two threads importing t
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import logging
 
 log = logging.getLogger("phasemeter.worker")
 
 
-def _import(name: str) -> None:
+def preload(name: str = "pandas") -> None:
+    """In the batches' executor, once, as the worker starts (ingest_agent.install); a module that fails is said
+    here, never raised."""
     try:
         importlib.import_module(name)
     except ImportError:  # not installed: pyarrow will not import it either
         log.debug("preload: %s is not installed", name)
     except Exception:  # broken: said here, and left to the first batch as before
         log.warning("preload: importing %s failed", name, exc_info=True)
-
-
-class Preload:
-    def __init__(self, name: str = "pandas"):
-        self.name = name
-        self._future: asyncio.Future | None = None
-
-    def start(self) -> None:
-        """From the event loop, once, as the worker starts."""
-        if self._future is None:
-            self._future = asyncio.get_running_loop().run_in_executor(None, _import, self.name)
-
-    async def wait(self) -> None:
-        """Before a batch: returns at once when the import has ended (or never started)."""
-        if self._future is not None:
-            await self._future
