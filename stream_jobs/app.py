@@ -73,7 +73,6 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
         settings.group_id,
         broker=[f"kafka://{hp}" for hp in bootstrap.split(",")],
         broker_credentials=_broker_credentials(settings),
-        store="memory://",
         # Faust's state folder: under our data dir, not the current directory.
         datadir=str(faust_dir),
         web_host=settings.web_host,
@@ -96,7 +95,6 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
         producer_max_request_size=max(1_048_576, settings.max_message_bytes + 65_536),
         # Kafka's message size, not 16 kB: the join's changelog and forwarded phases went out in tiny requests.
         producer_max_batch_size=settings.max_message_bytes,
-        web_enabled=True,
         # Without Faust's 1 s wait at start for tables declared late (faust_adapter.TableManager).
         TableManager="phasemeter.stream_jobs.faust_adapter:TableManager",
     )

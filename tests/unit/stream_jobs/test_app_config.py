@@ -36,3 +36,13 @@ def test_changelog_topics_names_the_join_tables_compacted_changelog(tmp_path):
     assert changelog_topics(app) == ["grp-x-phasemeter-join-changelog"]
     (table,) = app.tables.values()
     assert table.changelog_topic.compacting and table.changelog_topic.partitions == settings.topic_partitions
+
+
+def test_the_app_keeps_fausts_memory_store_and_web_server(tmp_path):
+    """create_app leaves both to Faust's defaults: the join table in memory
+    (restored from its changelog) and the web port (live page, /health)."""
+    from phasemeter.stream_jobs.app import create_app
+
+    app = create_app(Settings.from_env({"PHASEMETER_DATA_DIR": str(tmp_path),
+                                        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9"}))  # never dialled
+    assert str(app.conf.store) == "memory:" and app.conf.web_enabled is True
