@@ -160,21 +160,9 @@ class Pipeline:
         return decode(events, broken=broken, **decoding)
 
     def split(self, events, ahead: Ahead | None = None):
-        """`_split`, with the labels from outside bounded per model (labels.py)."""
-        out = self._split(events, ahead)
-        if not self.labels_seeded:
-            self.labels.seed(self.sink.label_values())
-            self.labels_seeded = True
-        if len(out[0]):
-            self.labels.columns(out[0])
-        for label, n in self.labels.folded.items():
-            self.counts[f"labels_other_{label}"] = n
-        return out
-
-    def _split(self, events, ahead: Ahead | None = None):
         """Admitted events -> (rows as columnar.Generations or [], dead letters, phases to forward as
-        (partition, timestamp, fields), suspect rollup cells); sets `reread_records`. `ahead`: the batch
-        decoded early (`decode_ahead`), if it was."""
+        (partition, timestamp, fields), suspect rollup cells), the rows' labels from outside bounded per model
+        (labels.py); sets `reread_records`. `ahead`: the batch decoded early (`decode_ahead`), if it was."""
         self.reread_records = 0
         now = time.time()
         d = ahead.decoded_for(events, self.oldest(now)) if ahead is not None else None
@@ -224,6 +212,13 @@ class Pipeline:
         kept = [x for x in dead if x["src_offset"] not in
                 getattr(stored.get((x["src_topic"], x["src_partition"])), "dead", ())]
         self.skipped += len(dead) - len(kept)  # dead letters a re-read record stored before
+        if not self.labels_seeded:
+            self.labels.seed(self.sink.label_values())
+            self.labels_seeded = True
+        if len(rows):
+            self.labels.columns(rows)
+        for label, n in self.labels.folded.items():
+            self.counts[f"labels_other_{label}"] = n
         return rows, kept, d.forward, suspects
 
     def health(self) -> dict:
