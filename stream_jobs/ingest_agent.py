@@ -81,7 +81,7 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
             raise
 
     async def _batch(events, ahead=None):
-        pipeline.consumed += len(events)
+        pipeline.counts["consumed"] += len(events)
         t_start = time.time()
         admitted = await resume.admit(app, offsets, pipeline.sequencer, events, load, save, pipeline.counts)
         events = admitted.events
@@ -117,8 +117,8 @@ def install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
         positions = pipeline.sequencer.position({(e.message.topic, e.message.partition) for e in events})
         await save(positions)
         await ingest_handoff.commit(app, positions)
-        pipeline.accepted += len(rows) - len(refused)
-        pipeline.rejected += len(dead)
+        pipeline.counts["accepted"] += len(rows) - len(refused)
+        pipeline.counts["rejected"] += len(dead)
         pipeline.last_batch_at = time.time()
         span = columnar.ts_bounds(rows)
         # Where a batch's time goes, for /health and the freshness benchmark.

@@ -26,6 +26,9 @@ from .labels import LabelBound
 from .sink import Sink
 
 log = logging.getLogger("phasemeter.worker")
+# The counters /health shows from the start, at 0 until a batch counts one (Pipeline.counts).
+COUNTED = ("consumed", "accepted", "rejected", "skipped_redelivered", "duplicates", "phases_forwarded",
+           "rejoined_dropped", "joined_in_batch", "otlp_spans_ignored")
 
 
 class Pipeline:
@@ -36,7 +39,6 @@ class Pipeline:
         self.sink = sink
         self.bucket = Bucketer(parse_edges(settings.bucket_edges))
         self.topics = tuple(settings.ingest_topics)
-        self.otlp_ignored = 0
         self.labels = LabelBound(settings.label_top_k)
         self.labels_seeded = False  # the store's label values are read at the first batch (again after a rebalance)
         self.sequencer = Sequencer()
@@ -53,9 +55,8 @@ class Pipeline:
         # it a fresh start on a quiet topic would check every batch for minutes (docs/performance/sink.md).
         self.resume_end: dict[tuple[str, int], int] = {}
         self.reread_records = 0  # of the last split: records _maybe_in_the_previous_batch
-        self.counts: Counter = Counter()
-        self.consumed = self.skipped = self.accepted = self.rejected = self.duplicates = 0
-        self.forwarded = self.rejoined = self.joined_in_batch = 0
+        # /health's counters: COUNTED, then those a batch adds as it counts them (batches_decoded_ahead, ...).
+        self.counts: Counter = Counter(dict.fromkeys(COUNTED, 0))
         self.started = time.time()
         self.publisher = None  # publish.Publisher, set by the app
         self.last_batch_at: float | None = None
@@ -104,8 +105,8 @@ class Pipeline:
             stored.append(self.sink.existing_request_ids(topics, s.unique, s.lo, s.hi).union(
                 *(held.get(t, ()) for t in topics)))
         answer = dedup.answer(scopes, stored, joined) if dropped or any(stored) else d.repeats
-        self.rejoined += answer.rejoined
-        self.duplicates += len(answer.letters)
+        self.counts["rejoined_dropped"] += answer.rejoined
+        self.counts["duplicates"] += len(answer.letters)
         for row, rid in answer.letters:
             msg = events[d.message[row]].message
             source = {"src_topic": msg.topic, "src_partition": msg.partition, "src_offset": msg.offset}
@@ -170,10 +171,10 @@ class Pipeline:
             self.counts["batches_decoded_ahead"] += 1
         else:
             d = self._decode(events, now)
-        self.otlp_ignored += d.otlp_ignored
+        self.counts["otlp_spans_ignored"] += d.otlp_ignored
         self.counts.update(d.notes)
-        self.forwarded += len(d.forward)
-        self.joined_in_batch += d.joined_in_batch
+        self.counts["phases_forwarded"] += len(d.forward)
+        self.counts["joined_in_batch"] += d.joined_in_batch
         self.counts["phases_duplicate_in_batch"] += d.duplicates
         gens, dead = d.gens, list(d.store_refused)
         cap = self.settings.dlq_payload_bytes
@@ -206,12 +207,12 @@ class Pipeline:
                     dropped.add(i)
                 elif again[m]:
                     inside.append(i)
-        self.skipped += len(dropped)
+        self.counts["skipped_redelivered"] += len(dropped)
         suspects |= gens.cells(inside) if inside else set()
         rows = self._duplicates(events, d, dropped, dead, now)
         kept = [x for x in dead if x["src_offset"] not in
                 getattr(stored.get((x["src_topic"], x["src_partition"])), "dead", ())]
-        self.skipped += len(dead) - len(kept)  # dead letters a re-read record stored before
+        self.counts["skipped_redelivered"] += len(dead) - len(kept)  # dead letters a re-read record stored before
         if not self.labels_seeded:
             self.labels.seed(self.sink.label_values())
             self.labels_seeded = True
@@ -228,11 +229,6 @@ class Pipeline:
             "status": "paused" if paused else "ok",
             "paused_reason": paused,
             "publish_retries": getattr(self.publisher, "retries", 0),
-            "consumed": self.consumed, "accepted": self.accepted, "rejected": self.rejected,
-            "skipped_redelivered": self.skipped, "duplicates": self.duplicates,
-            "phases_forwarded": self.forwarded, "rejoined_dropped": self.rejoined,
-            "joined_in_batch": self.joined_in_batch,
-            "otlp_spans_ignored": self.otlp_ignored,
             "store_retries": self.sink.retries, "writing_since": self.writing_since,
             # The store's last error, transient (retried, paused) or deterministic (rows dead-lettered), and its code.
             "store_error": self.sink.store_error, "store_refused": self.sink.store_refused,

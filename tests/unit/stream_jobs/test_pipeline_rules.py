@@ -165,7 +165,7 @@ def test_a_re_read_row_is_skipped_and_its_cell_is_handed_over_for_the_rollup_che
     p = pipeline(sink)
     rows, dead, _, suspects = p.split([rec(i, gen(f"r{i}")) for i in range(4)])
     assert [r["request_id"] for r in rows] == ["r2", "r3"]
-    assert suspects == {CELL} and p.skipped == 2 and dead == []
+    assert suspects == {CELL} and p.counts["skipped_redelivered"] == 2 and dead == []
     assert sink.range_queries == [(TOPIC, 0, 0, 1)]
 
 
@@ -215,10 +215,11 @@ def test_a_re_read_duplicate_the_store_holds_as_a_dead_letter_stays_one_whatever
     rules: that copy's row may be what the crash lost (an insert's deduplication entry without its part)."""
     p = pipeline(FakeSink(dead=[(TOPIC, 0, 1)], dups=[(TOPIC, 0, 1, "a")]))
     rows, dead = p.split([rec(0, gen("b")), rec(1, gen("a"))])[:2]
-    assert ([r["request_id"] for r in rows], dead, p.skipped, p.duplicates) == (["b"], [], 1, 0)
+    assert ([r["request_id"] for r in rows], dead, p.counts["skipped_redelivered"], p.counts["duplicates"]) == \
+        (["b"], [], 1, 0)
     p = pipeline(FakeSink(dead=[(TOPIC, 0, 1)], dups=[(TOPIC, 0, 1, "a")]))
     rows, dead = p.split([rec(1, env(gen("a"), gen("a", t0=T0 + 1)))])[:2]
-    assert ([(r["request_id"], r["t0"]) for r in rows], dead, p.skipped) == ([("a", T0)], [], 1)
+    assert ([(r["request_id"], r["t0"]) for r in rows], dead, p.counts["skipped_redelivered"]) == ([("a", T0)], [], 1)
 
 
 def test_a_re_read_row_the_store_holds_makes_its_later_copies_duplicates_whatever_the_batch_sees():
@@ -227,7 +228,8 @@ def test_a_re_read_row_the_store_holds_makes_its_later_copies_duplicates_whateve
     another record of the batch, though the batch's time range without the skipped rows misses the first."""
     p = pipeline(FakeSink(rows=[(TOPIC, 0, 1, "a", CELL)]))
     rows, dead = p.split([rec(1, env(gen("a"), gen("a", t0=T0 + 1)))])[:2]
-    assert (len(rows), [(d["reason"], d["src_offset"]) for d in dead], p.skipped) == (0, [(R.DUPLICATE, 1)], 1)
+    assert (len(rows), [(d["reason"], d["src_offset"]) for d in dead], p.counts["skipped_redelivered"]) == \
+        (0, [(R.DUPLICATE, 1)], 1)
     p = pipeline(FakeSink(rows=[(TOPIC, 0, 0, "a", CELL)]))
     rows, dead = p.split([rec(0, gen("a")), rec(1, gen("b", t0=T0 + 7200)), rec(2, gen("a", t0=T0 + 7200))])[:2]
     assert ([r["request_id"] for r in rows], [(d["reason"], d["src_offset"]) for d in dead]) == (
@@ -240,7 +242,7 @@ def test_a_rejoined_generation_on_the_joined_topic_is_dropped_not_dead_lettered(
     p = Pipeline(s, sink)
     envelope = env(dict(gen("j"), schema_version=2))
     rows, dead, _, _ = p.split([rec(0, envelope, topic=s.joined_topic_name)])
-    assert (rows, dead, p.rejoined) == ([], [], 1)
+    assert (rows, dead, p.counts["rejoined_dropped"]) == ([], [], 1)
 
 
 def test_stored_maximum_is_re_read_after_a_rebalance():
@@ -355,14 +357,14 @@ def test_a_batch_decoded_ahead_brings_its_duplicate_rule_answered_and_is_answere
     assert rows is ahead.decoded.deduped and [r["request_id"] for r in rows] == ["a", "b", "c"] and calls == []
     assert [(d["reason"], d["src_offset"], d["detail"]) for d in dead] == [
         (R.DUPLICATE, 0, "request_id a already stored"), (R.DUPLICATE, 1, "request_id b already stored")]
-    assert p.duplicates == 2
+    assert p.counts["duplicates"] == 2
     # The previous batch stored "c" meanwhile: answered again, in the turn.
     ahead = p.decode_ahead(batch)
     p.sink.ids.add("c")
     calls.clear()
     rows, dead = p.split(list(batch), ahead)[:2]
     assert [r["request_id"] for r in rows] == ["a", "b"] and len(calls) == 1
-    assert [d["src_offset"] for d in dead] == [0, 1, 2] and p.duplicates == 5
+    assert [d["src_offset"] for d in dead] == [0, 1, 2] and p.counts["duplicates"] == 5
 
 
 def phases_of(rid: str, t0: float = T0) -> list[dict]:
@@ -384,7 +386,7 @@ def test_a_generation_whose_phases_are_all_in_the_batch_is_written_from_the_raw_
     assert (rows[0]["prefill_tps"], rows[0]["decode_tps"]) == (2000.0, 49 / 1.5)
     assert [(f["request_id"], f["kind"]) for _, _, f in phases] == [("b", "start"), ("b", "first_token"),
                                                                    ("a", "joined_in_ingest")]
-    assert (dead, suspects, p.joined_in_batch, p.forwarded) == ([], set(), 1, 3)
+    assert (dead, suspects, p.counts["joined_in_batch"], p.counts["phases_forwarded"]) == ([], set(), 1, 3)
     assert p.counts["phases_duplicate_in_batch"] == 1  # the second first_token
 
 
@@ -395,7 +397,7 @@ def test_phases_one_per_message_all_go_to_the_join_agent():
     p = pipeline(FakeSink())
     # An envelope of one event is one message per phase too.
     rows, dead, phases, _ = p.split([rec(i, ph) for i, ph in enumerate(a)] + [rec(3, env(phases_of("b")[0]))])
-    assert (rows, dead, p.joined_in_batch) == ([], [], 0)
+    assert (rows, dead, p.counts["joined_in_batch"]) == ([], [], 0)
     assert [(f["request_id"], f["kind"]) for _, _, f in phases] == [("a", "start"), ("a", "first_token"),
                                                                    ("a", "end"), ("b", "start")]
 
@@ -405,7 +407,7 @@ def test_a_re_read_batch_skips_the_row_it_had_joined_and_hands_over_its_cell():
     sink = FakeSink(rows=[(TOPIC, 0, 2, "a", CELL)])
     p = pipeline(sink)
     rows, dead, phases, suspects = p.split([rec(2, env(*a))])
-    assert (rows, dead, suspects, p.skipped) == ([], [], {CELL}, 1)
+    assert (rows, dead, suspects, p.counts["skipped_redelivered"]) == ([], [], {CELL}, 1)
     # The note goes again (the agent takes a second one as a duplicate).
     assert [f["kind"] for _, _, f in phases] == ["joined_in_ingest"]
 
@@ -420,11 +422,12 @@ def test_a_generation_joined_both_ways_is_stored_once_and_never_dead_lettered(st
     sink = FakeSink(ids={(topic, "a")})
     p = Pipeline(s, sink)
     rows, dead, phases, _ = p.split([rec(0, env(*phases_of("a")))])
-    assert (rows, dead, p.rejoined, [f["kind"] for _, _, f in phases]) == ([], [], 1, ["joined_in_ingest"])
+    assert (rows, dead, p.counts["rejoined_dropped"], [f["kind"] for _, _, f in phases]) == \
+        ([], [], 1, ["joined_in_ingest"])
     assert (TOPIC, s.joined_topic_name) in sink.id_queries
     envelope = env(dict(gen("a"), schema_version=2))
     rows, dead, _, _ = p.split([rec(0, envelope, topic=s.joined_topic_name)])
-    assert (rows, dead, p.rejoined) == ([], [], 2)
+    assert (rows, dead, p.counts["rejoined_dropped"]) == ([], [], 2)
     # A single event's copy is still the gateway's duplicate, asked about on its own topic only.
     sink.id_queries.clear()
     rows, dead, _, _ = p.split([rec(5, gen("a"))])
@@ -439,7 +442,7 @@ def test_a_joined_and_an_agent_joined_copy_in_one_batch_keep_one_row():
     envelope = env(dict(gen("a"), schema_version=2))
     batch = [rec(0, envelope, topic=s.joined_topic_name), rec(0, env(*phases_of("a")))]
     rows, dead, _, _ = p.split(batch)
-    assert [r["src_topic"] for r in rows] == [s.joined_topic_name] and dead == [] and p.rejoined == 1
+    assert [r["src_topic"] for r in rows] == [s.joined_topic_name] and dead == [] and p.counts["rejoined_dropped"] == 1
 
 
 def test_events_outside_the_raw_retention_are_dead_lettered_on_every_path():
@@ -502,7 +505,7 @@ def test_otlp_spans_ignored_and_replicas_dropped_are_counted_per_reason():
                                  "gen_ai.latency.time_to_first_token": 0.1})]}]}]}
     rows = p.split([rec(0, msg, topic=s.otlp_topic)])[0]
     assert len(rows) == 1 and rows[0]["replica"] == ""
-    assert p.otlp_ignored == 2
+    assert p.counts["otlp_spans_ignored"] == 2
     assert (p.counts["otlp_spans_ignored_embedding"], p.counts["otlp_spans_ignored_not_llm"],
             p.counts["otlp_replicas_dropped"]) == (1, 1, 1)
     # Its mapping reads the clock: a batch holding an OTLP record is decoded in its turn only, once.
@@ -510,7 +513,7 @@ def test_otlp_spans_ignored_and_replicas_dropped_are_counted_per_reason():
     ahead = p.decode_ahead(batch)
     assert ahead.decoded is None
     rows = p.split(batch, ahead)[0]
-    assert [(r["request_id"], r["src_topic"]) for r in rows][0] == ("g", TOPIC) and p.otlp_ignored == 4
+    assert [(r["request_id"], r["src_topic"]) for r in rows][0] == ("g", TOPIC) and p.counts["otlp_spans_ignored"] == 4
     assert len(rows) == 2 and rows[1]["src_topic"] == s.otlp_topic
     assert p.counts["batches_decoded_ahead"] == 0
 
@@ -612,8 +615,8 @@ def test_a_batch_keeps_the_exactly_once_rules_record_by_record(case):
     assert sorted(map(sorted, (r.items() for r in rows))) == sorted(map(sorted, (r.items() for r in want_rows)))
     assert [(d["reason"], d["detail"], (d["src_topic"], d["src_partition"], d["src_offset"])) for d in dead] == \
         want_dead
-    assert (phases, suspects, p.skipped, p.duplicates, p.rejoined, p.reread_records) == (
-        [], cells, skipped, duplicates, rejoined, rereads)
+    assert (phases, suspects, p.counts["skipped_redelivered"], p.counts["duplicates"], p.counts["rejoined_dropped"],
+            p.reread_records) == ([], cells, skipped, duplicates, rejoined, rereads)
 
 
 @pytest.mark.parametrize("beside", ["generations", "a phase"])
@@ -659,7 +662,7 @@ def test_a_full_path_row_arrow_cannot_take_is_dead_lettered_and_its_neighbours_k
         ("a", TOPIC, 0), ("j", s.joined_topic_name, 0)]  # the C decoder's rows in the batch's order
     assert [(d["reason"], d["src_offset"]) for d in dead] == [(R.STORE_REFUSED, 1), (R.DUPLICATE, 2)]
     assert "OverflowError" in dead[0]["detail"] or "ArrowInvalid" in dead[0]["detail"]
-    assert (p.duplicates, len(phases), suspects) == (1, 1, {CELL})
+    assert (p.counts["duplicates"], len(phases), suspects) == (1, 1, {CELL})
 
 
 def test_a_failure_of_the_decode_costs_only_the_message_that_raises(monkeypatch):
