@@ -133,18 +133,19 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
     async def reseek():
         # A seek back whose records never came (nothing else arrives to notice).
         if is_ready(app):
-            await resume.reseek_overdue(app, pipeline.sequencer, pipeline.counts)
-            await resume.reseek_overdue(app, joiner.sequencer, joiner.counts)
-            # A partition silent behind its end (Sequencer.behind); an agent with a batch in hand is busy.
-            if not ingest_handoff.in_hand:
-                await resume.reseek_behind(app, offsets, pipeline.sequencer, pipeline.topics, load_ingest,
-                                           pipeline.counts)
-            if not joiner.handoff.in_hand:
-                await resume.reseek_behind(app, offsets, joiner.sequencer, {joiner.phases.get_topic_name()},
-                                           joiner.positions, joiner.counts)
+            for seq, counts, *_ in agents:
+                await resume.reseek_overdue(app, seq, counts)
+            # A partition silent behind its end (Sequencer.behind); an agent with a batch in hand is busy. Checked
+            # after both agents' seeks above, which it would delay: it may wait on the store (retried while down).
+            for seq, counts, topics, load, agent_handoff in agents:
+                if not agent_handoff.in_hand:
+                    await resume.reseek_behind(app, offsets, seq, topics, load, counts)
 
     load_ingest = ingest_agent.install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
                                        _crash_guard)
+    # For the reseek timer, per agent: its sequencer, counts, topics, reader of durable positions and hand-off.
+    agents = ((pipeline.sequencer, pipeline.counts, pipeline.topics, load_ingest, ingest_handoff),
+              (joiner.sequencer, joiner.counts, {joiner.phases.get_topic_name()}, joiner.positions, joiner.handoff))
 
     register_views(app, settings, pipeline, sink, joiner, sloset)
     # Idle connections closed after IDLE_S, not aiohttp's 3630 s; before the web server starts.
