@@ -54,6 +54,8 @@ def record(name: str, figures: list[dict], *, command: str | None = None, notes:
            "machine": U.machine_info(), "figures": figures, "notes": notes}
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{now:%Y-%m-%d}-{name}.json"
+    if path.exists():  # a second run of the day is recorded beside the first, not over it
+        path = out_dir / f"{now:%Y-%m-%d}-{name}-{now:%H%M%S}.json"
     path.write_text(json.dumps(doc, indent=1, sort_keys=False, default=str) + "\n")
     return path
 

@@ -59,6 +59,16 @@ def test_a_goal_shows_its_newest_result_and_a_changed_figure_changes_the_page(re
     assert report.render(report.load(tmp_path)) != text
 
 
+def test_a_second_run_of_the_day_is_recorded_beside_the_first(scripts, tmp_path):
+    results = scripts("results")
+    figure = results.figure("g", "a figure", 1.0, "s")
+    first = results.record("x", [figure], command="python bench/x.py", out_dir=tmp_path)
+    second = results.record("x", [dict(figure, value=2.0)], command="python bench/x.py --again", out_dir=tmp_path)
+    assert first != second and sorted(tmp_path.iterdir()) == sorted([first, second])
+    assert json.loads(first.read_text())["figures"][0]["value"] == 1.0
+    assert json.loads(second.read_text())["command"] == "python bench/x.py --again"
+
+
 @pytest.fixture(scope="module")
 def scripts():
     import importlib
