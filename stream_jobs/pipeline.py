@@ -202,8 +202,10 @@ class Pipeline:
                     taken.add((msg.offset, rid))
                     suspects.add(cell)
                     dropped.add(i)
-                elif held and held.duplicates[msg.offset, dead_letter.duplicate_detail(rid)] >= \
-                        gens.request_ids[first:end].count(rid):
+                # The record's copies are counted only where it holds duplicates: not a walk of it per row.
+                elif held and held.duplicates and \
+                        (n := held.duplicates[msg.offset, dead_letter.duplicate_detail(rid)]) and \
+                        n >= gens.request_ids[first:end].count(rid):
                     dropped.add(i)
                 elif again[m]:
                     inside.append(i)
