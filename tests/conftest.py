@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+# Fixes the run's "today" in the environment before xdist starts its test
+# processes, so they and every subprocess they start place data on the same day.
+from clock import TODAY  # noqa: F401
+
 # Importing litellm fetches its model price list from GitHub unless told to
 # use the copy it ships: the tests stay offline and do not wait on the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -8,7 +8,6 @@ Expected percentiles are computed here with numpy from the stored raw rows.
 from __future__ import annotations
 
 import json
-import time
 from argparse import Namespace
 from datetime import datetime, timedelta, timezone
 
@@ -16,6 +15,7 @@ import clickhouse_connect
 import numpy as np
 import pandas as pd
 import pytest
+from clock import days_ago
 
 from stores import in_database
 
@@ -37,7 +37,7 @@ def make_sink(client) -> Sink:
 
 N = 30_000
 SPAN_S = 8 * 3600
-T0 = (time.time() // 86400 - 2) * 86400   # two days ago, midnight UTC (inside the 90 day raw TTL)
+T0 = days_ago(2)   # two days ago, midnight UTC (inside the 90 day raw TTL)
 START = datetime.fromtimestamp(T0, timezone.utc)
 END = START + timedelta(seconds=SPAN_S + 60)
 QS = {"p1": 1, "p5": 5, "p50": 50, "p95": 95, "p99": 99}

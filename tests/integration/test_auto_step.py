@@ -4,10 +4,10 @@ the hour grain, and the table's header states the rule."""
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timezone
 
 import pytest
+from clock import days_ago
 
 from phasemeter.analytics import run_query
 from phasemeter.analytics.paths import auto_candidates, count_grain, sample_step
@@ -34,7 +34,7 @@ def python_step(rows: list[dict], span_s: float, needed: int = 100) -> int:
 @pytest.mark.parametrize("n,hours", [(6000, 1), (40000, 1), (30000, 72)])
 def test_the_step_is_the_rules_answer_on_the_rows(tmp_path, n, hours):
     span = hours * 3600
-    t0 = (time.time() // 86400 - 4) * 86400  # whole days ago, inside the raw TTL
+    t0 = days_ago(4)  # whole days ago, inside the raw TTL
     rows = synthetic_rows(n, t0, span, seed=9)
     with migrated_client(tmp_path, "auto") as client:
         Sink.over(client, "chdb").write(rows, [])
@@ -50,7 +50,7 @@ def test_the_step_is_the_rules_answer_on_the_rows(tmp_path, n, hours):
 
 
 def test_a_given_step_has_no_rule(tmp_path):
-    t0 = (time.time() // 86400 - 4) * 86400
+    t0 = days_ago(4)
     with migrated_client(tmp_path, "fixed") as client:
         Sink.over(client, "chdb").write(synthetic_rows(500, t0, 3600, seed=2), [])
         start, end = (datetime.fromtimestamp(x, timezone.utc) for x in (t0, t0 + 3600))

@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import time
 import tomllib
 from pathlib import Path
 
 import clickhouse_connect
 import pytest
+from clock import days_ago
 
 from phasemeter.alerts.slo_rules import parse_slos
 from phasemeter.demo.disagg import DEPLOYMENT
@@ -25,7 +25,7 @@ from phasemeter.stream_jobs.sink import Sink
 
 pytestmark = pytest.mark.integration
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "grafana" / "phasemeter.json"
-T0 = (time.time() // 86400 - 1) * 86400
+T0 = days_ago(1)
 # As an SLO file, so that a worker over this store (test_grafana_worker) is
 # started declaring the same SLOs: a worker retires those it does not declare.
 SLOS_TOML = """

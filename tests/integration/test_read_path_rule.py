@@ -4,11 +4,11 @@ panels (bands_view, latency_view) follow."""
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
+from clock import days_ago
 from stores import migrated_client
 
 from phasemeter.demo.rows import synthetic_rows
@@ -18,7 +18,7 @@ from phasemeter.stream_jobs.sink import Sink
 
 pytestmark = pytest.mark.integration
 H = 3600
-T0 = datetime.fromtimestamp((time.time() // 86400 - 2) * 86400, timezone.utc)  # within the raw TTL
+T0 = datetime.fromtimestamp(days_ago(2), timezone.utc)  # within the raw TTL
 
 
 @pytest.fixture(scope="module")

@@ -29,17 +29,17 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pytest
+from clock import days_ago
 from conftest import WorkerProc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-T0 = (time.time() // 86400 - 2) * 86400  # two days ago, midnight UTC
+T0 = days_ago(2)  # two days ago, midnight UTC
 H = 3600
 WINDOWS = {"normal": (0, 3 * H), "sparse": (4 * H, 5 * H), "nullheavy": (6 * H, 7 * H), "empty": (8 * H, 9 * H)}
 QS = {"p1": 1, "p5": 5, "p50": 50, "p95": 95, "p99": 99}

@@ -10,11 +10,11 @@ import contextlib
 import io
 import json
 import random
-import time
 from datetime import datetime, timedelta, timezone
 
 import clickhouse_connect
 import pytest
+from clock import days_ago
 
 from phasemeter.alerts import slo_rules
 from phasemeter.alerts.slo_rules import SLO_COUNTS, parse_slos
@@ -29,7 +29,7 @@ from phasemeter.stream_jobs.sink import Sink
 
 pytestmark = pytest.mark.integration
 LABELS = labels(parse_edges("default"))
-T0 = (time.time() // 86400 - 3) * 86400  # three days ago, midnight UTC
+T0 = days_ago(3)  # three days ago, midnight UTC
 SLOS = parse_slos({"slo": [
     {"name": "chat", "objectives": {"ttft_s": 1.0, "decode_tps": 40.0}, "target": 0.95},
     {"name": "long", "models": ["llama-4-maverick"], "buckets": ["8k-32k", "32k+"], "count_failed": False,

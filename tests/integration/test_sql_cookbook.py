@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clock import days_ago
 from stores import migrated_client
 
 from phasemeter.alerts.slo_rules import parse_slos
@@ -27,7 +28,7 @@ from phasemeter.stream_jobs.sink import Sink
 
 pytestmark = pytest.mark.integration
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
-T0 = (time.time() // 86400 - 2) * 86400  # two days ago, midnight UTC: within every TTL
+T0 = days_ago(2)  # two days ago, midnight UTC: within every TTL
 START = datetime.fromtimestamp(T0, timezone.utc).replace(tzinfo=None)
 END = START + timedelta(hours=3)
 N = 1500

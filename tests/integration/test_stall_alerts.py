@@ -9,13 +9,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import time
 from datetime import datetime, timezone
 
 import pytest
+from clock import days_ago
 
 pytestmark = pytest.mark.integration
-T0 = (time.time() // 86400 - 3) * 86400
+T0 = days_ago(3)
 
 
 def rows(start: float, minutes: int, stall_every: int | None, chunks: bool = True, offset0: int = 0) -> list[dict]:
