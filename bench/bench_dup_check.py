@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict:
             times = []
             for _ in range(args.runs):
                 t = time.perf_counter()
-                found = ledger.existing_request_ids(client, ("bench.profile",), ids, epoch(a), epoch(b))
+                found, = ledger.existing_request_ids(client, [ledger.Ask(("bench.profile",), ids, epoch(a), epoch(b))])
                 times.append(time.perf_counter() - t)
             row["new_s"] = statistics.median(times)
             row["new_found"] = len(found)

@@ -49,8 +49,8 @@ class StubSink:
 
         return Stored()
 
-    def existing_request_ids(self, topics, ids, lo, hi):
-        return set()
+    def existing_request_ids(self, asks):
+        return [set() for _ in asks]
 
 
 def make_events(n: int, envelope_size: int, topic: str = "bench.profile", first_offset: int = 0) -> list:

@@ -12,5 +12,5 @@
 SELECT DISTINCT request_id
 FROM generations
 WHERE src_topic IN {topics:Array(String)}
-  AND ts BETWEEN {lo:DateTime64(3)} AND {hi:DateTime64(3)}
+  AND ts BETWEEN fromUnixTimestamp64Milli({lo_ms:Int64}) AND fromUnixTimestamp64Milli({hi_ms:Int64})
   AND CRC32(request_id) IN (SELECT arrayJoin({crcs:Array(UInt32)}))

@@ -4,13 +4,14 @@ it runs every batch). SQL lives in sql/*.sql with every value bound server-side.
 * `positions` / `record`: the progress ledger (schema/0005), where each partition resumes; written after a batch
   is durable, read on assignment.
 * `stored_max` / `stored_in_range`: what a re-read batch already stored, so each row and dead letter is written once.
-* `existing_request_ids`: duplicate deliveries from a gateway.
+* `existing_request_ids`: duplicate deliveries from a gateway, one `Ask` per scope of a batch.
 * `all_tier_mismatches`, `slo_mismatches` / `repair_slo`: cells where a rollup tier or the declared SLOs' counts
   missed (or doubled) a crashed insert's block; the worker rebuilds them from raw.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import zlib
@@ -104,22 +105,50 @@ class _UInts:
         return self.text
 
 
-def existing_request_ids(client, topics: tuple[str, ...], ids: list[str], lo: float, hi: float,
-                         slice_size: int | None = CRC_SLICE, near_share: int | None = NEAR_SHARE) -> set[str]:
-    """Which of `ids` are stored from one of `topics` with ts in [lo, hi] (epoch s); `near_share` None: CRC32s only."""
-    wanted = set(ids)
-    params = {"topics": list(topics), "lo": datetime.fromtimestamp(lo, timezone.utc),
-              "hi": datetime.fromtimestamp(hi, timezone.utc)}
-    # A range holding few stored rows (at most 1/near_share of the ids) is read whole and matched here.
-    near_limit = len(wanted) // near_share if near_share else 0
+@dataclass(frozen=True)
+class Ask:
+    """One scope of a batch's duplicate check: which of `ids` are stored from one of `topics` with ts in [lo, hi]
+    (epoch s; to the millisecond, as the store keeps ts, widened to whole milliseconds)."""
+
+    topics: tuple[str, ...]
+    ids: list[str]
+    lo: float
+    hi: float
+
+    def bounds(self) -> dict:
+        return {"topics": list(self.topics), "lo_ms": math.floor(self.lo * 1000), "hi_ms": math.ceil(self.hi * 1000)}
+
+
+def existing_request_ids(client, asks: list[Ask], slice_size: int | None = CRC_SLICE,
+                         near_share: int | None = NEAR_SHARE) -> list[set[str]]:
+    """Each ask's stored ids; `near_share` None: CRC32s only.
+
+    One read of the stored rows covers every ask of a batch (their topics, from the least lo to the greatest hi),
+    matched here, each ask to its own topics and range, when it holds at most 1/near_share as many rows as the asks
+    have ids. A batch of raw and joined records asks twice over nearly one range, the joined scope on both topics:
+    asked one by one, the joined scope's read held over a quarter of its own ids in half the batches, and the check
+    sent their CRC32s (~0.2 s a batch, docs/performance/worker.md). Past the limit each ask is asked alone, as one
+    ask can still read its own range when the whole cannot."""
+    wanted = [set(a.ids) for a in asks]
+    near_limit = sum(map(len, wanted)) // near_share if near_share else 0
     if near_limit:
-        near = _rows(client, "request_ids_in_range", {**params, "limit": near_limit + 1})
+        whole = Ask(tuple(sorted({t for a in asks for t in a.topics})), [], min(a.lo for a in asks),
+                    max(a.hi for a in asks))
+        near = _rows(client, "request_ids_in_range", {**whole.bounds(), "limit": near_limit + 1})
         if len(near) <= near_limit:
-            return {r[0] for r in near} & wanted
+            return [{rid for topic, rid, ms in near if topic in a.topics and b["lo_ms"] <= ms <= b["hi_ms"]} & w
+                    for a, w, b in ((a, w, a.bounds()) for a, w in zip(asks, wanted))]
+        if len(asks) > 1:
+            return [existing_request_ids(client, [a], slice_size, near_share)[0] for a in asks]
+    return [_by_crc(client, a, w, slice_size) for a, w in zip(asks, wanted)]
+
+
+def _by_crc(client, ask: Ask, wanted: set[str], slice_size: int | None) -> set[str]:
+    """The stored ids of `wanted`, asked about as their CRC32s, `slice_size` to a statement."""
     crcs = sorted({zlib.crc32(i.encode("utf-8")) for i in wanted})
     slice_size = slice_size or max(1, len(crcs))
     found = {r[0] for k in range(0, len(crcs), slice_size)
-             for r in _rows(client, "existing_request_ids", {**params, "crcs": _UInts(crcs[k:k + slice_size])})}
+             for r in _rows(client, "existing_request_ids", {**ask.bounds(), "crcs": _UInts(crcs[k:k + slice_size])})}
     return found & wanted  # a stored id whose CRC matched one of ours is not ours
 
 

@@ -20,7 +20,7 @@ from . import reasons as R
 from .batch_decode import Ahead, Decoded, decode
 from .buckets import Bucketer, parse_edges
 from .contract import Rejection, oldest_kept
-from .ledger import Stored, offset_spans
+from .ledger import Ask, Stored, offset_spans
 from .sequence import Sequencer
 from .labels import LabelBound
 from .sink import Sink
@@ -99,11 +99,10 @@ class Pipeline:
         held: dict[str, set[str]] = {}  # src_topic -> request_ids of `dropped`
         for i in dropped:
             held.setdefault(events[d.message[i]].message.topic, set()).add(d.gens.request_ids[i])
-        stored = []
-        for s in scopes:
-            topics = (self.settings.topic, joined) if s.topic == joined else (s.topic,)
-            stored.append(self.sink.existing_request_ids(topics, s.unique, s.lo, s.hi).union(
-                *(held.get(t, ()) for t in topics)))
+        asks = [Ask((self.settings.topic, joined) if s.topic == joined else (s.topic,), s.unique, s.lo, s.hi)
+                for s in scopes]
+        stored = [found.union(*(held.get(t, ()) for t in a.topics))
+                  for a, found in zip(asks, self.sink.existing_request_ids(asks))]
         answer = dedup.answer(scopes, stored, joined) if dropped or any(stored) else d.repeats
         self.counts["rejoined_dropped"] += answer.rejoined
         self.counts["duplicates"] += len(answer.letters)

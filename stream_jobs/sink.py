@@ -201,8 +201,8 @@ class Sink:
     def label_values(self) -> list[tuple[str, str, str]]:
         return self.retrying("reading label values", ledger.label_values)
 
-    def existing_request_ids(self, topics: tuple[str, ...], ids: list[str], lo: float, hi: float) -> set[str]:
-        return self.retrying("checking duplicates", ledger.existing_request_ids, topics, ids, lo, hi, self.crc_slice)
+    def existing_request_ids(self, asks: list[ledger.Ask]) -> list[set[str]]:
+        return self.retrying("checking duplicates", ledger.existing_request_ids, asks, self.crc_slice)
 
     def repair_rollup(self, cells: set) -> list[tuple]:
         """Make the cells of both per-minute views (every bands-rollup tier, the SLO counts) equal to raw. A

@@ -85,6 +85,10 @@ def write_with_a_lost_block(client, tier: str = "minute"):
     return sink, lost
 
 
+def one_ask(client, topics, ids, lo, hi, *args, **kwargs):
+    return ledger.existing_request_ids(client, [ledger.Ask(topics, ids, lo, hi)], *args, **kwargs)[0]
+
+
 @pytest.mark.parametrize("slice_size,near_share", [(ledger.CRC_SLICE, None), (3, None), (None, None),
                                                    (None, 1), (None, ledger.NEAR_SHARE)])
 def test_existing_request_ids_finds_exactly_the_stored_ones(client, slice_size, near_share):
@@ -102,13 +106,13 @@ def test_existing_request_ids_finds_exactly_the_stored_ones(client, slice_size, 
     lo, hi = min(r["ts"] for r in written) - 1, max(r["ts"] for r in written) + 1
     asked = [i for i in sorted(stored)[::2] + tricky if i != "plumless"] + ["buckeroo", "never-stored", "gen-0-9"]
     assert zlib.crc32(b"buckeroo") == zlib.crc32(b"plumless")
-    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi, slice_size, near_share) == stored & set(asked)
-    assert ledger.existing_request_ids(client, ("other-topic",), asked, lo, hi, slice_size, near_share) == set()
+    assert one_ask(client, ("gen",), asked, lo, hi, slice_size, near_share) == stored & set(asked)
+    assert one_ask(client, ("other-topic",), asked, lo, hi, slice_size, near_share) == set()
     # A joined generation is asked about on the raw and the joined topic at once.
-    both = ledger.existing_request_ids(client, ("other-topic", "gen"), asked, lo, hi, slice_size, near_share)
+    both = one_ask(client, ("other-topic", "gen"), asked, lo, hi, slice_size, near_share)
     assert both == stored & set(asked)
-    assert ledger.existing_request_ids(client, ("gen",), asked, hi + 5, hi + 9, slice_size, near_share) == set()
-    assert ledger.existing_request_ids(client, ("gen",), [], lo, hi, slice_size, near_share) == set()
+    assert one_ask(client, ("gen",), asked, hi + 5, hi + 9, slice_size, near_share) == set()
+    assert one_ask(client, ("gen",), [], lo, hi, slice_size, near_share) == set()
 
 
 def test_existing_request_ids_answers_a_batch_past_the_literal_list_cliff(client):
@@ -118,12 +122,12 @@ def test_existing_request_ids_answers_a_batch_past_the_literal_list_cliff(client
     Sink.over(client, "chdb").write(written, [])
     asked = [f"new-{i}-{'y' * 30}" for i in range(30_000)] + [r["request_id"] for r in written[::5]]
     lo, hi = min(r["ts"] for r in written) - 1, max(r["ts"] for r in written) + 1
-    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi, near_share=None) == {
+    assert one_ask(client, ("gen",), asked, lo, hi, near_share=None) == {
         r["request_id"] for r in written[::5]}
     # The embedded store in one statement, as the sink asks it: 120,000 CRCs are
     # ~1.2 MB of text, past ClickHouse's max_query_size were they in the query.
     asked += [f"more-{i}" for i in range(90_000)]
-    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi, None, None) == {
+    assert one_ask(client, ("gen",), asked, lo, hi, None, None) == {
         r["request_id"] for r in written[::5]}
 
 
@@ -139,11 +143,38 @@ def test_the_stored_ids_of_a_range_are_read_only_when_few(client, monkeypatch):
     statements = []
     real = ledger._rows
     monkeypatch.setattr(ledger, "_rows", lambda c, name, params: statements.append(name) or real(c, name, params))
-    assert ledger.existing_request_ids(client, ("gen",), asked, lo, hi) == set(stored[::3])
+    assert one_ask(client, ("gen",), asked, lo, hi) == set(stored[::3])
     assert statements == ["request_ids_in_range"]  # 40 stored rows, 160 ids asked: 40 = a quarter
     statements.clear()
-    assert ledger.existing_request_ids(client, ("gen",), asked[:156], lo, hi) == set(stored[::3])
+    assert one_ask(client, ("gen",), asked[:156], lo, hi) == set(stored[::3])
     assert statements == ["request_ids_in_range", "existing_request_ids"]  # 40 > 156 // 4
+
+
+def test_one_read_answers_every_scope_of_a_batch_each_on_its_own_topics_and_range(client, monkeypatch):
+    """A batch of raw and joined records asks twice over nearly one range (the joined scope on both topics): one
+    read of the stored rows answers both when it holds at most a quarter of all their ids, each ask matched to its
+    own topics and its own range, to the millisecond; past that, each ask alone, with the same answers."""
+    raw, joined = rows(40), rows(40, topic="gen.joined")  # pairwise the same ts
+    Sink.over(client, "chdb").write(raw + joined, [])
+    ts = sorted(r["ts"] for r in raw + joined)
+    lo, mid, hi = ts[0], ts[40], ts[-1]
+    asks = [ledger.Ask(("gen", "gen.joined"), [r["request_id"] for r in joined] + [f"new-{i}" for i in range(300)],
+                       mid, hi),
+            ledger.Ask(("gen",), [r["request_id"] for r in raw + joined] + [f"new-{i}" for i in range(300)], lo, mid)]
+    want = [{r["request_id"] for r in joined if mid <= r["ts"]},
+            {r["request_id"] for r in raw if r["ts"] <= mid}]
+    assert all(want) and want[1] != {r["request_id"] for r in raw}  # each range leaves some rows out
+    statements = []
+    real = ledger._rows
+    monkeypatch.setattr(ledger, "_rows", lambda c, name, params: statements.append(name) or real(c, name, params))
+    assert ledger.existing_request_ids(client, asks) == want
+    assert statements == ["request_ids_in_range"]  # 80 stored rows in the whole range, 760 ids asked
+    statements.clear()  # past the whole range's limit, each ask alone: the raw one still reads its own range
+    assert ledger.existing_request_ids(client, asks, None, 10) == want
+    assert statements == ["request_ids_in_range",  # 80 stored rows > 760 // 10
+                          "request_ids_in_range", "existing_request_ids",  # 40 in its range, both topics > 340 // 10
+                          "request_ids_in_range"]  # 21 on the raw topic in its range <= 420 // 10
+    assert ledger.existing_request_ids(client, []) == []
 
 
 # 40 characters: one or two cells per statement, as a server's bound-value

@@ -64,10 +64,10 @@ class FakeSink:
     def label_values(self):
         return [("replica", "m", "seeded-0")]
 
-    def existing_request_ids(self, topics, ids, lo, hi):
+    def existing_request_ids(self, asks):
         """`ids` holds request_ids stored from any topic, or (topic, request_id)."""
-        self.id_queries.append(tuple(topics))
-        return {i for i in ids if i in self.ids or any((t, i) in self.ids for t in topics)}
+        self.id_queries += [tuple(a.topics) for a in asks]
+        return [{i for i in a.ids if i in self.ids or any((t, i) in self.ids for t in a.topics)} for a in asks]
 
 
 def gen(rid: str, t0: float = T0, model: str = "m") -> dict:
