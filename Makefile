@@ -37,8 +37,10 @@ demo: setup
 # fewer events; a caller blocked 65 ms; an SDK cancel came late).
 # --no-loadscope-reorder: the files go out in the order tests/conftest.py
 # puts them in (the slow ones first), not xdist's by-count order.
+# --durations: the slowest tests in the log, as the suite runs close to CI's
+# 15-minute limit on a slow host.
 test: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=20 tests
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
