@@ -136,11 +136,19 @@ def existing_request_ids(client, asks: list[Ask], slice_size: int | None = CRC_S
                     max(a.hi for a in asks))
         near = _rows(client, "request_ids_in_range", {**whole.bounds(), "limit": near_limit + 1})
         if len(near) <= near_limit:
-            return [{rid for topic, rid, ms in near if topic in a.topics and b["lo_ms"] <= ms <= b["hi_ms"]} & w
-                    for a, w, b in ((a, w, a.bounds()) for a, w in zip(asks, wanted))]
+            return [_matched(near, a, whole) & w for a, w in zip(asks, wanted)]
         if len(asks) > 1:
             return [existing_request_ids(client, [a], slice_size, near_share)[0] for a in asks]
     return [_by_crc(client, a, w, slice_size) for a, w in zip(asks, wanted)]
+
+
+def _matched(near: list[tuple], ask: Ask, whole: Ask) -> set[str]:
+    """The request_ids of `near`, the rows read for `whole`, that are on `ask`'s topics and in its range: all of them
+    when the ask is the whole read (a batch of one scope), without a check per row (~1.6 ms of 10,000 rows)."""
+    if tuple(sorted(ask.topics)) == whole.topics and (ask.lo, ask.hi) == (whole.lo, whole.hi):
+        return {rid for _, rid, _ in near}
+    b = ask.bounds()
+    return {rid for topic, rid, ms in near if topic in ask.topics and b["lo_ms"] <= ms <= b["hi_ms"]}
 
 
 def _by_crc(client, ask: Ask, wanted: set[str], slice_size: int | None) -> set[str]:
