@@ -67,6 +67,7 @@ class Cell:
         # their batch size must not share them (test_chaos runs both in one process).
         self.tag = (f"c{seed}-{fault}-{load}-{protocol}" + (f"-b{batch_bytes}" if batch_bytes else "")).replace("_", "")
         self.topic = f"chaos-{self.tag}-{os.getpid()}"
+        self.group = f"grp-{self.tag}-{os.getpid()}"
         self.workers: list[U.Worker] = []
         self.retired: list[U.Worker] = []
         self.injected = 0
@@ -77,7 +78,7 @@ class Cell:
     def new_worker(self, name: str) -> U.Worker:
         w = U.Worker(self.broker.bootstrap, self.topic, self.workdir / name, batch_seconds=0.5,
                      extra_env={"PHASEMETER_SESSION_TIMEOUT_S": f"{self.session_s:g}", "PHASEMETER_DATABASE": "chaos",
-                                "PHASEMETER_GROUP_ID": f"grp-{self.tag}-{os.getpid()}",
+                                "PHASEMETER_GROUP_ID": self.group,
                                 # An SLO declared, so its per-minute counts face the same crashes.
                                 "PHASEMETER_SLOS": "example",
                                 **({"PHASEMETER_BATCH_BYTES": str(self.batch_bytes)} if self.batch_bytes else {})},
@@ -311,6 +312,11 @@ class Cell:
                        worker_counts=self.totals,
                        seconds=round(time.time() - t_start, 1), notes=self.notes + fault_error)
         verdict["ok"] = verdict["ok"] and left == 0 and not fault_error
+        if left:  # which generations, and each one's records in every topic of the join
+            try:
+                verdict["join_story"] = C.join_story(self.broker.bootstrap, self.topic, self.group)
+            except Exception as exc:  # a report, not a verdict
+                verdict["join_story"] = {"error": repr(exc)}
         verdict["health"] = healths
         verdict["group"] = group
         verdict["logs"] = {w.workdir.name: tail(w) for w in self.workers + self.retired}
@@ -354,7 +360,7 @@ class Cell:
         has not dropped) from a worker that owns them and never fetched them."""
         from kafka import KafkaAdminClient
 
-        name = f"grp-{self.tag}-{os.getpid()}"
+        name = self.group
         try:
             admin = KafkaAdminClient(bootstrap_servers=self.broker.bootstrap, request_timeout_ms=10_000)
             try:
@@ -423,6 +429,8 @@ def report_failure(cell: str, v: dict, command: str) -> str:
              f"  notes: {v['notes']}", f"  rerun: {command}"]
     for name, h in v["health"].items():
         lines.append(f"  /health {name}: {json.dumps(h)}")
+    if "join_story" in v:
+        lines.append(f"  generations open in the join, by its changelog: {json.dumps(v['join_story'], default=str)}")
     lines.append(f"  group as the broker holds it: {json.dumps(v.get('group'), default=str)}")
     for name, text in v["logs"].items():
         lines.append(f"  --- log tail {name} ---\n{text}")

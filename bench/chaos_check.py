@@ -47,9 +47,8 @@ def _partitions(consumer, topic, TopicPartition, deadline: float) -> list:
         time.sleep(1.0)
 
 
-def read_source(bootstrap: str, topic: str, timeout_s: float = 120.0) -> dict:
-    """-> {"expected": {request_id: [(partition, offset), ...]}, "records": n,
-    "generation_records": n (records that each must end stored or dead-lettered)}"""
+def _records(bootstrap: str, topic: str, timeout_s: float = 120.0):
+    """Every record of `topic`, from its start to the end it had when asked: (partition, offset, key, value)."""
     import time
 
     from kafka import KafkaConsumer, TopicPartition
@@ -61,22 +60,67 @@ def read_source(bootstrap: str, topic: str, timeout_s: float = 120.0) -> dict:
         consumer.assign(parts)
         consumer.seek_to_beginning(*parts)
         end = consumer.end_offsets(parts)
-        expected: dict[str, list] = defaultdict(list)
-        records = generation_records = 0
         deadline = time.monotonic() + timeout_s
         while any(consumer.position(tp) < end[tp] for tp in parts):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"could not read {topic} to its end in {timeout_s:.0f}s")
             for tp, msgs in consumer.poll(timeout_ms=1000, max_records=50_000).items():
                 for m in msgs:
-                    records += 1
-                    for event in _events(m.value):
-                        if event.get("kind") in ("generation", "end"):
-                            expected[event["request_id"]].append((tp.partition, m.offset))
-                            generation_records += 1
-        return {"expected": dict(expected), "records": records, "generation_records": generation_records}
+                    yield tp.partition, m.offset, m.key, m.value
     finally:
         consumer.close()
+
+
+def read_source(bootstrap: str, topic: str, timeout_s: float = 120.0) -> dict:
+    """-> {"expected": {request_id: [(partition, offset), ...]}, "records": n,
+    "generation_records": n (records that each must end stored or dead-lettered)}"""
+    expected: dict[str, list] = defaultdict(list)
+    records = generation_records = 0
+    for partition, offset, _, value in _records(bootstrap, topic, timeout_s):
+        records += 1
+        for event in _events(value):
+            if event.get("kind") in ("generation", "end"):
+                expected[event["request_id"]].append((partition, offset))
+                generation_records += 1
+    return {"expected": dict(expected), "records": records, "generation_records": generation_records}
+
+
+# The join table's position keys (stream_jobs/join_agent.py, progress_key).
+_PROGRESS = b"\x00phasemeter/next-offset/"
+
+
+def join_story(bootstrap: str, topic: str, group: str, limit: int = 5) -> dict:
+    """Why generations stay open in a join: the join table's changelog, its final state (request_ids open in
+    it) and, for up to `limit` of them, every record of each in the raw topic, the phases topic and the
+    changelog, with the table's recorded positions of their phases partition. No id open in the changelog
+    while a worker reports some: its table differs from its changelog."""
+    changelog = f"{group}-phasemeter-join-changelog"
+    history: dict[bytes, list] = defaultdict(list)
+    positions: dict[int, list] = defaultdict(list)
+    for partition, offset, key, value in _records(bootstrap, changelog):
+        if key.startswith(_PROGRESS):
+            positions[partition].append((offset, json.loads(value)["next"] if value else None))
+        else:
+            history[key].append((partition, offset, json.loads(value) if value else None))
+    open_ids = sorted(k.decode() for k, h in history.items() if h[-1][2] is not None and "done" not in h[-1][2])
+    picked = set(open_ids[:limit])
+    raw, phases = defaultdict(list), defaultdict(list)
+    for partition, offset, _, value in _records(bootstrap, topic):
+        for event in _events(value):
+            if event.get("request_id") in picked:
+                raw[event["request_id"]].append((partition, offset, event.get("kind")))
+    for partition, offset, _, value in _records(bootstrap, f"{topic}.phases"):
+        for _, fields in json.loads(value)["phases"]:
+            if fields.get("request_id") in picked:
+                phases[fields["request_id"]].append((partition, offset, fields.get("kind")))
+    stories = {}
+    for rid in sorted(picked):
+        h = history[rid.encode()]
+        stories[rid] = {"raw": raw[rid], "phases": phases[rid],
+                        "changelog": [(p, o, None if v is None else {k: v[k] for k in v if k != "ph"}
+                                       | ({"ph": sorted(v["ph"])} if "ph" in v else {})) for p, o, v in h],
+                        "positions": positions[h[-1][0]][-8:]}
+    return {"changelog_keys": len(history), "open_in_changelog": len(open_ids), "stories": stories}
 
 
 def _events(value: bytes) -> list[dict]:

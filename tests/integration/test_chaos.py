@@ -11,6 +11,7 @@ the missing partition/offset ranges, /health and the worker's log tail.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -39,7 +40,7 @@ def run_cell(broker, tmp_path, fault: str, protocol: str, events: int, kills: in
     cell = chaos.Cell(broker, fault, 1, protocol, seed, events, tmp_path / "cell", sys.executable, kills, 0, print,
                       session_s=session_s, batch_bytes=batch_bytes)
     v = cell.run()
-    v.update(topic=cell.topic)
+    v.update(topic=cell.topic, group=cell.group)
     assert v["ok"], chaos.report_failure(f"{fault}:1:{protocol}", v, chaos.rerun_command(
         fault, 1, protocol, seed, events, kills, session_s, batch_bytes))
     assert v["injected"] >= kills // 2, f"only {v['injected']} of {kills} faults injected (seed {seed})"
@@ -97,3 +98,25 @@ def test_negative_control_the_checker_reports_a_deleted_and_a_duplicated_row(kaf
     assert verdict["duplicated_ids"] == [damaged["duplicated"]]
     assert verdict["rollup_mismatches"] >= 1 and verdict["missing_offsets"], verdict
     assert verdict["slo_mismatches"] >= 1, verdict  # the SLO counts of the damaged cells disagree too
+
+
+def test_the_join_story_of_a_failing_cell_names_an_open_generation_and_its_records(kafka_broker, cells):
+    """What a cell left open in a join prints: a passing cell's changelog holds none; one open entry written
+    into it is found, with the records of its generation in every topic."""
+    from kafka import KafkaProducer
+
+    v = cells("kill", "phases", 3_000, 8)
+    assert chaos_check.join_story(kafka_broker.bootstrap, v["topic"], v["group"])["open_in_changelog"] == 0
+    rid = sorted(chaos_check.read_source(kafka_broker.bootstrap, v["topic"])["expected"])[0]
+    partition = 0  # any: the story reads every partition of the changelog
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+    entry = {"p": partition, "seen": 1.0, "last": 1.0, "ph": {"start": {"model": "m-a"}}}
+    producer.send(f"{v['group']}-phasemeter-join-changelog", key=rid.encode(), value=json.dumps(entry).encode(),
+                  partition=partition).get(30)
+    producer.close()
+    story = chaos_check.join_story(kafka_broker.bootstrap, v["topic"], v["group"])
+    assert story["open_in_changelog"] == 1, story
+    told = story["stories"][rid]
+    assert told["changelog"][-1] == (partition, told["changelog"][-1][1], {**entry, "ph": ["start"]}), told
+    assert sorted(kind for *_, kind in told["raw"]) == ["end", "first_token", "start"], told
+    assert told["phases"], told  # what ingest forwarded to the join, if it did not join the generation itself
