@@ -73,6 +73,11 @@ class Cell:
         self.injected = 0
         self.notes: list[str] = []
         self.seen: dict[int, dict[str, int]] = {}
+        # The gateway's bursts, and for `members` the hand-shake that keeps events flowing through each step.
+        self.chunk = 2000 if protocol == "single" else 500
+        self.chunks = -(-events // self.chunk)
+        self.flow = threading.Condition()
+        self.sent = self.steps_done = 0
 
     # -- processes ------------------------------------------------------------
     def new_worker(self, name: str) -> U.Worker:
@@ -150,8 +155,9 @@ class Cell:
 
         rng = random.Random(self.seed + 1)
         meter = Meter(self.broker.bootstrap, self.topic, gateway="chaos", queue_size=20_000)
-        chunk = 2000 if self.protocol == "single" else 500
-        for start in range(0, self.events, chunk):
+        chunk = self.chunk
+        for n, start in enumerate(range(0, self.events, chunk)):
+            self.pace(n)
             # Pace on the emitter's queue, so a starved CPU slows the gateway
             # instead of making it drop (the cell then tests every event).
             deadline = time.monotonic() + 120
@@ -171,10 +177,42 @@ class Cell:
                     meter.first_token(rid, ttft_s=ttft)
                 for rid, (_, _, n_out, _, ttft) in zip(ids, shapes):
                     meter.end(rid, output_tokens=n_out, e2e_s=ttft + n_out * 0.02)
+            with self.flow:
+                self.sent = n + 1
+                self.flow.notify_all()
             time.sleep(0.5)
         meter.flush(120)
         stats.update(meter.stats().as_dict())
         meter.close(10)
+
+    # `members` in steps (b joins, a leaves, c joins, b leaves), with the traffic in STEPS + 2 parts: step j
+    # begins once part j is sent. The gateway slows to a burst every 2.5 s while a step is due but not done, and
+    # holds the last part until every step is done, so that each step meets events flowing and some follow it.
+    STEPS = 4
+
+    def milestone(self, j: int) -> int:
+        """Bursts sent before step j begins; milestone(STEPS) begins the last part."""
+        return (j + 1) * self.chunks // (self.STEPS + 2)
+
+    def pace(self, n: int) -> None:
+        if self.fault != "members":
+            return
+        due = sum(1 for j in range(1, self.STEPS) if self.milestone(j) <= n)
+        with self.flow:
+            if n >= self.milestone(self.STEPS):
+                if not self.flow.wait_for(lambda: self.steps_done >= self.STEPS, 180):
+                    self.notes.append(f"gateway: the last part went before every member step was done ({n})")
+            elif due:
+                self.flow.wait_for(lambda: self.steps_done >= due, 2.0)
+
+    def step(self, j: int, rng: random.Random, act) -> None:
+        with self.flow:
+            self.flow.wait_for(lambda: self.sent >= self.milestone(j), 180)
+        time.sleep(rng.uniform(0.0, 1.0))
+        act()
+        with self.flow:
+            self.steps_done += 1
+            self.flow.notify_all()
 
     # -- faults ---------------------------------------------------------------
     def inject(self, done: threading.Event) -> None:
@@ -237,15 +275,16 @@ class Cell:
             # Each member has its own embedded store (a chDB path opens in one
             # process); a joining member starts where the group committed.
             leaving = w
-            for name in ("w-b", "w-c"):  # b joins, a leaves; c joins, b leaves
+            for k, name in enumerate(("w-b", "w-c")):  # b joins, a leaves; c joins, b leaves
                 joining = self.new_worker(name)
-                time.sleep(rng.uniform(2.0, 4.0))
-                self.spawn(joining)
-                self.workers.append(joining)
-                self.injected += 1
-                time.sleep(rng.uniform(3.0, 5.0))
-                self.leave(leaving)
+                self.step(2 * k, rng, lambda: self.join(joining))
+                self.step(2 * k + 1, rng, lambda: self.leave(leaving))
                 leaving = joining
+
+    def join(self, w: U.Worker) -> None:
+        self.spawn(w)
+        self.workers.append(w)
+        self.injected += 1
 
     def leave(self, w: U.Worker) -> None:
         self.signal_worker(w, signal.SIGTERM)
