@@ -105,10 +105,13 @@ def test_the_join_story_of_a_failing_cell_names_an_open_generation_and_its_recor
     into it is found, with the records of its generation in every topic."""
     from kafka import KafkaProducer
 
+    from phasemeter.stream_jobs.join import phase_partition
+
     v = cells("kill", "phases", 3_000, 8)
     assert chaos_check.join_story(kafka_broker.bootstrap, v["topic"], v["group"])["open_in_changelog"] == 0
     rid = sorted(chaos_check.read_source(kafka_broker.bootstrap, v["topic"])["expected"])[0]
-    partition = 0  # any: the story reads every partition of the changelog
+    # Where the join keeps it: a key's records share one partition of the changelog, the phases' (join.py).
+    partition = phase_partition(rid, 4)
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
     entry = {"p": partition, "seen": 1.0, "last": 1.0, "ph": {"start": {"model": "m-a"}}}
     producer.send(f"{v['group']}-phasemeter-join-changelog", key=rid.encode(), value=json.dumps(entry).encode(),
