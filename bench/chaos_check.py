@@ -85,20 +85,18 @@ def read_source(bootstrap: str, topic: str, timeout_s: float = 120.0) -> dict:
     return {"expected": dict(expected), "records": records, "generation_records": generation_records}
 
 
-# The join table's position keys (stream_jobs/join_agent.py, progress_key).
-_PROGRESS = b"\x00phasemeter/next-offset/"
-
-
 def join_story(bootstrap: str, topic: str, group: str, limit: int = 5) -> dict:
     """Why generations stay open in a join: the join table's changelog, its final state (request_ids open in
     it) and, for up to `limit` of them, every record of each in the raw topic, the phases topic and the
     changelog, with the table's recorded positions of their phases partition. No id open in the changelog
     while a worker reports some: its table differs from its changelog."""
+    from phasemeter.stream_jobs.join_agent import is_progress_key
+
     changelog = f"{group}-phasemeter-join-changelog"
     history: dict[bytes, list] = defaultdict(list)
     positions: dict[int, list] = defaultdict(list)
     for partition, offset, key, value in _records(bootstrap, changelog):
-        if key.startswith(_PROGRESS):
+        if is_progress_key(key):
             positions[partition].append((offset, json.loads(value)["next"] if value else None))
         else:
             history[key].append((partition, offset, json.loads(value) if value else None))

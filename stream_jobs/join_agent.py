@@ -39,6 +39,10 @@ def progress_key(partition: int) -> bytes:
     return _PROGRESS + str(partition).encode()
 
 
+def is_progress_key(key: bytes) -> bool:
+    return key.startswith(_PROGRESS)
+
+
 def phase_envelopes(phases: list[tuple[int, float, dict]]) -> list[tuple[int, bytes]]:
     """Ingest's phases -> (partition, message), batched per partition: Kafka's per-message cost dominated the join."""
     by_partition: dict[int, list] = {}
@@ -75,7 +79,7 @@ class Join:
     def owned_entries(self):
         mine = self.active_partitions()
         return [(k, v) for k, v in list(self.table.data.items())
-                if v is not None and v.get("p") in mine and not k.startswith(_PROGRESS)]
+                if v is not None and v.get("p") in mine and not is_progress_key(k)]
 
     async def positions(self, tps) -> dict:
         """The durable positions of `tps` (partitions of the phases topic) the table recorded."""
