@@ -24,7 +24,7 @@ COMMAND = "python bench/report.py"
 # listed here is still shown, after these, by its key.
 ORDER = ("emitter-record", "worker-single", "worker-envelopes", "worker-invalid-1pct", "worker-invalid-1pct-cpu",
          "worker-duplicate-1pct", "worker-duplicate-1pct-cpu", "worker-mixed-topics", "worker-mixed-topics-cpu",
-         "join-envelopes", "join-per-phase",
+         "worker-backlog-control", "worker-backlog-control-cpu", "join-envelopes", "join-per-phase",
          "sink-90000", "sink-20000", "freshness-2k", "freshness-5k", "bands-30d", "bands-30d-direct",
          "bands-1d-1min", "bands-1d-1min-direct", "bands-rows", "rollup-accuracy", "query-fixed-cost",
          "query-fixed-cost-direct", "cli-help", "cli-config", "cli-read-sql", "cli-read-bands",

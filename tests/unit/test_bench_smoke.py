@@ -304,3 +304,20 @@ def test_read_blocking_sees_a_read_that_holds_the_server_up(bench):
     assert 0 < idle <= t_idle, (idle, t_idle)
     # A blocked request may have begun before the read did: both lie within the call.
     assert 0.3 <= blocked <= t_blocked and 0.3 <= took <= t_blocked, (blocked, took, t_blocked)
+
+
+def test_backlogs_control_is_clean_data_of_its_own_and_recorded_without_a_target(bench):
+    b = bench("bench_worker_backlogs")
+    data = b.backlogs(400, 100, control=True)
+    ids = {kind: {e["request_id"] for _, v in parts[""] for e in json.loads(v)["events"]} for kind, parts in data.items()}
+    assert len(ids["control"]) == len(ids["clean"]) == 400 and not ids["control"] & ids["clean"]
+    assert "control" not in b.backlogs(400, 100)
+
+    def run(rate):
+        return {"gens_per_s": rate, "gens_per_cpu_s": rate / 2, "dead": 4, "duplicates": 4}
+    result = {"params": {"envelope_size": 100}, "rounds": [
+        {"clean": run(100.0), "invalid": run(95.0), "duplicate": run(80.0), "mixed": run(91.0), "control": run(88.0)}]}
+    figs = {f["goal"]: f for f in b.figures(result)}
+    assert figs["worker-backlog-control"]["met"] is None and figs["worker-backlog-control"]["ratio"] == 0.88
+    assert figs["worker-duplicate-1pct-cpu"]["met"] is False and figs["worker-invalid-1pct"]["met"] is True
+    assert "control (per s / per CPU s)" in b.render(result) and "0.88 / 0.88" in b.render(result)
