@@ -5,6 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phasemeter.stream_jobs import dedup
 
@@ -44,3 +46,25 @@ def test_a_repeat_or_a_stored_request_id_is_dropped_dead_lettered_outside_the_jo
     assert (stored.dropped, stored.letters, stored.rejoined) == ({5, 1, 2}, [(1, "b"), (2, "a")], 1)
     # Each scope alone: a request_id stored from another scope's topics is not a duplicate here.
     assert dedup.answer(scopes, [{"a"}, set()], JOINED).dropped == {2}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from("abcdef"), max_size=40), st.sets(st.sampled_from("abcdefg")),
+       st.lists(st.booleans(), min_size=40, max_size=40), st.booleans())
+def test_the_answer_is_the_rule_read_row_by_row(ids, held, joined, listed):
+    """Whatever the repeats and the stored ids: a row is kept iff it is its request_id's first in its scope and
+    the store holds none of that id; what is dropped is a letter outside the joined scope, a rejoin inside it."""
+    gens = rows(*ids)
+    scopes = dedup.scopes(gens, np.arange(len(ids)), np.array(joined[:len(ids)], dtype=bool),
+                          ["gen"] * len(ids), JOINED, {0} if listed and ids else frozenset())
+    got = dedup.answer(scopes, [set(held)] * len(scopes), JOINED)
+    dropped, letters, rejoined = set(), [], 0
+    for scope in scopes:
+        seen = set(held)
+        for row, rid in zip(scope.rows, scope.ids):
+            if rid in seen:
+                dropped.add(row)
+                letters += [] if scope.topic == JOINED else [(row, rid)]
+                rejoined += scope.topic == JOINED
+            seen.add(rid)
+    assert (got.dropped, got.letters, got.rejoined) == (dropped, letters, rejoined)
