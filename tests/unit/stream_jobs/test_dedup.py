@@ -61,7 +61,7 @@ def test_the_answer_is_the_rule_read_row_by_row(ids, held, joined, listed):
     dropped, letters, rejoined = set(), [], 0
     for scope in scopes:
         seen = set(held)
-        for row, rid in zip(scope.rows, scope.ids):
+        for row, rid in zip(scope.rows, scope.ids, strict=True):
             if rid in seen:
                 dropped.add(row)
                 letters += [] if scope.topic == JOINED else [(row, rid)]
