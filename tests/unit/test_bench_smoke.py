@@ -311,7 +311,7 @@ def test_backlogs_control_is_clean_data_of_its_own_and_recorded_without_a_target
     data = b.backlogs(400, 100, control=True)
     ids = {kind: {e["request_id"] for _, v in parts[""] for e in json.loads(v)["events"]} for kind, parts in data.items()}
     assert len(ids["control"]) == len(ids["clean"]) == 400 and not ids["control"] & ids["clean"]
-    assert "control" not in b.backlogs(400, 100)
+    assert "control" not in b.backlogs(400, 100) and b.expected(400)["warmup"] == 100
 
     def run(rate):
         return {"gens_per_s": rate, "gens_per_cpu_s": rate / 2, "dead": 4, "duplicates": 4}
