@@ -6,7 +6,8 @@
 Production traffic always holds a little of everything: a gateway with a
 rare bug, a client that retries, the join's records beside the raw ones.
 Pre-fills four backlogs of `--n` generations in envelopes of
-`--envelope-size` (phasemeter.demo.synthetic's traffic):
+`--envelope-size` (phasemeter.demo.synthetic's traffic), and a clean one of
+`--n`/4 for the uncounted first drain:
 
 * clean;
 * invalid: 1 % of the events with ttft_s = -1 (dead-lettered, impossible_order);
