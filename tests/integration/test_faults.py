@@ -472,22 +472,28 @@ def test_sigterm_while_a_publish_waits_on_the_unreachable_broker_exits_after_the
     from conftest import WorkerProc
     from phasemeter.settings import Settings
 
-    env = {**pm_env, "PHASEMETER_STOP_GRACE_S": "4", "PHASEMETER_ABANDON_AFTER_S": "6",
+    # The abandonment is due ABANDON_AFTER_S after the start's t0: long enough for the join to hold it and the
+    # broker to stop first (with 6 s, a slow host's expiry published before the broker was down).
+    env = {**pm_env, "PHASEMETER_STOP_GRACE_S": "4", "PHASEMETER_ABANDON_AFTER_S": "12",
            "PHASEMETER_EXPIRY_TICK_S": "0.5"}
     settings = Settings.from_env(env)
     worker = WorkerProc(env, tmp_path, int(env["PHASEMETER_WEB_PORT"]))
     worker.run("migrate")
     rid = f"hung-{uuid.uuid4().hex}"
-    start = {"schema_version": 2, "kind": "start", "request_id": rid, "model": "m", "t0": time.time(),
-             "input_tokens": 10}
     try:
         worker.start()
+        start = {"schema_version": 2, "kind": "start", "request_id": rid, "model": "m", "t0": time.time(),
+                 "input_tokens": 10}
         produce(env["KAFKA_BOOTSTRAP_SERVERS"], env["PHASEMETER_TOPIC"], [json.dumps(start).encode()], [rid.encode()])
         def held():  # the join's table holds the generation
             with urllib.request.urlopen(f"{worker.url}/inflight", timeout=5) as resp:
                 return json.loads(resp.read())["in_flight"]
         wait_for(held, 60, "the start held by the join", worker.diagnose)
         kafka_broker.stop()
+        stopped_after = time.time() - start["t0"]
+        assert held() and stopped_after < settings.abandon_after_s, (
+            f"the broker took until {stopped_after:.1f} s after the start to stop: the expiry may have published "
+            f"before it was down\n{worker.diagnose()}")
         wait_for(lambda: "_publish" in worker.waits(), settings.abandon_after_s * 10,
                  "the expiry publishing the abandoned generation", worker.diagnose)
         t0 = time.monotonic()
