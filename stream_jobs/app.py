@@ -121,11 +121,16 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
         pipeline.forget_offsets()
         joiner.sequencer.forget()
 
-    @app.on_partitions_revoked.connect
-    async def _settle(app, revoked, **kwargs):  # noqa: ARG001
+    async def settle() -> None:
         # Before the partitions move, the batch in hand ends durable and committed (acks off: Faust won't wait).
         await ingest_handoff.settle()
         await joiner.handoff.settle()
+
+    @app.on_partitions_revoked.connect
+    async def _settle(app, revoked, **kwargs):  # noqa: ARG001
+        await settle()
+
+    faust_adapter.settle_before_leaving(app, settle)  # Faust sends no revoke signal once a stop has begun
 
     recovery_task.install(app, settings.recovery_stall_s)
 

@@ -44,6 +44,9 @@ REQUIRED = (
     (Consumer, "_read_offset"),                   # replaced: _NoReadOffset
     (Consumer, "_committed_offset"),              # committed_offsets
     (Consumer, "_commit_offsets"),                # commit_offsets
+    (Consumer, "_on_partitions_revoked"),         # replaced: settle_before_leaving
+    (App, "_on_partitions_revoked"),              # settle_before_leaving
+    (App, "_on_rebalance_when_stopped"),          # settle_before_leaving
     (faust_aiokafka.Producer, "_ensure_producer"),  # aiokafka_producer
     (aiokafka.AIOKafkaProducer, "create_batch"),  # publish.send_batched, on aiokafka_producer
     (aiokafka.AIOKafkaProducer, "send_batch"),    # publish.send_batched, on aiokafka_producer
@@ -130,10 +133,32 @@ def committed_offsets(app) -> dict:
     return app.consumer._committed_offset
 
 
-async def commit_offsets(app, offsets: dict) -> None:
-    """Commit `offsets` ({Faust TP: offset}) for partitions still assigned. Faust's `commit()` commits what
-    its streams acked; the worker consumes with acks off and commits durable positions (handoff.py)."""
-    await app.consumer._commit_offsets(offsets)
+async def commit_offsets(app, offsets: dict) -> dict:
+    """Commit `offsets` ({Faust TP: offset}) -> those the group did not take. Faust's `commit()` commits what
+    its streams acked; the worker consumes with acks off and commits durable positions (handoff.py). Faust's
+    `_commit_offsets` discards the offsets of partitions no longer assigned (logged at info only) and returns
+    False when nothing was committed, so its answer alone cannot name what was left."""
+    assigned = app.consumer.assignment()
+    done = await app.consumer._commit_offsets(offsets)
+    return {tp: o for tp, o in offsets.items() if not done or tp not in assigned}
+
+
+def settle_before_leaving(app, settle) -> None:
+    """Run `settle` (the hand-offs' wait for the batch in hand and its commit) when a rebalance reaches a
+    stopping worker, before Faust's revoke callback goes on. That callback (`App._on_partitions_revoked`)
+    skips its signal once a stop has begun and closes the consumer, which leaves the group at once: the
+    partitions moved while a batch was in hand, its commit was then discarded, and the next owner re-read
+    what had been stored (docs/delivery.md). The consumer holds the callback from its creation; no hook."""
+    consumer = app.consumer
+    revoke = consumer._on_partitions_revoked
+
+    async def on_partitions_revoked(revoked) -> None:
+        if app.should_stop:
+            log.info("a rebalance while stopping: the work in hand ends and is committed before leaving the group")
+            await settle()
+        await revoke(revoked)
+
+    consumer._on_partitions_revoked = on_partitions_revoked
 
 
 def aiokafka_producer(app):

@@ -35,6 +35,7 @@ class Handoff:
         self._want: dict = {}  # FaustTP -> newest durable position not committed yet
         self._committer: asyncio.Future | None = None
         self._committing: dict = {}  # FaustTP -> offset of the commit in flight
+        self._dropped: dict = {}  # FaustTP -> offset the group did not take (revoked meanwhile, or refused)
         self._cut = False
         self._stopping = False
         self._said = False  # what a stop left is said once
@@ -53,10 +54,18 @@ class Handoff:
             offsets, self._want = self._want, {}
             self._committing = offsets
             try:
-                await faust_adapter.commit_offsets(app, offsets)
-                self._committing = {}
+                dropped = await faust_adapter.commit_offsets(app, offsets)
             except Exception as exc:
                 log.warning("committing %s failed (%s); the next batch commits again", offsets, exc)
+                continue
+            self._committing = {}
+            for tp in offsets.keys() - dropped.keys():
+                self._dropped.pop(tp, None)
+            if dropped:
+                self._dropped.update(dropped)
+                log.warning("the group did not take the commit of %s (the partition was revoked, or the broker "
+                            "refused it): a member without its own durable position re-reads from the group's",
+                            ", ".join(f"{tp.topic}/{tp.partition}@{o}" for tp, o in sorted(dropped.items())))
 
     async def run(self, work):
         """Run the coroutine `work` (one batch) so that a stop lets it end. Faust stops an agent by cancelling
@@ -106,7 +115,7 @@ class Handoff:
         """What a stop leaves for the next start, which resumes from the durable positions (the store's for
         ingest, the join table's), not from the group's committed offsets: both are safe."""
         parts = ["a batch in hand, cut: it is re-read"] if self._cut else []
-        uncommitted = self._committing | self._want
+        uncommitted = self._dropped | self._committing | self._want
         if uncommitted:
             parts.append("positions durable but not committed to the group (the broker did not take the commit): "
                          + ", ".join(f"{tp.topic}/{tp.partition}@{o}" for tp, o in sorted(uncommitted.items())))

@@ -7,15 +7,18 @@ queues, as Faust's fetch loop calls it."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import gc
 import inspect
+import textwrap
 import warnings
 
 import pytest
 import faust
 import mode.worker
 from faust.tables import TableManager as FaustTableManager
+from faust.transport.consumer import Consumer
 from mode import Service
 
 from phasemeter.settings import Settings
@@ -261,3 +264,54 @@ def test_the_app_uses_the_table_manager_and_the_cli_the_worker(tmp_path):
     from phasemeter.cli import commands
 
     assert "from phasemeter.stream_jobs.faust_adapter import Worker" in inspect.getsource(commands.cmd_worker)
+
+
+def _statements(fn) -> list[str]:
+    """A function's statements as source, without its docstring."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0].body
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return [ast.unparse(s) for s in body]
+
+
+def test_a_stopping_app_leaves_the_group_on_a_revoke_without_its_signal():
+    """What settle_before_leaving answers: once a stop has begun, Faust's
+    revoke callback sends no revoke signal (where the worker settles) and
+    closes the consumer, which leaves the group at once. The consumer calls
+    the callback it was made with, which the adapter replaces."""
+    assert _statements(faust.App._on_partitions_revoked)[0] == \
+        "if self.should_stop:\n    return self._on_rebalance_when_stopped()"
+    assert _statements(faust.App._on_rebalance_when_stopped) == ["self.consumer.close()"]
+    assert "await T(self._on_partitions_revoked, partitions=revoked)(revoked)" in \
+        _statements(Consumer.on_partitions_revoked)[-1]
+
+
+def _revoke_in_order(stopping: bool, monkeypatch) -> list[str]:
+    """A rebalance's revoke reaching an app built by Faust, its consumer not started; -> what happened, in order."""
+    app = faust.App("pm-revoke-test", broker="kafka://127.0.0.1:9")  # never contacted
+    order: list[str] = []
+
+    async def settle():
+        order.append("settle")
+        await asyncio.sleep(0.05)  # a batch in hand, then its commit
+        order.append("settled")
+
+    async def running_revoke(revoked):  # Faust's own, past its stop test, needs a started consumer
+        order.append("faust's revoke, with its signal")
+
+    if not stopping:
+        monkeypatch.setattr(app, "_on_partitions_revoked", running_revoke)  # before the consumer is made
+    faust_adapter.settle_before_leaving(app, settle)
+    monkeypatch.setattr(app.consumer, "close", lambda: order.append("consumer closed: the group is left"))
+    if stopping:
+        app._stopped.set()  # mode's flag behind should_stop, as a SIGTERM sets it
+    asyncio.run(app.consumer._on_partitions_revoked(set()))
+    return order
+
+
+def test_a_rebalance_while_stopping_settles_the_work_in_hand_before_the_group_is_left(monkeypatch):
+    assert _revoke_in_order(True, monkeypatch) == ["settle", "settled", "consumer closed: the group is left"]
+
+
+def test_a_rebalance_while_running_is_fausts_own_and_its_signal_settles(monkeypatch):
+    assert _revoke_in_order(False, monkeypatch) == ["faust's revoke, with its signal"]

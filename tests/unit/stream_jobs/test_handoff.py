@@ -10,6 +10,33 @@ import pytest
 from phasemeter.stream_jobs.handoff import Handoff
 
 
+class Partitions:
+    """An assignment: the TPs of these partition numbers, of any topic."""
+
+    def __init__(self, numbers: set[int]):
+        self.numbers = numbers
+
+    def __contains__(self, tp) -> bool:
+        return tp.partition in self.numbers
+
+
+class Assigned:
+    """Faust's consumer as the hand-off commits through it: offsets of partitions not assigned are discarded,
+    and the answer says whether anything was committed."""
+
+    def __init__(self, *partitions: int, round_trip_s: float = 0.0):
+        self.partitions, self.round_trip_s, self.calls = set(partitions), round_trip_s, []
+
+    def assignment(self):
+        return Partitions(self.partitions)
+
+    async def _commit_offsets(self, offsets):
+        await asyncio.sleep(self.round_trip_s)
+        taken = {(tp.topic, tp.partition): o for tp, o in offsets.items() if tp.partition in self.partitions}
+        self.calls.append(taken)
+        return bool(taken)
+
+
 def test_a_stop_lets_the_batch_in_hand_finish_then_stops():
     async def main():
         h, steps = Handoff(grace_s=5), []
@@ -119,16 +146,8 @@ def test_an_error_in_the_batch_reaches_the_agent():
 
 
 def test_commits_run_in_the_background_newest_wins_and_settle_waits_for_them():
-    class Consumer:  # records what Faust's consumer would be asked to commit
-        def __init__(self):
-            self.calls = []
-
-        async def _commit_offsets(self, offsets):
-            await asyncio.sleep(0.1)  # a broker round trip
-            self.calls.append({(tp.topic, tp.partition): o for tp, o in offsets.items()})
-
     class App:
-        consumer = Consumer()
+        consumer = Assigned(0, 1, round_trip_s=0.1)  # records what Faust's consumer commits
 
     async def main():
         h, app = Handoff(grace_s=5), App()
@@ -222,9 +241,8 @@ def test_a_stop_says_what_it_left_for_the_next_start(caplog):
         async def _commit_offsets(self, offsets):
             await asyncio.sleep(3600)
 
-    class Reachable:
-        async def _commit_offsets(self, offsets):
-            pass
+    def Reachable():
+        return Assigned(0, 1)
 
     async def stop(consumer, batch_s: float) -> Handoff:
         h = Handoff(grace_s=0.2, name="ingest")
@@ -262,3 +280,38 @@ def test_no_work_starts_once_a_stop_began():
         return ran
 
     assert asyncio.run(main()) == ["tick"]
+
+
+def test_a_commit_the_group_does_not_take_is_named_and_a_later_one_clears_it(caplog):
+    """Faust discards the commit of a partition revoked meanwhile: the stop
+    names that position as left uncommitted, instead of saying all is
+    committed. A commit of the partition taken later clears it."""
+    async def stop(consumer) -> Handoff:
+        h = Handoff(grace_s=1, name="ingest")
+        app = type("App", (), {"consumer": consumer})()
+        await h.commit(app, {("t", 0): 10, ("t", 1): 7})
+        await h.settle()
+        consumer.partitions.add(1)  # assigned again: its next commit is taken
+        await h.commit(app, {("t", 1): 9})
+        await h.stopping(None)
+        return h
+
+    with caplog.at_level("WARNING", logger="phasemeter.worker"):
+        asyncio.run(stop(Assigned(0)))
+    said = [r.getMessage() for r in caplog.records]
+    assert "the group did not take the commit of t/1@7 (the partition was revoked, or the broker refused it): " \
+        "a member without its own durable position re-reads from the group's" in said
+    assert said[-1] == "stopping ingest: left for the next start: nothing: every durable position is committed"
+    caplog.clear()
+
+    async def stop_revoked() -> None:
+        h = Handoff(grace_s=1, name="ingest")
+        app = type("App", (), {"consumer": Assigned(0)})()
+        await h.commit(app, {("t", 0): 10, ("t", 1): 7})
+        await h.stopping(None)
+
+    with caplog.at_level("WARNING", logger="phasemeter.worker"):
+        asyncio.run(stop_revoked())
+    assert caplog.records[-1].getMessage() == (
+        "stopping ingest: left for the next start: positions durable but not committed to the group "
+        "(the broker did not take the commit): t/1@7")
