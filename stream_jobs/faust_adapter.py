@@ -154,7 +154,8 @@ def settle_before_leaving(app, settle) -> None:
 
     async def on_partitions_revoked(revoked) -> None:
         if app.should_stop:
-            log.info("a rebalance while stopping: the work in hand ends and is committed before leaving the group")
+            log.warning("stopping: a rebalance began; the work in hand ends and is committed before this member "
+                        "leaves the group")
             await settle()
         await revoke(revoked)
 
