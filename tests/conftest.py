@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 # Fixes the run's "today" in the environment before xdist starts its test
 # processes, so they and every subprocess they start place data on the same day.
@@ -27,6 +28,12 @@ from clock import TODAY  # noqa: F401
 # Importing litellm fetches its model price list from GitHub unless told to
 # use the copy it ships: the tests stay offline and do not wait on the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+# Property tests judge answers, never time: hypothesis's 200 ms deadline per
+# example and its too-slow health check failed runs beside the reliability
+# tests' busy loops (a 268 ms example). Speed is the benchmarks' business.
+settings.register_profile("phasemeter", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("phasemeter")
 
 
 def pytest_collection_modifyitems(config, items):
