@@ -472,9 +472,10 @@ def test_sigterm_while_a_publish_waits_on_the_unreachable_broker_exits_after_the
     from conftest import WorkerProc
     from phasemeter.settings import Settings
 
-    # The abandonment is due ABANDON_AFTER_S after the start's t0: long enough for the join to hold it and the
-    # broker to stop first (with 6 s, a slow host's expiry published before the broker was down).
-    env = {**pm_env, "PHASEMETER_STOP_GRACE_S": "4", "PHASEMETER_ABANDON_AFTER_S": "12",
+    # The abandonment is due ABANDON_AFTER_S after the start's t0, stamped as it is produced: long enough for the
+    # join to hold it and the broker to stop first (with a t0 taken before the worker started, a slow host's
+    # expiry published before the broker was down).
+    env = {**pm_env, "PHASEMETER_STOP_GRACE_S": "4", "PHASEMETER_ABANDON_AFTER_S": "8",
            "PHASEMETER_EXPIRY_TICK_S": "0.5"}
     settings = Settings.from_env(env)
     worker = WorkerProc(env, tmp_path, int(env["PHASEMETER_WEB_PORT"]))
@@ -504,7 +505,8 @@ def test_sigterm_while_a_publish_waits_on_the_unreachable_broker_exits_after_the
             rc = None
         took = time.monotonic() - t0
         log = worker.log.read_text(errors="replace")
-        print(f"SIGTERM with a publish in hand and the broker down: exit code {rc} after {took:.2f} s")
+        print(f"SIGTERM with a publish in hand and the broker down: exit code {rc} after {took:.2f} s "
+              f"(the broker was down {stopped_after:.1f} s after the start)")
         assert rc == 0 and took <= 2 * settings.stop_grace_s, f"exit code {rc} after {took:.1f} s\n{log[-3000:]}"
         assert "stopping join: left for the next start: a batch in hand, cut" in log, log[-3000:]
     finally:
