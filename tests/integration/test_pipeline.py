@@ -171,26 +171,6 @@ def stored_once_after_restart(worker, pm_env, sent: dict) -> list[dict]:
     return stored
 
 
-@pytest.mark.slow
-def test_kill9_and_restart_store_each_generation_exactly_once(worker, pm_env):
-    # Batches of 250 messages: the kill lands between them, not after one
-    # batch that took the whole stream (checked below).
-    pm_env["PHASEMETER_BATCH_ROWS"] = "250"
-    worker.start()
-    bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
-    sent = emit(bootstrap, topic, 6000, seed=3)
-    deadline, health = time.monotonic() + 60, {}
-    while health.get("accepted", 0) < 1500 and time.monotonic() < deadline:
-        health = worker.health() or health
-        time.sleep(0.05)
-    worker.stop(kill=True)  # mid-stream: some batches stored, offsets maybe not committed
-    assert 1500 <= health.get("accepted", 0) < 6000, (
-        f"the kill did not land mid-stream: {health.get('accepted')} of 6000 accepted\n{worker.diagnose()}")
-    sent.update(emit(bootstrap, topic, 1000, seed=4))
-    worker.start()
-    stored_once_after_restart(worker, pm_env, sent)
-
-
 def test_envelopes_store_every_generation_once(worker, pm_env):
     worker.start()
     sent = emit(pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"], 5000, seed=5, envelope_size=100)
