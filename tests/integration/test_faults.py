@@ -13,7 +13,6 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
-from datetime import datetime, timezone
 
 import clickhouse_connect
 from conftest import wait_for
@@ -26,8 +25,6 @@ from requires import missing
 from stores import worker_store
 from phasemeter.producers import Meter
 from phasemeter.stream_jobs import reasons as R
-from phasemeter.store.rollup import TIERS
-from phasemeter.stream_jobs.ledger import all_tier_mismatches
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -59,74 +56,6 @@ def counts(worker) -> tuple[int, int]:
 def stored_ids(env) -> list[str]:
     with worker_store(env) as client:
         return [r[0] for r in client.query("SELECT request_id FROM generations").result_rows]
-
-
-
-def test_kill9_at_ten_points_during_20k_stream_stores_each_once(worker, pm_env):
-    # A member killed with SIGKILL keeps its partitions until its session
-    # times out, and each restart waits for that before it is given them: at
-    # 3 s instead of the suite's 6 s the eleven restarts take 12 s less.
-    pm_env["PHASEMETER_SESSION_TIMEOUT_S"] = "3"
-    bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
-    events = [good_event(i) for i in range(20_000)]
-    slices = [events[start:start + 1000] for start in range(0, len(events), 1000)]
-    # One slice for each kill right after an insert, produced once that worker
-    # is up: a worker that starts fast could otherwise have stored the whole
-    # stream before the next one starts, leaving it no batch to be killed after.
-    reserved, streamed = slices[:5], slices[5:]
-    rng = random.Random(20)
-
-    def send(part):
-        produce(bootstrap, topic, [json.dumps(e).encode() for e in part], [e["request_id"].encode() for e in part])
-
-    def emit_slowly():  # the stream keeps flowing while the worker dies and restarts
-        for part in streamed:
-            send(part)
-            time.sleep(0.8)
-
-    emitter = threading.Thread(target=emit_slowly)
-    emitter.start()
-    kills = 0
-    try:
-        for k in range(10):
-            worker.start()
-            if k % 2:
-                # Right after a store insert: before Faust commits the batch's offsets.
-                first = (worker.health() or {}).get("last_batch_at")
-                send(reserved.pop())
-                wait_for(lambda: (worker.health() or {}).get("last_batch_at") not in (None, first), 30,
-                         "a batch to be stored")
-            else:
-                time.sleep(rng.uniform(0.3, 2.5))
-            worker.stop(kill=True)
-            kills += 1
-    finally:
-        emitter.join()
-    worker.start()
-    wait_for(lambda: counts(worker)[0] >= len(events), 180, "all generations stored")
-    time.sleep(2)  # a duplicate batch, if any, would land now
-    assert counts(worker) == (len(events), 0)
-    worker.stop()
-    ids = stored_ids(pm_env)
-    with worker_store(pm_env) as client:
-        raw = client.query("SELECT model, toStartOfMinute(ts) AS m, count() FROM generations "
-                           "GROUP BY model, m ORDER BY model, m").result_rows
-        rollup = client.query("SELECT model, minute AS m, sum(n) FROM generations_minute "
-                              "GROUP BY model, m ORDER BY model, m").result_rows
-        # Every tier, cell by cell, with what a person needs if one is off.
-        unequal = all_tier_mismatches(client, datetime(2000, 1, 1, tzinfo=timezone.utc),
-                                      datetime(2100, 1, 1, tzinfo=timezone.utc))
-        totals = {t.name: client.command(f"SELECT sum(n) FROM {t.table}") for t in TIERS}
-        parts = client.query("SELECT _part, count(), min(src_offset), max(src_offset) FROM generations "
-                             "GROUP BY _part ORDER BY _part").result_rows
-    explain = (f"{len(unequal)} tier cells unequal to raw (tier, model, bucket, cell, raw_n, tier_n): {unequal[:8]}\n"
-               f"tier totals {totals}; raw parts (part, rows, offsets) {parts}\n{worker.diagnose()}")
-    assert unequal == [], explain
-    assert [(a, b.replace(tzinfo=None), int(c)) for a, b, c in rollup] == \
-        [(a, b.replace(tzinfo=None), int(c)) for a, b, c in raw], explain  # rollups agree with raw: none twice
-    assert kills == 10
-    assert len(ids) == len(set(ids)) == len(events)
-    assert set(ids) == {e["request_id"] for e in events}
 
 
 def test_kill9_with_a_bad_event_and_duplicates_in_every_envelope_keeps_each_once(worker, pm_env):
