@@ -58,7 +58,7 @@ _typed = st.one_of(
 )
 
 
-@hsettings(max_examples=400, deadline=None)
+@hsettings(max_examples=400)
 @given(_typed)
 def test_any_time_is_a_bounded_time_or_an_arg_error(text):
     try:
@@ -69,7 +69,7 @@ def test_any_time_is_a_bounded_time_or_an_arg_error(text):
     assert TIME_MIN <= value < TIME_MAX
 
 
-@hsettings(max_examples=400, deadline=None)
+@hsettings(max_examples=400)
 @given(_typed)
 def test_any_duration_is_bounded_or_an_arg_error(text):
     try:
@@ -80,7 +80,7 @@ def test_any_duration_is_bounded_or_an_arg_error(text):
     assert 0 < value <= MAX_DURATION_S
 
 
-@hsettings(max_examples=300, deadline=None)
+@hsettings(max_examples=300)
 @given(_typed, _typed)
 def test_any_window_and_step_is_valid_or_an_arg_error(start, step):
     try:
@@ -93,7 +93,7 @@ def test_any_window_and_step_is_valid_or_an_arg_error(start, step):
     assert isinstance(step_s, int) and 1 <= step_s <= MAX_DURATION_S < 2**32  # the queries bind a UInt32
 
 
-@hsettings(max_examples=300, deadline=None)
+@hsettings(max_examples=300)
 @given(st.one_of(st.text(max_size=40), st.text(alphabet=string.digits + ",. -+e", max_size=40)))
 def test_any_bucket_edges_are_edges_or_a_value_error(text):
     try:
@@ -121,7 +121,7 @@ def test_the_web_api_answers_400_naming_the_parameter(query, param):
     assert status == 400 and doc["param"] == param, doc
 
 
-@hsettings(max_examples=300, deadline=None)
+@hsettings(max_examples=300)
 @given(st.dictionaries(st.sampled_from(["from", "to", "step", "model", "bucket", "path", "abandoned", "prefill",
                                         "slo", "by", "x"]), _typed, max_size=6))
 def test_any_web_api_query_is_parsed_or_a_bad_request_naming_a_parameter(query):
@@ -157,7 +157,7 @@ def test_numbers_out_of_range_are_argparse_errors_naming_the_flag(argv, flag, ca
     assert not (tmp_path / "data").exists()
 
 
-@hsettings(max_examples=300, deadline=None)
+@hsettings(max_examples=300)
 @given(st.one_of(st.text(max_size=30), st.from_regex(r"\A-?[0-9_]{0,400}(\.[0-9]*)?(e-?[0-9]{1,4})?\Z"),
                  st.sampled_from(["nan", "inf", "-inf", "1e309", "0x10", "1_0"])))
 def test_any_number_flag_is_in_bounds_or_an_argparse_error(text):
@@ -184,7 +184,7 @@ def test_bucket_edges_out_of_range_are_argparse_errors_naming_the_flag(edges, ca
     assert not (tmp_path / "data").exists()
 
 
-@hsettings(max_examples=300, deadline=None)
+@hsettings(max_examples=300)
 @given(st.one_of(st.text(max_size=40), st.text(alphabet=string.digits + ",. -+e", max_size=60)))
 def test_any_buckets_flag_is_bounded_edges_or_an_argparse_error(text):
     from phasemeter.cli.main import build_parser

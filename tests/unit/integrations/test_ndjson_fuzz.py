@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import json
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phasemeter.integrations.ndjson import Accepted, LineChecker, Refused, read_lines
@@ -53,7 +53,7 @@ def check(results: list, data: bytes) -> None:
             assert again and not any(isinstance(r, Rejection) for r in again)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 @given(st.lists(st.one_of(st.binary(max_size=60), st.sampled_from([b"\r\n", b"\n", b"\xef\xbb\xbf", b"{", b"}",
                                                                   b'"\\ud800"', b"\xff\xfe", b"x" * 2500])),
                 max_size=12))
@@ -62,7 +62,7 @@ def test_any_bytes_every_line_is_accepted_refused_or_blank(chunks):
     check(run(data), data)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 @given(st.lists(st.dictionaries(st.sampled_from(sorted(GOOD) + ["prompt", "events", "x"]), VALUES, max_size=4),
                 min_size=1, max_size=6),
        st.booleans())

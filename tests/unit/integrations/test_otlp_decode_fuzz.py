@@ -12,7 +12,7 @@ import gzip
 import json
 import zlib
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -66,7 +66,7 @@ def check(m, n_spans: int) -> None:
                 e[label].encode("utf-8")  # never a lone surrogate
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 @given(st.lists(st.tuples(st.dictionaries(st.sampled_from(KEYS), ANY, max_size=5),
                           st.one_of(st.just(str(T0_NS)), LEAF),
                           st.dictionaries(st.sampled_from(["service.instance.id", "host.name"]), ANY, max_size=2)),
@@ -91,7 +91,7 @@ def test_otlp_json_with_hostile_values_maps_rejects_ignores_or_is_a_bad_request(
     check(m, len(spans))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.recursive(LEAF, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(
     st.sampled_from(["resourceSpans", "scopeSpans", "spans", "attributes", "resource", "key", "value",
                      "startTimeUnixNano", "status", "code", "name", "spanId"]), inner, max_size=4)), max_leaves=20))
@@ -123,7 +123,7 @@ def pb_body(n_spans: list[int], attrs_per_span: int = 1) -> bytes:
     return req.SerializeToString()
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(st.lists(st.integers(min_value=0, max_value=20), max_size=4), st.integers(min_value=0, max_value=60))
 def test_the_wire_count_of_spans_is_the_parsed_count_and_the_limit_holds(n_spans, limit):
     body = pb_body(n_spans)
@@ -138,7 +138,7 @@ def test_the_wire_count_of_spans_is_the_parsed_count_and_the_limit_holds(n_spans
     check(m, total)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.data())
 def test_mutated_protobuf_is_a_bad_request_or_mapped(data):
     body = bytearray(pb_body(data.draw(st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=3))))
@@ -159,7 +159,7 @@ def test_mutated_protobuf_is_a_bad_request_or_mapped(data):
         assert not isinstance(validate(e, now=NOW), Rejection), e
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.binary(max_size=300), min_size=1, max_size=4), st.integers(min_value=1, max_value=1000))
 def test_every_gzip_member_is_inflated_and_their_total_is_bounded(parts, limit):
     body = b"".join(gzip.compress(p) for p in parts)
@@ -172,7 +172,7 @@ def test_every_gzip_member_is_inflated_and_their_total_is_bounded(parts, limit):
     assert out == whole and len(out) <= limit
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.binary(max_size=400), st.sampled_from(["gzip", "deflate"]))
 def test_any_bytes_inflate_or_are_refused(raw, encoding):
     candidates = [raw, gzip.compress(raw)[: len(raw) % 40 + 10] + raw, zlib.compress(raw) + raw[:3]]

@@ -13,7 +13,7 @@ import math
 
 import pytest
 from google.protobuf.json_format import MessageToDict
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
@@ -263,7 +263,7 @@ ANY_VALUES = JSON_VALUES | st.fixed_dictionaries(
 KEYS = st.sampled_from(sorted(set(VLLM) | set(GENAI) | set(SGLANG)) + ["gen_ai.operation.name", "x"])
 
 
-@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=75)
 @given(st.lists(st.tuples(st.sampled_from([VLLM, GENAI, SGLANG, {}]),
                           st.dictionaries(KEYS, ANY_VALUES, max_size=4),
                           st.one_of(st.just(str(T0_NS)), st.integers(), st.text(max_size=25), st.none())),
@@ -291,7 +291,7 @@ def test_any_attribute_values_map_reject_or_ignore(cases):
         assert not isinstance(validate(e, now=MAX_EPOCH_S), Rejection), e
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(st.binary(max_size=200))
 def test_any_protobuf_bytes_decode_or_are_a_bad_request(body):
     try:
@@ -304,7 +304,7 @@ def test_any_protobuf_bytes_decode_or_are_a_bad_request(body):
 seconds = st.floats(min_value=0.0, max_value=3000.0, allow_nan=False)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(ttft=st.floats(min_value=1e-6, max_value=3000.0), decode=seconds, n_in=st.integers(0, 10_000_000),
        n_out=st.integers(1, 10_000_000),  # 0.0 is "no first token", 0 output with a TTFT an embedding
        start=st.integers(946_684_800 * 10**9, 4_000_000_000 * 10**9))

@@ -39,7 +39,7 @@ def meter_and_fake():
     meter.close(1)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(st.fixed_dictionaries({}, optional={k: st.one_of(v, ANY) for k, v in FIELDS.items()}))
 def test_every_call_is_refused_with_a_reason_or_its_event_is_sent(meter_and_fake, changes):

@@ -81,7 +81,7 @@ def test_an_event_over_the_bound_still_goes_alone():
     assert only[2] == 1 and json.loads(only[1])["events"][0]["i"] == 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.tuples(st.booleans(), st.sampled_from([None, b"a", b"b", b"c", b"d"]),
                           st.integers(0, 3000)), max_size=60),
        st.integers(1, 7), st.integers(2_000, 30_000))

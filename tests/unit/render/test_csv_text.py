@@ -32,7 +32,7 @@ floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
 texts = st.one_of(st.none(), st.text(alphabet=st.sampled_from(list('ab ,"\n\r-é0')), max_size=6))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(st.tuples(floats, floats, st.integers(min_value=-2**63, max_value=2**63 - 1), texts,
                           st.integers(min_value=0, max_value=2**40)), min_size=1, max_size=30))
 def test_same_bytes_as_pandas_for_floats_ints_texts_and_times(rows):

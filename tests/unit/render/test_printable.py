@@ -41,7 +41,7 @@ def test_printable_escapes_every_control_character_and_nothing_else():
         assert printable(fine) == fine
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500)
 @given(st.text())
 def test_printable_leaves_no_control_character(text):
     out = printable(text)

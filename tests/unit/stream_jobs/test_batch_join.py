@@ -15,7 +15,7 @@ import random
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phasemeter.stream_jobs import join
@@ -196,7 +196,7 @@ def batches(draw) -> list[list[dict]]:
     return out
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400)
 @given(batches())
 def test_generated_batches_give_the_agents_rows(messages):
     """Phases the C decoder takes and phases only the full path reads (stall

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import msgspec
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phasemeter.stream_jobs import dead_letter
@@ -119,14 +119,14 @@ def same_as_rows(records, oldest: float = MIN_T0) -> Generations:
     return d.gens
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 @given(st.lists(st.lists(valid_events(), min_size=1, max_size=6), min_size=1, max_size=4), st.data())
 def test_well_formed_generations_give_the_row_paths_rows(batches, data):
     wraps = [data.draw(st.booleans()) for _ in batches]
     same_as_rows(messages(batches, wraps))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400)
 @given(st.lists(valid_events(), min_size=1, max_size=4), mutated(), st.booleans(), st.data())
 def test_a_mutated_event_is_refused_as_the_row_path_refuses_it_and_its_neighbours_stay(events, case, wrap, data):
     """A mutated event anywhere, alone or in an envelope, beside a clean

@@ -48,7 +48,7 @@ def test_a_repeat_or_a_stored_request_id_is_dropped_dead_lettered_outside_the_jo
     assert dedup.answer(scopes, [{"a"}, set()], JOINED).dropped == {2}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(st.sampled_from("abcdef"), max_size=40), st.sets(st.sampled_from("abcdefg")),
        st.lists(st.booleans(), min_size=40, max_size=40), st.booleans())
 def test_the_answer_is_the_rule_read_row_by_row(ids, held, joined, listed):

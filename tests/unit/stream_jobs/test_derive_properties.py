@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phasemeter.stream_jobs import reasons as R
@@ -45,7 +45,7 @@ def _encode(event: dict) -> bytes:
     return json.dumps(event).encode()
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400)
 @given(valid_events())
 def test_valid_events_derive_the_documented_formulas(event):
     row = process(_encode(event), BUCKET, 1_000_000, now=NOW)
@@ -90,7 +90,7 @@ def mutated(draw) -> tuple[dict, str]:
     return event, how
 
 
-@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600)
 @given(mutated())
 def test_mutations_derive_or_are_rejected_with_a_reason_never_raise(case):
     event, _ = case
@@ -129,8 +129,7 @@ def any_text_events(draw) -> dict:
     return event
 
 
-# No deadline: the first example imports pyarrow (a timing is no property).
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400)
 @given(any_text_events())
 def test_whatever_derive_returns_the_store_can_hold(event):
     """A row must build into the sink's Arrow table and a rejection into a

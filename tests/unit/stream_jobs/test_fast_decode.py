@@ -11,7 +11,7 @@ from collections import Counter
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phasemeter.stream_jobs.contract import PD_FIELDS, V2_ONLY, V2_OPTIONAL
@@ -111,7 +111,7 @@ def test_kind_is_required_alone_and_in_an_envelope():
         assert same(raw)[0].reason == "bad_kind"
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 @given(st.lists(valid_events(), min_size=1, max_size=5), st.sampled_from([1, 2]))
 def test_common_messages_are_decoded_in_c_with_the_same_rows(events, version):
     for e in events:
@@ -138,7 +138,7 @@ def test_poison_gets_the_full_paths_reason(name, payload, reason, internal):
             assert (out[1].reason, out[1].detail[:10]) == (reason, "events[1]:"), out[1]
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500)
 @given(mutated(), st.booleans())
 def test_mutated_events_alone_or_in_an_envelope(case, wrap):
     event, _ = case
@@ -148,7 +148,7 @@ def test_mutated_events_alone_or_in_an_envelope(case, wrap):
     same(envelope([good, event]) if wrap else json.dumps(event).encode())
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 @given(any_text_events(), st.booleans())
 def test_any_text_alone_or_in_an_envelope(event, wrap):
     same(envelope([event]) if wrap else json.dumps(event).encode())
@@ -180,7 +180,7 @@ def valid_phases(draw) -> list[dict]:
     return [start, first, end]
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 @given(valid_phases(), valid_events())
 def test_phases_are_decoded_in_c_with_the_same_results(phases, event):
     stall = "chunks" in phases[2]
@@ -191,7 +191,7 @@ def test_phases_are_decoded_in_c_with_the_same_results(phases, event):
         same(raw, internal=True)
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400)
 @given(valid_phases(), st.integers(0, 2), st.sampled_from(["set", "drop", "add"]), st.data())
 def test_mutated_phases_alone_or_in_an_envelope(phases, which, how, data):
     phase = phases[which]
@@ -233,7 +233,7 @@ def _spell(value, rnd: random.Random) -> str:
 
 
 # 200 examples: 600 took 27 s of the full suite on two busy cores.
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200)
 @given(st.lists(st.one_of(valid_events(), mutated().map(lambda c: c[0]), valid_phases().map(lambda p: p[0]),
                           valid_phases().map(lambda p: p[2])), min_size=1, max_size=4),
        st.booleans(), st.randoms(use_true_random=False))
@@ -248,7 +248,7 @@ def test_arbitrary_bytes(raw):
     same(raw)
 
 
-@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100)
 @given(st.lists(valid_events(), min_size=1, max_size=6), valid_phases(), st.integers(1, 9))
 def test_envelope_limits_and_clock(events, phases, max_batch):
     for raw in (envelope(events + phases), envelope(phases), envelope(events)):
@@ -332,7 +332,7 @@ def test_printable_text_in_every_script_is_a_label():
 BRACES = st.text(st.sampled_from('ab{}"\\ :,é'), min_size=1, max_size=12)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 @given(st.lists(st.tuples(valid_events(), st.one_of(st.none(), BRACES), st.booleans()), min_size=1, max_size=8),
        st.data())
 def test_an_envelopes_generation_is_found_by_its_request_id_or_not_at_all(drawn, data):

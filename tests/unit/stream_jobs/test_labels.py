@@ -92,7 +92,7 @@ def test_each_row_folded_is_counted_also_a_repeated_value_and_one_sent_as_other(
     assert bound.folded == {"replica": 6}  # every row stored as `other`, r1's three and the two sent as it
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.integers(0, 3),
        st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from(["", "x", "y", "z", OTHER, "w", None])), max_size=30),
        st.lists(st.sampled_from(["x", "y", OTHER]), max_size=2))

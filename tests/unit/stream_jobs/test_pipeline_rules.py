@@ -599,7 +599,7 @@ def real_batches(draw):
     return s, batch, stored_rows, stored_dead, stored_ids
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(real_batches())
 def test_a_batch_keeps_the_exactly_once_rules_record_by_record(case):
     """Bad events, duplicates, re-reads and both topics in one batch: split

@@ -80,7 +80,7 @@ def test_forget_clears_positions_after_a_rebalance():
     assert s.unknown([ev(0, 3), ev(1, 0, topic="u")]) == {("t", 0), ("u", 1)}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(n=st.integers(1, 60), chunks=st.lists(st.tuples(st.integers(0, 59), st.integers(1, 20)), max_size=30),
        start=st.integers(0, 10))
 def test_any_delivery_order_processes_each_offset_once_in_order(n, chunks, start):

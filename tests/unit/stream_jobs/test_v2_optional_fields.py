@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phasemeter.stream_jobs import join
@@ -125,7 +125,7 @@ def chunk_stats(draw):
                  "output_tokens_estimated": draw(st.sampled_from([None, False, True]))}
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=200)
 @given(chunk_stats(), st.integers(-3, 3), st.floats(0.0, 2.0, allow_nan=False))
 def test_property_consistent_stats_derive_and_inconsistent_ones_are_rejected(stats, d_over, d_gap):
     e2e, fields = stats
