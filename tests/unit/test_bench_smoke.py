@@ -315,9 +315,19 @@ def test_backlogs_control_is_clean_data_of_its_own_and_recorded_without_a_target
 
     def run(rate):
         return {"gens_per_s": rate, "gens_per_cpu_s": rate / 2, "dead": 4, "duplicates": 4}
-    result = {"params": {"envelope_size": 100}, "rounds": [
+    result = {"params": {"envelope_size": 100, "drains": 3}, "rounds": [
         {"clean": run(100.0), "invalid": run(95.0), "duplicate": run(80.0), "mixed": run(91.0), "control": run(88.0)}]}
     figs = {f["goal"]: f for f in b.figures(result)}
     assert figs["worker-backlog-control"]["met"] is None and figs["worker-backlog-control"]["ratio"] == 0.88
     assert figs["worker-duplicate-1pct-cpu"]["met"] is False and figs["worker-invalid-1pct"]["met"] is True
     assert "control (per s / per CPU s)" in b.render(result) and "0.88 / 0.88" in b.render(result)
+
+
+def test_a_backlogs_round_counts_each_measures_fastest_drain(bench):
+    b = bench("bench_worker_backlogs")
+    drains = [{"rows": 1000, "wall_s": 2.0, "cpu_s": 1.0, "dead": 1, "duplicates": 0, "peak_rss_mib": 9},
+              {"rows": 1000, "wall_s": 1.0, "cpu_s": 2.0, "dead": 2, "duplicates": 0, "peak_rss_mib": 8},
+              {"rows": 1200, "wall_s": 4.0, "cpu_s": 4.0, "dead": 3, "duplicates": 0, "peak_rss_mib": 7}]
+    got = b.combined(drains)
+    assert (got["gens_per_s"], got["gens_per_cpu_s"], got["dead"]) == (1000.0, 1000.0, 3)
+    assert got["drains"] == drains
