@@ -197,8 +197,8 @@ def figures(result: dict) -> list[dict]:
                 value, clean = r[kind][key], r["clean"][key]
                 target, met = ("none: identical data", None) if kind in CONTROL else \
                     ("≥ 0.9× clean in every round", value >= 0.9 * clean)
-                out.append(R.figure(goal + suffix, f"{what}, envelopes of {size}, {per}, the fastest of {drains} drains, "
-                                    f"round {i} of {len(rounds)}",
+                out.append(R.figure(goal + suffix, f"{what}, envelopes of {size}, {per}, the fastest of {drains} "
+                                    f"drains, round {i} of {len(rounds)}",
                                     round(value), "1/s",
                                     reference={"what": f"the clean backlog, {per}, same round", "value": round(clean)},
                                     target=target, met=met))
