@@ -17,7 +17,7 @@ from phasemeter.store.client import open_migrated_store
 from . import (faust_adapter, handoff, ingest_agent, join_agent, log_offsets, publish, recovery_task, resume,
                sql_http, web_guard)
 from .pipeline import Pipeline
-from .sink import Sink
+from .sink import Sink, SinkStopped
 from .ready import is_ready
 from .web import register_views
 
@@ -106,7 +106,7 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
     # acks=False: offsets are committed from durable positions (handoff.Handoff), not from Faust's acks.
     raw = app.topic(*settings.ingest_topics, key_type=bytes, value_type=bytes,
                     key_serializer="raw", value_serializer="raw", acks=False)
-    ingest_handoff = handoff.Handoff(settings.stop_grace_s, on_cut=sink.stop_retrying)
+    ingest_handoff = handoff.Handoff(settings.stop_grace_s, on_stopped=sink.stop_retrying)
     # Dead letters and phases reach Kafka before the batch's progress is recorded.
     pipeline.publisher = publish.Publisher(app)
     offsets = log_offsets.LogOffsets(app, settings, bootstrap)
@@ -144,7 +144,10 @@ def create_app(settings: Settings, client=None, sql_socket=None) -> faust.App:
             # after both agents' seeks above, which it would delay: it may wait on the store (retried while down).
             for seq, counts, topics, load, agent_handoff in agents:
                 if not agent_handoff.in_hand:
-                    await resume.reseek_behind(app, offsets, seq, topics, load, counts)
+                    try:
+                        await resume.reseek_behind(app, offsets, seq, topics, load, counts)
+                    except SinkStopped:  # a stop ended the store's retries: the next start reads positions again
+                        return
 
     load_ingest = ingest_agent.install(app, settings, raw, pipeline, sink, joiner, ingest_handoff, offsets,
                                        _crash_guard)

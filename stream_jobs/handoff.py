@@ -26,11 +26,12 @@ class Handoff:
     cancellation hit. The join's expiry timer is work in hand too: cut between its publish and its table
     write, it would leave the new owner an entry to expire again (a generation published twice)."""
 
-    def __init__(self, grace_s: float, on_cut=None, name: str = "ingest"):
+    def __init__(self, grace_s: float, on_stopped=None, name: str = "ingest"):
         self.grace_s, self.name = grace_s, name
-        # Called when a stop cuts a batch: its work left in a thread (a store write retrying while the store is
+        # Called once a stop has settled or cut the work in hand: what still runs in a thread on the agent's
+        # behalf (a cut batch's store write, or the reseek timer's read of positions, retrying while the store is
         # down) cannot be cancelled from here and would keep the process from exiting.
-        self.on_cut = on_cut
+        self.on_stopped = on_stopped
         self.in_hand: set[asyncio.Future] = set()
         self._want: dict = {}  # FaustTP -> newest durable position not committed yet
         self._committer: asyncio.Future | None = None
@@ -105,8 +106,8 @@ class Handoff:
             # which the timer's own stop would then wait for again.
             for work in {task, *self.in_hand} - {None}:
                 work.cancel()
-            if self.on_cut is not None:
-                self.on_cut()
+        if self.on_stopped is not None:
+            self.on_stopped()
         if not self._said:
             self._said = True
             log.warning("stopping %s: left for the next start: %s", self.name, self.left())

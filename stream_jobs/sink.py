@@ -124,8 +124,9 @@ class Sink:
                 backoff = min(backoff * 2, 30.0)
 
     def stop_retrying(self) -> None:
-        """For a worker whose batch outlived the stop grace: asyncio cannot cancel the retry thread, and the
-        interpreter waits for it at exit (docs/delivery.md). A call stops at its next failure; a success returns."""
+        """For a stopping worker, once its batch in hand ended or outlived the stop grace: asyncio cannot cancel
+        a retry thread (the cut batch's, the reseek timer's), and the interpreter waits for it at exit
+        (docs/delivery.md). A call stops at its next failure; a success returns."""
         self._stopping.set()
 
     def write(self, rows, dead: list[dict]) -> list[dict]:

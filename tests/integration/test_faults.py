@@ -216,6 +216,43 @@ def test_sigterm_while_the_store_is_locked_exits_after_the_grace_and_loses_nothi
     assert sorted(ids) == sorted(e["request_id"] for e in events)
 
 
+def test_sigterm_while_the_store_is_locked_and_no_batch_is_in_hand_exits_within_the_grace(pm_env, tmp_path):
+    """A worker started while its store is locked, with nothing to read:
+    its reseek timer reads the store's positions for the partitions it was
+    given, and that read retries in a thread while the store is away. Told
+    to stop, the worker ends that read and exits within its grace, with exit
+    code 0 (it had hung until a SIGKILL, and a read ended by the stop had
+    crashed the worker: exit code 1)."""
+    import subprocess
+
+    from conftest import WorkerProc
+    from phasemeter.settings import Settings
+
+    env = {**pm_env, "PHASEMETER_STOP_GRACE_S": "6"}
+    grace = Settings.from_env(env).stop_grace_s
+    worker = WorkerProc(env, tmp_path, int(env["PHASEMETER_WEB_PORT"]))
+    worker.run("migrate")
+    holder = clickhouse_connect.get_client(dsn=f"chdb://{env['PHASEMETER_DATA_DIR']}/store")
+    try:
+        worker.start()
+        health = wait_for(lambda: (h := worker.health()) and h["store_retries"] >= 2 and h, 60,
+                          "the positions' read retrying on the locked store", worker.diagnose)
+        assert health["consumed"] == 0 and health["store_error"]["during"] == "reading progress", health
+        t0 = time.monotonic()
+        worker.proc.terminate()
+        try:
+            rc = worker.proc.wait(grace * 10)
+        except subprocess.TimeoutExpired:
+            rc = None  # still running: the failure below says so
+        took = time.monotonic() - t0
+        print(f"SIGTERM, store locked, nothing in hand: exit code {rc} after {took:.2f} s (grace {grace:.0f} s)")
+        assert rc == 0 and took <= grace, (f"exit code {rc} {took:.1f} s after SIGTERM (grace {grace:.0f} s); "
+                                           f"/health before: {json.dumps(health)}\n{worker.diagnose()}")
+    finally:
+        worker.stop(kill=True)
+        holder.close()
+
+
 def events_in_topic(bootstrap: str, topic: str) -> int:
     """Events on the topic, envelopes unwrapped, read up to the end offsets."""
     return sum(len(unwrap(r.value)) for r in records_in(bootstrap, topic, timeout_s=60))

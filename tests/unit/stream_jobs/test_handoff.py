@@ -164,21 +164,37 @@ def test_commits_run_in_the_background_newest_wins_and_settle_waits_for_them():
     assert calls == [{("t", 0): 10}, {("t", 0): 30, ("t", 1): 5}]
 
 
-def test_a_cut_batch_calls_on_cut_and_a_finished_one_does_not():
-    """on_cut (the ingest agent's: the sink stops retrying) runs when the
-    grace runs out, never when the batch ends in time."""
-    async def stop_during(h: Handoff, seconds: float) -> None:
-        agent = asyncio.ensure_future(h.run(asyncio.sleep(seconds)))
+def test_on_stopped_runs_once_the_stop_has_settled_or_cut_the_batch_and_with_nothing_in_hand():
+    """on_stopped (the ingest agent's: the sink stops retrying) runs after
+    the batch in hand ended in time, after it was cut past the grace, and on
+    a stop with nothing in hand: a store read of the reseek timer may still
+    be retrying in a thread then, which would keep the process alive."""
+    async def stop_during(seconds: float | None, grace_s: float) -> list[str]:
+        steps: list[str] = []
+
+        async def batch():
+            try:
+                await asyncio.sleep(seconds)
+                steps.append("stored")
+            except asyncio.CancelledError:
+                steps.append("cut")
+                raise
+
+        h = Handoff(grace_s=grace_s, on_stopped=lambda: steps.append("stopped"))
+        agent = asyncio.ensure_future(h.run(batch()) if seconds is not None else asyncio.sleep(10))
         await asyncio.sleep(0.05)
         agent.cancel()
         with pytest.raises(asyncio.CancelledError):
             await agent
+        if seconds is None:
+            await h.stopping(None)  # the agent's own stop, with no batch
+        await asyncio.sleep(0)
+        return steps
 
-    cuts: list[str] = []
-    asyncio.run(stop_during(Handoff(grace_s=0.1, on_cut=lambda: cuts.append("cut")), 10))
-    assert cuts == ["cut"]
-    asyncio.run(stop_during(Handoff(grace_s=5, on_cut=lambda: cuts.append("late")), 0.2))
-    assert cuts == ["cut"]
+    # A cut batch is cancelled first; its task sees the cancellation at its next step, after on_stopped.
+    assert asyncio.run(stop_during(10, grace_s=0.1)) == ["stopped", "cut"]
+    assert asyncio.run(stop_during(0.2, grace_s=5)) == ["stored", "stopped"]
+    assert asyncio.run(stop_during(None, grace_s=5)) == ["stopped"]
 
 
 def test_a_stop_while_the_agent_decodes_its_next_batch_lets_the_batch_in_hand_finish():
@@ -215,7 +231,7 @@ def test_a_stop_while_the_agent_decodes_its_next_batch_lets_the_batch_in_hand_fi
 def test_a_stop_past_the_grace_cuts_the_started_batch():
     async def main():
         cut, steps = [], []
-        h = Handoff(grace_s=0.1, on_cut=lambda: cut.append(True))
+        h = Handoff(grace_s=0.1, on_stopped=lambda: cut.append(True))
 
         async def batch():
             try:
