@@ -32,8 +32,9 @@ backlog's figure in a round is its fastest drain, per measure: what slows a
 drain here (a neighbour, a fresh process's layout: the same work moved 10-30 %
 from process to process) only ever slows it, so the fastest drain is the
 closest to what the code costs, as timeit's documentation advises for its
-repeats. Each figure is recorded beside the clean one of its own round. Without --bootstrap a
-local broker is started in a tmp dir and stopped at the end.
+repeats. Each figure is recorded beside the clean one of its own round.
+Without --bootstrap a local broker is started in a tmp dir and stopped at
+the end.
 """
 
 from __future__ import annotations
