@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import threading
 import time
 import tracemalloc
@@ -147,6 +148,18 @@ def test_poison_corpus_and_duplicates_accounting_identity(worker, pm_env, capsys
     assert {r["reason"]: r["n"] for r in summary["reasons"]}[R.DUPLICATE] == len(dup)
 
 
+def sigterm(worker, wait_s: float) -> tuple[int | None, float]:
+    """SIGTERM the worker and wait up to `wait_s` for it to exit by itself:
+    (its exit code, None if still running; the seconds it took)."""
+    t0 = time.monotonic()
+    worker.proc.terminate()
+    try:
+        rc = worker.proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        rc = None  # still running: the caller's assertion says so
+    return rc, time.monotonic() - t0
+
+
 def test_store_locked_worker_pauses_then_resumes_without_loss(worker, pm_env):
     bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
     holder = clickhouse_connect.get_client(dsn=f"chdb://{pm_env['PHASEMETER_DATA_DIR']}/store")
@@ -176,7 +189,6 @@ def test_sigterm_while_the_store_is_locked_exits_after_the_grace_and_loses_nothi
     then exits: its store write retries in a thread that must not keep the
     process alive until a SIGKILL. Nothing of the batch was recorded as done,
     so the next start stores every event once."""
-    import subprocess
 
     from conftest import WorkerProc
 
@@ -191,13 +203,7 @@ def test_sigterm_while_the_store_is_locked_exits_after_the_grace_and_loses_nothi
         produce(bootstrap, topic, [json.dumps(e).encode() for e in events], [e["request_id"].encode() for e in events])
         health = wait_for(lambda: (h := worker.health()) and h["consumed"] > 0 and h["store_retries"] >= 2 and h,
                           60, "a batch retrying on the locked store", worker.diagnose)
-        t0 = time.monotonic()
-        worker.proc.terminate()
-        try:
-            rc = worker.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            rc = None  # still running: the failure below says so
-        took = time.monotonic() - t0
+        rc, took = sigterm(worker, 30)
         log = worker.log.read_text(errors="replace")
         # Exited by itself (rc 0 within wait()'s deadline, no SIGKILL), after
         # giving the batch its 3 s grace.
@@ -223,7 +229,6 @@ def test_sigterm_while_the_store_is_locked_and_no_batch_is_in_hand_exits_within_
     to stop, the worker ends that read and exits within its grace, with exit
     code 0 (it had hung until a SIGKILL, and a read ended by the stop had
     crashed the worker: exit code 1)."""
-    import subprocess
 
     from conftest import WorkerProc
     from phasemeter.settings import Settings
@@ -238,13 +243,7 @@ def test_sigterm_while_the_store_is_locked_and_no_batch_is_in_hand_exits_within_
         health = wait_for(lambda: (h := worker.health()) and h["store_retries"] >= 2 and h, 60,
                           "the positions' read retrying on the locked store", worker.diagnose)
         assert health["consumed"] == 0 and health["store_error"]["during"] == "reading progress", health
-        t0 = time.monotonic()
-        worker.proc.terminate()
-        try:
-            rc = worker.proc.wait(grace * 10)
-        except subprocess.TimeoutExpired:
-            rc = None  # still running: the failure below says so
-        took = time.monotonic() - t0
+        rc, took = sigterm(worker, grace * 10)
         print(f"SIGTERM, store locked, nothing in hand: exit code {rc} after {took:.2f} s (grace {grace:.0f} s)")
         assert rc == 0 and took <= grace, (f"exit code {rc} {took:.1f} s after SIGTERM (grace {grace:.0f} s); "
                                            f"/health before: {json.dumps(health)}\n{worker.diagnose()}")
@@ -350,7 +349,6 @@ def test_web_port_is_loopback_read_only_and_binds_parameters(worker, pm_env):
 
 
 def test_secrets_never_in_logs_or_errors(pm_env, tmp_path):
-    import subprocess
     import sys
 
     secret = "hunter2-" + uuid.uuid4().hex[:8]
@@ -386,7 +384,6 @@ def test_sigterm_while_the_broker_is_down_exits_within_the_grace_and_says_what_i
     to the group: the next start resumes from the store's)."""
     if kafka_broker is None:
         missing("needs the local broker: it is stopped and restarted")
-    import subprocess
 
     from conftest import WorkerProc
     from phasemeter.settings import Settings
@@ -402,13 +399,7 @@ def test_sigterm_while_the_broker_is_down_exits_within_the_grace_and_says_what_i
         produce(bootstrap, topic, [json.dumps(e).encode() for e in events], [e["request_id"].encode() for e in events])
         worker.wait_processed(len(events))
         kafka_broker.stop()
-        t0 = time.monotonic()
-        worker.proc.terminate()
-        try:
-            rc = worker.proc.wait(grace * 10)
-        except subprocess.TimeoutExpired:
-            rc = None  # still running: the failure below says so
-        took = time.monotonic() - t0
+        rc, took = sigterm(worker, grace * 10)
         log = worker.log.read_text(errors="replace")
         print(f"SIGTERM with the broker down: exit code {rc} after {took:.2f} s (grace {grace:.0f} s)")
         assert rc == 0 and took <= grace, f"exit code {rc} {took:.1f} s after SIGTERM (grace {grace:.0f} s)\n{log[-3000:]}"
@@ -433,7 +424,6 @@ def test_sigterm_while_a_publish_waits_on_the_unreachable_broker_exits_after_the
     (aiokafka's flush waits up to the producer's request timeout)."""
     if kafka_broker is None:
         missing("needs the local broker: it is stopped and restarted")
-    import subprocess
 
     from conftest import WorkerProc
     from phasemeter.settings import Settings
@@ -463,13 +453,7 @@ def test_sigterm_while_a_publish_waits_on_the_unreachable_broker_exits_after_the
             f"before it was down\n{worker.diagnose()}")
         wait_for(lambda: "_publish" in worker.waits(), settings.abandon_after_s * 10,
                  "the expiry publishing the abandoned generation", worker.diagnose)
-        t0 = time.monotonic()
-        worker.proc.terminate()
-        try:
-            rc = worker.proc.wait(settings.stop_grace_s * 15)
-        except subprocess.TimeoutExpired:
-            rc = None
-        took = time.monotonic() - t0
+        rc, took = sigterm(worker, settings.stop_grace_s * 15)
         log = worker.log.read_text(errors="replace")
         print(f"SIGTERM with a publish in hand and the broker down: exit code {rc} after {took:.2f} s "
               f"(the broker was down {stopped_after:.1f} s after the start)")
