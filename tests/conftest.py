@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -218,14 +217,22 @@ class WorkerProc:
             time.sleep(0.2)
         raise AssertionError(f"worker processed {h} of {n} in {timeout_s}s")
 
+    def terminate(self, wait_s: float) -> tuple[int | None, float]:
+        """SIGTERM, then wait up to `wait_s` for the worker to exit by itself:
+        (its exit code, None if still running; the seconds it took)."""
+        t0 = time.monotonic()
+        self.proc.terminate()
+        try:
+            rc = self.proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            rc = None
+        return rc, time.monotonic() - t0
+
     def stop(self, kill: bool = False) -> None:
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
+            if kill or self.terminate(30)[0] is None:
                 self.proc.kill()
-                self.proc.wait()
+            self.proc.wait()
 
 
 def worker_env(kafka_bootstrap: str, data_dir, pythonpath=(), **extra: str) -> dict:

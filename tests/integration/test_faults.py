@@ -148,18 +148,6 @@ def test_poison_corpus_and_duplicates_accounting_identity(worker, pm_env, capsys
     assert {r["reason"]: r["n"] for r in summary["reasons"]}[R.DUPLICATE] == len(dup)
 
 
-def sigterm(worker, wait_s: float) -> tuple[int | None, float]:
-    """SIGTERM the worker and wait up to `wait_s` for it to exit by itself:
-    (its exit code, None if still running; the seconds it took)."""
-    t0 = time.monotonic()
-    worker.proc.terminate()
-    try:
-        rc = worker.proc.wait(wait_s)
-    except subprocess.TimeoutExpired:
-        rc = None  # still running: the caller's assertion says so
-    return rc, time.monotonic() - t0
-
-
 def test_store_locked_worker_pauses_then_resumes_without_loss(worker, pm_env):
     bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
     holder = clickhouse_connect.get_client(dsn=f"chdb://{pm_env['PHASEMETER_DATA_DIR']}/store")
@@ -203,7 +191,7 @@ def test_sigterm_while_the_store_is_locked_exits_after_the_grace_and_loses_nothi
         produce(bootstrap, topic, [json.dumps(e).encode() for e in events], [e["request_id"].encode() for e in events])
         health = wait_for(lambda: (h := worker.health()) and h["consumed"] > 0 and h["store_retries"] >= 2 and h,
                           60, "a batch retrying on the locked store", worker.diagnose)
-        rc, took = sigterm(worker, 30)
+        rc, took = worker.terminate(30)
         log = worker.log.read_text(errors="replace")
         # Exited by itself (rc 0 within wait()'s deadline, no SIGKILL), after
         # giving the batch its 3 s grace.
@@ -243,7 +231,7 @@ def test_sigterm_while_the_store_is_locked_and_no_batch_is_in_hand_exits_within_
         health = wait_for(lambda: (h := worker.health()) and h["store_retries"] >= 2 and h, 60,
                           "the positions' read retrying on the locked store", worker.diagnose)
         assert health["consumed"] == 0 and health["store_error"]["during"] == "reading progress", health
-        rc, took = sigterm(worker, grace * 10)
+        rc, took = worker.terminate(grace * 10)
         print(f"SIGTERM, store locked, nothing in hand: exit code {rc} after {took:.2f} s (grace {grace:.0f} s)")
         assert rc == 0 and took <= grace, (f"exit code {rc} {took:.1f} s after SIGTERM (grace {grace:.0f} s); "
                                            f"/health before: {json.dumps(health)}\n{worker.diagnose()}")
@@ -399,7 +387,7 @@ def test_sigterm_while_the_broker_is_down_exits_within_the_grace_and_says_what_i
         produce(bootstrap, topic, [json.dumps(e).encode() for e in events], [e["request_id"].encode() for e in events])
         worker.wait_processed(len(events))
         kafka_broker.stop()
-        rc, took = sigterm(worker, grace * 10)
+        rc, took = worker.terminate(grace * 10)
         log = worker.log.read_text(errors="replace")
         print(f"SIGTERM with the broker down: exit code {rc} after {took:.2f} s (grace {grace:.0f} s)")
         assert rc == 0 and took <= grace, f"exit code {rc} {took:.1f} s after SIGTERM (grace {grace:.0f} s)\n{log[-3000:]}"
@@ -453,7 +441,7 @@ def test_sigterm_while_a_publish_waits_on_the_unreachable_broker_exits_after_the
             f"before it was down\n{worker.diagnose()}")
         wait_for(lambda: "_publish" in worker.waits(), settings.abandon_after_s * 10,
                  "the expiry publishing the abandoned generation", worker.diagnose)
-        rc, took = sigterm(worker, settings.stop_grace_s * 15)
+        rc, took = worker.terminate(settings.stop_grace_s * 15)
         log = worker.log.read_text(errors="replace")
         print(f"SIGTERM with a publish in hand and the broker down: exit code {rc} after {took:.2f} s "
               f"(the broker was down {stopped_after:.1f} s after the start)")
