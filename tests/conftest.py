@@ -109,7 +109,7 @@ class WorkerProc:
     """One `phasemeter worker` process with its own settings."""
 
     def __init__(self, env: dict, data_dir: Path, port: int):
-        from phasemeter.kafka_local import free_port
+        from ports import free_port
 
         # Every test worker serves its SQL interface on a port of its own: two
         # at once on the default one would answer each other's readers.
@@ -240,7 +240,7 @@ def worker_env(kafka_bootstrap: str, data_dir, pythonpath=(), **extra: str) -> d
     and free web and SQL ports (a worker that cannot bind its SQL port serves
     none, so two workers on one default port would leave a reader without
     its store). `pythonpath`: directories a subprocess imports tests from."""
-    from phasemeter.kafka_local import free_port
+    from ports import free_port
 
     tag = uuid.uuid4().hex[:10]
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,

@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from kafka_events import records_in, unwrap
 from phasemeter.integrations.asgi import PhasemeterMiddleware
-from phasemeter.kafka_local import free_port
+from ports import free_port
 from phasemeter.producers import Meter
 
 pytestmark = pytest.mark.integration

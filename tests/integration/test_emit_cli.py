@@ -16,7 +16,7 @@ import pytest
 from corpus import event, phase  # tests/corpus.py: events valid apart from the flaw asked for
 
 from phasemeter.cli.main import main
-from phasemeter.kafka_local import free_port
+from ports import free_port
 
 
 def j(obj) -> bytes:

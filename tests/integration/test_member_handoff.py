@@ -27,7 +27,8 @@ from conftest import WorkerProc, wait_for
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
-from phasemeter.kafka_local import ensure_topics, free_port
+from phasemeter.kafka_local import ensure_topics
+from ports import free_port
 from test_faults import good_event, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

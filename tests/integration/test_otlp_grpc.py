@@ -27,7 +27,7 @@ from test_otlp_receiver import GENAI, VLLM, otlp_command, sdk_spans, topic_messa
 from phasemeter.cli.main import main
 from phasemeter.integrations.otlp_grpc import RETRY_INFO_1S, RETRY_INFO_KEY, GrpcReceiver
 from phasemeter.integrations.otlp_receiver import Receiver
-from phasemeter.kafka_local import free_port
+from ports import free_port
 from phasemeter.producers import Meter
 
 pytestmark = pytest.mark.integration

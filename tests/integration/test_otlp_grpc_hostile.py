@@ -22,7 +22,7 @@ from test_otlp_receiver import VLLM, sdk_spans  # noqa: E402
 
 from phasemeter.integrations.otlp_grpc import DETAILS_KEY, GrpcReceiver  # noqa: E402
 from phasemeter.integrations.otlp_receiver import Receiver  # noqa: E402
-from phasemeter.kafka_local import free_port  # noqa: E402
+from ports import free_port  # noqa: E402
 from phasemeter.producers import Meter  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from phasemeter.integrations.otlp_receiver import Receiver
-from phasemeter.kafka_local import free_port
+from ports import free_port
 from phasemeter.producers import Meter
 from test_otlp_receiver import topic_messages
 

@@ -33,7 +33,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from kafka_events import unwrap
 from phasemeter.integrations.otlp_receiver import Receiver
-from phasemeter.kafka_local import free_port
+from ports import free_port
 from phasemeter.producers import Meter
 
 pytestmark = pytest.mark.integration

@@ -343,7 +343,7 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
     must hold across either. The stall limit is 30 s here (120 s by
     default) so that such a run stays short."""
     from conftest import WorkerProc
-    from phasemeter.kafka_local import free_port
+    from ports import free_port
 
     pm_env = {**pm_env, "PHASEMETER_RECOVERY_STALL_S": "30"}
     env_b = {**pm_env, "PHASEMETER_DATA_DIR": str(tmp_path / "data-b"), "PHASEMETER_WEB_PORT": str(free_port()),

@@ -246,7 +246,7 @@ def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tm
     script = "import sys, test_read_paths as t; t.direct_phase(sys.argv[1], sys.argv[2])"
     # A port no worker listens on: `inflight` asks the worker of its settings'
     # port, and the direct run must find none, as with no worker running.
-    from phasemeter.kafka_local import free_port
+    from ports import free_port
 
     env = {**env, "PHASEMETER_WEB_PORT": str(free_port())}
     # Its stderr to a file: a pipe nobody reads until the worker's half is
