@@ -70,7 +70,11 @@ class LogOffsets:
         return await self._call("beginning_offsets", tps, self.app.consumer.earliest_offsets)
 
     def warm(self) -> None:
-        """Connect while the worker waits for its assignment, not in its first batch (a connection and metadata)."""
+        """Connect while the worker waits for its assignment, not in its first batch (a connection and metadata).
+        Nothing once closed: a worker stopped as it starts closes this before its start task runs."""
+        if self._closed:
+            return
+
         def connect():
             try:
                 self._consumer().topics()

@@ -51,3 +51,15 @@ def test_a_failed_connection_falls_back_on_fausts_consumer(caplog):
     assert starts == {("t", 0): 500}
     assert [name for name, _ in faust_consumer.calls] == ["highwaters", "earliest_offsets"]
     assert "end_offsets of 2 partition(s) failed" in caplog.text
+
+
+def test_a_worker_stopped_before_its_start_task_ran_does_not_crash_on_warm():
+    """SIGTERM while a worker starts: the app stops, and closes the offsets
+    client, before the ingest agent's start task warms it. That warm() then
+    found the executor shut down and raised, and Faust's app crashed
+    ("cannot schedule new futures after shutdown") instead of exiting 0."""
+    offsets, faust_consumer = offsets_for("127.0.0.1:1")
+    offsets.close()
+    offsets.warm()  # nothing to connect for: the worker is stopping
+    assert asyncio.run(offsets.ends([("t", 0)])) == {("t", 0): 1000}  # and a late ask falls back
+    assert faust_consumer.calls
