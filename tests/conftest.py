@@ -41,11 +41,28 @@ def pytest_collection_modifyitems(config, items):
     order the test processes take whole files in). xdist's own order is
     by item count alone, which put the few-test, minute-long reliability
     files last: one process then ran one alone while the other sat idle.
-    Longest first and the many short files last keeps both busy to the end."""
+    Longest first and the many short files last keeps both busy to the end.
+
+    The files with a test that holds the busy loops (one test at a time, see
+    `busy_loops`) go first and third, the one with fewer items first: xdist's
+    load-file scheduling hands the first file to one process, the second to
+    the other, and the third to the process whose first file has two items
+    or fewer left (xdist/scheduler/loadscope.py, `schedule`). So one process
+    runs them in turn while the other works; as the second and fifth files,
+    the phase-join kill test sat 87 s waiting for the member hand-off's loops."""
     count = Counter(item.path for item in items)
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    order = {path: (path not in slow, -n) for path, n in count.items()}
-    items.sort(key=lambda item: order[item.path])  # stable: a file's own order is kept
+    files = sorted(count, key=lambda path: (path not in slow, -count[path]))
+    busy = sorted({item.path for item in items if "busy_loops" in item.fixturenames}, key=count.__getitem__)
+    rest = [path for path in files if path not in busy]
+    order = []
+    for i, path in enumerate(busy):  # busy, other, busy, ..., busy, then the rest
+        order.append(path)
+        if i < len(busy) - 1 and rest:
+            order.append(rest.pop(0))
+    order += rest
+    rank = {path: i for i, path in enumerate(order)}
+    items.sort(key=lambda item: rank[item.path])  # stable: a file's own order is kept
 
 
 def wait_for(predicate, timeout_s: float, what: str, explain=None):
