@@ -42,8 +42,9 @@ demo: setup
 # PYTHONDONTWRITEBYTECODE= : the suite caches bytecode as Python does by
 # default, where the variable is set (as on these machines). Without the
 # cache every worker, CLI and test process compiled the project's modules
-# again (~0.2 s of CPU each, some 300 processes), and pytest rewrote every
-# test module's assertions again in each test process (~8 s each).
+# again (~0.2 s of CPU each, some 300 processes a run); and a later run's
+# test processes read the test modules' rewritten assertions from it
+# instead of rewriting them (~8 s each; a fresh clone's first run still does).
 test: setup
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=20 tests
 
