@@ -18,8 +18,8 @@ import socket
 
 BASE, BLOCK = 20_000, 1_500  # gw0..gw7 end at 32_000, below the ephemeral range
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-_index = int(_worker[2:]) if _worker[2:].isdigit() else 0
-_next = itertools.cycle(range(BASE + BLOCK * (_index % 8), BASE + BLOCK * (_index % 8 + 1)))
+_start = BASE + BLOCK * ((int(_worker[2:]) if _worker[2:].isdigit() else 0) % 8)
+_next = itertools.cycle(range(_start, _start + BLOCK))
 
 
 def free_port() -> int:
@@ -32,4 +32,4 @@ def free_port() -> int:
             except OSError:
                 continue
         return port
-    raise RuntimeError(f"no free port in {_worker}'s block from {BASE + BLOCK * (_index % 8)}")
+    raise RuntimeError(f"no free port in {_worker}'s block from {_start}")

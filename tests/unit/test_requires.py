@@ -51,8 +51,8 @@ def test_a_browser_test_without_chromium(ci, outcome, tmp_path):
     env = {**os.environ, "PATH": python_dir, "CI": ci}
     # --basetemp: its own temporary folder. Without it pytest numbers one under
     # the shared /tmp/pytest-of-<user> and sweeps the older numbered ones there,
-    # which after a few suite runs held GBs of brokers' logs and stores: this
-    # run took 30-67 s instead of 3 s.
+    # which held whole earlier suite runs (brokers' logs, stores): this run
+    # took 30-67 s instead of 3 s.
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                            "--basetemp", str(tmp_path / "basetemp"), "tests/integration/test_cdp.py"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

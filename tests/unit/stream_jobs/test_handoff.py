@@ -230,8 +230,8 @@ def test_a_stop_while_the_agent_decodes_its_next_batch_lets_the_batch_in_hand_fi
 
 def test_a_stop_past_the_grace_cuts_the_started_batch():
     async def main():
-        cut, steps = [], []
-        h = Handoff(grace_s=0.1, on_stopped=lambda: cut.append(True))
+        stopped, steps = [], []
+        h = Handoff(grace_s=0.1, on_stopped=lambda: stopped.append(True))
 
         async def batch():
             try:
@@ -244,7 +244,7 @@ def test_a_stop_past_the_grace_cuts_the_started_batch():
         await asyncio.sleep(0.01)
         await h.stopping(task)
         await asyncio.sleep(0)
-        return steps, cut, task.cancelled()
+        return steps, stopped, task.cancelled()
 
     assert asyncio.run(main()) == (["cut"], [True], True)
 
