@@ -22,12 +22,10 @@ import time
 # tries with backoff on a machine without internet): use the bundled copy.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import litellm  # noqa: E402
 import pytest  # noqa: E402
 from llm_server import LLMServer, MemoryProducer, Script, frozen_heap  # noqa: E402
 
-from phasemeter.integrations import litellm as pm_litellm  # noqa: E402
-from phasemeter.integrations.litellm import PhasemeterLogger  # noqa: E402
+litellm = pm_litellm = None  # imported as the module's first test starts: see _imports
 from phasemeter.producers import Meter  # noqa: E402
 from phasemeter.stream_jobs.derive import validate  # noqa: E402
 
@@ -36,7 +34,18 @@ USAGE = {"stream_options": {"include_usage": True}}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _no_full_collections_mid_stream():
+def _imports():
+    """LiteLLM is imported when this module's first test starts, not as a test
+    process collects the file: every process collects every file, and the
+    import took ~6 s of CPU (pydantic builds some 2,500 models) whether or not
+    the process ran a test of it."""
+    global litellm, pm_litellm
+    import litellm
+    from phasemeter.integrations import litellm as pm_litellm
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_full_collections_mid_stream(_imports):
     with frozen_heap():
         yield
 
@@ -51,7 +60,7 @@ def server():
         # Warm-up (LiteLLM's first call, and first stream, cost 0.1-0.5 s), waiting for its callback
         # so that it cannot land in the first test's collector.
         sink = MemoryProducer()
-        warm = PhasemeterLogger(Meter("memory:0", producer_factory=sink))
+        warm = pm_litellm.PhasemeterLogger(Meter("memory:0", producer_factory=sink))
         litellm.callbacks = [warm]
         litellm.completion(model="openai/warm", api_base=srv.base_url, api_key="k", messages=MSG)
         list(litellm.completion(model="openai/warm", api_base=srv.base_url, api_key="k", messages=MSG, stream=True))
@@ -71,10 +80,10 @@ def logged(sink):
     """Make a PhasemeterLogger, register it as LiteLLM users do, unregister after."""
     made = []
 
-    def make(**opts) -> PhasemeterLogger:
+    def make(**opts) -> "pm_litellm.PhasemeterLogger":
         for old in made:  # LiteLLM copies callbacks into more lists: take old ones out of all
             unregister(old)
-        logger = PhasemeterLogger(Meter("memory:0", producer_factory=sink), **opts)
+        logger = pm_litellm.PhasemeterLogger(Meter("memory:0", producer_factory=sink), **opts)
         made.append(logger)
         litellm.callbacks = [logger]
         return logger
@@ -298,7 +307,7 @@ def test_the_proxy_config_path_resolves_to_one_logger_built_from_the_environment
     monkeypatch.setattr(pm_litellm, "_proxy_instance", None)
     logger = get_instance_fn("phasemeter.integrations.litellm.proxy_handler_instance")
     try:
-        assert isinstance(logger, PhasemeterLogger) and pm_litellm.proxy_handler_instance is logger
+        assert isinstance(logger, pm_litellm.PhasemeterLogger) and pm_litellm.proxy_handler_instance is logger
         assert logger.meter.stats().enqueued == 0  # nothing sent, nothing connected yet
     finally:
         logger.meter.close(0)
@@ -308,4 +317,4 @@ def test_the_proxy_config_path_resolves_to_one_logger_built_from_the_environment
 
 def test_model_from_is_checked():
     with pytest.raises(ValueError):
-        PhasemeterLogger(Meter("memory:0", producer_factory=MemoryProducer()), model_from="alias")
+        pm_litellm.PhasemeterLogger(Meter("memory:0", producer_factory=MemoryProducer()), model_from="alias")
