@@ -2,7 +2,7 @@
 by the same code as `phasemeter demo` (phasemeter.kafka_local), and worker
 processes running `phasemeter worker` against a per-test chDB store.
 
-Every test gets its own topic, consumer group, database and data dir.
+Every test gets its own topic, consumer group and data dir.
 """
 
 from __future__ import annotations
@@ -142,6 +142,14 @@ class WorkerProc:
         return subprocess.run([sys.executable, "-m", "phasemeter", *args], env=self.env,
                               capture_output=True, text=True, check=check, timeout=120)
 
+    def migrate(self) -> "WorkerProc":
+        """Its store as `phasemeter migrate` leaves it (stores.migrated: a copy
+        of one the command made in this test process)."""
+        from stores import migrated
+
+        migrated(self.env)
+        return self
+
     def start(self, timeout_s: float = 90) -> "WorkerProc":
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "phasemeter", "worker", "--loglevel", "warn"],
@@ -253,16 +261,17 @@ class WorkerProc:
 
 
 def worker_env(kafka_bootstrap: str, data_dir, pythonpath=(), **extra: str) -> dict:
-    """A worker's environment of its own: unique topics, group and database,
-    and free web and SQL ports (a worker that cannot bind its SQL port serves
+    """A worker's environment of its own: unique topics and group, a data dir
+    (so a store) of its own, and free web and SQL ports (a worker that cannot bind its SQL port serves
     none, so two workers on one default port would leave a reader without
     its store). `pythonpath`: directories a subprocess imports tests from."""
     from ports import free_port
+    from stores import DATABASE
 
     tag = uuid.uuid4().hex[:10]
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
            "PHASEMETER_TOPIC": f"gen-{tag}", "PHASEMETER_DLQ_TOPIC": f"gen-{tag}.dlq",
-           "PHASEMETER_GROUP_ID": f"grp-{tag}", "PHASEMETER_DATABASE": f"db_{tag}",
+           "PHASEMETER_GROUP_ID": f"grp-{tag}", "PHASEMETER_DATABASE": DATABASE,
            "PHASEMETER_DATA_DIR": str(data_dir), "PHASEMETER_WEB_PORT": str(free_port()),
            "PHASEMETER_SQL_PORT": str(free_port()), "PHASEMETER_BATCH_SECONDS": "0.5"}
     if pythonpath:
@@ -275,7 +284,10 @@ def worker_env(kafka_bootstrap: str, data_dir, pythonpath=(), **extra: str) -> d
 def write_store_in_subprocess(env: dict, module: str, t0: float) -> None:
     """`module`.write_store(t0) in a process of its own (chDB opens a path in
     one process only), before a worker owns the store; `env` (worker_env,
-    with `pythonpath` reaching `module`) names the store."""
+    with `pythonpath` reaching `module`) names the store, which is migrated first."""
+    from stores import migrated
+
+    migrated(env)
     done = subprocess.run([sys.executable, "-c", f"import {module}; {module}.write_store({t0!r})"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -283,14 +295,13 @@ def write_store_in_subprocess(env: dict, module: str, t0: float) -> None:
 
 @pytest.fixture
 def pm_env(kafka_bootstrap, tmp_path):
-    """Unique topic / group / database / data dir for one test."""
+    """Unique topic / group / data dir for one test."""
     return worker_env(kafka_bootstrap, tmp_path / "data", PHASEMETER_SESSION_TIMEOUT_S="6")
 
 
 @pytest.fixture
 def worker(pm_env, tmp_path):
-    w = WorkerProc(pm_env, tmp_path, int(pm_env["PHASEMETER_WEB_PORT"]))
-    w.run("migrate")
+    w = WorkerProc(pm_env, tmp_path, int(pm_env["PHASEMETER_WEB_PORT"])).migrate()
     yield w
     w.stop()
 

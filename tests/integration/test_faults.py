@@ -183,7 +183,7 @@ def test_sigterm_while_the_store_is_locked_exits_after_the_grace_and_loses_nothi
     bootstrap, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
     env = {**pm_env, "PHASEMETER_STOP_GRACE_S": "3"}
     worker = WorkerProc(env, tmp_path, int(env["PHASEMETER_WEB_PORT"]))
-    worker.run("migrate")
+    worker.migrate()
     events = [good_event(i) for i in range(500)]
     holder = clickhouse_connect.get_client(dsn=f"chdb://{env['PHASEMETER_DATA_DIR']}/store")
     try:
@@ -224,7 +224,7 @@ def test_sigterm_while_the_store_is_locked_and_no_batch_is_in_hand_exits_within_
     env = {**pm_env, "PHASEMETER_STOP_GRACE_S": "6"}
     grace = Settings.from_env(env).stop_grace_s
     worker = WorkerProc(env, tmp_path, int(env["PHASEMETER_WEB_PORT"]))
-    worker.run("migrate")
+    worker.migrate()
     holder = clickhouse_connect.get_client(dsn=f"chdb://{env['PHASEMETER_DATA_DIR']}/store")
     try:
         worker.start()
@@ -380,7 +380,7 @@ def test_sigterm_while_the_broker_is_down_exits_within_the_grace_and_says_what_i
     env = {**pm_env, "PHASEMETER_STOP_GRACE_S": "6"}
     grace = Settings.from_env(env).stop_grace_s
     worker = WorkerProc(env, tmp_path, int(env["PHASEMETER_WEB_PORT"]))
-    worker.run("migrate")
+    worker.migrate()
     events = [good_event(i) for i in range(300)]
     try:
         worker.start()
@@ -423,7 +423,7 @@ def test_sigterm_while_a_publish_waits_on_the_unreachable_broker_exits_after_the
            "PHASEMETER_EXPIRY_TICK_S": "0.5"}
     settings = Settings.from_env(env)
     worker = WorkerProc(env, tmp_path, int(env["PHASEMETER_WEB_PORT"]))
-    worker.run("migrate")
+    worker.migrate()
     rid = f"hung-{uuid.uuid4().hex}"
     try:
         worker.start()

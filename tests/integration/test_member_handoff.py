@@ -102,7 +102,7 @@ def test_sigterm_mid_batch_hands_over_to_a_fresh_member_exactly(pm_env, tmp_path
                "PHASEMETER_BATCH_ROWS": "20000", "PHASEMETER_BATCH_SECONDS": "2"}
         data.mkdir()
         w = WorkerProc(env, data, int(env["PHASEMETER_WEB_PORT"]))
-        w.run("migrate")
+        w.migrate()
         return w
 
     emitter = threading.Thread(target=emit, daemon=True)

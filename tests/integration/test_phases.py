@@ -351,8 +351,8 @@ def test_two_workers_rebalancing_join_every_request_once(pm_env, tmp_path):
     a = WorkerProc(pm_env, tmp_path, int(pm_env["PHASEMETER_WEB_PORT"]))
     (tmp_path / "b").mkdir()
     b = WorkerProc(env_b, tmp_path / "b", int(env_b["PHASEMETER_WEB_PORT"]))
-    a.run("migrate")
-    b.run("migrate")
+    a.migrate()
+    b.migrate()
     boot, topic = pm_env["KAFKA_BOOTSTRAP_SERVERS"], pm_env["PHASEMETER_TOPIC"]
     rng = random.Random(10)
     gens = [make_generation(i, time.time() - 60, rng) for i in range(1800)]
@@ -466,7 +466,7 @@ def test_a_table_recovery_that_stops_making_progress_exits_for_a_restart(pm_env,
     boot = pm_env["KAFKA_BOOTSTRAP_SERVERS"]
     env = {**pm_env, "PHASEMETER_RECOVERY_STALL_S": "8"}
     w = WorkerProc(env, tmp_path, int(pm_env["PHASEMETER_WEB_PORT"]))
-    w.run("migrate")
+    w.migrate()
     changelog = f"{pm_env['PHASEMETER_GROUP_ID']}-phasemeter-join-changelog"
     admin = KafkaAdminClient(bootstrap_servers=boot)
     admin.create_topics([NewTopic(changelog, 4, 1, topic_configs={"cleanup.policy": "compact"})])

@@ -36,6 +36,7 @@ import numpy as np
 import pytest
 from clock import days_ago
 from conftest import WorkerProc
+from stores import migrated
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -232,6 +233,7 @@ def test_every_read_command_is_the_same_direct_and_through_the_worker(pm_env, tm
     pm_env = {**pm_env, "PHASEMETER_SLOS": str(tmp_path / "slos.toml")}
     env = {**pm_env, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1]),
                                                      os.environ.get("PYTHONPATH", "")])}
+    migrated(env)
     written = subprocess.run([sys.executable, "-c", "import test_read_paths as t; t.write_phase()"],
                              env=env, capture_output=True, text=True, timeout=300)
     assert written.returncode == 0, written.stderr[-3000:]
