@@ -8,11 +8,10 @@ import time
 import zlib
 from datetime import datetime, timedelta, timezone
 
-import clickhouse_connect
 import pytest
+from stores import migrated_client
 
 from phasemeter.demo.rows import synthetic_rows
-from phasemeter.store import migrate as mig
 from phasemeter.store import rollup
 from phasemeter.store.slices import MAX_BOUND_CHARS, cell_chars, slices
 from phasemeter.stream_jobs import ledger
@@ -26,12 +25,8 @@ NOW = time.time()
 
 @pytest.fixture
 def client(tmp_path):
-    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/store")
-    c.command("CREATE DATABASE IF NOT EXISTS t_ledger")
-    c.database = "t_ledger"
-    mig.migrate(c)
-    yield c
-    c.close()
+    with migrated_client(tmp_path, "t_ledger") as c:
+        yield c
 
 
 def rows(n: int, offset0: int = 0, partition: int = 0, topic: str = "gen", model: str = "m") -> list[dict]:

@@ -12,8 +12,8 @@ import json
 import random
 from datetime import datetime, timedelta, timezone
 
-import clickhouse_connect
 import pytest
+from stores import migrated_client
 from clock import days_ago
 
 from phasemeter.alerts import slo_rules
@@ -94,12 +94,8 @@ def make_rows(n: int = 4000, seed: int = 3) -> list[dict]:
 
 @pytest.fixture
 def store(tmp_path):
-    c = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/store")
-    c.command("CREATE DATABASE IF NOT EXISTS t_slo")
-    c.database = "t_slo"
-    mig.migrate(c)
-    yield c
-    c.close()
+    with migrated_client(tmp_path, "t_slo") as c:
+        yield c
 
 
 def test_both_paths_equal_a_python_count(store):
