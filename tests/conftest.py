@@ -262,9 +262,10 @@ class WorkerProc:
 
 def worker_env(kafka_bootstrap: str, data_dir, pythonpath=(), **extra: str) -> dict:
     """A worker's environment of its own: unique topics and group, a data dir
-    (so a store) of its own, and free web and SQL ports (a worker that cannot bind its SQL port serves
-    none, so two workers on one default port would leave a reader without
-    its store). `pythonpath`: directories a subprocess imports tests from."""
+    (so a store) of its own, and free web and SQL ports (a worker that cannot
+    bind its SQL port serves none, so two workers on one default port would
+    leave a reader without its store). `pythonpath`: directories a subprocess
+    imports tests from."""
     from ports import free_port
     from stores import DATABASE
 

@@ -28,24 +28,16 @@ _lock = threading.Lock()  # the member hand-off test prepares stores in a thread
 def migrated(env: dict) -> None:
     """Leave env's store as `phasemeter migrate` (run with `env`) would: a copy
     of the store the real command made in this test process for the same
-    database and retention, made at its first use. A run of the command took
-    2.3 CPU s (its interpreter, chDB and some 80 statements), and the suite ran
-    it some 40 times; a copy takes milliseconds. A store that exists already,
-    or one on a server, gets the command itself."""
+    database and retention. A run of the command took 2.3 CPU s (its
+    interpreter, chDB and some 80 statements), and the suite ran it ~45 times;
+    a copy takes milliseconds. A store that exists already, or one on a server,
+    gets the command itself."""
     settings = Settings.from_env(env)
     if not settings.is_embedded or (settings.data_path / "store").exists():
         _run_migrate(env)
         return
-    key = (settings.database, settings.raw_ttl_days, settings.rollup_ttl_days)
-    with _lock:
-        if key not in _templates:
-            folder = Path(tempfile.mkdtemp(prefix="phasemeter-migrated-"))
-            atexit.register(shutil.rmtree, folder, True)
-            _run_migrate({**env, "PHASEMETER_DATA_DIR": str(folder)})
-            _templates[key] = folder
-    # symlinks=True: a database's folder links to its tables' by relative
-    # symlinks, which must stay links (followed, the copy won't open).
-    shutil.copytree(_templates[key], settings.data_path, symlinks=True, dirs_exist_ok=True)
+    _copy_template(("phasemeter migrate", settings.database, settings.raw_ttl_days, settings.rollup_ttl_days),
+                   settings.data_path, lambda folder: _run_migrate({**env, "PHASEMETER_DATA_DIR": str(folder)}))
 
 
 def _run_migrate(env: dict) -> None:
@@ -54,26 +46,38 @@ def _run_migrate(env: dict) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
 
+def _copy_template(key: tuple, data_dir: Path, make) -> None:
+    """Copy into `data_dir` the template data dir of `key`, which make(folder)
+    fills at its first use in this process."""
+    with _lock:
+        if key not in _templates:
+            folder = Path(tempfile.mkdtemp(prefix="phasemeter-migrated-"))
+            atexit.register(shutil.rmtree, folder, True)
+            make(folder)
+            _templates[key] = folder
+    # symlinks=True: a database's folder links to its tables' by relative
+    # symlinks, which must stay links (followed, the copy won't open).
+    shutil.copytree(_templates[key], data_dir, symlinks=True, dirs_exist_ok=True)
+
+
 @contextlib.contextmanager
 def migrated_client(folder, database: str):
     """A chDB client on <folder>/store, inside `database`, every migration
     applied by migrate(): a new store is a copy of one it migrated in this
     process for the same database (~1 s of CPU a store; test_ledger.py alone
     made 24). chDB opens one path at a time in a process, so the template is
-    made, closed and copied before the client opens its own."""
+    made and closed before the client opens its own."""
     folder = Path(folder)
     if not (folder / "store").exists():
-        with _lock:
-            if ("migrate()", database) not in _templates:
-                template = Path(tempfile.mkdtemp(prefix="phasemeter-migrated-"))
-                atexit.register(shutil.rmtree, template, True)
-                with _opened(template, database) as c:
-                    migrate(c)
-                _templates[("migrate()", database)] = template
-        shutil.copytree(_templates[("migrate()", database)], folder, symlinks=True, dirs_exist_ok=True)
+        _copy_template(("migrate()", database), folder, lambda template: _migrate_in(template, database))
     with _opened(folder, database) as c:
         migrate(c)  # a store that was there may still need some
         yield c
+
+
+def _migrate_in(folder: Path, database: str) -> None:
+    with _opened(folder, database) as c:
+        migrate(c)
 
 
 @contextlib.contextmanager
