@@ -13,8 +13,8 @@ import random
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from stores import migrated_client
 from clock import days_ago
+from stores import migrated_client
 
 from phasemeter.alerts import slo_rules
 from phasemeter.alerts.slo_rules import SLO_COUNTS, parse_slos
