@@ -68,10 +68,12 @@ def migrated_client(folder, database: str):
     made 24). chDB opens one path at a time in a process, so the template is
     made and closed before the client opens its own."""
     folder = Path(folder)
-    if not (folder / "store").exists():
+    there = (folder / "store").exists()
+    if not there:
         _copy_template(("migrate()", database), folder, lambda template: _migrate_in(template, database))
     with _opened(folder, database) as c:
-        migrate(c)  # a store that was there may still need some
+        if there:
+            migrate(c)  # a store that was there may still need some; a copy needs none
         yield c
 
 
