@@ -6,7 +6,6 @@ stream_jobs/ names one."""
 from __future__ import annotations
 
 import ast
-import inspect
 from pathlib import Path
 
 import aiokafka
@@ -56,14 +55,43 @@ def test_a_missing_method_fails_the_check_naming_it(monkeypatch):
 
 
 def test_a_missing_instance_attribute_fails_the_check_naming_it(monkeypatch):
-    # An instance attribute is found from the class's annotations and source:
+    # An instance attribute is found from the class's annotations and code:
     # an upgrade that no longer declares or assigns it is caught as well.
     monkeypatch.delitem(Consumer.__annotations__, "_committed_offset")
-    monkeypatch.setattr(inspect, "getsource", lambda obj: "")  # nor assigned in its source
+    monkeypatch.setattr(faust_adapter, "_assigns", lambda klass, name: False)  # nor assigned in its code
     gone = faust_adapter.missing()
     assert "faust.transport.consumer.Consumer._committed_offset" in gone
-    # The others missing now are those found only in their class's source.
+    # The others missing now are those found only in their class's code.
     assert "faust.transport.consumer.Consumer._read_offset" not in gone  # still annotated
+
+
+def test_an_instance_attribute_is_one_a_method_assigns_to_self():
+    class Owner:
+        def __init__(self, other):
+            self.plain = 1
+            other.elsewhere = 2  # another object's attribute, not the instance's
+
+            def later():
+                self.in_closure = 3  # `self` is a cell here
+            self.later = later
+
+        @property
+        def lazy(self):
+            self.in_property = 4
+
+        @classmethod
+        def make(cls):
+            cls.on_class = 5
+
+    class Child(Owner):
+        pass
+
+    found = {name: faust_adapter._has(Child, name)
+             for name in ("plain", "in_closure", "in_property", "elsewhere", "on_class", "never")}
+    assert found == {"plain": True, "in_closure": True, "in_property": True,
+                     "elsewhere": False, "on_class": False, "never": False}
+    # The pinned Faust's attributes found only this way (no class attribute or annotation) are found.
+    assert faust_adapter._has(Consumer, "callback") and not hasattr(Consumer, "callback")
 
 
 def test_the_overrides_replace_methods_that_exist():
