@@ -6,6 +6,7 @@ stream_jobs/ names one."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import aiokafka
@@ -65,6 +66,13 @@ def test_a_missing_instance_attribute_fails_the_check_naming_it(monkeypatch):
     assert "faust.transport.consumer.Consumer._read_offset" not in gone  # still annotated
 
 
+def _decorated(func):
+    @functools.wraps(func)
+    def wrapper(*args):
+        return func(*args)
+    return wrapper
+
+
 def test_an_instance_attribute_is_one_a_method_assigns_to_self():
     class Owner:
         def __init__(self, other):
@@ -79,6 +87,14 @@ def test_an_instance_attribute_is_one_a_method_assigns_to_self():
         def lazy(self):
             self.in_property = 4
 
+        @lazy.setter
+        def lazy(self, value):
+            self.in_setter = value
+
+        @_decorated
+        def wrapped(self):
+            self.in_wrapped = 6
+
         @classmethod
         def make(cls):
             cls.on_class = 5
@@ -87,8 +103,9 @@ def test_an_instance_attribute_is_one_a_method_assigns_to_self():
         pass
 
     found = {name: faust_adapter._has(Child, name)
-             for name in ("plain", "in_closure", "in_property", "elsewhere", "on_class", "never")}
-    assert found == {"plain": True, "in_closure": True, "in_property": True,
+             for name in ("plain", "in_closure", "in_property", "in_setter", "in_wrapped", "elsewhere", "on_class",
+                          "never")}
+    assert found == {"plain": True, "in_closure": True, "in_property": True, "in_setter": True, "in_wrapped": True,
                      "elsewhere": False, "on_class": False, "never": False}
     # The pinned Faust's attributes found only this way (no class attribute or annotation) are found.
     assert faust_adapter._has(Consumer, "callback") and not hasattr(Consumer, "callback")
